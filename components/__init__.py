@@ -1,0 +1,1 @@
+"""Components of ray-llm-eks: one ComponentResource per box of the design (see README)."""

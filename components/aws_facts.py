@@ -1,0 +1,183 @@
+"""Facts about AWS that the config checks need, read from botocore's own API models and from a
+small, sourced table of instance hardware (botocore knows instance *names*, not their GPUs).
+
+Nothing here calls AWS: it is all data shipped in packages or in this file, so `make plan` and the
+tests can reject a wrong value without credentials.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+
+import botocore.loaders
+
+
+@cache
+def _loader() -> botocore.loaders.Loader:
+    return botocore.loaders.Loader()
+
+
+@cache
+def ec2_instance_types() -> frozenset[str]:
+    """Every instance type name the EC2 API model knows (botocore `ec2` `InstanceType` enum)."""
+    model = _loader().load_service_model("ec2", "service-2")
+    return frozenset(model["shapes"]["InstanceType"]["enum"])
+
+
+@cache
+def eks_log_types() -> tuple[str, ...]:
+    """Control-plane log types the EKS API accepts (botocore `eks` `LogType` enum)."""
+    model = _loader().load_service_model("eks", "service-2")
+    return tuple(model["shapes"]["LogType"]["enum"])
+
+
+@cache
+def log_retention_days() -> tuple[int, ...]:
+    """Retention periods CloudWatch Logs accepts, parsed from the `Days` shape's documentation in
+    botocore's `logs` model (the API model lists them in prose, not as an enum)."""
+    doc = _loader().load_service_model("logs", "service-2")["shapes"]["Days"]["documentation"]
+    allowed = doc.split("Possible values are:")[1].split("</p>")[0]
+    return tuple(int(n) for n in re.findall(r"\d+", allowed))
+
+
+@cache
+def _partitions() -> list[dict]:
+    return _loader().load_data("endpoints")["partitions"]
+
+
+def region_partition(region: str) -> str | None:
+    """The partition (`aws`, `aws-cn`, `aws-us-gov`, ...) a region belongs to, from botocore's
+    endpoint data; None for a region botocore does not list."""
+    for partition in _partitions():
+        if region in partition["regions"]:
+            return partition["partition"]
+    return None
+
+
+def known_regions() -> list[str]:
+    return sorted(r for p in _partitions() for r in p["regions"])
+
+
+def partition_dns_suffix(region: str) -> str:
+    for partition in _partitions():
+        if region in partition["regions"]:
+            return partition["dnsSuffix"]
+    raise KeyError(region)
+
+
+INSTANCE_TYPE_PATTERN = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """Hardware of one EC2 instance type, as far as sizing and EFA care."""
+
+    vcpus: int
+    memory_gib: int
+    gpus: int = 0
+    gpu_model: str = ""  # Ray accelerator_type name (ray.util.accelerators names)
+    gpu_memory_mib: int = 0  # per GPU, as EC2 DescribeInstanceTypes reports it (GpuInfo)
+    efa: bool = False
+    network_cards: int = 1
+    nvme_gb: int = 0
+
+
+_spec = InstanceSpec
+
+
+# Source: EC2 DescribeInstanceTypes data (vCPU, memory, GpuInfo, EFA) as published in Karpenter's
+# generated instance-type table, cross-checked with the EC2 "Accelerated computing instance
+# specifications" pages (docs.aws.amazon.com/ec2/latest/instancetypes/), read 2026-11. Extend this table to use
+# another instance type; a type that is absent is reported, never guessed.
+INSTANCE_SPECS: dict[str, InstanceSpec] = {
+    # G6: NVIDIA L4 24 GB. EFA only from 8xlarge up.
+    "g6.xlarge": _spec(vcpus=4, memory_gib=16, gpus=1, gpu_model="L4", gpu_memory_mib=22888, nvme_gb=250),
+    "g6.2xlarge": _spec(vcpus=8, memory_gib=32, gpus=1, gpu_model="L4", gpu_memory_mib=22888, nvme_gb=450),
+    "g6.4xlarge": _spec(vcpus=16, memory_gib=64, gpus=1, gpu_model="L4", gpu_memory_mib=22888, nvme_gb=600),
+    "g6.8xlarge": _spec(vcpus=32, memory_gib=128, gpus=1, gpu_model="L4", gpu_memory_mib=22888, efa=True, nvme_gb=900),
+    "g6.12xlarge": _spec(
+        vcpus=48, memory_gib=192, gpus=4, gpu_model="L4", gpu_memory_mib=22888, efa=True, nvme_gb=3760
+    ),
+    "g6.16xlarge": _spec(
+        vcpus=64, memory_gib=256, gpus=1, gpu_model="L4", gpu_memory_mib=22888, efa=True, nvme_gb=1880
+    ),
+    "g6.24xlarge": _spec(
+        vcpus=96, memory_gib=384, gpus=4, gpu_model="L4", gpu_memory_mib=22888, efa=True, nvme_gb=3760
+    ),
+    "g6.48xlarge": _spec(
+        vcpus=192, memory_gib=768, gpus=8, gpu_model="L4", gpu_memory_mib=22888, efa=True, nvme_gb=7520
+    ),
+    # G6e: NVIDIA L40S 48 GB. EFA from 8xlarge up.
+    "g6e.xlarge": _spec(vcpus=4, memory_gib=32, gpus=1, gpu_model="L40S", gpu_memory_mib=45776, nvme_gb=250),
+    "g6e.2xlarge": _spec(vcpus=8, memory_gib=64, gpus=1, gpu_model="L40S", gpu_memory_mib=45776, nvme_gb=450),
+    "g6e.4xlarge": _spec(vcpus=16, memory_gib=128, gpus=1, gpu_model="L40S", gpu_memory_mib=45776, nvme_gb=600),
+    "g6e.8xlarge": _spec(
+        vcpus=32, memory_gib=256, gpus=1, gpu_model="L40S", gpu_memory_mib=45776, efa=True, nvme_gb=900
+    ),
+    "g6e.12xlarge": _spec(
+        vcpus=48, memory_gib=384, gpus=4, gpu_model="L40S", gpu_memory_mib=45776, efa=True, nvme_gb=3800
+    ),
+    "g6e.16xlarge": _spec(
+        vcpus=64, memory_gib=512, gpus=1, gpu_model="L40S", gpu_memory_mib=45776, efa=True, nvme_gb=1900
+    ),
+    "g6e.24xlarge": _spec(
+        vcpus=96,
+        memory_gib=768,
+        gpus=4,
+        gpu_model="L40S",
+        gpu_memory_mib=45776,
+        efa=True,
+        network_cards=2,
+        nvme_gb=3800,
+    ),
+    "g6e.48xlarge": _spec(
+        vcpus=192,
+        memory_gib=1536,
+        gpus=8,
+        gpu_model="L40S",
+        gpu_memory_mib=45776,
+        efa=True,
+        network_cards=4,
+        nvme_gb=7600,
+    ),
+    # G5: NVIDIA A10G 24 GB. EFA from 8xlarge up.
+    "g5.xlarge": _spec(vcpus=4, memory_gib=16, gpus=1, gpu_model="A10G", gpu_memory_mib=24576, nvme_gb=250),
+    "g5.8xlarge": _spec(
+        vcpus=32, memory_gib=128, gpus=1, gpu_model="A10G", gpu_memory_mib=24576, efa=True, nvme_gb=900
+    ),
+    "g5.12xlarge": _spec(
+        vcpus=48, memory_gib=192, gpus=4, gpu_model="A10G", gpu_memory_mib=24576, efa=True, nvme_gb=3800
+    ),
+    "g5.48xlarge": _spec(
+        vcpus=192, memory_gib=768, gpus=8, gpu_model="A10G", gpu_memory_mib=24576, efa=True, nvme_gb=7600
+    ),
+    # P4d / P5: A100 40 GB, H100 80 GB; several network cards, one EFA device each.
+    "p4d.24xlarge": _spec(
+        vcpus=96,
+        memory_gib=1152,
+        gpus=8,
+        gpu_model="A100-40G",
+        gpu_memory_mib=40960,
+        efa=True,
+        network_cards=4,
+        nvme_gb=8000,
+    ),
+    "p5.48xlarge": _spec(
+        vcpus=192,
+        memory_gib=2048,
+        gpus=8,
+        gpu_model="H100",
+        gpu_memory_mib=81920,
+        efa=True,
+        network_cards=32,
+        nvme_gb=30400,
+    ),
+    # M7i: system nodes (no GPU, no EFA below 48xlarge).
+    "m7i.large": _spec(vcpus=2, memory_gib=8),
+    "m7i.xlarge": _spec(vcpus=4, memory_gib=16),
+    "m7i.2xlarge": _spec(vcpus=8, memory_gib=32),
+    "m7i.4xlarge": _spec(vcpus=16, memory_gib=64),
+    "m7i.8xlarge": _spec(vcpus=32, memory_gib=128),
+}

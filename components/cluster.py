@@ -1,0 +1,146 @@
+"""Cluster: the EKS control plane, its log group, the node role, the system node group and the one
+Kubernetes provider every in-cluster resource uses."""
+
+from __future__ import annotations
+
+import json
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_eks as eks
+import pulumi_kubernetes as k8s
+
+from components import aws_facts
+from components.config import ClusterSettings, NodePoolSettings
+from components.network import Network
+
+SYSTEM_LABELS = {"role": "system"}
+
+# Managed policies a node needs: join the cluster, run the VPC CNI, pull from ECR, and be reachable
+# through SSM Session Manager instead of SSH.
+NODE_POLICIES = (
+    "AmazonEKSWorkerNodePolicy",
+    "AmazonEKS_CNI_Policy",
+    "AmazonEC2ContainerRegistryReadOnly",
+    "AmazonSSMManagedInstanceCore",
+)
+
+
+def scaling(nodes: NodePoolSettings) -> aws.eks.NodeGroupScalingConfigArgs:
+    return aws.eks.NodeGroupScalingConfigArgs(
+        min_size=nodes.min_size, desired_size=nodes.desired_size, max_size=nodes.max_size
+    )
+
+
+class NodeRole(pulumi.ComponentResource):
+    """The IAM role every node group uses, with the managed policies nodes need."""
+
+    def __init__(self, name: str, region: str, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("ray-llm-eks:cluster:NodeRole", name, None, opts)
+        partition = aws_facts.region_partition(region)
+        self.role = aws.iam.Role(
+            name,
+            assume_role_policy=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": f"ec2.{aws_facts.partition_dns_suffix(region)}"},
+                            "Action": "sts:AssumeRole",
+                        }
+                    ],
+                }
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.attachments = [
+            aws.iam.RolePolicyAttachment(
+                f"{name}-{policy}",
+                role=self.role.name,
+                policy_arn=f"arn:{partition}:iam::aws:policy/{policy}",
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            for policy in NODE_POLICIES
+        ]
+        self.register_outputs({"roleArn": self.role.arn})
+
+
+class Cluster(pulumi.ComponentResource):
+    """EKS with API authentication, private nodes, a restricted public endpoint, control-plane
+    logging into a log group we own, secrets encrypted with our KMS key, and the system nodes."""
+
+    def __init__(
+        self,
+        name: str,
+        settings: ClusterSettings,
+        network: Network,
+        region: str,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("ray-llm-eks:cluster:Cluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.name = settings.name
+
+        # EKS creates /aws/eks/<name>/cluster itself when logging is on and never deletes it;
+        # declared here first, it has a retention period and `destroy` removes it.
+        self.log_group = aws.cloudwatch.LogGroup(
+            f"{name}-control-plane-logs",
+            name=f"/aws/eks/{settings.name}/cluster",
+            retention_in_days=settings.log_retention_days,
+            opts=child,
+        )
+        # Envelope encryption of Kubernetes Secrets (the Hugging Face token lives in one).
+        self.secrets_key = aws.kms.Key(
+            f"{name}-secrets",
+            description=f"EKS secrets encryption for {settings.name}",
+            enable_key_rotation=True,
+            deletion_window_in_days=7,
+            opts=child,
+        )
+        self.node_role = NodeRole(f"{name}-node-role", region, opts=child)
+
+        self.eks = eks.Cluster(
+            name,
+            name=settings.name,
+            version=settings.kubernetes_version,
+            vpc_id=network.vpc.id,
+            private_subnet_ids=network.private_subnet_ids,
+            public_subnet_ids=network.public_subnet_ids,
+            node_associate_public_ip_address=False,
+            authentication_mode=eks.AuthenticationMode.API,
+            skip_default_node_group=True,
+            instance_roles=[self.node_role.role],
+            endpoint_private_access=True,
+            endpoint_public_access=True,
+            public_access_cidrs=list(settings.public_access_cidrs),
+            kubernetes_service_ip_address_range=settings.service_cidr,
+            enabled_cluster_log_types=list(settings.log_types),
+            encryption_config_key_arn=self.secrets_key.arn,
+            create_oidc_provider=True,
+            # The whole network (NAT routes included) first: nodes need egress to join and pull
+            # images; on destroy the cluster goes before the routes it relies on.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[network, self.log_group, self.node_role]),
+        )
+
+        self.system_nodes = eks.ManagedNodeGroup(
+            f"{name}-system",
+            cluster=self.eks,
+            node_role=self.node_role.role,
+            subnet_ids=network.private_subnet_ids,
+            instance_types=[settings.system_nodes.instance_type],
+            scaling_config=scaling(settings.system_nodes),
+            disk_size=settings.system_nodes.disk_size_gib,
+            ami_type="AL2023_x86_64_STANDARD",
+            labels=SYSTEM_LABELS,
+            enable_imd_sv2=True,
+            opts=child,
+        )
+
+        # Built once from the kubeconfig; nothing that changes is interpolated into it, since a
+        # replaced provider replaces every Kubernetes object on it.
+        self.provider = k8s.Provider(
+            f"{name}-k8s", kubeconfig=self.eks.kubeconfig_json, opts=pulumi.ResourceOptions(parent=self)
+        )
+        self.kubeconfig = pulumi.Output.secret(self.eks.kubeconfig_json)
+        self.register_outputs({"clusterName": settings.name, "kubeconfig": self.kubeconfig})

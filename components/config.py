@@ -1,0 +1,387 @@
+"""Stack configuration: read once into frozen dataclasses and validated before any resource exists.
+
+Every key lives in the `ray-llm-eks:` namespace and is declared in Pulumi.yaml (the Pulumi CLI
+rejects an undeclared one). Scalars are typed keys; node pools are structured values (declared
+without a type, so the CLI passes them through) that this module checks itself, unknown fields
+included. Any bad value raises ConfigError naming the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any
+
+from components import aws_facts
+
+PROJECT = "ray-llm-eks"
+GPU_ROLES = ("prefill", "decode")
+
+# EKS version -> end of standard support (EKS version calendar). After that date the control plane
+# moves to extended support at $0.60/h instead of $0.10/h, so we refuse to start a new stack there.
+# 1.34 is left out on purpose: its standard support ends 2026-12-02.
+KUBERNETES_VERSIONS: dict[str, date | None] = {
+    "1.35": date(2027, 3, 27),
+    "1.36": None,  # released; end date not yet in our table (later than 1.35's)
+}
+RETIRED_KUBERNETES_VERSIONS = {"1.33": date(2026, 7, 29), "1.34": date(2026, 12, 2)}
+
+NAT_MODES = ("single", "perAz")
+
+
+class ConfigError(ValueError):
+    """A stack config value that cannot work; the message names the key, the value and the rule."""
+
+    def __init__(self, key: str, value: Any, allowed: str):
+        self.key, self.value, self.allowed = key, value, allowed
+        super().__init__(f"invalid config {PROJECT}:{key} = {value!r}: {allowed}")
+
+
+@dataclass(frozen=True)
+class NodePoolSettings:
+    """Size and hardware of one managed node group."""
+
+    instance_type: str
+    min_size: int
+    desired_size: int
+    max_size: int
+    disk_size_gib: int
+
+    @property
+    def spec(self) -> aws_facts.InstanceSpec | None:
+        return aws_facts.INSTANCE_SPECS.get(self.instance_type)
+
+
+@dataclass(frozen=True)
+class NetworkSettings:
+    """VPC layout: one public and one private subnet per AZ; GPU nodes only in the GPU AZ's."""
+
+    cluster_name: str  # subnets carry the kubernetes.io/cluster/<name> tag
+    vpc_cidr: str
+    availability_zones: tuple[str, ...]
+    gpu_availability_zone: str
+    nat_gateways: str  # "single" | "perAz"
+
+
+@dataclass(frozen=True)
+class AmiPin:
+    """The GPU AMI, fixed per stack so an unrelated `up` never recycles GPU nodes."""
+
+    release_version: str | None = None  # e.g. v20261112: resolved through the SSM public parameter
+    ami_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    name: str
+    kubernetes_version: str
+    public_access_cidrs: tuple[str, ...]
+    service_cidr: str
+    log_types: tuple[str, ...]
+    log_retention_days: int
+    system_nodes: NodePoolSettings
+
+
+@dataclass(frozen=True)
+class GpuPoolSettings:
+    role: str
+    nodes: NodePoolSettings
+    availability_zone: str
+    kubernetes_version: str
+    ami: AmiPin
+
+
+@dataclass(frozen=True)
+class Settings:
+    stack: str
+    region: str
+    network: NetworkSettings
+    cluster: ClusterSettings
+    gpu_pools: Mapping[str, GpuPoolSettings] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading raw values
+
+
+Getter = Callable[[str], "str | None"]
+
+
+class _Raw:
+    """Raw stack values as Pulumi hands them to a program: strings, JSON for arrays and objects."""
+
+    def __init__(self, get: Getter):
+        self._get = get
+
+    def text(self, key: str, default: str | None = None) -> str | None:
+        value = self._get(key)
+        return default if value is None else value
+
+    def integer(self, key: str, default: int) -> int:
+        value = self._get(key)
+        if value is None:
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigError(key, value, "a whole number") from None
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self._get(key)
+        if value is None:
+            return default
+        if value.lower() not in ("true", "false"):
+            raise ConfigError(key, value, "true or false")
+        return value.lower() == "true"
+
+    def structured(self, key: str, kind: type, default: Any) -> Any:
+        value = self._get(key)
+        if value is None:
+            return default
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = value
+        if not isinstance(parsed, kind):
+            raise ConfigError(key, parsed, f"a YAML {'list' if kind is list else 'mapping'}")
+        return parsed
+
+
+def _fields(key: str, raw: Any, allowed: Mapping[str, type], required: tuple[str, ...] = ()) -> dict:
+    """Check one structured value: a mapping with only known fields of the right types."""
+    if not isinstance(raw, dict):
+        raise ConfigError(key, raw, f"a mapping with fields {sorted(allowed)}")
+    for name, value in raw.items():
+        if name not in allowed:
+            raise ConfigError(f"{key}.{name}", value, f"unknown field; allowed fields: {sorted(allowed)}")
+        kind = allowed[name]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ConfigError(f"{key}.{name}", value, f"a {kind.__name__}")
+    for name in required:
+        if name not in raw:
+            raise ConfigError(f"{key}.{name}", None, "required")
+    return raw
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks shared by several keys
+
+
+def _instance_type(key: str, value: str) -> str:
+    if not aws_facts.INSTANCE_TYPE_PATTERN.match(value):
+        raise ConfigError(key, value, "an EC2 instance type such as g6.8xlarge (family.size)")
+    if value not in aws_facts.ec2_instance_types():
+        raise ConfigError(key, value, "an instance type the EC2 API knows (botocore's InstanceType list)")
+    return value
+
+
+def _gpu_instance_type(key: str, value: str) -> aws_facts.InstanceSpec:
+    _instance_type(key, value)
+    spec = aws_facts.INSTANCE_SPECS.get(value)
+    efa_gpu = sorted(t for t, s in aws_facts.INSTANCE_SPECS.items() if s.gpus and s.efa)
+    if spec is None:
+        raise ConfigError(key, value, f"a GPU instance type in components/aws_facts.py; known: {efa_gpu}")
+    if not spec.gpus:
+        raise ConfigError(key, value, f"an instance type with NVIDIA GPUs; GPU types with EFA: {efa_gpu}")
+    if not spec.efa:
+        raise ConfigError(
+            key, value, f"a GPU instance type with EFA (NIXL moves the KV cache over EFA); with EFA: {efa_gpu}"
+        )
+    return spec
+
+
+_POOL_FIELDS = {"instanceType": str, "minSize": int, "desiredSize": int, "maxSize": int, "diskSizeGiB": int}
+
+
+def _node_pool(key: str, raw: Any, default_disk: int) -> NodePoolSettings:
+    raw = _fields(key, raw, _POOL_FIELDS, required=("instanceType",))
+    desired = raw.get("desiredSize", 1)
+    pool = NodePoolSettings(
+        instance_type=raw["instanceType"],
+        min_size=raw.get("minSize", desired),
+        desired_size=desired,
+        max_size=raw.get("maxSize", desired),
+        disk_size_gib=raw.get("diskSizeGiB", default_disk),
+    )
+    _instance_type(f"{key}.instanceType", pool.instance_type)
+    for name, value in (("minSize", pool.min_size), ("desiredSize", pool.desired_size), ("maxSize", pool.max_size)):
+        if value < 0:
+            raise ConfigError(f"{key}.{name}", value, "a count of 0 or more")
+    if pool.max_size < 1:
+        raise ConfigError(f"{key}.maxSize", pool.max_size, "at least 1 (EKS rejects a node group with maxSize 0)")
+    if not pool.min_size <= pool.desired_size <= pool.max_size:
+        sizes = {"minSize": pool.min_size, "desiredSize": pool.desired_size, "maxSize": pool.max_size}
+        raise ConfigError(key, sizes, "minSize <= desiredSize <= maxSize")
+    if not 20 <= pool.disk_size_gib <= 16384:
+        raise ConfigError(f"{key}.diskSizeGiB", pool.disk_size_gib, "20 to 16384 GiB (gp3 root volume)")
+    return pool
+
+
+def _cidr(key: str, value: str) -> ipaddress.IPv4Network:
+    try:
+        return ipaddress.IPv4Network(value, strict=True)
+    except ValueError as err:
+        raise ConfigError(key, value, f"an IPv4 CIDR block such as 10.0.0.0/16 ({err})") from None
+
+
+_PRIVATE_RANGES = [ipaddress.IPv4Network(c) for c in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")]
+# Docker's default bridge; AWS warns a VPC on it breaks pods that talk to it (EKS user guide, VPC reqs).
+_DOCKER_BRIDGE = ipaddress.IPv4Network("172.17.0.0/16")
+
+
+def _private_cidr(key: str, value: str, prefix_range: tuple[int, int]) -> ipaddress.IPv4Network:
+    net = _cidr(key, value)
+    lo, hi = prefix_range
+    if not any(net.subnet_of(r) for r in _PRIVATE_RANGES) or not lo <= net.prefixlen <= hi:
+        raise ConfigError(key, value, f"a private (RFC 1918) block with prefix /{lo} to /{hi}")
+    return net
+
+
+# ---------------------------------------------------------------------------------------------
+# The settings, key by key
+
+
+def _network(raw: _Raw, region: str, cluster_name: str) -> NetworkSettings:
+    # /16../20: each AZ's private subnet is a quarter of the VPC; VPC CNI gives every pod a VPC IP.
+    vpc = _private_cidr("vpcCidr", raw.text("vpcCidr", "10.0.0.0/16"), (16, 20))
+    if vpc.overlaps(_DOCKER_BRIDGE):
+        raise ConfigError("vpcCidr", str(vpc), f"a block that does not overlap {_DOCKER_BRIDGE} (Docker bridge)")
+
+    azs = raw.structured("availabilityZones", list, None)
+    if azs is None:
+        azs = [f"{region}a", f"{region}b"]
+    az_pattern = re.compile(rf"^{re.escape(region)}[a-z]$")
+    for az in azs:
+        if not isinstance(az, str) or not az_pattern.match(az):
+            raise ConfigError("availabilityZones", azs, f"zones of region {region}, such as {region}a")
+    if len(set(azs)) != len(azs) or not 2 <= len(azs) <= 3:
+        raise ConfigError("availabilityZones", azs, "2 or 3 distinct zones (the EKS control plane needs two)")
+
+    gpu_az = raw.text("gpuAvailabilityZone", azs[0])
+    if gpu_az not in azs:
+        raise ConfigError("gpuAvailabilityZone", gpu_az, f"one of availabilityZones {azs}")
+
+    nat = raw.text("natGateways", "single")
+    if nat not in NAT_MODES:
+        raise ConfigError("natGateways", nat, f"one of {list(NAT_MODES)}")
+    return NetworkSettings(cluster_name, str(vpc), tuple(azs), gpu_az, nat)
+
+
+def _kubernetes_version(raw: _Raw, today: date) -> str:
+    version = raw.text("kubernetesVersion", "1.35")
+    if version in RETIRED_KUBERNETES_VERSIONS:
+        ends = RETIRED_KUBERNETES_VERSIONS[version]
+        raise ConfigError(
+            "kubernetesVersion",
+            version,
+            f"a version in EKS standard support ({sorted(KUBERNETES_VERSIONS)}); {version}'s ends {ends}, "
+            "after which the control plane costs $0.60/h instead of $0.10/h",
+        )
+    if version not in KUBERNETES_VERSIONS:
+        raise ConfigError("kubernetesVersion", version, f"one of {sorted(KUBERNETES_VERSIONS)}")
+    ends = KUBERNETES_VERSIONS[version]
+    if ends is not None and ends <= today:
+        raise ConfigError("kubernetesVersion", version, f"a version still in standard support (ended {ends})")
+    return version
+
+
+def _cluster(raw: _Raw, name: str, vpc_cidr: str, today: date) -> ClusterSettings:
+    public_cidrs = raw.structured("endpointPublicAccessCidrs", list, ["0.0.0.0/0"])
+    if not public_cidrs:
+        raise ConfigError("endpointPublicAccessCidrs", public_cidrs, "at least one CIDR (pulumi reaches the API)")
+    for cidr in public_cidrs:
+        if not isinstance(cidr, str):
+            raise ConfigError("endpointPublicAccessCidrs", cidr, "CIDR strings")
+        _cidr("endpointPublicAccessCidrs", cidr)
+
+    # EKS: service range must be private, /12 to /24, and must not overlap the VPC.
+    service = _private_cidr("serviceCidr", raw.text("serviceCidr", "172.20.0.0/16"), (12, 24))
+    if service.overlaps(ipaddress.IPv4Network(vpc_cidr)):
+        raise ConfigError("serviceCidr", str(service), f"a block that does not overlap vpcCidr {vpc_cidr}")
+
+    log_types = raw.structured("clusterLogTypes", list, ["api", "audit", "authenticator"])
+    allowed_logs = aws_facts.eks_log_types()
+    for log_type in log_types:
+        if log_type not in allowed_logs:
+            raise ConfigError("clusterLogTypes", log_type, f"EKS log types {list(allowed_logs)}")
+
+    retention = raw.integer("clusterLogRetentionDays", 30)
+    if retention not in aws_facts.log_retention_days():
+        raise ConfigError("clusterLogRetentionDays", retention, f"one of {list(aws_facts.log_retention_days())}")
+
+    system = _node_pool(
+        "systemNodes",
+        raw.structured("systemNodes", dict, {"instanceType": "m7i.xlarge", "desiredSize": 1}),
+        default_disk=50,
+    )
+    return ClusterSettings(
+        name=name,
+        kubernetes_version=_kubernetes_version(raw, today),
+        public_access_cidrs=tuple(public_cidrs),
+        service_cidr=str(service),
+        log_types=tuple(log_types),
+        log_retention_days=retention,
+        system_nodes=system,
+    )
+
+
+def _ami_pin(raw: _Raw) -> AmiPin:
+    release = raw.text("gpuAmiReleaseVersion")
+    ami_id = raw.text("gpuAmiId")
+    if (release is None) == (ami_id is None):
+        raise ConfigError(
+            "gpuAmiReleaseVersion",
+            release,
+            "exactly one of gpuAmiReleaseVersion (an AL2023 NVIDIA AMI release such as v20261112) or "
+            "gpuAmiId (ami-...): an unpinned GPU AMI recycles the GPU nodes when AWS publishes a new one",
+        )
+    if release is not None and not re.fullmatch(r"v\d{8}", release):
+        raise ConfigError("gpuAmiReleaseVersion", release, "an EKS AMI release such as v20261112")
+    if ami_id is not None and not re.fullmatch(r"ami-[0-9a-f]{8}([0-9a-f]{9})?", ami_id):
+        raise ConfigError("gpuAmiId", ami_id, "an AMI id such as ami-0123456789abcdef0")
+    return AmiPin(release_version=release, ami_id=ami_id)
+
+
+def _gpu_pools(raw: _Raw, network: NetworkSettings, version: str) -> dict[str, GpuPoolSettings]:
+    pools_raw = raw.structured("gpuPools", dict, None)
+    if not pools_raw:
+        raise ConfigError("gpuPools", pools_raw, f"a mapping of GPU pools by role, roles from {list(GPU_ROLES)}")
+    ami = _ami_pin(raw)
+    pools = {}
+    for role, pool_raw in pools_raw.items():
+        if role not in GPU_ROLES:
+            raise ConfigError(f"gpuPools.{role}", pool_raw, f"a pool role from {list(GPU_ROLES)}")
+        nodes = _node_pool(f"gpuPools.{role}", pool_raw, default_disk=100)
+        _gpu_instance_type(f"gpuPools.{role}.instanceType", nodes.instance_type)
+        pools[role] = GpuPoolSettings(role, nodes, network.gpu_availability_zone, version, ami)
+    return pools
+
+
+def load_settings(get: Getter, stack: str, region: str | None, today: date | None = None) -> Settings:
+    """Build and check the whole Settings from raw stack values (`get(key)` -> str or None)."""
+    raw = _Raw(get)
+    if region is None or aws_facts.region_partition(region) is None:
+        raise ConfigError("aws:region", region, f"an AWS region botocore knows, e.g. {aws_facts.known_regions()[:4]}")
+    today = today or date.today()
+
+    name = raw.text("clusterName", f"ray-llm-{stack}")
+    # EKS: 1-100 chars, letter first, then letters, digits, hyphens, underscores.
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,99}", name):
+        raise ConfigError("clusterName", name, "1-100 letters, digits, '-' or '_', starting with a letter")
+
+    network = _network(raw, region, name)
+    cluster = _cluster(raw, name, network.vpc_cidr, today)
+    pools = _gpu_pools(raw, network, cluster.kubernetes_version)
+    return Settings(stack=stack, region=region, network=network, cluster=cluster, gpu_pools=pools)
+
+
+def load_stack_settings() -> Settings:
+    """Settings of the running Pulumi stack (the program's single config read)."""
+    import pulumi
+
+    project_config = pulumi.Config(PROJECT)
+    return load_settings(project_config.get, pulumi.get_stack(), pulumi.Config("aws").get("region"))

@@ -1,0 +1,86 @@
+"""GpuNodePool: one EFA-enabled managed node group per serving role (prefill, decode)."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_eks as eks
+import yaml
+
+from components.cluster import Cluster, scaling
+from components.config import GpuPoolSettings
+from components.network import Network
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
+
+# nodeadm builds one RAID0 array from all instance-store NVMe, mounts it at /mnt/k8s-disks/0 and
+# bind-mounts kubelet, containerd and pod logs onto it (amazon-eks-ami nodeadm API, localStorage).
+LOCAL_NVME_ROOT = "/mnt/k8s-disks/0"
+NODE_CONFIG = yaml.safe_dump(
+    {
+        "apiVersion": "node.eks.aws/v1alpha1",
+        "kind": "NodeConfig",
+        "spec": {"instance": {"localStorage": {"strategy": "RAID0"}}},
+    },
+    sort_keys=False,
+)
+
+
+def gpu_labels(role: str) -> dict[str, str]:
+    """Labels of a GPU pool's nodes; `nvidia.com/gpu.present` is what the NVIDIA plugin selects."""
+    return {"role": role, "nvidia.com/gpu.present": "true"}
+
+
+def ami_parameter(pool: GpuPoolSettings) -> str:
+    """SSM public parameter of one exact EKS AL2023 NVIDIA AMI release (never `recommended`)."""
+    v = pool.kubernetes_version
+    return (
+        f"/aws/service/eks/optimized-ami/{v}/amazon-linux-2023/x86_64/nvidia/"
+        f"amazon-eks-node-al2023-x86_64-nvidia-{v}-{pool.ami.release_version}/image_id"
+    )
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    """GPU nodes of one role, all in the GPU subnet, in one cluster placement group (pulumi-eks
+    builds the EFA launch template: one EFA interface per network card, placement group, checks)."""
+
+    def __init__(
+        self,
+        role: str,
+        settings: GpuPoolSettings,
+        cluster: Cluster,
+        network: Network,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("ray-llm-eks:gpu_nodes:GpuNodePool", role, None, opts)
+        self.role = role
+        self.settings = settings
+        if settings.ami.ami_id is not None:
+            ami_id = pulumi.Output.from_input(settings.ami.ami_id)
+        else:
+            ami_id = aws.ssm.get_parameter_output(
+                name=ami_parameter(settings), opts=pulumi.InvokeOutputOptions(parent=self)
+            ).value
+        self.ami_id = ami_id
+
+        self.node_group = eks.ManagedNodeGroup(
+            f"{role}-gpu",
+            cluster=cluster.eks,
+            node_role=cluster.node_role.role,
+            subnet_ids=[network.gpu_subnet_id],
+            instance_types=[settings.nodes.instance_type],
+            scaling_config=scaling(settings.nodes),
+            disk_size=settings.nodes.disk_size_gib,
+            ami_id=ami_id,
+            enable_efa_support=True,
+            placement_group_availability_zone=settings.availability_zone,
+            enable_imd_sv2=True,
+            nodeadm_extra_options=[
+                eks.NodeadmOptionsArgs(content=NODE_CONFIG, content_type="application/node.eks.aws")
+            ],
+            labels=gpu_labels(role),
+            taints=[aws.eks.NodeGroupTaintArgs(**GPU_TAINT)],
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.node_group_name = self.node_group.node_group.node_group_name
+        self.register_outputs({"nodeGroupName": self.node_group_name, "amiId": ami_id})

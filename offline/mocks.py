@@ -1,0 +1,167 @@
+"""Pulumi mocks that stand in for AWS and Kubernetes, and a monitor that records every registration.
+
+What only AWS knows at deploy time (ids, ARNs, endpoints, kubeconfigs, SSM lookups) comes back as
+ONE placeholder format, `<known after deploy: WHAT>`, never as an invented real value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import json_format
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime.proto import resource_pb2
+
+SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
+UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+SIG_KEY = "4dabf18193072939515e22adb298388d"
+SECRET_TEXT = "[secret]"
+
+
+def placeholder(what: str) -> str:
+    """The one marker for a value AWS (or the cluster) only knows at deploy time."""
+    return f"<known after deploy: {what}>"
+
+
+def is_placeholder(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("<known after deploy: ")
+
+
+def plain(value: Any) -> Any:
+    """A registered property as plain JSON: secrets become `[secret]`, references their URN."""
+    if isinstance(value, dict):
+        sig = value.get(SIG_KEY)
+        if sig == SECRET_SIG:
+            return SECRET_TEXT
+        if sig == RESOURCE_SIG:
+            return value.get("urn")
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if value == UNKNOWN:
+        return placeholder("unknown")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # protobuf carries every number as a double
+    return value
+
+
+@dataclass
+class Registration:
+    """One RegisterResource request, as the engine would receive it."""
+
+    urn: str
+    type: str
+    name: str
+    id: str | None
+    parent: str | None
+    dependencies: list[str]
+    provider: str | None
+    custom: bool
+    remote: bool
+    inputs: dict
+    options: dict = field(default_factory=dict)
+
+
+def _id_for(type_: str, name: str) -> str:
+    return placeholder(f"{type_}::{name}.id")
+
+
+# Outputs of remote (multi-language) components, whose children are invisible under mocks.
+def _eks_cluster_outputs(name: str, inputs: dict) -> dict:
+    kubeconfig = placeholder(f"eks:index:Cluster::{name}.kubeconfig")
+    return {"kubeconfig": kubeconfig, "kubeconfigJson": kubeconfig, "clusterName": inputs.get("name")}
+
+
+class PlanMocks(pulumi_mocks.Mocks):
+    """Answers for resources and invokes: inputs echoed, deploy-time values as placeholders."""
+
+    def __init__(self) -> None:
+        self.monitor: RecordingMonitor | None = None
+
+    def new_resource(self, args: pulumi_mocks.MockResourceArgs):
+        state = dict(args.inputs)
+        if args.typ == "eks:index:Cluster":
+            state.update(_eks_cluster_outputs(args.name, args.inputs))
+        elif args.typ == "eks:index:ManagedNodeGroup":
+            state["nodeGroup"] = self.monitor.stand_in_child(
+                "aws:eks/nodeGroup:NodeGroup",
+                args.name,
+                {"nodeGroupName": placeholder(f"eks:index:ManagedNodeGroup::{args.name}.nodeGroup.nodeGroupName")},
+            )
+        if not args.custom:
+            return None, state
+        for out in ("arn", "name"):  # AWS assigns these when the input leaves them out
+            state.setdefault(out, placeholder(f"{args.typ}::{args.name}.{out}"))
+        return _id_for(args.typ, args.name), state
+
+    def call(self, args: pulumi_mocks.MockCallArgs):
+        if args.token == "aws:ssm/getParameter:getParameter":
+            return {**args.args, "value": placeholder(f"ssm parameter {args.args['name']}"), "type": "String"}
+        raise NotImplementedError(
+            f"the offline plan has no answer for the data source {args.token}: add one to offline/mocks.py"
+        )
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    """A mock monitor that keeps each raw registration (parent, dependencies, provider, options)
+    and the stack outputs, so the whole graph can be rebuilt offline."""
+
+    def __init__(self, mocks: PlanMocks):
+        super().__init__(mocks)
+        mocks.monitor = self
+        self.registrations: list[Registration] = []
+        self.stack_outputs: dict = {}
+
+    def stand_in_child(self, type_: str, parent_name: str, state: dict) -> dict:
+        """A resource reference to a child of a remote component (invisible under mocks), registered
+        here so the SDK can resolve it."""
+        urn = self.make_urn("", type_, f"{parent_name}-stand-in")
+        self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, _id_for(type_, parent_name), state)
+        return {SIG_KEY: RESOURCE_SIG, "urn": urn, "id": _id_for(type_, parent_name), "packageVersion": ""}
+
+    def GetDeploymentInfo(self, request):
+        # No resource references: passing eks.Cluster into ManagedNodeGroup otherwise fails under
+        # mocks ("attached to a different loop"); the engine then sends URNs/ids instead.
+        info = super().GetDeploymentInfo(request)
+        features = [f for f in info.supportedFeatures if f != resource_pb2.RESOURCE_MONITOR_FEATURE_RESOURCE_REFERENCES]
+        return resource_pb2.DeploymentInfo(supportedFeatures=features)
+
+    def SupportsFeature(self, request):
+        if request.id == "resourceReferences":
+            return type("SupportsFeatureResponse", (object,), {"hasSupport": False})
+        return super().SupportsFeature(request)
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        if request.type == "pulumi:pulumi:Stack":
+            return response
+        provider = request.provider.rsplit("::", 1)[0] if request.provider else None
+        self.registrations.append(
+            Registration(
+                urn=response.urn,
+                type=request.type,
+                name=request.name,
+                id=response.id or None,
+                parent=request.parent or None,
+                dependencies=sorted(set(request.dependencies)),
+                provider=provider,
+                custom=bool(request.custom),
+                remote=bool(request.remote),
+                inputs=plain(json_format.MessageToDict(request.object)),
+                options={
+                    "deleteBeforeReplace": request.deleteBeforeReplace,
+                    "replaceOnChanges": list(request.replaceOnChanges),
+                    "ignoreChanges": list(request.ignoreChanges),
+                    "protect": request.protect,
+                    "additionalSecretOutputs": list(request.additionalSecretOutputs),
+                },
+            )
+        )
+        return response
+
+    def RegisterResourceOutputs(self, request):
+        if request.urn.split("::")[2] == "pulumi:pulumi:Stack":
+            self.stack_outputs = plain(json_format.MessageToDict(request.outputs))
+        return super().RegisterResourceOutputs(request)

@@ -1,0 +1,232 @@
+"""Run the real program offline and describe what it would create.
+
+    python -m offline.plan --stack dev --out plan-dev
+
+writes resources.json, manifests/, graph.md and prints a summary. This is an offline plan under
+Pulumi's mocks, not `pulumi preview`: nothing is compared with real state and AWS is never asked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import runpy
+import shutil
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import pulumi
+import yaml
+from pulumi.runtime import settings as pulumi_settings
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+from offline.mocks import SECRET_TEXT, PlanMocks, RecordingMonitor, Registration
+from offline.stackfile import ROOT, load_stack
+
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+SECRET_KINDS = {"Secret"}  # their data never reaches a rendered manifest
+
+
+@dataclass
+class Plan:
+    """Everything one run of the program declared."""
+
+    stack: str
+    registrations: list[Registration]
+    outputs: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    # ---- lookups used by tests and the writer
+    def of_type(self, type_: str) -> list[Registration]:
+        return [r for r in self.registrations if r.type == type_]
+
+    def one(self, type_: str, name: str | None = None) -> Registration:
+        found = [r for r in self.of_type(type_) if name is None or r.name == name]
+        if len(found) != 1:
+            raise LookupError(f"expected one {type_} named {name!r}, found {[r.name for r in found]}")
+        return found[0]
+
+    @cached_property
+    def by_urn(self) -> dict[str, Registration]:
+        return {r.urn: r for r in self.registrations}
+
+    def ancestors(self, urn: str) -> list[str]:
+        chain = []
+        parent = self.by_urn[urn].parent
+        while parent in self.by_urn:
+            chain.append(parent)
+            parent = self.by_urn[parent].parent
+        return chain
+
+    def descendants(self, urn: str) -> list[str]:
+        return [r.urn for r in self.registrations if urn in self.ancestors(r.urn)]
+
+    def waits_for(self, urn: str) -> set[str]:
+        """Every URN this resource waits for on create (and outlives it on destroy): its own and its
+        ancestors' dependencies, a component dependency standing for all of its children."""
+        direct = set(self.by_urn[urn].dependencies)
+        for ancestor in self.ancestors(urn):
+            direct |= set(self.by_urn[ancestor].dependencies)
+        expanded = set(direct)
+        for dep in direct:
+            if dep in self.by_urn:
+                expanded |= set(self.descendants(dep))
+        return expanded
+
+    def depends_on(self, urn: str, target_urn: str) -> bool:
+        return target_urn in self.waits_for(urn)
+
+    # ---- what does work on `up`
+    def _workers(self) -> list[Registration]:
+        """Custom resources plus remote components (their hidden children are real resources)."""
+        return [r for r in self.registrations if (r.custom or r.remote) and not r.type.startswith("pulumi:providers:")]
+
+    def longest_chain(self) -> list[Registration]:
+        """The longest sequence of resources `pulumi up` must create one after another."""
+        workers = {r.urn: r for r in self._workers()}
+        memo: dict[str, list[str]] = {}
+
+        def chain(urn: str) -> list[str]:
+            if urn not in memo:
+                before = [chain(d) for d in self.waits_for(urn) if d in workers and d != urn]
+                memo[urn] = [*max(before, key=len, default=[]), urn]
+            return memo[urn]
+
+        best = max((chain(u) for u in workers), key=len, default=[])
+        return [workers[u] for u in best]
+
+    # ---- renderings
+    def resources_json(self) -> list[dict]:
+        rows = []
+        for r in self.registrations:
+            row = asdict(r)
+            rows.append(
+                {k: row[k] for k in ("urn", "type", "name", "id", "parent", "dependencies", "provider", "inputs")}
+                | {"options": row["options"], "remote": r.remote}
+            )
+        return rows
+
+    def manifests(self) -> dict[str, dict]:
+        """One document per Kubernetes object and per Helm release, keyed by file name."""
+        docs = {}
+        for r in self.registrations:
+            if not r.type.startswith("kubernetes:") or r.type.startswith("pulumi:providers:"):
+                continue
+            if r.type == HELM_RELEASE:
+                doc = {
+                    "kind": "HelmRelease",
+                    "name": r.inputs.get("name"),
+                    "namespace": r.inputs.get("namespace"),
+                    "chart": r.inputs.get("chart"),
+                    "repo": (r.inputs.get("repositoryOpts") or {}).get("repo"),
+                    "version": r.inputs.get("version"),
+                    "values": r.inputs.get("values") or {},
+                }
+            else:
+                doc = {k: v for k, v in r.inputs.items() if k not in ("__defaults",)}
+                if doc.get("kind") in SECRET_KINDS:
+                    for key in ("data", "stringData"):
+                        if key in doc:
+                            doc[key] = dict.fromkeys(doc[key], SECRET_TEXT)
+            docs[f"{_slug(r.type)}--{_slug(r.name)}.yaml"] = doc
+        return docs
+
+    def graph_mermaid(self) -> str:
+        """Top-level components and what they wait for, as a mermaid flowchart."""
+        top = [r for r in self.registrations if r.parent is None or r.parent not in self.by_urn]
+        owner = {}
+        for r in self.registrations:
+            roots = [r.urn, *self.ancestors(r.urn)]
+            owner[r.urn] = roots[-1]
+        edges = set()
+        for r in self.registrations:
+            for dep in r.dependencies:
+                a, b = owner.get(r.urn), owner.get(dep)
+                if a and b and a != b:
+                    edges.add((b, a))
+        ids = {r.urn: f"n{i}" for i, r in enumerate(top)}
+        lines = ["```mermaid", "flowchart LR"]
+        lines += [f'  {ids[r.urn]}["{r.name}<br/><small>{r.type}</small>"]' for r in top]
+        lines += [f"  {ids[a]} --> {ids[b]}" for a, b in sorted(edges) if a in ids and b in ids]
+        lines.append("```")
+        return "\n".join(lines) + "\n"
+
+    def summary(self) -> str:
+        counts = Counter(r.type for r in self.registrations)
+        lines = [
+            f"Offline plan of stack '{self.stack}' (Pulumi mocks, not `pulumi preview`): "
+            f"{len(self.registrations)} resources in {self.seconds:.1f}s",
+            "",
+        ]
+        lines += [f"  {n:3d}  {t}" for t, n in sorted(counts.items())]
+        chain = self.longest_chain()
+        lines += ["", f"Longest dependency chain ({len(chain)} steps `pulumi up` runs in sequence):"]
+        lines += [f"  {i + 1:2d}. {r.type} {r.name}" for i, r in enumerate(chain)]
+        return "\n".join(lines)
+
+    def write(self, out: Path) -> None:
+        if out.exists():
+            shutil.rmtree(out)
+        (out / "manifests").mkdir(parents=True)
+        (out / "resources.json").write_text(json.dumps(self.resources_json(), indent=2) + "\n")
+        for name, doc in self.manifests().items():
+            (out / "manifests" / name).write_text(yaml.safe_dump(doc, sort_keys=False))
+        (out / "graph.md").write_text(f"# Components of stack {self.stack}\n\n" + self.graph_mermaid())
+        (out / "outputs.json").write_text(json.dumps(self.outputs, indent=2) + "\n")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.-]+", "_", text).strip("_")
+
+
+def _resolve(value):
+    """A stack output as plain JSON; a secret output becomes `[secret]`."""
+    output = pulumi.Output.from_input(value)
+    if _sync_await(output.is_secret()):
+        return SECRET_TEXT
+    return _sync_await(output.future())
+
+
+def run_program(
+    stack: str, overrides: dict | None = None, root: Path = ROOT, monitor: RecordingMonitor | None = None
+) -> Plan:
+    """Run __main__.py under mocks with the stack file's config (plus test overrides). Pass a
+    `monitor` to look at what was registered even when the program fails."""
+    started = time.perf_counter()
+    config = load_stack(stack, root, overrides)
+    monitor = monitor or RecordingMonitor(PlanMocks())
+    mocks = monitor.mocks
+    pulumi_settings.ROOT.set(None)  # a fresh root stack per run
+    pulumi.runtime.set_mocks(mocks, project=config.project, stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_all_config(config.values, sorted(config.secret_keys))
+    pulumi_settings.SETTINGS.rpc_manager.clear()
+    _sync_await(run_pulumi_func(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__")))
+    exported = pulumi_settings.get_root_resource().outputs
+    outputs = {name: _resolve(value) for name, value in exported.items()}
+    return Plan(stack, monitor.registrations, outputs, time.perf_counter() - started)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stack", required=True)
+    parser.add_argument("--out", required=True, type=Path)
+    args = parser.parse_args(argv)
+    try:
+        plan = run_program(args.stack, root=ROOT)
+    except ValueError as err:  # ConfigError, StackFileError: one clear message, no traceback
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    plan.write(args.out)
+    print(plan.summary())
+    print(f"\nWrote {args.out}/resources.json, manifests/ ({len(plan.manifests())} files), graph.md, outputs.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""Read Pulumi.yaml and Pulumi.<stack>.yaml the way the Pulumi CLI does, and refuse what it refuses:
+a project file that breaks Pulumi's project schema, or a stack key the project does not declare or
+whose value has the wrong type. `secure:` values are never decrypted: they become `[secret]`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+SECRET_TEXT = "[secret]"
+ROOT = Path(__file__).resolve().parent.parent
+# Vendored copy of Pulumi's project-file schema (tests check it against ../shared/schemas).
+PROJECT_SCHEMA = ROOT / "offline" / "schemas" / "pulumi-project.schema.json"
+
+
+class StackFileError(ValueError):
+    """The Pulumi CLI would refuse this project or stack file."""
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    project: str
+    stack: str
+    values: dict[str, str]  # full key (namespace:name) -> raw string, as the CLI hands it over
+    secret_keys: frozenset[str]
+
+
+def project_schema() -> dict:
+    return json.loads(PROJECT_SCHEMA.read_text())
+
+
+def load_project(root: Path = ROOT) -> dict:
+    project = yaml.safe_load((root / "Pulumi.yaml").read_text())
+    errors = sorted(jsonschema.Draft202012Validator(project_schema()).iter_errors(project), key=str)
+    if errors:
+        where = "/".join(str(p) for p in errors[0].absolute_path)
+        raise StackFileError(f"Pulumi.yaml breaks Pulumi's project schema at '{where}': {errors[0].message}")
+    return project
+
+
+def stack_names(root: Path = ROOT) -> list[str]:
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+
+
+def _matches(declared_type: str | None, items: dict | None, value) -> bool:
+    """The CLI's type check of a declared key (sdk/go/common/workspace: validateStackConfigValue)."""
+    if declared_type is None:
+        return True
+    if declared_type == "string":
+        return isinstance(value, str)
+    if declared_type == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if declared_type == "boolean":
+        return isinstance(value, bool)
+    if declared_type == "array":
+        return isinstance(value, list) and all(
+            _matches((items or {}).get("type"), (items or {}).get("items"), v) for v in value
+        )
+    return False
+
+
+def _raw_string(value) -> str:
+    """How the CLI passes a value to the program: strings as is, booleans/numbers as text,
+    lists and mappings as JSON."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
+def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> StackConfig:
+    """Config of one stack, checked against the project's declarations. `overrides` (tests) maps
+    keys to YAML-level values and replaces/extends the file's; a None value removes a key."""
+    project = load_project(root)
+    name = project["name"]
+    path = root / f"Pulumi.{stack}.yaml"
+    if not path.exists():
+        raise StackFileError(f"no stack file {path.name}; stacks: {stack_names(root)}")
+    doc = yaml.safe_load(path.read_text()) or {}
+    config = dict(doc.get("config") or {})
+    for key, value in (overrides or {}).items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    declared = project.get("config") or {}
+
+    values: dict[str, str] = {}
+    secrets: set[str] = set()
+    for key, value in config.items():
+        namespace, _, short = key.partition(":") if ":" in key else (name, ":", key)
+        full = f"{namespace}:{short}"
+        is_secret = isinstance(value, dict) and set(value) == {"secure"}
+        if namespace == name:
+            if short not in declared:
+                raise StackFileError(
+                    f"Stack '{stack}' uses configuration key '{short}' which is not defined by the project "
+                    f"configuration (Pulumi.yaml declares: {sorted(declared)})"
+                )
+            decl = declared[short] if isinstance(declared[short], dict) else {}
+            if decl.get("secret") and not is_secret:
+                raise StackFileError(
+                    f"Stack '{stack}' with configuration key '{short}' must be encrypted as it's secret"
+                )
+            if not is_secret and not _matches(decl.get("type"), decl.get("items"), value):
+                raise StackFileError(
+                    f"Stack '{stack}' with configuration key '{short}' must be of type '{decl.get('type')}' "
+                    f"(got {value!r})"
+                )
+        if is_secret:
+            secrets.add(full)
+            values[full] = SECRET_TEXT
+        else:
+            values[full] = _raw_string(value)
+
+    # Project defaults apply where the stack sets nothing, as the CLI merges them.
+    for short, decl in declared.items():
+        full = f"{name}:{short}"
+        if isinstance(decl, dict) and "default" in decl and full not in values:
+            values[full] = _raw_string(decl["default"])
+    return StackConfig(name, stack, values, frozenset(secrets))

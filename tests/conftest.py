@@ -1,0 +1,31 @@
+"""Shared fixtures: the real program run offline under Pulumi mocks (offline/plan.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from offline.mocks import PlanMocks, RecordingMonitor
+from offline.plan import Plan, run_program
+from offline.stackfile import stack_names
+
+STACKS = stack_names()
+
+
+@pytest.fixture(scope="session")
+def plans() -> dict[str, Plan]:
+    """One offline run per shipped stack file."""
+    return {stack: run_program(stack) for stack in STACKS}
+
+
+@pytest.fixture(scope="session")
+def dev(plans) -> Plan:
+    return plans["dev"]
+
+
+def failing_run(overrides: dict, stack: str = "dev") -> tuple[Exception, RecordingMonitor]:
+    """Run the program with overridden stack values; return the error it raised and the monitor,
+    so a test can show both the message and that nothing was declared."""
+    monitor = RecordingMonitor(PlanMocks())
+    with pytest.raises(ValueError) as caught:
+        run_program(stack, overrides, monitor=monitor)
+    return caught.value, monitor

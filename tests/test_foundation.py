@@ -1,0 +1,180 @@
+"""What the program declares for the AWS half, read from the offline plan of the real stack files."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+
+import pytest
+
+from components.cluster import NODE_POLICIES
+from components.gpu_nodes import LOCAL_NVME_ROOT
+from offline.mocks import is_placeholder
+from offline.plan import Plan
+
+CLUSTER = "eks:index:Cluster"
+MNG = "eks:index:ManagedNodeGroup"
+SUBNET = "aws:ec2/subnet:Subnet"
+
+
+def gpu_groups(plan: Plan):
+    return [r for r in plan.of_type(MNG) if r.inputs.get("enableEfaSupport")]
+
+
+def subnet_by_id(plan: Plan, subnet_id: str):
+    return next(r for r in plan.of_type(SUBNET) if r.id == subnet_id)
+
+
+def test_dev_cluster(dev):
+    cluster = dev.one(CLUSTER)
+    i = cluster.inputs
+    assert i["name"] == "ray-llm-dev" and i["version"] == "1.35"
+    assert i["authenticationMode"] == "API" and i["skipDefaultNodeGroup"] is True
+    assert i["endpointPrivateAccess"] is True and i["endpointPublicAccess"] is True
+    assert i["publicAccessCidrs"] == ["0.0.0.0/0"]
+    assert i["createOidcProvider"] is True and i["nodeAssociatePublicIpAddress"] is False
+    assert i["enabledClusterLogTypes"] == ["api", "audit", "authenticator"]
+    key = dev.one("aws:kms/key:Key")
+    assert key.inputs["enableKeyRotation"] is True
+    assert i["encryptionConfigKeyArn"] == "<known after deploy: aws:kms/key:Key::eks-secrets.arn>"
+    private = sorted(r.id for r in dev.of_type(SUBNET) if "internal-elb" in json.dumps(r.inputs))
+    assert sorted(i["privateSubnetIds"]) == private and len(private) == 2
+
+
+def test_control_plane_log_group_is_created_before_the_cluster(dev):
+    log_group = dev.one("aws:cloudwatch/logGroup:LogGroup")
+    assert log_group.inputs["name"] == "/aws/eks/ray-llm-dev/cluster"
+    assert log_group.inputs["retentionInDays"] == 30
+    assert dev.depends_on(dev.one(CLUSTER).urn, log_group.urn)
+
+
+def test_node_role_has_the_policies_nodes_need(dev):
+    role = dev.one("aws:iam/role:Role")
+    assert json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
+    attached = sorted(r.inputs["policyArn"] for r in dev.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment"))
+    assert attached == sorted(f"arn:aws:iam::aws:policy/{p}" for p in NODE_POLICIES)
+    assert len(attached) == 4
+    for group in dev.of_type(MNG):
+        assert group.inputs["nodeRole"] == role.id
+    assert dev.one(CLUSTER).inputs["instanceRoles"] == [role.id]
+
+
+def test_system_pool(dev):
+    system = dev.one(MNG, "eks-system")
+    assert system.inputs["instanceTypes"] == ["m7i.xlarge"]
+    assert system.inputs["labels"] == {"role": "system"}
+    assert system.inputs["scalingConfig"] == {"minSize": 1, "desiredSize": 1, "maxSize": 2}
+    assert system.inputs["amiType"] == "AL2023_x86_64_STANDARD"
+    assert "taints" not in system.inputs
+    assert system.inputs["subnetIds"] == dev.one(CLUSTER).inputs["privateSubnetIds"]
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_gpu_pools_share_one_subnet_in_the_gpu_zone_with_efa(plans, stack):
+    plan = plans[stack]
+    groups = gpu_groups(plan)
+    assert sorted(g.name for g in groups) == ["decode-gpu", "prefill-gpu"]
+    subnets = {tuple(g.inputs["subnetIds"]) for g in groups}
+    assert len(subnets) == 1 and len(next(iter(subnets))) == 1, "all EFA nodes must share ONE subnet"
+    subnet = subnet_by_id(plan, groups[0].inputs["subnetIds"][0])
+    assert "internal-elb" in json.dumps(subnet.inputs), "GPU nodes go in a private subnet"
+    for group in groups:
+        assert group.inputs["enableEfaSupport"] is True
+        assert group.inputs["placementGroupAvailabilityZone"] == subnet.inputs["availabilityZone"]
+        assert subnet.inputs["availabilityZone"] == plan.outputs["gpuAvailabilityZone"]
+        assert group.inputs["enableIMDSv2"] is True
+    assert plan.outputs["gpuSubnetId"] == subnet.id
+
+
+def test_gpu_pool_nodes(dev):
+    for group in gpu_groups(dev):
+        role = group.name.removesuffix("-gpu")
+        i = group.inputs
+        assert i["instanceTypes"] == ["g6.8xlarge"]
+        assert i["scalingConfig"] == {"minSize": 1, "desiredSize": 1, "maxSize": 1}
+        assert i["labels"] == {"role": role, "nvidia.com/gpu.present": "true"}
+        assert i["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
+        # The AMI is the pinned release, looked up in SSM at deploy time, never "recommended".
+        assert "amiType" not in i and "gpu" not in i
+        assert is_placeholder(i["amiId"])
+        assert (
+            "/aws/service/eks/optimized-ami/1.35/amazon-linux-2023/x86_64/nvidia/"
+            "amazon-eks-node-al2023-x86_64-nvidia-1.35-v20260903/image_id" in i["amiId"]
+        )
+        (nodeadm,) = i["nodeadmExtraOptions"]
+        assert nodeadm["contentType"] == "application/node.eks.aws"
+        assert "strategy: RAID0" in nodeadm["content"] and "kind: NodeConfig" in nodeadm["content"]
+    assert LOCAL_NVME_ROOT == "/mnt/k8s-disks/0"
+
+
+def test_explicit_ami_id_needs_no_lookup(plans):
+    from offline.plan import run_program
+
+    plan = run_program(
+        "dev", {"ray-llm-eks:gpuAmiReleaseVersion": None, "ray-llm-eks:gpuAmiId": "ami-0123456789abcdef0"}
+    )
+    assert {g.inputs["amiId"] for g in gpu_groups(plan)} == {"ami-0123456789abcdef0"}
+
+
+@pytest.mark.parametrize(("stack", "nats"), [("dev", 1), ("prod", 3)])
+def test_network_layout(plans, stack, nats):
+    plan = plans[stack]
+    vpc = plan.one("aws:ec2/vpc:Vpc")
+    subnets = plan.of_type(SUBNET)
+    zones = plan.one(CLUSTER).inputs["privateSubnetIds"]
+    assert len(subnets) == 2 * len(zones)
+    blocks = [ipaddress.IPv4Network(s.inputs["cidrBlock"]) for s in subnets]
+    assert all(b.subnet_of(ipaddress.IPv4Network(vpc.inputs["cidrBlock"])) for b in blocks)
+    assert not any(a.overlaps(b) for i, a in enumerate(blocks) for b in blocks[i + 1 :])
+    # Pods take VPC IPs: each private subnet holds thousands of addresses.
+    private = [s for s in subnets if "internal-elb" in json.dumps(s.inputs)]
+    assert all(ipaddress.IPv4Network(s.inputs["cidrBlock"]).num_addresses >= 4096 for s in private)
+    for s in subnets:
+        assert s.inputs["tags"][f"kubernetes.io/cluster/{plan.outputs['clusterName']}"] == "shared"
+    assert len(plan.of_type("aws:ec2/natGateway:NatGateway")) == nats
+    # Every private route table sends egress through a NAT gateway of this stack.
+    nat_ids = {n.id for n in plan.of_type("aws:ec2/natGateway:NatGateway")}
+    private_rts = [r for r in plan.of_type("aws:ec2/routeTable:RouteTable") if "private" in r.name]
+    assert len(private_rts) == len(zones)
+    assert {rt.inputs["routes"][0]["natGatewayId"] for rt in private_rts} == nat_ids
+
+
+def test_dependency_order(dev):
+    """Create: network -> cluster -> node groups -> provider users. Destroy runs it backwards."""
+    cluster = dev.one(CLUSTER).urn
+    for nat in dev.of_type("aws:ec2/natGateway:NatGateway"):
+        assert dev.depends_on(cluster, nat.urn)
+    for group in dev.of_type(MNG):
+        assert dev.depends_on(group.urn, cluster)
+    provider = dev.one("pulumi:providers:kubernetes")
+    assert dev.depends_on(provider.urn, cluster)
+    chain = [r.type for r in dev.longest_chain()]
+    assert chain[0] == "aws:ec2/vpc:Vpc" and CLUSTER in chain and chain[-1] == MNG
+
+
+def test_components_follow_the_conventions(dev):
+    components = [r for r in dev.registrations if not r.custom and not r.remote]
+    assert {r.type.split(":")[0] for r in components} == {"ray-llm-eks"}
+    for r in dev.registrations:
+        if r.type.startswith(("aws:", "eks:")):
+            assert r.parent is not None and dev.by_urn[r.parent].type.startswith("ray-llm-eks:"), r.urn
+
+
+def test_outputs(plans):
+    for plan in plans.values():
+        out = plan.outputs
+        assert out["kubeconfig"] == "[secret]"
+        assert set(out) >= {"region", "clusterName", "gpuAvailabilityZone", "gpuSubnetId"}
+        assert set(out["gpuNodeGroupNames"]) == {"prefill", "decode"}
+        assert all(is_placeholder(v) for v in out["gpuNodeGroupNames"].values())
+    assert plans["dev"].outputs["region"] == "us-east-1"
+
+
+def test_deploy_time_values_are_placeholders_never_invented(plans):
+    """Every id the offline plan shows for a real resource is the one placeholder format."""
+    for plan in plans.values():
+        for r in plan.registrations:
+            if r.custom:
+                assert is_placeholder(r.id), r.urn
+        text = json.dumps(plan.resources_json())
+        assert "ami-0" not in text and "arn:aws:eks" not in text

@@ -1,0 +1,114 @@
+"""The offline harness refuses what the Pulumi CLI refuses, so `make plan` cannot pass where
+`pulumi up` would reject the project or a stack's config."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from offline import plan as plan_cli
+from offline.stackfile import PROJECT_SCHEMA, ROOT, StackFileError, load_project, load_stack, stack_names
+
+SHARED_SCHEMAS = ROOT.parent / "shared" / "schemas"
+
+
+@pytest.fixture
+def project_copy(tmp_path: Path) -> Path:
+    for name in ("Pulumi.yaml", "Pulumi.dev.yaml", "__main__.py"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    return tmp_path
+
+
+def test_every_stack_file_is_found_and_loads():
+    assert {"dev", "prod"} <= set(stack_names())
+    for stack in stack_names():
+        assert load_stack(stack).values["aws:region"]
+
+
+def test_project_file_matches_pulumis_schema():
+    project = load_project()
+    assert project["name"] == "ray-llm-eks" and project["runtime"]["name"] == "python"
+    for decl in project["config"].values():
+        assert decl.get("type", "string") in {"string", "integer", "boolean", "array"}
+        assert decl["description"]
+
+
+@pytest.mark.skipif(not SHARED_SCHEMAS.exists(), reason="../shared is not beside this checkout")
+def test_vendored_schemas_equal_the_shared_ones():
+    for path in SHARED_SCHEMAS.iterdir():
+        assert (PROJECT_SCHEMA.parent / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+def test_a_project_file_pulumi_would_refuse_is_refused(project_copy):
+    project = yaml.safe_load((project_copy / "Pulumi.yaml").read_text())
+    project["config"]["vpcCidr"]["type"] = "object"  # Pulumi allows string, integer, boolean, array only
+    (project_copy / "Pulumi.yaml").write_text(yaml.safe_dump(project))
+    with pytest.raises(StackFileError, match="project schema at 'config/vpcCidr"):
+        load_project(project_copy)
+
+
+def test_undeclared_key_is_refused_like_the_cli():
+    with pytest.raises(StackFileError, match="'vpcCdir' which is not defined by the project"):
+        load_stack("dev", overrides={"ray-llm-eks:vpcCdir": "10.0.0.0/16"})
+
+
+def test_declared_type_is_enforced_like_the_cli():
+    with pytest.raises(StackFileError, match="'clusterLogRetentionDays' must be of type 'integer'"):
+        load_stack("dev", overrides={"ray-llm-eks:clusterLogRetentionDays": "thirty"})
+    with pytest.raises(StackFileError, match="'availabilityZones' must be of type 'array'"):
+        load_stack("dev", overrides={"ray-llm-eks:availabilityZones": "us-east-1a"})
+
+
+def test_other_namespaces_are_not_checked_against_the_project():
+    assert load_stack("dev", overrides={"aws:profile": "work"}).values["aws:profile"] == "work"
+
+
+def test_secure_values_are_never_decrypted():
+    config = load_stack("dev", overrides={"ray-llm-eks:clusterName": {"secure": "v1:abc:def"}})
+    assert config.values["ray-llm-eks:clusterName"] == "[secret]"
+    assert "ray-llm-eks:clusterName" in config.secret_keys
+
+
+def test_structured_values_reach_the_program_as_json():
+    values = load_stack("dev").values
+    assert json.loads(values["ray-llm-eks:gpuPools"])["prefill"]["instanceType"] == "g6.8xlarge"
+    assert values["ray-llm-eks:kubernetesVersion"] == "1.35"
+
+
+def test_plan_command_writes_the_files(tmp_path, capsys):
+    out = tmp_path / "plan"
+    assert plan_cli.main(["--stack", "dev", "--out", str(out)]) == 0
+    rows = json.loads((out / "resources.json").read_text())
+    assert {tuple(sorted(r)) for r in rows} == {
+        ("dependencies", "id", "inputs", "name", "options", "parent", "provider", "remote", "type", "urn")
+    }
+    assert (out / "manifests").is_dir()
+    assert (out / "graph.md").read_text().count("```mermaid") == 1
+    printed = capsys.readouterr().out
+    assert "Longest dependency chain" in printed and "eks:index:Cluster" in printed
+
+
+@pytest.mark.parametrize(
+    ("overrides_yaml", "expected"),
+    [
+        ("ray-llm-eks:vpcCidr: 10.0.0.0/33", "ray-llm-eks:vpcCidr = '10.0.0.0/33'"),
+        ("ray-llm-eks:vpcCidrr: 10.0.0.0/16", "'vpcCidrr' which is not defined"),
+    ],
+)
+def test_plan_command_fails_with_one_clear_message(tmp_path, capsys, monkeypatch, overrides_yaml, expected):
+    """A typo in a stack file makes `make plan` fail, naming the key and the bad value."""
+    root = tmp_path / "project"
+    shutil.copytree(ROOT, root, ignore=shutil.ignore_patterns(".venv", ".git", "plan-*", "__pycache__"))
+    stack_file = root / "Pulumi.dev.yaml"
+    doc = yaml.safe_load(stack_file.read_text())
+    doc["config"].update(yaml.safe_load(overrides_yaml))
+    stack_file.write_text(yaml.safe_dump(doc))
+    monkeypatch.setattr(plan_cli, "ROOT", root)
+    assert plan_cli.main(["--stack", "dev", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
