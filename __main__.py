@@ -4,14 +4,36 @@ import pulumi
 
 from components.cluster import Cluster
 from components.config import load_stack_settings
+from components.device_plugins import DevicePlugins
 from components.gpu_nodes import GpuNodePool
+from components.kuberay import KubeRayOperator
+from components.llm_service import LlmService
 from components.network import Network
 
 settings = load_stack_settings()  # typed and validated: a bad value stops here, before any resource
+serving = settings.serving
 
 network = Network("net", settings.network, settings.region)
 cluster = Cluster("eks", settings.cluster, network, settings.region)
 pools = {role: GpuNodePool(role, pool, cluster, network) for role, pool in settings.gpu_pools.items()}
+
+# In-cluster pieces use the stack's own Kubernetes provider; the system nodes run them (create) and
+# outlive them (destroy).
+on_system_nodes = pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[cluster.system_nodes])
+plugins = DevicePlugins(
+    "device-plugins", serving.nvidia_plugin, serving.efa_plugin, settings.gpu_pools, on_system_nodes
+)
+operator = KubeRayOperator("kuberay", serving.kuberay, on_system_nodes)
+service = LlmService(
+    "llm",
+    serving,
+    settings.gpu_pools,
+    settings.hf_token,
+    # The operator outlives the RayService (its finalizer), and so do the plugins and nodes it runs on.
+    pulumi.ResourceOptions(
+        providers=[cluster.provider], depends_on=[operator, plugins, cluster.system_nodes, *pools.values()]
+    ),
+)
 
 pulumi.export("region", settings.region)
 pulumi.export("clusterName", cluster.name)
@@ -20,3 +42,7 @@ pulumi.export("gpuAvailabilityZone", network.gpu_availability_zone)
 pulumi.export("gpuSubnetId", network.gpu_subnet_id)
 pulumi.export("systemNodeGroupName", cluster.system_nodes.node_group.node_group_name)
 pulumi.export("gpuNodeGroupNames", {role: pool.node_group_name for role, pool in pools.items()})
+pulumi.export("openaiBaseUrl", service.base_url)
+pulumi.export("portForwardCommand", service.port_forward)
+pulumi.export("curlExample", service.curl_example)
+pulumi.export("dashboardPortForwardCommand", service.dashboard_port_forward)

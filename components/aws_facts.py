@@ -82,6 +82,8 @@ class InstanceSpec:
     efa: bool = False
     network_cards: int = 1
     nvme_gb: int = 0
+    max_pods: int = 110  # nodeadm's max pods (eni-max-pods.txt); 110 is its fallback
+    gpudirect_rdma: bool = False  # EFA can read/write GPU memory directly (p4d, p5); not on g5/g6/g6e
 
 
 _spec = InstanceSpec
@@ -89,38 +91,49 @@ _spec = InstanceSpec
 
 # Source: EC2 DescribeInstanceTypes data (vCPU, memory, GpuInfo, EFA) as published in Karpenter's
 # generated instance-type table, cross-checked with the EC2 "Accelerated computing instance
-# specifications" pages (docs.aws.amazon.com/ec2/latest/instancetypes/), read 2026-11. Extend this table to use
+# specifications" pages (docs.aws.amazon.com/ec2/latest/instancetypes/), read 2026-11. max_pods from
+# awslabs/amazon-eks-ami nodeadm/internal/kubelet/eni-max-pods.txt. Extend this table to use
 # another instance type; a type that is absent is reported, never guessed.
 INSTANCE_SPECS: dict[str, InstanceSpec] = {
     # G6: NVIDIA L4 24 GB. EFA only from 8xlarge up.
-    "g6.xlarge": _spec(vcpus=4, memory_gib=16, gpus=1, gpu_model="L4", gpu_memory_mib=22888, nvme_gb=250),
-    "g6.2xlarge": _spec(vcpus=8, memory_gib=32, gpus=1, gpu_model="L4", gpu_memory_mib=22888, nvme_gb=450),
-    "g6.4xlarge": _spec(vcpus=16, memory_gib=64, gpus=1, gpu_model="L4", gpu_memory_mib=22888, nvme_gb=600),
-    "g6.8xlarge": _spec(vcpus=32, memory_gib=128, gpus=1, gpu_model="L4", gpu_memory_mib=22888, efa=True, nvme_gb=900),
+    "g6.xlarge": _spec(vcpus=4, memory_gib=16, gpus=1, gpu_model="L4", gpu_memory_mib=22888, nvme_gb=250, max_pods=58),
+    "g6.2xlarge": _spec(vcpus=8, memory_gib=32, gpus=1, gpu_model="L4", gpu_memory_mib=22888, nvme_gb=450, max_pods=58),
+    "g6.4xlarge": _spec(
+        vcpus=16, memory_gib=64, gpus=1, gpu_model="L4", gpu_memory_mib=22888, nvme_gb=600, max_pods=234
+    ),
+    "g6.8xlarge": _spec(
+        vcpus=32, memory_gib=128, gpus=1, gpu_model="L4", gpu_memory_mib=22888, efa=True, nvme_gb=900, max_pods=234
+    ),
     "g6.12xlarge": _spec(
-        vcpus=48, memory_gib=192, gpus=4, gpu_model="L4", gpu_memory_mib=22888, efa=True, nvme_gb=3760
+        vcpus=48, memory_gib=192, gpus=4, gpu_model="L4", gpu_memory_mib=22888, efa=True, nvme_gb=3760, max_pods=234
     ),
     "g6.16xlarge": _spec(
-        vcpus=64, memory_gib=256, gpus=1, gpu_model="L4", gpu_memory_mib=22888, efa=True, nvme_gb=1880
+        vcpus=64, memory_gib=256, gpus=1, gpu_model="L4", gpu_memory_mib=22888, efa=True, nvme_gb=1880, max_pods=737
     ),
     "g6.24xlarge": _spec(
-        vcpus=96, memory_gib=384, gpus=4, gpu_model="L4", gpu_memory_mib=22888, efa=True, nvme_gb=3760
+        vcpus=96, memory_gib=384, gpus=4, gpu_model="L4", gpu_memory_mib=22888, efa=True, nvme_gb=3760, max_pods=737
     ),
     "g6.48xlarge": _spec(
-        vcpus=192, memory_gib=768, gpus=8, gpu_model="L4", gpu_memory_mib=22888, efa=True, nvme_gb=7520
+        vcpus=192, memory_gib=768, gpus=8, gpu_model="L4", gpu_memory_mib=22888, efa=True, nvme_gb=7520, max_pods=737
     ),
     # G6e: NVIDIA L40S 48 GB. EFA from 8xlarge up.
-    "g6e.xlarge": _spec(vcpus=4, memory_gib=32, gpus=1, gpu_model="L40S", gpu_memory_mib=45776, nvme_gb=250),
-    "g6e.2xlarge": _spec(vcpus=8, memory_gib=64, gpus=1, gpu_model="L40S", gpu_memory_mib=45776, nvme_gb=450),
-    "g6e.4xlarge": _spec(vcpus=16, memory_gib=128, gpus=1, gpu_model="L40S", gpu_memory_mib=45776, nvme_gb=600),
+    "g6e.xlarge": _spec(
+        vcpus=4, memory_gib=32, gpus=1, gpu_model="L40S", gpu_memory_mib=45776, nvme_gb=250, max_pods=58
+    ),
+    "g6e.2xlarge": _spec(
+        vcpus=8, memory_gib=64, gpus=1, gpu_model="L40S", gpu_memory_mib=45776, nvme_gb=450, max_pods=58
+    ),
+    "g6e.4xlarge": _spec(
+        vcpus=16, memory_gib=128, gpus=1, gpu_model="L40S", gpu_memory_mib=45776, nvme_gb=600, max_pods=234
+    ),
     "g6e.8xlarge": _spec(
-        vcpus=32, memory_gib=256, gpus=1, gpu_model="L40S", gpu_memory_mib=45776, efa=True, nvme_gb=900
+        vcpus=32, memory_gib=256, gpus=1, gpu_model="L40S", gpu_memory_mib=45776, efa=True, nvme_gb=900, max_pods=234
     ),
     "g6e.12xlarge": _spec(
-        vcpus=48, memory_gib=384, gpus=4, gpu_model="L40S", gpu_memory_mib=45776, efa=True, nvme_gb=3800
+        vcpus=48, memory_gib=384, gpus=4, gpu_model="L40S", gpu_memory_mib=45776, efa=True, nvme_gb=3800, max_pods=292
     ),
     "g6e.16xlarge": _spec(
-        vcpus=64, memory_gib=512, gpus=1, gpu_model="L40S", gpu_memory_mib=45776, efa=True, nvme_gb=1900
+        vcpus=64, memory_gib=512, gpus=1, gpu_model="L40S", gpu_memory_mib=45776, efa=True, nvme_gb=1900, max_pods=737
     ),
     "g6e.24xlarge": _spec(
         vcpus=96,
@@ -131,6 +144,7 @@ INSTANCE_SPECS: dict[str, InstanceSpec] = {
         efa=True,
         network_cards=2,
         nvme_gb=3800,
+        max_pods=492,
     ),
     "g6e.48xlarge": _spec(
         vcpus=192,
@@ -141,17 +155,20 @@ INSTANCE_SPECS: dict[str, InstanceSpec] = {
         efa=True,
         network_cards=4,
         nvme_gb=7600,
+        max_pods=492,
     ),
     # G5: NVIDIA A10G 24 GB. EFA from 8xlarge up.
-    "g5.xlarge": _spec(vcpus=4, memory_gib=16, gpus=1, gpu_model="A10G", gpu_memory_mib=24576, nvme_gb=250),
+    "g5.xlarge": _spec(
+        vcpus=4, memory_gib=16, gpus=1, gpu_model="A10G", gpu_memory_mib=24576, nvme_gb=250, max_pods=58
+    ),
     "g5.8xlarge": _spec(
-        vcpus=32, memory_gib=128, gpus=1, gpu_model="A10G", gpu_memory_mib=24576, efa=True, nvme_gb=900
+        vcpus=32, memory_gib=128, gpus=1, gpu_model="A10G", gpu_memory_mib=24576, efa=True, nvme_gb=900, max_pods=234
     ),
     "g5.12xlarge": _spec(
-        vcpus=48, memory_gib=192, gpus=4, gpu_model="A10G", gpu_memory_mib=24576, efa=True, nvme_gb=3800
+        vcpus=48, memory_gib=192, gpus=4, gpu_model="A10G", gpu_memory_mib=24576, efa=True, nvme_gb=3800, max_pods=737
     ),
     "g5.48xlarge": _spec(
-        vcpus=192, memory_gib=768, gpus=8, gpu_model="A10G", gpu_memory_mib=24576, efa=True, nvme_gb=7600
+        vcpus=192, memory_gib=768, gpus=8, gpu_model="A10G", gpu_memory_mib=24576, efa=True, nvme_gb=7600, max_pods=345
     ),
     # P4d / P5: A100 40 GB, H100 80 GB; several network cards, one EFA device each.
     "p4d.24xlarge": _spec(
@@ -163,6 +180,8 @@ INSTANCE_SPECS: dict[str, InstanceSpec] = {
         efa=True,
         network_cards=4,
         nvme_gb=8000,
+        max_pods=737,
+        gpudirect_rdma=True,
     ),
     "p5.48xlarge": _spec(
         vcpus=192,
@@ -173,11 +192,13 @@ INSTANCE_SPECS: dict[str, InstanceSpec] = {
         efa=True,
         network_cards=32,
         nvme_gb=30400,
+        max_pods=100,
+        gpudirect_rdma=True,
     ),
     # M7i: system nodes (no GPU, no EFA below 48xlarge).
-    "m7i.large": _spec(vcpus=2, memory_gib=8),
-    "m7i.xlarge": _spec(vcpus=4, memory_gib=16),
-    "m7i.2xlarge": _spec(vcpus=8, memory_gib=32),
-    "m7i.4xlarge": _spec(vcpus=16, memory_gib=64),
-    "m7i.8xlarge": _spec(vcpus=32, memory_gib=128),
+    "m7i.large": _spec(vcpus=2, memory_gib=8, max_pods=29),
+    "m7i.xlarge": _spec(vcpus=4, memory_gib=16, max_pods=58),
+    "m7i.2xlarge": _spec(vcpus=8, memory_gib=32, max_pods=58),
+    "m7i.4xlarge": _spec(vcpus=16, memory_gib=64, max_pods=234),
+    "m7i.8xlarge": _spec(vcpus=32, memory_gib=128, max_pods=234),
 }

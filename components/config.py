@@ -12,14 +12,15 @@ import ipaddress
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from typing import Any
 
-from components import aws_facts
+from components import aws_facts, serve_config, versions
+from components.errors import PROJECT, ConfigError
 
-PROJECT = "ray-llm-eks"
-GPU_ROLES = ("prefill", "decode")
+PD_ROLES = ("prefill", "decode")
+GPU_ROLES = (*PD_ROLES, "collocated")  # collocated: the non-disaggregated baseline's pool
 
 # EKS version -> end of standard support (EKS version calendar). After that date the control plane
 # moves to extended support at $0.60/h instead of $0.10/h, so we refuse to start a new stack there.
@@ -31,14 +32,6 @@ KUBERNETES_VERSIONS: dict[str, date | None] = {
 RETIRED_KUBERNETES_VERSIONS = {"1.33": date(2026, 7, 29), "1.34": date(2026, 12, 2)}
 
 NAT_MODES = ("single", "perAz")
-
-
-class ConfigError(ValueError):
-    """A stack config value that cannot work; the message names the key, the value and the rule."""
-
-    def __init__(self, key: str, value: Any, allowed: str):
-        self.key, self.value, self.allowed = key, value, allowed
-        super().__init__(f"invalid config {PROJECT}:{key} = {value!r}: {allowed}")
 
 
 @dataclass(frozen=True)
@@ -94,6 +87,40 @@ class GpuPoolSettings:
     kubernetes_version: str
     ami: AmiPin
 
+    @property
+    def spec(self) -> aws_facts.InstanceSpec:
+        return aws_facts.INSTANCE_SPECS[self.nodes.instance_type]
+
+    @property
+    def efa(self) -> bool:
+        """PD pools move the KV cache over EFA; the collocated baseline does not need it."""
+        return self.role in PD_ROLES
+
+
+@dataclass(frozen=True)
+class ChartPin:
+    repo: str
+    chart: str
+    version: str
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    """The Kubernetes half: operator, device plugins and the RayService with its application."""
+
+    serve_config: str  # file stem in serve_configs/
+    serve_document: dict  # rendered serveConfigV2, already checked
+    namespace: str
+    service_name: str  # RayService metadata.name
+    image: str
+    ray_version: str
+    vllm_version: str | None  # None for a custom image: engine_kwargs are then checked by vLLM only
+    kuberay: ChartPin
+    nvidia_plugin: ChartPin
+    efa_plugin: ChartPin
+    privileged_workers: bool
+    ready_timeout_seconds: int
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -102,6 +129,8 @@ class Settings:
     network: NetworkSettings
     cluster: ClusterSettings
     gpu_pools: Mapping[str, GpuPoolSettings] = field(default_factory=dict)
+    serving: ServingSettings | None = None
+    hf_token: Any = None  # pulumi.Output[str] (secret) when hfToken is set; never a plain str
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,7 +208,7 @@ def _instance_type(key: str, value: str) -> str:
     return value
 
 
-def _gpu_instance_type(key: str, value: str) -> aws_facts.InstanceSpec:
+def _gpu_instance_type(key: str, value: str, need_efa: bool = True) -> aws_facts.InstanceSpec:
     _instance_type(key, value)
     spec = aws_facts.INSTANCE_SPECS.get(value)
     efa_gpu = sorted(t for t, s in aws_facts.INSTANCE_SPECS.items() if s.gpus and s.efa)
@@ -187,7 +216,7 @@ def _gpu_instance_type(key: str, value: str) -> aws_facts.InstanceSpec:
         raise ConfigError(key, value, f"a GPU instance type in components/aws_facts.py; known: {efa_gpu}")
     if not spec.gpus:
         raise ConfigError(key, value, f"an instance type with NVIDIA GPUs; GPU types with EFA: {efa_gpu}")
-    if not spec.efa:
+    if need_efa and not spec.efa:
         raise ConfigError(
             key, value, f"a GPU instance type with EFA (NIXL moves the KV cache over EFA); with EFA: {efa_gpu}"
         )
@@ -272,7 +301,7 @@ def _network(raw: _Raw, region: str, cluster_name: str) -> NetworkSettings:
 
 
 def _kubernetes_version(raw: _Raw, today: date) -> str:
-    version = raw.text("kubernetesVersion", "1.35")
+    version = raw.text("kubernetesVersion", versions.DEFAULT_KUBERNETES_VERSION)
     if version in RETIRED_KUBERNETES_VERSIONS:
         ends = RETIRED_KUBERNETES_VERSIONS[version]
         raise ConfigError(
@@ -313,10 +342,11 @@ def _cluster(raw: _Raw, name: str, vpc_cidr: str, today: date) -> ClusterSetting
     if retention not in aws_facts.log_retention_days():
         raise ConfigError("clusterLogRetentionDays", retention, f"one of {list(aws_facts.log_retention_days())}")
 
+    # 100 GiB: the Ray head runs the serving image too (tens of GB unpacked).
     system = _node_pool(
         "systemNodes",
         raw.structured("systemNodes", dict, {"instanceType": "m7i.xlarge", "desiredSize": 1}),
-        default_disk=50,
+        default_disk=100,
     )
     return ClusterSettings(
         name=name,
@@ -356,9 +386,98 @@ def _gpu_pools(raw: _Raw, network: NetworkSettings, version: str) -> dict[str, G
         if role not in GPU_ROLES:
             raise ConfigError(f"gpuPools.{role}", pool_raw, f"a pool role from {list(GPU_ROLES)}")
         nodes = _node_pool(f"gpuPools.{role}", pool_raw, default_disk=100)
-        _gpu_instance_type(f"gpuPools.{role}.instanceType", nodes.instance_type)
-        pools[role] = GpuPoolSettings(role, nodes, network.gpu_availability_zone, version, ami)
+        pool = GpuPoolSettings(role, nodes, network.gpu_availability_zone, version, ami)
+        _gpu_instance_type(f"gpuPools.{role}.instanceType", nodes.instance_type, need_efa=pool.efa)
+        pools[role] = pool
     return pools
+
+
+def _chart(raw: _Raw, key: str, pin: tuple[str, str, str]) -> ChartPin:
+    version = raw.text(key, pin[2])
+    if not re.fullmatch(r"v?\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?", version):
+        raise ConfigError(key, version, f"an exact version of the {pin[1]} chart, such as {pin[2]}")
+    return ChartPin(pin[0], pin[1], version)
+
+
+def _image(raw: _Raw, region: str) -> tuple[str, str, str | None]:
+    """Image and its Ray version as one pair: the AWS Ray LLM DLC by default, from tables."""
+    image, ray_version = raw.text("image"), raw.text("rayVersion")
+    if image is not None or ray_version is not None:
+        if image is None or ray_version is None:
+            missing = "image" if image is None else "rayVersion"
+            raise ConfigError(missing, None, "set image and rayVersion together: rayVersion must equal the image's Ray")
+        if not re.fullmatch(r"[\w./:-]+(:[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})", image) or image.endswith(":latest"):
+            raise ConfigError("image", image, "an image pinned to an exact tag or sha256 digest (not :latest)")
+        if not re.fullmatch(r"\d+\.\d+\.\d+", ray_version):
+            raise ConfigError("rayVersion", ray_version, "an exact Ray version such as 2.58.0")
+        return image, ray_version, None
+    tag = raw.text("dlcImageTag", versions.DEFAULT_DLC_TAG)
+    if tag not in versions.DLC_IMAGES:
+        raise ConfigError("dlcImageTag", tag, f"a DLC tag whose Ray version we know: {sorted(versions.DLC_IMAGES)}")
+    account = versions.DLC_ACCOUNTS.get(region)
+    if account is None:
+        raise ConfigError(
+            "aws:region",
+            region,
+            f"a region with an AWS Deep Learning Containers registry {sorted(versions.DLC_ACCOUNTS)}, "
+            "or set image and rayVersion to an image you host",
+        )
+    dlc = versions.DLC_IMAGES[tag]
+    registry = f"{account}.dkr.ecr.{region}.{aws_facts.partition_dns_suffix(region)}"
+    return f"{registry}/{versions.DLC_REPOSITORY}:{tag}", dlc.ray, dlc.vllm
+
+
+def _serve_overrides(raw: _Raw) -> serve_config.ServeOverrides:
+    model_id, model_source = raw.text("modelId"), raw.text("modelSource")
+    for key, value in (("modelId", model_id), ("modelSource", model_source)):
+        if value is not None and not re.fullmatch(r"[\w][\w./:-]*", value):
+            raise ConfigError(key, value, "a model id or source such as Qwen/Qwen3.5-9B (no spaces)")
+    max_len = raw.text("maxModelLen")
+    max_len = raw.integer("maxModelLen", 0) if max_len is not None else None
+    if max_len is not None and not 16 <= max_len <= 10_000_000:
+        raise ConfigError("maxModelLen", max_len, "a context length in tokens, 16 or more")
+    replicas = raw.structured("replicas", dict, {})
+    for role, count in replicas.items():
+        if role not in GPU_ROLES:
+            raise ConfigError(f"replicas.{role}", count, f"a pool role from {list(GPU_ROLES)}")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ConfigError(f"replicas.{role}", count, "a whole number of replicas, 1 or more")
+    return serve_config.ServeOverrides(model_id, model_source, max_len, replicas)
+
+
+def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings]) -> ServingSettings:
+    image, ray_version, vllm_version = _image(raw, region)
+    name = raw.text("serveConfig", "pd-disaggregated")
+    shapes = {
+        role: serve_config.PoolShape(p.spec.gpu_model, p.spec.gpus, p.nodes.max_size, p.spec.gpudirect_rdma)
+        for role, p in pools.items()
+    }
+    document = serve_config.render(name, _serve_overrides(raw), shapes, vllm_version)
+
+    service_name = raw.text("serviceName", "llm")
+    # KubeRay derives <name>-head-svc / <name>-serve-svc from it; 47 keeps them valid DNS labels.
+    if not re.fullmatch(r"[a-z]([-a-z0-9]{0,45}[a-z0-9])?", service_name):
+        raise ConfigError("serviceName", service_name, "a DNS-1035 label of at most 47 characters")
+    namespace = raw.text("namespace", "llm")
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace) or namespace.startswith("kube-"):
+        raise ConfigError("namespace", namespace, "a DNS-1123 label (not kube-*)")
+    timeout = raw.integer("serviceReadyTimeoutSeconds", 3600)
+    if not 600 <= timeout <= 14400:
+        raise ConfigError("serviceReadyTimeoutSeconds", timeout, "600 to 14400 (image pull + weights + engine start)")
+    return ServingSettings(
+        serve_config=name,
+        serve_document=document,
+        namespace=namespace,
+        service_name=service_name,
+        image=image,
+        ray_version=ray_version,
+        vllm_version=vllm_version,
+        kuberay=_chart(raw, "kuberayVersion", versions.KUBERAY_CHART),
+        nvidia_plugin=_chart(raw, "nvidiaDevicePluginVersion", versions.NVIDIA_PLUGIN_CHART),
+        efa_plugin=_chart(raw, "efaDevicePluginVersion", versions.EFA_PLUGIN_CHART),
+        privileged_workers=raw.boolean("privilegedWorkers", True),
+        ready_timeout_seconds=timeout,
+    )
 
 
 def load_settings(get: Getter, stack: str, region: str | None, today: date | None = None) -> Settings:
@@ -376,7 +495,8 @@ def load_settings(get: Getter, stack: str, region: str | None, today: date | Non
     network = _network(raw, region, name)
     cluster = _cluster(raw, name, network.vpc_cidr, today)
     pools = _gpu_pools(raw, network, cluster.kubernetes_version)
-    return Settings(stack=stack, region=region, network=network, cluster=cluster, gpu_pools=pools)
+    serving = _serving(raw, region, pools)
+    return Settings(stack=stack, region=region, network=network, cluster=cluster, gpu_pools=pools, serving=serving)
 
 
 def load_stack_settings() -> Settings:
@@ -384,4 +504,5 @@ def load_stack_settings() -> Settings:
     import pulumi
 
     project_config = pulumi.Config(PROJECT)
-    return load_settings(project_config.get, pulumi.get_stack(), pulumi.Config("aws").get("region"))
+    settings = load_settings(project_config.get, pulumi.get_stack(), pulumi.Config("aws").get("region"))
+    return replace(settings, hf_token=project_config.get_secret("hfToken"))

@@ -72,8 +72,9 @@ class GpuNodePool(pulumi.ComponentResource):
             scaling_config=scaling(settings.nodes),
             disk_size=settings.nodes.disk_size_gib,
             ami_id=ami_id,
-            enable_efa_support=True,
-            placement_group_availability_zone=settings.availability_zone,
+            # The collocated baseline moves no KV cache between nodes: no EFA, no placement group.
+            enable_efa_support=settings.efa,
+            placement_group_availability_zone=settings.availability_zone if settings.efa else None,
             enable_imd_sv2=True,
             nodeadm_extra_options=[
                 eks.NodeadmOptionsArgs(content=NODE_CONFIG, content_type="application/node.eks.aws")

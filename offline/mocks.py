@@ -137,7 +137,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         response = super().RegisterResource(request)
         if request.type == "pulumi:pulumi:Stack":
             return response
-        provider = request.provider.rsplit("::", 1)[0] if request.provider else None
+        # A provider reference is "<urn>::<id>"; a URN is urn:pulumi:<stack>::<project>::<type>::<name>.
+        provider = "::".join(request.provider.split("::")[:4]) if request.provider else None
         self.registrations.append(
             Registration(
                 urn=response.urn,

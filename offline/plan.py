@@ -129,7 +129,9 @@ class Plan:
                     "values": r.inputs.get("values") or {},
                 }
             else:
-                doc = {k: v for k, v in r.inputs.items() if k not in ("__defaults",)}
+                head = ("apiVersion", "kind", "metadata")
+                doc = {k: r.inputs[k] for k in head if k in r.inputs}
+                doc |= {k: v for k, v in r.inputs.items() if k not in (*head, "__defaults")}
                 if doc.get("kind") in SECRET_KINDS:
                     for key in ("data", "stringData"):
                         if key in doc:

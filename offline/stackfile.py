@@ -22,6 +22,14 @@ class StackFileError(ValueError):
 
 
 @dataclass(frozen=True)
+class SecretValue:
+    """A test override standing for `pulumi config set --secret KEY VALUE`: handed to the program
+    as a secret config value, as the CLI does after decrypting it."""
+
+    plaintext: str
+
+
+@dataclass(frozen=True)
 class StackConfig:
     project: str
     stack: str
@@ -95,7 +103,7 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
     for key, value in config.items():
         namespace, _, short = key.partition(":") if ":" in key else (name, ":", key)
         full = f"{namespace}:{short}"
-        is_secret = isinstance(value, dict) and set(value) == {"secure"}
+        is_secret = isinstance(value, SecretValue) or (isinstance(value, dict) and set(value) == {"secure"})
         if namespace == name:
             if short not in declared:
                 raise StackFileError(
@@ -114,7 +122,7 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
                 )
         if is_secret:
             secrets.add(full)
-            values[full] = SECRET_TEXT
+            values[full] = value.plaintext if isinstance(value, SecretValue) else SECRET_TEXT
         else:
             values[full] = _raw_string(value)
 

@@ -174,7 +174,7 @@ def test_invalid_value_fails_before_any_resource(case):
 def test_versions_are_checked_against_the_calendar():
     """A version whose standard support has ended by deploy day is refused, naming the date."""
     values = {
-        "gpuPools": '{"prefill": {"instanceType": "g6.8xlarge"}}',
+        "gpuPools": '{"prefill": {"instanceType": "g6.8xlarge"}, "decode": {"instanceType": "g6.8xlarge"}}',
         "gpuAmiReleaseVersion": "v20260903",
     }
     assert load_settings(values.get, "dev", "us-east-1", today=date(2027, 3, 1)).cluster.kubernetes_version == "1.35"
@@ -183,7 +183,10 @@ def test_versions_are_checked_against_the_calendar():
 
 
 def test_defaults_fill_what_a_stack_leaves_out():
-    values = {"gpuPools": '{"decode": {"instanceType": "g6.12xlarge"}}', "gpuAmiId": "ami-0123456789abcdef0"}
+    values = {
+        "gpuPools": '{"prefill": {"instanceType": "g6.8xlarge"}, "decode": {"instanceType": "g6.12xlarge"}}',
+        "gpuAmiId": "ami-0123456789abcdef0",
+    }
     settings = load_settings(values.get, "qa", "eu-west-1", today=date(2026, 11, 30))
     assert settings.cluster.name == "ray-llm-qa"
     assert settings.network.availability_zones == ("eu-west-1a", "eu-west-1b")

@@ -1,0 +1,36 @@
+"""KubeRayOperator: the KubeRay operator from its Helm chart, in its own namespace, on system nodes."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.cluster import SYSTEM_LABELS
+from components.config import ChartPin
+from components.helm import helm_release
+from components.sizing import Resources
+
+NAMESPACE = "kuberay-system"
+OPERATOR_REQUESTS = Resources(100, 512)  # the chart's default limits, made explicit requests
+
+
+class KubeRayOperator(pulumi.ComponentResource):
+    """Runs the RayService controller. It must outlive every RayService: v1.7 puts a finalizer on
+    them that only the operator removes, so `destroy` would otherwise hang."""
+
+    def __init__(self, name: str, pin: ChartPin, opts: pulumi.ResourceOptions):
+        super().__init__("ray-llm-eks:kuberay:KubeRayOperator", name, None, opts)
+        namespace = k8s.core.v1.Namespace(
+            NAMESPACE, metadata=k8s.meta.v1.ObjectMetaArgs(name=NAMESPACE), opts=pulumi.ResourceOptions(parent=self)
+        )
+        self.release = helm_release(
+            "kuberay-operator",
+            pin,
+            namespace.metadata.name,
+            {
+                "nodeSelector": SYSTEM_LABELS,
+                "resources": {"requests": OPERATOR_REQUESTS.as_k8s(), "limits": OPERATOR_REQUESTS.as_k8s()},
+            },
+            pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({"release": self.release.name})

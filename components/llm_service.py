@@ -1,0 +1,79 @@
+"""LlmService: the namespace, the Hugging Face token Secret and the RayService that serves the model
+behind one OpenAI-compatible endpoint."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.config import GpuPoolSettings, ServingSettings
+from components.ray_cluster import HEAD_PORTS, HF_TOKEN_KEY, HF_TOKEN_SECRET, SERVE_PORT, ray_service_spec
+from components.serve_config import llm_configs_by_role
+
+
+class LlmService(pulumi.ComponentResource):
+    """Finishes only when the RayService reports Ready, i.e. when the endpoint really serves."""
+
+    def __init__(
+        self,
+        name: str,
+        serving: ServingSettings,
+        pools: Mapping[str, GpuPoolSettings],
+        hf_token: pulumi.Output[str] | None,
+        opts: pulumi.ResourceOptions,
+    ):
+        super().__init__("ray-llm-eks:llm_service:LlmService", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace", metadata=k8s.meta.v1.ObjectMetaArgs(name=serving.namespace), opts=child
+        )
+        waits_for = [namespace]
+        if hf_token is not None:
+            waits_for.append(
+                k8s.core.v1.Secret(
+                    f"{name}-hf-token",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(name=HF_TOKEN_SECRET, namespace=namespace.metadata.name),
+                    type="Opaque",
+                    string_data={HF_TOKEN_KEY: pulumi.Output.secret(hf_token)},
+                    opts=child,
+                )
+            )
+
+        self.ray_service = k8s.apiextensions.CustomResource(
+            f"{name}-rayservice",
+            api_version="ray.io/v1",
+            kind="RayService",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=serving.service_name,
+                namespace=serving.namespace,
+                annotations={
+                    "pulumi.com/waitFor": "condition=Ready",
+                    # First start: image pull, weight download, engine start (README: first-start costs).
+                    "pulumi.com/timeoutSeconds": str(serving.ready_timeout_seconds),
+                },
+            ),
+            spec=ray_service_spec(serving, pools, with_token=hf_token is not None),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=waits_for,
+                # Cluster changes need the GPUs of the running cluster: delete it first, then create.
+                replace_on_changes=["spec.rayClusterConfig"],
+                delete_before_replace=True,
+            ),
+        )
+
+        ns, svc = serving.namespace, serving.service_name
+        self.base_url = f"http://{svc}-serve-svc.{ns}.svc.cluster.local:{SERVE_PORT}/v1"
+        self.port_forward = f"kubectl -n {ns} port-forward svc/{svc}-serve-svc {SERVE_PORT}:{SERVE_PORT}"
+        self.dashboard_port_forward = (
+            f"kubectl -n {ns} port-forward svc/{svc}-head-svc {HEAD_PORTS['dashboard']}:{HEAD_PORTS['dashboard']}"
+        )
+        configs = llm_configs_by_role(serving.serve_document, "rendered")
+        model_id = next(iter(configs.values()))["model_loading_config"]["model_id"]
+        self.curl_example = (
+            f"curl -s http://localhost:{SERVE_PORT}/v1/chat/completions -H 'Content-Type: application/json' "
+            f'-d \'{{"model": "{model_id}", "messages": [{{"role": "user", "content": "Hello!"}}], "max_tokens": 64}}\''
+        )
+        self.register_outputs({"openaiBaseUrl": self.base_url})

@@ -1,0 +1,61 @@
+"""How much of a node a pod may ask for: the arithmetic behind the Ray containers' requests.
+
+allocatable = capacity - kube-reserved - eviction threshold (what nodeadm configures on AL2023),
+and a Ray pod gets what is left after the DaemonSets that run on the same node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from components.aws_facts import InstanceSpec
+
+# awslabs/amazon-eks-ami nodeadm/internal/kubelet/config.go: evictionHard memory.available=100Mi;
+# kube-reserved memory 11*maxPods+255 MiB; CPU 6% of the 1st core, 1% of the 2nd, 0.5% of the 3rd
+# and 4th, 0.25% of every core above 4. No system-reserved.
+EVICTION_HARD_MIB = 100
+_CPU_BANDS = ((0, 1000, 600), (1000, 2000, 100), (2000, 4000, 50), (4000, 10**9, 25))  # per 10,000
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpu_m: int
+    memory_mib: int
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(self.cpu_m - other.cpu_m, self.memory_mib - other.memory_mib)
+
+    def fits_in(self, other: Resources) -> bool:
+        return self.cpu_m <= other.cpu_m and self.memory_mib <= other.memory_mib
+
+    def as_k8s(self) -> dict[str, str]:
+        return {"cpu": f"{self.cpu_m}m", "memory": f"{self.memory_mib}Mi"}
+
+
+def total(requests: dict[str, Resources]) -> Resources:
+    return Resources(sum(r.cpu_m for r in requests.values()), sum(r.memory_mib for r in requests.values()))
+
+
+def kube_reserved(spec: InstanceSpec) -> Resources:
+    cores_m = spec.vcpus * 1000
+    cpu = sum((min(cores_m, end) - start) * pct // 10000 for start, end, pct in _CPU_BANDS if cores_m > start)
+    return Resources(cpu, 11 * spec.max_pods + 255)
+
+
+def allocatable(spec: InstanceSpec) -> Resources:
+    capacity = Resources(spec.vcpus * 1000, spec.memory_gib * 1024)
+    return capacity - kube_reserved(spec) - Resources(0, EVICTION_HARD_MIB)
+
+
+# Requests of the pods every node runs besides ours. aws-node: VPC CNI DaemonSet (25m CPU);
+# kube-proxy: EKS add-on (100m CPU). Our own charts' requests are set in device_plugins.py/kuberay.py.
+NODE_DAEMONSETS = {"aws-node": Resources(25, 0), "kube-proxy": Resources(100, 0)}
+# CoreDNS (EKS default: 2 replicas, 100m / 70Mi each) tolerates no GPU taint: it runs on system nodes.
+SYSTEM_PODS = {"coredns": Resources(200, 140)}
+
+
+def worker_container(spec: InstanceSpec, gpu_daemonsets: dict[str, Resources]) -> Resources:
+    """The largest Ray worker that fits a GPU node next to its DaemonSets: whole cores and GiB,
+    rounded down (the remainder is headroom for kubelet's rounding and log agents)."""
+    free = allocatable(spec) - total(NODE_DAEMONSETS) - total(gpu_daemonsets)
+    return Resources(free.cpu_m // 1000 * 1000, free.memory_mib // 1024 * 1024)
