@@ -1,7 +1,10 @@
 """ray-llm-eks: wiring only. Every box is a component in components/; see README for the picture."""
 
+from datetime import date
+
 import pulumi
 
+from components import cost, preflight
 from components.cluster import Cluster
 from components.config import load_stack_settings
 from components.device_plugins import DevicePlugins
@@ -12,6 +15,8 @@ from components.network import Network
 
 settings = load_stack_settings()  # typed and validated: a bad value stops here, before any resource
 serving = settings.serving
+checks = preflight.run(settings, preflight.PulumiAwsAnswers())  # AWS offerings, quotas: before any resource
+estimate = cost.estimate(settings, settings.prices, date.today())
 
 network = Network("net", settings.network, settings.region)
 cluster = Cluster("eks", settings.cluster, network, settings.region)
@@ -46,3 +51,6 @@ pulumi.export("openaiBaseUrl", service.base_url)
 pulumi.export("portForwardCommand", service.port_forward)
 pulumi.export("curlExample", service.curl_example)
 pulumi.export("dashboardPortForwardCommand", service.dashboard_port_forward)
+pulumi.export("estimatedHourlyCostUsd", estimate.usd_per_hour)
+pulumi.export("costEstimate", estimate.as_output())
+pulumi.export("preflightChecks", checks)

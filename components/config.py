@@ -16,20 +16,12 @@ from dataclasses import dataclass, field, replace
 from datetime import date
 from typing import Any
 
-from components import aws_facts, serve_config, versions
+from components import aws_facts, cost, model_fit, serve_config, versions
 from components.errors import PROJECT, ConfigError
+from components.versions import KUBERNETES_VERSIONS, RETIRED_KUBERNETES_VERSIONS
 
 PD_ROLES = ("prefill", "decode")
 GPU_ROLES = (*PD_ROLES, "collocated")  # collocated: the non-disaggregated baseline's pool
-
-# EKS version -> end of standard support (EKS version calendar). After that date the control plane
-# moves to extended support at $0.60/h instead of $0.10/h, so we refuse to start a new stack there.
-# 1.34 is left out on purpose: its standard support ends 2026-12-02.
-KUBERNETES_VERSIONS: dict[str, date | None] = {
-    "1.35": date(2027, 3, 27),
-    "1.36": None,  # released; end date not yet in our table (later than 1.35's)
-}
-RETIRED_KUBERNETES_VERSIONS = {"1.33": date(2026, 7, 29), "1.34": date(2026, 12, 2)}
 
 NAT_MODES = ("single", "perAz")
 
@@ -130,6 +122,7 @@ class Settings:
     cluster: ClusterSettings
     gpu_pools: Mapping[str, GpuPoolSettings] = field(default_factory=dict)
     serving: ServingSettings | None = None
+    prices: cost.PriceOverrides = cost.NO_PRICE_OVERRIDES
     hf_token: Any = None  # pulumi.Output[str] (secret) when hfToken is set; never a plain str
 
 
@@ -453,6 +446,13 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings]) -> Se
         for role, p in pools.items()
     }
     document = serve_config.render(name, _serve_overrides(raw), shapes, vllm_version)
+    spec_raw = raw.structured("modelSpec", dict, None)
+    model_fit.check_fit(
+        document,
+        {role: p.nodes.instance_type for role, p in pools.items()},
+        {role for role, p in pools.items() if p.efa},
+        model_fit.spec_from_config(spec_raw) if spec_raw is not None else None,
+    )
 
     service_name = raw.text("serviceName", "llm")
     # KubeRay derives <name>-head-svc / <name>-serve-svc from it; 47 keeps them valid DNS labels.
@@ -496,7 +496,10 @@ def load_settings(get: Getter, stack: str, region: str | None, today: date | Non
     cluster = _cluster(raw, name, network.vpc_cidr, today)
     pools = _gpu_pools(raw, network, cluster.kubernetes_version)
     serving = _serving(raw, region, pools)
-    return Settings(stack=stack, region=region, network=network, cluster=cluster, gpu_pools=pools, serving=serving)
+    prices = cost.price_overrides(raw.structured("prices", dict, None))
+    return Settings(
+        region=region, stack=stack, network=network, cluster=cluster, gpu_pools=pools, serving=serving, prices=prices
+    )
 
 
 def load_stack_settings() -> Settings:

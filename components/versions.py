@@ -5,8 +5,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
 
 DEFAULT_KUBERNETES_VERSION = "1.35"
+# EKS version -> end of standard support (EKS version calendar). After that date the control plane
+# moves to extended support at $0.60/h instead of $0.10/h, so we refuse to start a new stack there.
+# 1.34 is left out on purpose: its standard support ends 2026-12-02.
+KUBERNETES_VERSIONS: dict[str, date | None] = {
+    "1.35": date(2027, 3, 27),
+    "1.36": None,  # released; end date not yet in our table (later than 1.35's)
+}
+RETIRED_KUBERNETES_VERSIONS = {"1.34": date(2026, 12, 2)}
+
 
 # Helm charts: (repository, chart, default version).
 KUBERAY_CHART = ("https://ray-project.github.io/kuberay-helm/", "kuberay-operator", "1.7.0")

@@ -26,6 +26,7 @@ from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
+from components import cost
 from offline.mocks import SECRET_TEXT, PlanMocks, RecordingMonitor, Registration
 from offline.stackfile import ROOT, load_stack
 
@@ -170,6 +171,11 @@ class Plan:
         chain = self.longest_chain()
         lines += ["", f"Longest dependency chain ({len(chain)} steps `pulumi up` runs in sequence):"]
         lines += [f"  {i + 1:2d}. {r.type} {r.name}" for i, r in enumerate(chain)]
+        if "costEstimate" in self.outputs:
+            lines += ["", cost.table(self.outputs["costEstimate"])]
+        if "preflightChecks" in self.outputs:
+            lines += ["", "Deploy-time checks (AWS data sources; run by `pulumi preview`/`up`):"]
+            lines += [f"  {line}" for line in self.outputs["preflightChecks"]]
         return "\n".join(lines)
 
     def write(self, out: Path) -> None:

@@ -29,3 +29,12 @@ def failing_run(overrides: dict, stack: str = "dev") -> tuple[Exception, Recordi
     with pytest.raises(ValueError) as caught:
         run_program(stack, overrides, monitor=monitor)
     return caught.value, monitor
+
+
+def region_overrides(region: str) -> dict:
+    """Stack values that move dev to another region (its zones a and b)."""
+    return {
+        "aws:region": region,
+        "ray-llm-eks:availabilityZones": [f"{region}a", f"{region}b"],
+        "ray-llm-eks:gpuAvailabilityZone": f"{region}a",
+    }

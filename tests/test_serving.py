@@ -19,7 +19,7 @@ from components.serve_config import role_resource
 from components.sizing import NODE_DAEMONSETS, Resources, allocatable, total
 from offline.plan import Plan, run_program
 from offline.stackfile import ROOT, SecretValue
-from tests.conftest import STACKS, failing_run
+from tests.conftest import STACKS, failing_run, region_overrides
 
 RAY_SERVICE = "kubernetes:ray.io/v1:RayService"
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -352,12 +352,7 @@ def test_image_and_ray_version_are_one_pair(dev):
 
 
 def test_dlc_registry_account_follows_the_region():
-    overrides = {
-        "aws:region": "af-south-1",
-        NS + "availabilityZones": ["af-south-1a", "af-south-1b"],
-        NS + "gpuAvailabilityZone": "af-south-1a",
-    }
-    plan = run_program("dev", overrides)
+    plan = run_program("dev", region_overrides("af-south-1"))
     spec = manifest(plan)["spec"]["rayClusterConfig"]
     assert spec["headGroupSpec"]["template"]["spec"]["containers"][0]["image"].startswith(
         "626614931356.dkr.ecr.af-south-1.amazonaws.com/ray:"
@@ -382,11 +377,7 @@ def test_vllm_argument_list_is_for_the_images_vllm():
 SERVING_INVALID = {
     "unknown serve config": ({NS + "serveConfig": "pd"}, "serveConfig", "serve_configs/"),
     "region without DLC registry": (
-        {
-            "aws:region": "us-gov-west-1",
-            NS + "availabilityZones": ["us-gov-west-1a", "us-gov-west-1b"],
-            NS + "gpuAvailabilityZone": "us-gov-west-1a",
-        },
+        region_overrides("us-gov-west-1"),
         "aws:region",
         "Deep Learning Containers",
     ),
@@ -498,7 +489,7 @@ def test_baseline_stack_runs_the_collocated_app(plans):
     plan = plans["baseline"]
     assert serve_doc(plan)["applications"][0]["import_path"] == "ray.serve.llm:build_openai_app"
     assert set(llm_configs(plan)) == {"collocated"}
-    (group,) = plan.of_type(MNG)[1:]
+    (group,) = [g for g in plan.of_type(MNG) if g.name != "eks-system"]
     assert group.inputs["labels"]["role"] == "collocated"
     assert group.inputs["enableEfaSupport"] is False and "placementGroupAvailabilityZone" not in group.inputs
     assert "collocated" in GPU_ROLES

@@ -1,0 +1,148 @@
+"""Deploy-time checks that only AWS can answer, run by `pulumi preview`/`up` before any resource is
+declared: are the instance types offered where the pools put them, and does the account's
+On-Demand vCPU quota cover the pools at their maximum size?
+
+The AWS answers come through Pulumi data sources. Offline (`make plan`) the mocks give no answer
+(None, which AWS never returns for these fields), and the checks say they were deferred to deploy
+time instead of pretending to pass.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Protocol
+
+from components import aws_facts
+from components.config import NodePoolSettings, Settings
+
+
+@dataclass(frozen=True)
+class Quota:
+    code: str
+    name: str
+
+
+# EC2 On-Demand vCPU quotas (Service Quotas, service code "ec2"), by instance family letter.
+G_AND_VT = Quota("L-DB2E81BA", "Running On-Demand G and VT instances")
+P_INSTANCES = Quota("L-417A185B", "Running On-Demand P instances")
+STANDARD = Quota("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances")
+
+
+def quota_for(instance_type: str) -> Quota | None:
+    letters = re.match(r"[a-z]+", instance_type).group(0)
+    if letters.startswith("vt") or letters.startswith("g"):
+        return G_AND_VT
+    if letters.startswith("p"):
+        return P_INSTANCES
+    if letters[0] in "acdhimrtz" and letters not in ("inf", "trn", "dl", "hpc"):
+        return STANDARD
+    return None  # other quota families (X, high memory, Inf, Trn, ...): not checked here
+
+
+class PreflightError(ValueError):
+    """AWS would refuse the stack: one message with what is asked, what is allowed, what to do."""
+
+
+class AwsAnswers(Protocol):
+    def offered(self, instance_types: list[str]) -> dict[str, set[str]] | None:
+        """Zones offering each instance type; None when unknown (offline)."""
+
+    def quota(self, code: str) -> float | None:
+        """The applied vCPU quota; None when unknown (offline)."""
+
+    def vcpus(self, instance_type: str) -> int | None:
+        """Default vCPUs of an instance type; None when unknown (offline)."""
+
+
+class PulumiAwsAnswers:
+    """The answers from AWS, through pulumi-aws data sources (blocking invokes)."""
+
+    def offered(self, instance_types: list[str]) -> dict[str, set[str]] | None:
+        import pulumi_aws as aws
+
+        result = aws.ec2.get_instance_type_offerings(
+            location_type="availability-zone",
+            filters=[aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="instance-type", values=instance_types)],
+        )
+        if result.instance_types is None or result.locations is None:
+            return None
+        zones: dict[str, set[str]] = defaultdict(set)
+        for instance_type, zone in zip(result.instance_types, result.locations, strict=True):
+            zones[instance_type].add(zone)
+        return zones
+
+    def quota(self, code: str) -> float | None:
+        import pulumi_aws as aws
+
+        value = aws.servicequotas.get_service_quota(service_code="ec2", quota_code=code).value
+        return None if value is None else float(value)
+
+    def vcpus(self, instance_type: str) -> int | None:
+        known = aws_facts.INSTANCE_SPECS.get(instance_type)
+        if known is not None:
+            return known.vcpus
+        import pulumi_aws as aws
+
+        value = aws.ec2.get_instance_type(instance_type=instance_type).default_vcpus
+        return None if value is None else int(value)
+
+
+def _pools(settings: Settings) -> dict[str, NodePoolSettings]:
+    return {"systemNodes": settings.cluster.system_nodes} | {
+        f"gpuPools.{role}": pool.nodes for role, pool in settings.gpu_pools.items()
+    }
+
+
+def check_offerings(settings: Settings, aws: AwsAnswers) -> str:
+    pools = _pools(settings)
+    types = sorted({nodes.instance_type for nodes in pools.values()})
+    offered = aws.offered(types)
+    if offered is None:
+        return f"deferred to deploy time: instance types {types} offered in their zones"
+    zones = set(settings.network.availability_zones)
+    for key, nodes in pools.items():
+        where = offered.get(nodes.instance_type, set())
+        # GPU nodes must all be in the one GPU zone; system nodes need only one of the zones.
+        needed = {settings.network.gpu_availability_zone} if key.startswith("gpuPools") else zones
+        if not where & needed:
+            raise PreflightError(
+                f"{key}.instanceType {nodes.instance_type} is not offered in {sorted(needed)} of {settings.region}; "
+                f"zones offering it: {sorted(where) or 'none'} (change gpuAvailabilityZone/availabilityZones "
+                "or the instance type)"
+            )
+    return f"ok: instance types {types} are offered in their zones"
+
+
+def check_quotas(settings: Settings, aws: AwsAnswers) -> list[str]:
+    needs: dict[Quota, list[tuple[str, NodePoolSettings, int]]] = defaultdict(list)
+    for key, nodes in _pools(settings).items():
+        quota = quota_for(nodes.instance_type)
+        if quota is not None:
+            needs[quota].append((key, nodes, aws.vcpus(nodes.instance_type)))
+    report = []
+    for quota, uses in needs.items():
+        if any(vcpus is None for *_, vcpus in uses):
+            report.append(f"deferred to deploy time: {quota.name} ({quota.code}) vCPU quota")
+            continue
+        need = sum(nodes.max_size * vcpus for _, nodes, vcpus in uses)
+        detail = " + ".join(f"{key} {nodes.max_size} x {nodes.instance_type} x {vcpus}" for key, nodes, vcpus in uses)
+        limit = aws.quota(quota.code)
+        if limit is None:
+            report.append(f"deferred to deploy time: {quota.name} ({quota.code}) >= {need} vCPUs ({detail})")
+            continue
+        if need > limit:
+            raise PreflightError(
+                f"EC2 quota {quota.code} '{quota.name}' in {settings.region} is {limit:g} vCPUs; the node pools need "
+                f"up to {need} at their maxSize ({detail}). Request an increase in Service Quotas or lower maxSize."
+            )
+        report.append(
+            f"ok: {quota.name} ({quota.code}) {need} <= {limit:g} vCPUs (instances already running count too)"
+        )
+    return report
+
+
+def run(settings: Settings, aws: AwsAnswers) -> list[str]:
+    """All deploy-time checks; raises PreflightError on the first that fails."""
+    return [check_offerings(settings, aws), *check_quotas(settings, aws)]

@@ -1,0 +1,242 @@
+"""Preflight: a model that cannot fit, or more GPUs than the account may run, is refused in
+seconds; and what the stack costs per hour."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from components import cost, model_fit, preflight
+from components.config import ConfigError
+from components.model_fit import GIB, MIB, Engine, budget, check_role
+from offline.mocks import PlanMocks, RecordingMonitor
+from offline.plan import run_program
+from tests.conftest import failing_run, region_overrides
+
+NS = "ray-llm-eks:"
+LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
+L4_MIB = 22888
+
+
+# ---- Model fit
+
+
+def test_70b_on_dev_fails_saying_by_how_much_and_what_would_fit():
+    error, monitor = failing_run({NS + "modelId": "meta-llama/Llama-3.1-70B-Instruct"})
+    message = str(error)
+    assert isinstance(error, ConfigError) and monitor.registrations == []
+    assert "gpuPools.prefill = 'g6.8xlarge'" in message and "does not fit" in message
+    short = float(re.search(r"short by ([\d.]+) GiB", message).group(1))
+    assert short > 100  # 131.5 GiB of bf16 weights against ~20.6 GiB usable on one L4
+    assert "tensor_parallel_size" in message
+
+
+def test_llama_8b_at_full_context_fails_and_the_suggested_length_fits():
+    error, _ = failing_run({NS + "modelId": LLAMA_8B, NS + "maxModelLen": 131072})
+    message = str(error)
+    assert "KV cache for 131072 tokens 16.00 GiB" in message  # 128 KiB/token x 131072
+    assert "g6e.8xlarge" in message  # an L40S (48 GB) holds it at the same parallelism
+    suggested = int(re.search(r"max_model_len <= (\d+)", message).group(1))
+    run_program("dev", {NS + "modelId": LLAMA_8B, NS + "maxModelLen": suggested})  # the edge: fits
+    error, _ = failing_run({NS + "modelId": LLAMA_8B, NS + "maxModelLen": suggested + 16})
+    assert "does not fit" in str(error)
+
+
+def test_llama_8b_at_8192_fits_dev():
+    plan = run_program("dev", {NS + "modelId": LLAMA_8B, NS + "maxModelLen": 8192})
+    assert plan.one("kubernetes:ray.io/v1:RayService")
+
+
+def test_shipped_stacks_fit(plans):
+    assert set(plans) == {"baseline", "dev", "prod"}
+
+
+def test_qwen35_budget_is_the_hand_arithmetic():
+    """Qwen3.5-9B on one L4 at 4096 tokens, bf16: weights 9.65e9 x 2 B; KV 2 x 8 layers x 4 heads
+    x 256 x 2 B = 32 KiB/token; DeltaNet state 50 MiB; reserve 2 GiB (2048 batched tokens, one
+    GPU); 22888 MiB x 0.92 usable."""
+    spec = model_fit.KNOWN_MODELS["Qwen/Qwen3.5-9B"]
+    assert spec.kv_bytes_per_token(2) == 32 * 1024
+    b = budget(spec, Engine(4096, 1, 1, 0.92, "auto", max_num_batched_tokens=2048), L4_MIB)
+    assert b.weights == pytest.approx(19.3e9)
+    assert b.kv_cache == 4096 * 32 * 1024
+    assert b.state == 50 * MIB and b.reserve == 2 * GIB
+    assert b.available == pytest.approx(22888 * MIB * 0.92)
+    assert b.fits and (b.available - b.needed) / GIB < 1.0, "tight on an L4, as the reference found"
+
+
+def test_reserve_grows_with_batch_and_parallelism():
+    assert Engine(4096, 1, 1, 0.9, "auto", 2048).reserve_gib == 2.0
+    assert Engine(4096, 1, 1, 0.9, "auto").reserve_gib == 3.0, "unset batch size is taken as vLLM's larger default"
+    assert Engine(4096, 2, 1, 0.9, "auto", 2048).reserve_gib == pytest.approx(3.8)
+
+
+def test_tensor_parallel_splits_weights_and_kv_heads():
+    spec = model_fit.KNOWN_MODELS["meta-llama/Llama-3.1-70B-Instruct"]
+    one, eight = (budget(spec, Engine(8192, tp, 1, 0.9, "auto"), L4_MIB) for tp in (1, 8))
+    assert eight.weights == pytest.approx(one.weights / 8)
+    assert eight.kv_cache == pytest.approx(one.kv_cache / 8)
+    sixteen = budget(spec, Engine(8192, 16, 1, 0.9, "auto"), L4_MIB)
+    assert sixteen.kv_cache == eight.kv_cache, "8 KV heads: beyond TP 8 each GPU still holds one head"
+    fp8 = budget(spec, Engine(8192, 8, 1, 0.9, "fp8"), L4_MIB)
+    assert fp8.kv_cache == pytest.approx(eight.kv_cache / 2)
+
+
+def test_context_beyond_the_model_fails():
+    error, _ = failing_run({NS + "modelId": LLAMA_8B, NS + "maxModelLen": 200000})
+    assert "maxModelLen = 200000" in str(error) and "at most 131072" in str(error)
+
+
+def test_tensor_parallel_wider_than_the_instance_fails():
+    spec = model_fit.KNOWN_MODELS[LLAMA_8B]
+    with pytest.raises(ConfigError, match="an instance with >= 2 GPUs"):
+        check_role("decode", LLAMA_8B, spec, Engine(4096, 2, 1, 0.9, "auto"), "g6.8xlarge", need_efa=True)
+
+
+def test_unknown_model_needs_its_facts():
+    error, _ = failing_run({NS + "modelId": "acme/secret-13b"})
+    assert "modelSpec" in str(error) and "acme/secret-13b" in str(error)
+    facts = {
+        "parameters": 13e9,
+        "weightDtype": "bfloat16",
+        "kvLayers": 40,
+        "kvHeads": 8,
+        "headDim": 128,
+        "stateMiBPerSequence": 0,
+        "maxContext": 32768,
+    }
+    error, _ = failing_run({NS + "modelId": "acme/secret-13b", NS + "modelSpec": facts})
+    assert "acme/secret-13b does not fit" in str(error)  # 24.2 GiB of weights > one L4
+    plan = run_program("dev", {NS + "modelId": "acme/secret-3b", NS + "modelSpec": {**facts, "parameters": 3e9}})
+    assert plan.one("kubernetes:ray.io/v1:RayService")
+    error, _ = failing_run({NS + "modelId": "acme/x", NS + "modelSpec": {**facts, "kvHead": 8}})
+    assert "modelSpec.kvHead" in str(error) and "unknown field" in str(error)
+
+
+# ---- Deploy-time checks, with AWS's answers mocked
+
+
+class CannedAws(PlanMocks):
+    """AWS data sources answered with fixed data instead of 'no answer'."""
+
+    def __init__(self, offerings: dict[str, list[str]], quotas: dict[str, float]):
+        super().__init__()
+        self.offerings, self.quotas = offerings, quotas
+
+    def call(self, args):
+        if args.token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
+            wanted = args.args["filters"][0]["values"]
+            pairs = [(t, z) for t, zones in self.offerings.items() if t in wanted for z in zones]
+            return {
+                "id": "us-east-1",
+                "instanceTypes": [t for t, _ in pairs],
+                "locations": [z for _, z in pairs],
+                "locationTypes": ["availability-zone"] * len(pairs),
+            }
+        if args.token == "aws:servicequotas/getServiceQuota:getServiceQuota":
+            return {
+                "id": args.args["quotaCode"],
+                "serviceCode": "ec2",
+                "quotaCode": args.args["quotaCode"],
+                "value": self.quotas[args.args["quotaCode"]],
+            }
+        return super().call(args)
+
+
+EVERYWHERE = {"g6.8xlarge": ["us-east-1a", "us-east-1b"], "m7i.xlarge": ["us-east-1a", "us-east-1b"]}
+ROOMY = {"L-DB2E81BA": 128.0, "L-1216C47A": 64.0}
+
+
+def aws_run(offerings, quotas, stack="dev"):
+    monitor = RecordingMonitor(CannedAws(offerings, quotas))
+    return monitor, lambda: run_program(stack, monitor=monitor)
+
+
+def test_checks_pass_when_aws_says_yes():
+    _, run = aws_run(EVERYWHERE, ROOMY)
+    checks = run().outputs["preflightChecks"]
+    assert checks[0].startswith("ok: instance types")
+    assert "ok: Running On-Demand G and VT instances (L-DB2E81BA) 64 <= 128 vCPUs" in " ".join(checks)
+    assert not any("deferred" in line for line in checks)
+
+
+def test_gpu_quota_too_small_fails_with_name_need_and_limit():
+    monitor, run = aws_run(EVERYWHERE, {**ROOMY, "L-DB2E81BA": 32.0})
+    with pytest.raises(preflight.PreflightError) as caught:
+        run()
+    message = str(caught.value)
+    assert "L-DB2E81BA 'Running On-Demand G and VT instances'" in message
+    assert "is 32 vCPUs" in message and "need up to 64" in message
+    assert monitor.registrations == []
+
+
+def test_system_quota_counts_max_size():
+    _, run = aws_run(EVERYWHERE, {**ROOMY, "L-1216C47A": 4.0})
+    with pytest.raises(preflight.PreflightError, match=r"L-1216C47A .* is 4 vCPUs; .* need up to 8 .*systemNodes 2 x"):
+        run()
+
+
+def test_gpu_type_not_offered_in_the_gpu_zone_fails():
+    monitor, run = aws_run({**EVERYWHERE, "g6.8xlarge": ["us-east-1b", "us-east-1c"]}, ROOMY)
+    with pytest.raises(preflight.PreflightError) as caught:
+        run()
+    message = str(caught.value)
+    assert "gpuPools.prefill.instanceType g6.8xlarge is not offered in ['us-east-1a']" in message
+    assert "['us-east-1b', 'us-east-1c']" in message
+    assert monitor.registrations == []
+
+
+def test_offline_plan_defers_rather_than_passes(dev):
+    checks = dev.outputs["preflightChecks"]
+    assert all(line.startswith("deferred to deploy time") for line in checks)
+
+
+def test_quota_families():
+    assert preflight.quota_for("g6.8xlarge") == preflight.G_AND_VT
+    assert preflight.quota_for("p5.48xlarge") == preflight.P_INSTANCES
+    assert preflight.quota_for("m7i.xlarge") == preflight.STANDARD
+    assert preflight.quota_for("inf2.xlarge") is None
+
+
+# ---- Cost
+
+
+def test_dev_cost_is_two_gpu_nodes_a_system_node_eks_and_a_nat(dev):
+    prices = cost.INSTANCE_USD_PER_HOUR["us-east-1"]
+    reference = 2 * prices["g6.8xlarge"] + prices["m7i.xlarge"] + 0.10 + cost.NAT_GATEWAY_USD_PER_HOUR["us-east-1"]
+    estimated = dev.outputs["estimatedHourlyCostUsd"]
+    assert abs(estimated - reference) / reference < 0.10
+    assert estimated == dev.outputs["costEstimate"]["usdPerHour"]
+
+
+def test_every_shipped_stack_prints_an_hourly_cost(plans):
+    for plan in plans.values():
+        assert isinstance(plan.outputs["estimatedHourlyCostUsd"], float), plan.stack
+        assert re.search(r"total: [\d.]+ \$/h", plan.summary())
+
+
+def test_prod_pays_for_a_nat_per_zone(plans):
+    lines = {line["item"]: line for line in plans["prod"].outputs["costEstimate"]["lines"]}
+    assert lines["NAT gateways"]["quantity"] == 3
+    assert lines["prefill nodes g6.8xlarge"]["quantity"] == 2
+
+
+def test_unknown_prices_are_said_not_guessed():
+    plan = run_program("dev", region_overrides("eu-south-2"))
+    estimate = plan.outputs["costEstimate"]
+    assert plan.outputs["estimatedHourlyCostUsd"] is None and estimate["usdPerHour"] is None
+    assert "prefill nodes g6.8xlarge" in estimate["unknownPrices"]
+    assert "total: unknown" in plan.summary()
+
+
+def test_stack_prices_override_the_table():
+    plan = run_program("dev", {NS + "prices": {"instances": {"g6.8xlarge": 1.0}, "natGatewayPerHour": 0.05}})
+    lines = {line["item"]: line for line in plan.outputs["costEstimate"]["lines"]}
+    assert lines["prefill nodes g6.8xlarge"]["usdPerHour"] == 1.0
+    assert lines["NAT gateways"]["unitUsdPerHour"] == 0.05
+
+
+def test_bad_prices_fail_before_any_resource():
+    error, monitor = failing_run({NS + "prices": {"instances": {"g6.8xlarge": "cheap"}}})
+    assert "prices.instances.g6.8xlarge" in str(error) and monitor.registrations == []
