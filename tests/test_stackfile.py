@@ -112,3 +112,26 @@ def test_plan_command_fails_with_one_clear_message(tmp_path, capsys, monkeypatch
     err = capsys.readouterr().err
     assert expected in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_declared_keys_are_exactly_the_keys_the_program_reads():
+    """Pulumi.yaml, components/config.py and README agree on the config keys."""
+    from components.config import load_settings
+
+    asked: set[str] = set()
+    values = load_stack("dev").values
+
+    def get(key: str):
+        asked.add(key)
+        return values.get(f"ray-llm-eks:{key}")
+
+    load_settings(get, "dev", "us-east-1")
+    declared = set(load_project()["config"])
+    assert asked | {"hfToken"} == declared  # hfToken is read as a secret, in load_stack_settings
+    readme = (ROOT / "README.md").read_text()
+    assert [key for key in sorted(declared) if f"`{key}`" not in readme] == []
+
+
+def test_a_secret_key_set_in_plain_text_is_refused():
+    with pytest.raises(StackFileError, match="'hfToken' must be encrypted"):
+        load_stack("dev", overrides={"ray-llm-eks:hfToken": "hf_plain"})
