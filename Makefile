@@ -40,8 +40,11 @@ passphrase:
 		exit 1; \
 	fi
 
+# A new stack on the local backend gets the passphrase secrets provider; on Pulumi Cloud, its default.
 up: $(VENV)/.installed login passphrase
-	pulumi stack select --create --secrets-provider passphrase $(STACK)
+	@backend="$${PULUMI_BACKEND_URL:-$$(pulumi whoami --verbose 2>/dev/null | awk -F': *' 'tolower($$1) ~ /backend url/ {print $$2}')}"; \
+	if [[ "$$backend" == file://* ]]; then provider="--secrets-provider passphrase"; fi; \
+	pulumi stack select --create $$provider $(STACK)
 	pulumi up --stack $(STACK)
 
 destroy: $(VENV)/.installed login passphrase

@@ -1,7 +1,5 @@
 """ray-llm-eks: wiring only. Every box is a component in components/; see README for the picture."""
 
-from datetime import date
-
 import pulumi
 
 from components import cost, preflight
@@ -16,7 +14,7 @@ from components.network import Network
 settings = load_stack_settings()  # typed and validated: a bad value stops here, before any resource
 serving = settings.serving
 checks = preflight.run(settings, preflight.PulumiAwsAnswers())  # AWS offerings, quotas: before any resource
-estimate = cost.estimate(settings, settings.prices, date.today())
+estimate = cost.estimate(settings, settings.prices)
 
 network = Network("net", settings.network, settings.region)
 cluster = Cluster("eks", settings.cluster, network, settings.region)

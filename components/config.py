@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -19,6 +20,8 @@ from typing import Any
 from components import aws_facts, cost, model_fit, serve_config, versions
 from components.errors import PROJECT, ConfigError
 from components.versions import KUBERNETES_VERSIONS, RETIRED_KUBERNETES_VERSIONS
+
+KUBERAY_NAMESPACE = "kuberay-system"
 
 PD_ROLES = ("prefill", "decode")
 GPU_ROLES = (*PD_ROLES, "collocated")  # collocated: the non-disaggregated baseline's pool
@@ -35,10 +38,6 @@ class NodePoolSettings:
     desired_size: int
     max_size: int
     disk_size_gib: int
-
-    @property
-    def spec(self) -> aws_facts.InstanceSpec | None:
-        return aws_facts.INSTANCE_SPECS.get(self.instance_type)
 
 
 @dataclass(frozen=True)
@@ -120,8 +119,8 @@ class Settings:
     region: str
     network: NetworkSettings
     cluster: ClusterSettings
+    serving: ServingSettings
     gpu_pools: Mapping[str, GpuPoolSettings] = field(default_factory=dict)
-    serving: ServingSettings | None = None
     prices: cost.PriceOverrides = cost.NO_PRICE_OVERRIDES
     hf_token: Any = None  # pulumi.Output[str] (secret) when hfToken is set; never a plain str
 
@@ -380,7 +379,19 @@ def _gpu_pools(raw: _Raw, network: NetworkSettings, version: str) -> dict[str, G
             raise ConfigError(f"gpuPools.{role}", pool_raw, f"a pool role from {list(GPU_ROLES)}")
         nodes = _node_pool(f"gpuPools.{role}", pool_raw, default_disk=100)
         pool = GpuPoolSettings(role, nodes, network.gpu_availability_zone, version, ami)
-        _gpu_instance_type(f"gpuPools.{role}.instanceType", nodes.instance_type, need_efa=pool.efa)
+        spec = _gpu_instance_type(f"gpuPools.{role}.instanceType", nodes.instance_type, need_efa=pool.efa)
+        if nodes.desired_size < 1:
+            raise ConfigError(
+                f"gpuPools.{role}.desiredSize",
+                nodes.desired_size,
+                "1 or more: the app runs on it and nothing scales it up",
+            )
+        if not spec.nvme_gb:
+            raise ConfigError(
+                f"gpuPools.{role}.instanceType",
+                nodes.instance_type,
+                "a type with instance-store NVMe (the model cache)",
+            )
         pools[role] = pool
     return pools
 
@@ -425,6 +436,9 @@ def _serve_overrides(raw: _Raw) -> serve_config.ServeOverrides:
     for key, value in (("modelId", model_id), ("modelSource", model_source)):
         if value is not None and not re.fullmatch(r"[\w][\w./:-]*", value):
             raise ConfigError(key, value, "a model id or source such as Qwen/Qwen3.5-9B (no spaces)")
+    if model_source is not None and "://" in model_source:
+        # Nodes have no S3 (or other bucket) read permission: weights come from Hugging Face.
+        raise ConfigError("modelSource", model_source, "a Hugging Face repo id (org/name); buckets are not wired up")
     max_len = raw.text("maxModelLen")
     max_len = raw.integer("maxModelLen", 0) if max_len is not None else None
     if max_len is not None and not 16 <= max_len <= 10_000_000:
@@ -442,7 +456,7 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings]) -> Se
     image, ray_version, vllm_version = _image(raw, region)
     name = raw.text("serveConfig", "pd-disaggregated")
     shapes = {
-        role: serve_config.PoolShape(p.spec.gpu_model, p.spec.gpus, p.nodes.max_size, p.spec.gpudirect_rdma)
+        role: serve_config.PoolShape(p.spec.gpu_model, p.spec.gpus, p.nodes.desired_size, p.spec.gpudirect_rdma)
         for role, p in pools.items()
     }
     document = serve_config.render(name, _serve_overrides(raw), shapes, vllm_version)
@@ -459,8 +473,11 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings]) -> Se
     if not re.fullmatch(r"[a-z]([-a-z0-9]{0,45}[a-z0-9])?", service_name):
         raise ConfigError("serviceName", service_name, "a DNS-1035 label of at most 47 characters")
     namespace = raw.text("namespace", "llm")
+    taken = ("default", KUBERAY_NAMESPACE)  # exist already / belong to the operator: we create ours
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace) or namespace.startswith("kube-"):
         raise ConfigError("namespace", namespace, "a DNS-1123 label (not kube-*)")
+    if namespace in taken:
+        raise ConfigError("namespace", namespace, f"a namespace of its own, not one of {list(taken)}")
     timeout = raw.integer("serviceReadyTimeoutSeconds", 3600)
     if not 600 <= timeout <= 14400:
         raise ConfigError("serviceReadyTimeoutSeconds", timeout, "600 to 14400 (image pull + weights + engine start)")
@@ -507,5 +524,15 @@ def load_stack_settings() -> Settings:
     import pulumi
 
     project_config = pulumi.Config(PROJECT)
-    settings = load_settings(project_config.get, pulumi.get_stack(), pulumi.Config("aws").get("region"))
-    return replace(settings, hf_token=project_config.get_secret("hfToken"))
+    settings = load_settings(project_config.get, pulumi.get_stack(), pulumi.Config("aws").get("region"), today())
+    hf_token = project_config.get_secret("hfToken")
+    gated = model_fit.gated_models(settings.serving.serve_document)
+    if hf_token is None and gated:
+        raise ConfigError("hfToken", None, f"set it (pulumi config set --secret hfToken hf_...): {gated[0]} is gated")
+    return replace(settings, hf_token=hf_token)
+
+
+def today() -> date:
+    """Deploy day; RAY_LLM_EKS_TODAY=YYYY-MM-DD pins it (reproducible plans and tests)."""
+    pinned = os.environ.get("RAY_LLM_EKS_TODAY")
+    return date.fromisoformat(pinned) if pinned else date.today()

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date
 from typing import TYPE_CHECKING
 
 from components.errors import ConfigError
-from components.versions import KUBERNETES_VERSIONS
 
 if TYPE_CHECKING:
     from components.config import Settings
@@ -171,14 +169,15 @@ def price_overrides(raw: Mapping | None) -> PriceOverrides:
     return PriceOverrides(instances, raw.get("natGatewayPerHour"), raw.get("ebsGp3PerGbMonth"))
 
 
-def estimate(settings: Settings, overrides: PriceOverrides, today: date) -> CostEstimate:
+def estimate(settings: Settings, overrides: PriceOverrides) -> CostEstimate:
     region = settings.region
     instance_prices = {**INSTANCE_USD_PER_HOUR.get(region, {}), **overrides.instances}
-    nat = overrides.nat_gateway_per_hour or NAT_GATEWAY_USD_PER_HOUR.get(region)
-    gp3 = overrides.ebs_gp3_per_gb_month or EBS_GP3_USD_PER_GB_MONTH.get(region)
-    ends = KUBERNETES_VERSIONS.get(settings.cluster.kubernetes_version)
-    support = "extended" if ends is not None and ends <= today else "standard"
-    lines = [CostLine(f"EKS control plane ({support} support)", 1, EKS_USD_PER_HOUR[support])]
+    nat = overrides.nat_gateway_per_hour
+    nat = NAT_GATEWAY_USD_PER_HOUR.get(region) if nat is None else nat
+    gp3 = overrides.ebs_gp3_per_gb_month
+    gp3 = EBS_GP3_USD_PER_GB_MONTH.get(region) if gp3 is None else gp3
+    # config.py accepts only versions in standard support; extended support would be $0.60/h.
+    lines = [CostLine("EKS control plane (standard support)", 1, EKS_USD_PER_HOUR["standard"])]
 
     pools = {"system": settings.cluster.system_nodes} | {r: p.nodes for r, p in settings.gpu_pools.items()}
     for role, nodes in pools.items():

@@ -72,6 +72,7 @@ class GpuNodePool(pulumi.ComponentResource):
             scaling_config=scaling(settings.nodes),
             disk_size=settings.nodes.disk_size_gib,
             ami_id=ami_id,
+            operating_system=eks.OperatingSystem.AL2023,  # nodeadm user data for the pinned AL2023 AMI
             # The collocated baseline moves no KV cache between nodes: no EFA, no placement group.
             enable_efa_support=settings.efa,
             placement_group_availability_zone=settings.availability_zone if settings.efa else None,

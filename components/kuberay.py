@@ -6,11 +6,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.cluster import SYSTEM_LABELS
-from components.config import ChartPin
+from components.config import KUBERAY_NAMESPACE, ChartPin
 from components.helm import helm_release
 from components.sizing import Resources
 
-NAMESPACE = "kuberay-system"
+NAMESPACE = KUBERAY_NAMESPACE
 OPERATOR_REQUESTS = Resources(100, 512)  # the chart's default limits, made explicit requests
 
 

@@ -38,7 +38,7 @@ VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # the larger of vLLM's defaults, so 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """The facts that decide a model's GPU memory."""
+    """The facts that decide a model's GPU memory (and whether Hugging Face wants a token)."""
 
     parameters: float  # every weight vLLM loads (a vision tower included)
     weight_dtype: str
@@ -47,6 +47,7 @@ class ModelSpec:
     head_dim: int
     state_mib_per_sequence: float  # linear-attention (SSM/DeltaNet) state of one sequence, all layers
     max_context: int
+    gated: bool = False  # Hugging Face asks for an accepted licence and a token
 
     def kv_bytes_per_token(self, kv_bytes: float) -> float:
         return 2 * self.kv_layers * self.kv_heads * self.head_dim * kv_bytes
@@ -77,6 +78,7 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
         head_dim=128,
         state_mib_per_sequence=0.0,
         max_context=131072,
+        gated=True,
     ),
     # meta-llama/Llama-3.1-70B-Instruct config.json: 80 layers, 8 KV heads, head_dim 128 (8192/64),
     # max_position_embeddings 131072; 70.6B parameters (model card).
@@ -88,6 +90,7 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
         head_dim=128,
         state_mib_per_sequence=0.0,
         max_context=131072,
+        gated=True,
     ),
     # Qwen/Qwen3-32B config.json: 64 layers, 8 KV heads, head_dim 128, max_position_embeddings
     # 40960; 32.8B parameters (model card).
@@ -154,7 +157,7 @@ class Engine:
     @classmethod
     def from_engine_kwargs(cls, kwargs: Mapping) -> Engine:
         return cls(
-            max_model_len=kwargs.get("max_model_len", 0),
+            max_model_len=kwargs["max_model_len"],
             tensor_parallel=kwargs.get("tensor_parallel_size", 1),
             pipeline_parallel=kwargs.get("pipeline_parallel_size", 1),
             gpu_memory_utilization=kwargs.get("gpu_memory_utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION),
@@ -303,6 +306,18 @@ def check_fit(
         loading = config.get("model_loading_config") or {}
         model_id = loading.get("model_id", "")
         spec = model_spec(model_id, loading.get("model_source") or model_id, override)
-        engine = Engine.from_engine_kwargs(config.get("engine_kwargs") or {})
+        kwargs = config.get("engine_kwargs") or {}
+        # Without max_model_len vLLM takes the model's whole context: so do we.
+        engine = Engine.from_engine_kwargs({"max_model_len": spec.max_context, **kwargs})
         budgets[role] = check_role(role, model_id, spec, engine, instance_types[role], role in efa_roles)
     return budgets
+
+
+def gated_models(document: dict) -> list[str]:
+    """Known gated models the serve document loads (they need hfToken)."""
+    sources = {
+        (c.get("model_loading_config") or {}).get("model_source")
+        or (c.get("model_loading_config") or {}).get("model_id")
+        for c in llm_configs_by_role(document, "rendered").values()
+    }
+    return sorted(s for s in sources if s in KNOWN_MODELS and KNOWN_MODELS[s].gated)

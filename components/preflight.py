@@ -46,6 +46,9 @@ class PreflightError(ValueError):
 
 
 class AwsAnswers(Protocol):
+    def zones(self) -> set[str] | None:
+        """Availability zones of the region that are available to the account; None when unknown."""
+
     def offered(self, instance_types: list[str]) -> dict[str, set[str]] | None:
         """Zones offering each instance type; None when unknown (offline)."""
 
@@ -58,6 +61,12 @@ class AwsAnswers(Protocol):
 
 class PulumiAwsAnswers:
     """The answers from AWS, through pulumi-aws data sources (blocking invokes)."""
+
+    def zones(self) -> set[str] | None:
+        import pulumi_aws as aws
+
+        names = aws.get_availability_zones(state="available").names
+        return None if names is None else set(names)
 
     def offered(self, instance_types: list[str]) -> dict[str, set[str]] | None:
         import pulumi_aws as aws
@@ -93,6 +102,19 @@ def _pools(settings: Settings) -> dict[str, NodePoolSettings]:
     return {"systemNodes": settings.cluster.system_nodes} | {
         f"gpuPools.{role}": pool.nodes for role, pool in settings.gpu_pools.items()
     }
+
+
+def check_zones(settings: Settings, aws: AwsAnswers) -> str:
+    zones = aws.zones()
+    wanted = list(settings.network.availability_zones)
+    if zones is None:
+        return f"deferred to deploy time: zones {wanted} exist in {settings.region}"
+    missing = [z for z in wanted if z not in zones]
+    if missing:
+        raise PreflightError(
+            f"availabilityZones {missing} are not available zones of {settings.region}; available: {sorted(zones)}"
+        )
+    return f"ok: zones {wanted} are available in {settings.region}"
 
 
 def check_offerings(settings: Settings, aws: AwsAnswers) -> str:
@@ -145,4 +167,4 @@ def check_quotas(settings: Settings, aws: AwsAnswers) -> list[str]:
 
 def run(settings: Settings, aws: AwsAnswers) -> list[str]:
     """All deploy-time checks; raises PreflightError on the first that fails."""
-    return [check_offerings(settings, aws), *check_quotas(settings, aws)]
+    return [check_zones(settings, aws), check_offerings(settings, aws), *check_quotas(settings, aws)]

@@ -1,5 +1,5 @@
-"""The RayService manifest as plain data: head group, one worker group per GPU pool, the serve
-config. Kept free of Pulumi so tests can check it against the KubeRay CRD and do the sizing math."""
+"""The RayService manifest as plain data (dicts, no Pulumi resources): head group, one worker group
+per GPU pool, the serve config, so tests can check it against the KubeRay CRD and redo the sizing."""
 
 from __future__ import annotations
 
@@ -57,6 +57,16 @@ def head_group(serving: ServingSettings) -> dict:
     }
 
 
+def shm_mib(container: Resources) -> int:
+    """/dev/shm: a quarter of the worker's memory (Ray object store, NCCL/NIXL shared buffers)."""
+    return container.memory_mib // 4
+
+
+def object_store_bytes(container: Resources) -> int:
+    """Ray's object store: 20% of the worker's memory, inside the 25% /dev/shm volume."""
+    return container.memory_mib * 1024 * 1024 // 5
+
+
 def _worker_env(pool: GpuPoolSettings, with_token: bool) -> list[dict]:
     env = [{"name": "HF_HOME", "value": MODEL_CACHE_MOUNT}]
     if with_token:
@@ -91,7 +101,11 @@ def worker_group(
         "replicas": pool.nodes.desired_size,
         "minReplicas": pool.nodes.min_size,
         "maxReplicas": pool.nodes.max_size,
-        "rayStartParams": {},
+        # Ray's object store lives in /dev/shm: keep it inside the shm volume (Ray's default, 30% of
+        # memory, would not fit the 25% volume and spill to disk).
+        "rayStartParams": {"object-store-memory": str(object_store_bytes(size))},
+        # KubeRay 1.7 group-level `resources` (CRD workerGroupSpecs[].resources) becomes
+        # `ray start --resources`: the same as rayStartParams.resources, without JSON in a string.
         "resources": {role_resource(pool.role): str(spec.gpus)},
         "template": {
             "spec": {
@@ -114,7 +128,7 @@ def worker_group(
                 ],
                 "volumes": [
                     # Shared memory for NCCL/NIXL and Ray's object store; counts against the pod's memory.
-                    {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{size.memory_mib // 4}Mi"}},
+                    {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_mib(size)}Mi"}},
                     {"name": "model-cache", "hostPath": {"path": MODEL_CACHE_HOST_PATH, "type": "DirectoryOrCreate"}},
                 ],
             }

@@ -31,7 +31,7 @@ APP_ARGS = {
     PD_IMPORT: {"prefill_config", "decode_config", "ingress_cls_config", "ingress_deployment_config"},
     COLLOCATED_IMPORT: {"llm_configs", "ingress_cls_config", "ingress_deployment_config"},
 }
-PD_ROLES = {"prefill_config": "prefill", "decode_config": "decode"}
+PD_ARG_ROLES = {"prefill_config": "prefill", "decode_config": "decode"}
 COLLOCATED_ROLE = "collocated"
 
 
@@ -66,7 +66,7 @@ class PoolShape:
 
     gpu_model: str
     gpus_per_node: int
-    max_nodes: int
+    nodes: int  # nodes that run (desiredSize): nothing scales the pools by itself
     gpudirect_rdma: bool = False
 
 
@@ -94,7 +94,7 @@ def llm_configs_by_role(doc: dict, where: str) -> dict[str, dict]:
     app = the_application(doc, where)
     args = app.get("args") or {}
     if app["import_path"] == PD_IMPORT:
-        return {role: args[key] for key, role in PD_ROLES.items() if key in args}
+        return {role: args[key] for key, role in PD_ARG_ROLES.items() if key in args}
     configs = args.get("llm_configs") or []
     if len(configs) != 1:
         raise ConfigError("serveConfig", where, "exactly one entry in llm_configs (one model per stack)")
@@ -114,7 +114,7 @@ def check_application(doc: dict, where: str, vllm_version: str | None) -> None:
         )
     configs = llm_configs_by_role(doc, where)
     if app["import_path"] == PD_IMPORT:
-        for key in PD_ROLES:
+        for key in PD_ARG_ROLES:
             if key not in args:
                 raise ConfigError("serveConfig", f"{where}: args.{key}", "required by build_pd_openai_app")
         ids = {role: (c.get("model_loading_config") or {}).get("model_id") for role, c in configs.items()}
@@ -185,12 +185,12 @@ def render(
             deployment["num_replicas"] = overrides.replicas[role]
         replicas = deployment.get("num_replicas", 1)
         gpus_per_replica = engine.get("tensor_parallel_size", 1) * engine.get("pipeline_parallel_size", 1)
-        if replicas * gpus_per_replica > pool.max_nodes * pool.gpus_per_node:
+        if replicas * gpus_per_replica > pool.nodes * pool.gpus_per_node:
             raise ConfigError(
                 f"replicas.{role}",
                 replicas,
-                f"at most {pool.max_nodes * pool.gpus_per_node // gpus_per_replica}: {gpus_per_replica} GPU(s) per "
-                f"replica, pool {role} has at most {pool.max_nodes} node(s) x {pool.gpus_per_node} GPU(s)",
+                f"at most {pool.nodes * pool.gpus_per_node // gpus_per_replica}: {gpus_per_replica} GPU(s) per "
+                f"replica, pool {role} runs {pool.nodes} node(s) (desiredSize) x {pool.gpus_per_node} GPU(s)",
             )
         kv_transfer = engine.get("kv_transfer_config")
         if kv_transfer is not None and "kv_buffer_device" not in kv_transfer:
@@ -201,6 +201,8 @@ def render(
         config["accelerator_type"] = pool.gpu_model
         # One bundle per GPU worker, each asking for this pool's custom resource: Ray can never
         # place a prefill engine on a decode node (both offer GPU and accelerator_type:L4).
+        # A replica larger than one node spans nodes only through pipeline parallelism (tensor
+        # parallelism must fit one node, model_fit checks it): then PACK, else all on one node.
         config["placement_group_config"] = {
             "bundle_per_worker": {"GPU": 1, role_resource(role): 1},
             "strategy": "STRICT_PACK" if gpus_per_replica <= pool.gpus_per_node else "PACK",

@@ -1,5 +1,6 @@
 """How much of a node a pod may ask for: the arithmetic behind the Ray containers' requests.
 
+capacity    = the instance's memory less what the hypervisor and kernel keep (not all of it reaches kubelet)
 allocatable = capacity - kube-reserved - eviction threshold (what nodeadm configures on AL2023),
 and a Ray pod gets what is left after the DaemonSets that run on the same node.
 """
@@ -14,6 +15,9 @@ from components.aws_facts import InstanceSpec
 # kube-reserved memory 11*maxPods+255 MiB; CPU 6% of the 1st core, 1% of the 2nd, 0.5% of the 3rd
 # and 4th, 0.25% of every core above 4. No system-reserved.
 EVICTION_HARD_MIB = 100
+# Kubelet sees less memory than the instance is sold with; Karpenter budgets 7.5% for it
+# (vmMemoryOverheadPercent default 0.075), which we follow so a worker never stays Pending.
+VM_MEMORY_OVERHEAD = 0.075
 _CPU_BANDS = ((0, 1000, 600), (1000, 2000, 100), (2000, 4000, 50), (4000, 10**9, 25))  # per 10,000
 
 
@@ -43,7 +47,7 @@ def kube_reserved(spec: InstanceSpec) -> Resources:
 
 
 def allocatable(spec: InstanceSpec) -> Resources:
-    capacity = Resources(spec.vcpus * 1000, spec.memory_gib * 1024)
+    capacity = Resources(spec.vcpus * 1000, int(spec.memory_gib * 1024 * (1 - VM_MEMORY_OVERHEAD)))
     return capacity - kube_reserved(spec) - Resources(0, EVICTION_HARD_MIB)
 
 

@@ -13,11 +13,12 @@ from google.protobuf import json_format
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime.proto import resource_pb2
 
+from offline.stackfile import SECRET_TEXT
+
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
 UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 SIG_KEY = "4dabf18193072939515e22adb298388d"
-SECRET_TEXT = "[secret]"
 
 
 def placeholder(what: str) -> str:
@@ -75,6 +76,7 @@ def _eks_cluster_outputs(name: str, inputs: dict) -> dict:
 
 
 NO_ANSWER_OFFLINE = {
+    "aws:index/getAvailabilityZones:getAvailabilityZones",
     "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings",
     "aws:servicequotas/getServiceQuota:getServiceQuota",
     "aws:ec2/getInstanceType:getInstanceType",

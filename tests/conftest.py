@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from offline.mocks import PlanMocks, RecordingMonitor
@@ -9,6 +11,9 @@ from offline.plan import Plan, run_program
 from offline.stackfile import stack_names
 
 STACKS = stack_names()
+# The EKS support calendar is checked against "today": pin it so the suite gives the same answer
+# every day (test_config checks the calendar itself with explicit dates).
+os.environ["RAY_LLM_EKS_TODAY"] = "2026-11-30"
 
 
 @pytest.fixture(scope="session")

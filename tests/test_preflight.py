@@ -7,15 +7,18 @@ import re
 
 import pytest
 
-from components import cost, model_fit, preflight
+from components import model_fit, preflight
 from components.config import ConfigError
 from components.model_fit import GIB, MIB, Engine, budget, check_role
 from offline.mocks import PlanMocks, RecordingMonitor
 from offline.plan import run_program
+from offline.stackfile import SecretValue
 from tests.conftest import failing_run, region_overrides
 
 NS = "ray-llm-eks:"
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
+# Llama 3.1 is gated on Hugging Face: a stack serving it must set hfToken.
+LLAMA = {NS + "modelId": LLAMA_8B, NS + "hfToken": SecretValue("hf_test")}
 L4_MIB = 22888
 
 
@@ -23,7 +26,9 @@ L4_MIB = 22888
 
 
 def test_70b_on_dev_fails_saying_by_how_much_and_what_would_fit():
-    error, monitor = failing_run({NS + "modelId": "meta-llama/Llama-3.1-70B-Instruct"})
+    error, monitor = failing_run(
+        {NS + "modelId": "meta-llama/Llama-3.1-70B-Instruct", NS + "hfToken": SecretValue("t")}
+    )
     message = str(error)
     assert isinstance(error, ConfigError) and monitor.registrations == []
     assert "gpuPools.prefill = 'g6.8xlarge'" in message and "does not fit" in message
@@ -33,23 +38,26 @@ def test_70b_on_dev_fails_saying_by_how_much_and_what_would_fit():
 
 
 def test_llama_8b_at_full_context_fails_and_the_suggested_length_fits():
-    error, _ = failing_run({NS + "modelId": LLAMA_8B, NS + "maxModelLen": 131072})
+    error, _ = failing_run({**LLAMA, NS + "maxModelLen": 131072})
     message = str(error)
     assert "KV cache for 131072 tokens 16.00 GiB" in message  # 128 KiB/token x 131072
     assert "g6e.8xlarge" in message  # an L40S (48 GB) holds it at the same parallelism
     suggested = int(re.search(r"max_model_len <= (\d+)", message).group(1))
-    run_program("dev", {NS + "modelId": LLAMA_8B, NS + "maxModelLen": suggested})  # the edge: fits
-    error, _ = failing_run({NS + "modelId": LLAMA_8B, NS + "maxModelLen": suggested + 16})
+    run_program("dev", {**LLAMA, NS + "maxModelLen": suggested})  # the edge: fits
+    error, _ = failing_run({**LLAMA, NS + "maxModelLen": suggested + 16})
     assert "does not fit" in str(error)
 
 
 def test_llama_8b_at_8192_fits_dev():
-    plan = run_program("dev", {NS + "modelId": LLAMA_8B, NS + "maxModelLen": 8192})
+    plan = run_program("dev", {**LLAMA, NS + "maxModelLen": 8192})
     assert plan.one("kubernetes:ray.io/v1:RayService")
 
 
 def test_shipped_stacks_fit(plans):
+    """Every shipped stack got past the fit check (else it would have no RayService)."""
     assert set(plans) == {"baseline", "dev", "prod"}
+    for plan in plans.values():
+        assert plan.one("kubernetes:ray.io/v1:RayService")
 
 
 def test_qwen35_budget_is_the_hand_arithmetic():
@@ -83,8 +91,34 @@ def test_tensor_parallel_splits_weights_and_kv_heads():
     assert fp8.kv_cache == pytest.approx(eight.kv_cache / 2)
 
 
+def test_gated_model_without_token_fails():
+    error, monitor = failing_run({NS + "modelId": LLAMA_8B, NS + "maxModelLen": 8192})
+    assert "hfToken" in str(error) and f"{LLAMA_8B} is gated" in str(error) and monitor.registrations == []
+
+
+def test_unset_max_model_len_means_the_whole_context():
+    spec = model_fit.KNOWN_MODELS[LLAMA_8B]
+    document = {
+        "applications": [
+            {
+                "import_path": "ray.serve.llm:build_openai_app",
+                "args": {
+                    "llm_configs": [
+                        {
+                            "model_loading_config": {"model_id": LLAMA_8B},
+                            "engine_kwargs": {"max_num_batched_tokens": 2048},
+                        }
+                    ]
+                },
+            }
+        ]
+    }
+    with pytest.raises(ConfigError, match=f"KV cache for {spec.max_context} tokens"):
+        model_fit.check_fit(document, {"collocated": "g6.8xlarge"}, set(), None)
+
+
 def test_context_beyond_the_model_fails():
-    error, _ = failing_run({NS + "modelId": LLAMA_8B, NS + "maxModelLen": 200000})
+    error, _ = failing_run({**LLAMA, NS + "maxModelLen": 200000})
     assert "maxModelLen = 200000" in str(error) and "at most 131072" in str(error)
 
 
@@ -125,6 +159,9 @@ class CannedAws(PlanMocks):
         self.offerings, self.quotas = offerings, quotas
 
     def call(self, args):
+        if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            zones = ["us-east-1a", "us-east-1b", "us-east-1c"]
+            return {"id": "us-east-1", "names": zones, "zoneIds": ["use1-az1", "use1-az2", "use1-az4"]}
         if args.token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
             wanted = args.args["filters"][0]["values"]
             pairs = [(t, z) for t, zones in self.offerings.items() if t in wanted for z in zones]
@@ -156,7 +193,8 @@ def aws_run(offerings, quotas, stack="dev"):
 def test_checks_pass_when_aws_says_yes():
     _, run = aws_run(EVERYWHERE, ROOMY)
     checks = run().outputs["preflightChecks"]
-    assert checks[0].startswith("ok: instance types")
+    assert checks[0] == "ok: zones ['us-east-1a', 'us-east-1b'] are available in us-east-1"
+    assert checks[1].startswith("ok: instance types")
     assert "ok: Running On-Demand G and VT instances (L-DB2E81BA) 64 <= 128 vCPUs" in " ".join(checks)
     assert not any("deferred" in line for line in checks)
 
@@ -187,6 +225,14 @@ def test_gpu_type_not_offered_in_the_gpu_zone_fails():
     assert monitor.registrations == []
 
 
+def test_zone_that_does_not_exist_fails():
+    monitor = RecordingMonitor(CannedAws(EVERYWHERE, ROOMY))
+    overrides = {NS + "availabilityZones": ["us-east-1a", "us-east-1z"]}
+    with pytest.raises(preflight.PreflightError, match=r"\['us-east-1z'\] are not available zones of us-east-1"):
+        run_program("dev", overrides, monitor=monitor)
+    assert monitor.registrations == []
+
+
 def test_offline_plan_defers_rather_than_passes(dev):
     checks = dev.outputs["preflightChecks"]
     assert all(line.startswith("deferred to deploy time") for line in checks)
@@ -203,8 +249,9 @@ def test_quota_families():
 
 
 def test_dev_cost_is_two_gpu_nodes_a_system_node_eks_and_a_nat(dev):
-    prices = cost.INSTANCE_USD_PER_HOUR["us-east-1"]
-    reference = 2 * prices["g6.8xlarge"] + prices["m7i.xlarge"] + 0.10 + cost.NAT_GATEWAY_USD_PER_HOUR["us-east-1"]
+    # us-east-1 on-demand (AWS price list, 2026): g6.8xlarge 2.0144, m7i.xlarge 0.2016, EKS 0.10,
+    # NAT gateway 0.045 per hour.
+    reference = 2 * 2.0144 + 0.2016 + 0.10 + 0.045
     estimated = dev.outputs["estimatedHourlyCostUsd"]
     assert abs(estimated - reference) / reference < 0.10
     assert estimated == dev.outputs["costEstimate"]["usdPerHour"]
