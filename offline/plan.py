@@ -135,8 +135,10 @@ class Plan:
                 doc |= {k: v for k, v in r.inputs.items() if k not in (*head, "__defaults")}
                 if doc.get("kind") in SECRET_KINDS:
                     for key in ("data", "stringData"):
-                        if key in doc:
-                            doc[key] = dict.fromkeys(doc[key], SECRET_TEXT)
+                        if isinstance(doc.get(key), dict):
+                            doc[key] = dict.fromkeys(doc[key], SECRET_TEXT)  # keys stay, values never
+                        elif key in doc:
+                            doc[key] = SECRET_TEXT  # the whole map was a secret Output
             docs[f"{_slug(r.type)}--{_slug(r.name)}.yaml"] = doc
         return docs
 

@@ -332,7 +332,7 @@ def test_hf_token_never_appears_in_plain_text(tmp_path, capsys):
     secret = plan.one("kubernetes:core/v1:Secret")
     assert secret.inputs["stringData"] == "[secret]"
     (doc,) = [d for d in plan.manifests().values() if d.get("kind") == "Secret"]
-    assert doc["metadata"]["name"] == "hf-token"
+    assert doc["metadata"]["name"] == "hf-token" and doc["stringData"] == "[secret]"
     env = manifest(plan)["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}} in env
     assert plan.depends_on(plan.one(RAY_SERVICE).urn, secret.urn)
