@@ -135,3 +135,19 @@ def test_declared_keys_are_exactly_the_keys_the_program_reads():
 def test_a_secret_key_set_in_plain_text_is_refused():
     with pytest.raises(StackFileError, match="'hfToken' must be encrypted"):
         load_stack("dev", overrides={"ray-llm-eks:hfToken": "hf_plain"})
+
+
+def test_secret_manifests_never_carry_values():
+    from offline.mocks import Registration
+    from offline.plan import Plan
+
+    def secret(name, inputs):
+        return Registration(f"urn:{name}", "kubernetes:core/v1:Secret", name, "id", None, [], None, True, False, inputs)
+
+    head = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}}
+    plan = Plan(
+        "t", [secret("a", {**head, "data": {"k": "cGxhaW4="}}), secret("b", {**head, "stringData": "[secret]"})]
+    )
+    docs = plan.manifests()
+    assert docs["kubernetes_core_v1_Secret--a.yaml"]["data"] == {"k": "[secret]"}
+    assert docs["kubernetes_core_v1_Secret--b.yaml"]["stringData"] == "[secret]"
