@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date
 from typing import Any
 
-from components import aws_facts, cost, model_fit, serve_config, versions
+from components import aws_facts, cost, model_fit, serve_config, sizing, versions
 from components.errors import PROJECT, ConfigError
 from components.versions import KUBERNETES_VERSIONS, RETIRED_KUBERNETES_VERSIONS
 
@@ -340,6 +340,7 @@ def _cluster(raw: _Raw, name: str, vpc_cidr: str, today: date) -> ClusterSetting
         raw.structured("systemNodes", dict, {"instanceType": "m7i.xlarge", "desiredSize": 1}),
         default_disk=100,
     )
+    _system_node_fits(system)
     return ClusterSettings(
         name=name,
         kubernetes_version=_kubernetes_version(raw, today),
@@ -349,6 +350,22 @@ def _cluster(raw: _Raw, name: str, vpc_cidr: str, today: date) -> ClusterSetting
         log_retention_days=retention,
         system_nodes=system,
     )
+
+
+def _system_node_fits(system: NodePoolSettings) -> None:
+    """The Ray head, CoreDNS and the operator share one system node. An instance type outside our
+    table is checked at deploy time instead (preflight.check_system_node)."""
+    spec = aws_facts.INSTANCE_SPECS.get(system.instance_type)
+    if spec is None:
+        return
+    need, offered = sizing.system_node_room(spec)
+    if not need.fits_in(offered):
+        raise ConfigError(
+            "systemNodes.instanceType",
+            system.instance_type,
+            f"a type with room for the Ray head and system pods: they need {need.cpu_m}m CPU / {need.memory_mib} MiB, "
+            f"one {system.instance_type} offers {offered.cpu_m}m / {offered.memory_mib} MiB (e.g. m7i.xlarge)",
+        )
 
 
 def _ami_pin(raw: _Raw) -> AmiPin:

@@ -8,10 +8,9 @@ import pulumi_kubernetes as k8s
 from components.cluster import SYSTEM_LABELS
 from components.config import KUBERAY_NAMESPACE, ChartPin
 from components.helm import helm_release
-from components.sizing import Resources
+from components.sizing import OPERATOR_REQUESTS
 
 NAMESPACE = KUBERAY_NAMESPACE
-OPERATOR_REQUESTS = Resources(100, 512)  # the chart's default limits, made explicit requests
 
 
 class KubeRayOperator(pulumi.ComponentResource):

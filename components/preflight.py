@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Protocol
 
-from components import aws_facts
+from components import aws_facts, sizing
 from components.config import NodePoolSettings, Settings
 
 
@@ -55,8 +55,8 @@ class AwsAnswers(Protocol):
     def quota(self, code: str) -> float | None:
         """The applied vCPU quota; None when unknown (offline)."""
 
-    def vcpus(self, instance_type: str) -> int | None:
-        """Default vCPUs of an instance type; None when unknown (offline)."""
+    def hardware(self, instance_type: str) -> aws_facts.InstanceSpec | None:
+        """vCPUs, memory and max pods of an instance type; None when unknown (offline)."""
 
 
 class PulumiAwsAnswers:
@@ -88,14 +88,18 @@ class PulumiAwsAnswers:
         value = aws.servicequotas.get_service_quota(service_code="ec2", quota_code=code).value
         return None if value is None else float(value)
 
-    def vcpus(self, instance_type: str) -> int | None:
+    def hardware(self, instance_type: str) -> aws_facts.InstanceSpec | None:
         known = aws_facts.INSTANCE_SPECS.get(instance_type)
         if known is not None:
-            return known.vcpus
+            return known
         import pulumi_aws as aws
 
-        value = aws.ec2.get_instance_type(instance_type=instance_type).default_vcpus
-        return None if value is None else int(value)
+        info = aws.ec2.get_instance_type(instance_type=instance_type)
+        if info.default_vcpus is None:
+            return None
+        # nodeadm's max pods for a type missing from eni-max-pods.txt: ENIs x (IPv4 per ENI - 1) + 2.
+        max_pods = info.maximum_network_interfaces * (info.maximum_ipv4_addresses_per_interface - 1) + 2
+        return aws_facts.InstanceSpec(vcpus=info.default_vcpus, memory_gib=info.memory_size // 1024, max_pods=max_pods)
 
 
 def _pools(settings: Settings) -> dict[str, NodePoolSettings]:
@@ -137,12 +141,28 @@ def check_offerings(settings: Settings, aws: AwsAnswers) -> str:
     return f"ok: instance types {types} are offered in their zones"
 
 
+def check_system_node(settings: Settings, aws: AwsAnswers) -> str:
+    """The Ray head and system pods fit one system node (a type outside our table: checked here)."""
+    instance_type = settings.cluster.system_nodes.instance_type
+    hardware = aws.hardware(instance_type)
+    if hardware is None:
+        return f"deferred to deploy time: the Ray head and system pods fit one {instance_type}"
+    need, offered = sizing.system_node_room(hardware)
+    if not need.fits_in(offered):
+        raise PreflightError(
+            f"systemNodes.instanceType {instance_type} is too small for the Ray head and system pods: they need "
+            f"{need.cpu_m}m CPU / {need.memory_mib} MiB, one node offers {offered.cpu_m}m / {offered.memory_mib} MiB"
+        )
+    return f"ok: the Ray head and system pods fit one {instance_type}"
+
+
 def check_quotas(settings: Settings, aws: AwsAnswers) -> list[str]:
     needs: dict[Quota, list[tuple[str, NodePoolSettings, int]]] = defaultdict(list)
     for key, nodes in _pools(settings).items():
         quota = quota_for(nodes.instance_type)
         if quota is not None:
-            needs[quota].append((key, nodes, aws.vcpus(nodes.instance_type)))
+            hardware = aws.hardware(nodes.instance_type)
+            needs[quota].append((key, nodes, None if hardware is None else hardware.vcpus))
     report = []
     for quota, uses in needs.items():
         if any(vcpus is None for *_, vcpus in uses):
@@ -167,4 +187,9 @@ def check_quotas(settings: Settings, aws: AwsAnswers) -> list[str]:
 
 def run(settings: Settings, aws: AwsAnswers) -> list[str]:
     """All deploy-time checks; raises PreflightError on the first that fails."""
-    return [check_zones(settings, aws), check_offerings(settings, aws), *check_quotas(settings, aws)]
+    return [
+        check_zones(settings, aws),
+        check_offerings(settings, aws),
+        check_system_node(settings, aws),
+        *check_quotas(settings, aws),
+    ]

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from components.aws_facts import INSTANCE_SPECS
 from components.cluster import SYSTEM_LABELS
-from components.config import ClusterSettings, GpuPoolSettings, ServingSettings
+from components.config import GpuPoolSettings, ServingSettings
 from components.device_plugins import gpu_node_daemonsets
 from components.gpu_nodes import GPU_TAINT, LOCAL_NVME_ROOT
-from components.kuberay import OPERATOR_REQUESTS
 from components.serve_config import role_resource, to_yaml
-from components.sizing import NODE_DAEMONSETS, SYSTEM_PODS, Resources, allocatable, total, worker_container
+from components.sizing import HEAD_REQUESTS, Resources, worker_container
 
 HF_TOKEN_SECRET = "hf-token"
 HF_TOKEN_KEY = "HF_TOKEN"
@@ -20,7 +18,6 @@ HF_TOKEN_KEY = "HF_TOKEN"
 # weights on local disk or in page cache instead of downloading ~19 GB again.
 MODEL_CACHE_HOST_PATH = f"{LOCAL_NVME_ROOT}/hf-cache"
 MODEL_CACHE_MOUNT = "/mnt/hf-cache"
-HEAD_REQUESTS = Resources(2000, 8192)  # GCS, dashboard, Serve controller; no Ray tasks (num-cpus 0)
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "metrics": 8080, "serve": 8000}
 SERVE_PORT = HEAD_PORTS["serve"]
 
@@ -29,13 +26,6 @@ def _resources(requests: Resources, extra: Mapping[str, int] | None = None) -> d
     """Requests equal limits: GPU workers get Guaranteed QoS and are never throttled or evicted first."""
     amounts = {**requests.as_k8s(), **{k: str(v) for k, v in (extra or {}).items()}}
     return {"requests": amounts, "limits": dict(amounts)}
-
-
-def system_node_fits_head(cluster: ClusterSettings) -> tuple[Resources, Resources]:
-    """(what the head needs with the system pods, what one system node offers)."""
-    spec = INSTANCE_SPECS[cluster.system_nodes.instance_type]
-    need = total({**NODE_DAEMONSETS, **SYSTEM_PODS, "kuberay-operator": OPERATOR_REQUESTS, "ray-head": HEAD_REQUESTS})
-    return need, allocatable(spec)
 
 
 def head_group(serving: ServingSettings) -> dict:

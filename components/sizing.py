@@ -54,8 +54,18 @@ def allocatable(spec: InstanceSpec) -> Resources:
 # Requests of the pods every node runs besides ours. aws-node: VPC CNI DaemonSet (25m CPU);
 # kube-proxy: EKS add-on (100m CPU). Our own charts' requests are set in device_plugins.py/kuberay.py.
 NODE_DAEMONSETS = {"aws-node": Resources(25, 0), "kube-proxy": Resources(100, 0)}
-# CoreDNS (EKS default: 2 replicas, 100m / 70Mi each) tolerates no GPU taint: it runs on system nodes.
-SYSTEM_PODS = {"coredns": Resources(200, 140)}
+# What runs on a system node: CoreDNS (EKS default: 2 replicas, 100m / 70Mi each; it tolerates no
+# GPU taint), the KubeRay operator (its chart's default limits, made explicit requests), the Ray head
+# (GCS, dashboard, Serve controller; no Ray tasks: num-cpus 0).
+OPERATOR_REQUESTS = Resources(100, 512)
+HEAD_REQUESTS = Resources(2000, 8192)
+SYSTEM_PODS = {"coredns": Resources(200, 140), "kuberay-operator": OPERATOR_REQUESTS, "ray-head": HEAD_REQUESTS}
+
+
+def system_node_room(spec: InstanceSpec) -> tuple[Resources, Resources]:
+    """(what the system pods need on ONE system node, what that node offers): the head must fit
+    next to CoreDNS and the operator even when the pool runs a single node."""
+    return total({**NODE_DAEMONSETS, **SYSTEM_PODS}), allocatable(spec)
 
 
 def worker_container(spec: InstanceSpec, gpu_daemonsets: dict[str, Resources]) -> Resources:

@@ -171,6 +171,15 @@ class CannedAws(PlanMocks):
                 "locations": [z for _, z in pairs],
                 "locationTypes": ["availability-zone"] * len(pairs),
             }
+        if args.token == "aws:ec2/getInstanceType:getInstanceType":  # c7i.large: 2 vCPU, 4 GiB, 3 ENIs x 10 IPs
+            return {
+                "id": args.args["instanceType"],
+                "instanceType": args.args["instanceType"],
+                "defaultVcpus": 2,
+                "memorySize": 4096,
+                "maximumNetworkInterfaces": 3,
+                "maximumIpv4AddressesPerInterface": 10,
+            }
         if args.token == "aws:servicequotas/getServiceQuota:getServiceQuota":
             return {
                 "id": args.args["quotaCode"],
@@ -233,9 +242,19 @@ def test_zone_that_does_not_exist_fails():
     assert monitor.registrations == []
 
 
+def test_system_type_outside_our_table_is_sized_from_aws():
+    monitor = RecordingMonitor(CannedAws({**EVERYWHERE, "c7i.large": ["us-east-1a"]}, ROOMY))
+    # 2000m - 70m kube-reserved; 4096 MiB x 92.5% - (11 x (3 x 9 + 2) + 255) - 100 eviction.
+    with pytest.raises(preflight.PreflightError, match=r"c7i.large is too small .* offers 1930m / 3114 MiB"):
+        run_program("dev", {NS + "systemNodes": {"instanceType": "c7i.large"}}, monitor=monitor)
+    assert monitor.registrations == []
+
+
 def test_offline_plan_defers_rather_than_passes(dev):
     checks = dev.outputs["preflightChecks"]
-    assert all(line.startswith("deferred to deploy time") for line in checks)
+    offline = [line for line in checks if not line.startswith("deferred to deploy time")]
+    assert offline == ["ok: the Ray head and system pods fit one m7i.xlarge"]  # from our table, no AWS needed
+    assert len(checks) == 5
 
 
 def test_quota_families():

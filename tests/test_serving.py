@@ -14,9 +14,9 @@ from components import aws_facts, versions
 from components.config import ConfigError
 from components.device_plugins import gpu_node_daemonsets
 from components.gpu_nodes import LOCAL_NVME_ROOT
-from components.ray_cluster import MODEL_CACHE_HOST_PATH, system_node_fits_head
+from components.ray_cluster import MODEL_CACHE_HOST_PATH
 from components.serve_config import role_resource
-from components.sizing import NODE_DAEMONSETS, Resources, allocatable, total
+from components.sizing import NODE_DAEMONSETS, Resources, allocatable, system_node_room, total
 from offline.plan import Plan, run_program
 from offline.stackfile import ROOT, SecretValue
 from tests.conftest import STACKS, failing_run, region_overrides
@@ -242,18 +242,15 @@ def test_head_runs_on_the_system_node_and_fits_it(plans):
         assert head["template"]["spec"]["nodeSelector"] == plan.one(MNG, "eks-system").inputs["labels"]
         ports = {p["name"]: p["containerPort"] for p in head["template"]["spec"]["containers"][0]["ports"]}
         assert ports == {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "metrics": 8080, "serve": 8000}
-    from components.config import load_settings
-
-    values = {
-        "gpuPools": '{"prefill": {"instanceType": "g6.8xlarge"}, "decode": {"instanceType": "g6.8xlarge"}}',
-        "gpuAmiReleaseVersion": "v20260903",
-    }
-    need, offered = system_node_fits_head(load_settings(values.get, "dev", "us-east-1").cluster)
+    need, offered = system_node_room(aws_facts.INSTANCE_SPECS["m7i.xlarge"])
     # m7i.xlarge: 4000m - 80m kube-reserved; 16384 MiB x 92.5% - 893 (11*58+255) - 100 eviction.
     assert offered == Resources(3920, 14162)
     # aws-node 25m + kube-proxy 100m + CoreDNS 2 x (100m, 70Mi) + operator (100m, 512Mi) + head (2, 8Gi).
     assert need == Resources(2425, 8844)
     assert need.fits_in(offered)
+    error, monitor = failing_run({NS + "systemNodes": {"instanceType": "m7i.large"}})
+    assert "systemNodes.instanceType = 'm7i.large'" in str(error) and "room for the Ray head" in str(error)
+    assert monitor.registrations == []
 
 
 def test_model_cache_hostpath_mount_and_hf_home_agree(plans):
