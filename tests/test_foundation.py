@@ -180,3 +180,17 @@ def test_deploy_time_values_are_placeholders_never_invented(plans):
                 assert is_placeholder(r.id), r.urn
         text = json.dumps(plan.resources_json())
         assert "ami-0" not in text and "arn:aws:eks" not in text
+
+
+def test_node_group_enums_are_what_the_eks_api_accepts(plans):
+    """Values the EKS API validates at deploy time, checked against its botocore model now."""
+    import botocore.loaders
+
+    shapes = botocore.loaders.Loader().load_service_model("eks", "service-2")["shapes"]
+    for plan in plans.values():
+        for group in plan.of_type(MNG):
+            if "amiType" in group.inputs:
+                assert group.inputs["amiType"] in shapes["AMITypes"]["enum"]
+            for taint in group.inputs.get("taints", []):
+                assert taint["effect"] in shapes["TaintEffect"]["enum"]
+        assert plan.one(CLUSTER).inputs["authenticationMode"] in shapes["AuthenticationMode"]["enum"]
