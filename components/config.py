@@ -23,8 +23,9 @@ from components.versions import KUBERNETES_VERSIONS, RETIRED_KUBERNETES_VERSIONS
 
 KUBERAY_NAMESPACE = "kuberay-system"
 
-PD_ROLES = ("prefill", "decode")
-GPU_ROLES = (*PD_ROLES, "collocated")  # collocated: the non-disaggregated baseline's pool
+# Pool roles are the roles of the serve apps: prefill/decode, or the collocated baseline's one pool.
+PD_ROLES = tuple(serve_config.PD_ARG_ROLES.values())
+GPU_ROLES = (*PD_ROLES, serve_config.COLLOCATED_ROLE)
 
 NAT_MODES = ("single", "perAz")
 
@@ -99,13 +100,11 @@ class ChartPin:
 class ServingSettings:
     """The Kubernetes half: operator, device plugins and the RayService with its application."""
 
-    serve_config: str  # file stem in serve_configs/
     serve_document: dict  # rendered serveConfigV2, already checked
     namespace: str
     service_name: str  # RayService metadata.name
     image: str
     ray_version: str
-    vllm_version: str | None  # None for a custom image: engine_kwargs are then checked by vLLM only
     kuberay: ChartPin
     nvidia_plugin: ChartPin
     efa_plugin: ChartPin
@@ -421,7 +420,8 @@ def _chart(raw: _Raw, key: str, pin: tuple[str, str, str]) -> ChartPin:
 
 
 def _image(raw: _Raw, region: str) -> tuple[str, str, str | None]:
-    """Image and its Ray version as one pair: the AWS Ray LLM DLC by default, from tables."""
+    """Image, its Ray version and its vLLM version (None for your own image: engine_kwargs are then
+    checked by vLLM only). The AWS Ray LLM DLC by default, its versions from a table."""
     image, ray_version = raw.text("image"), raw.text("rayVersion")
     if image is not None or ray_version is not None:
         if image is None or ray_version is None:
@@ -456,8 +456,7 @@ def _serve_overrides(raw: _Raw) -> serve_config.ServeOverrides:
     if model_source is not None and "://" in model_source:
         # Nodes have no S3 (or other bucket) read permission: weights come from Hugging Face.
         raise ConfigError("modelSource", model_source, "a Hugging Face repo id (org/name); buckets are not wired up")
-    max_len = raw.text("maxModelLen")
-    max_len = raw.integer("maxModelLen", 0) if max_len is not None else None
+    max_len = None if raw.text("maxModelLen") is None else raw.integer("maxModelLen", 0)
     if max_len is not None and not 16 <= max_len <= 10_000_000:
         raise ConfigError("maxModelLen", max_len, "a context length in tokens, 16 or more")
     replicas = raw.structured("replicas", dict, {})
@@ -499,13 +498,11 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings]) -> Se
     if not 600 <= timeout <= 14400:
         raise ConfigError("serviceReadyTimeoutSeconds", timeout, "600 to 14400 (image pull + weights + engine start)")
     return ServingSettings(
-        serve_config=name,
         serve_document=document,
         namespace=namespace,
         service_name=service_name,
         image=image,
         ray_version=ray_version,
-        vllm_version=vllm_version,
         kuberay=_chart(raw, "kuberayVersion", versions.KUBERAY_CHART),
         nvidia_plugin=_chart(raw, "nvidiaDevicePluginVersion", versions.NVIDIA_PLUGIN_CHART),
         efa_plugin=_chart(raw, "efaDevicePluginVersion", versions.EFA_PLUGIN_CHART),

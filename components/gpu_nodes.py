@@ -54,7 +54,6 @@ class GpuNodePool(pulumi.ComponentResource):
     ):
         super().__init__("ray-llm-eks:gpu_nodes:GpuNodePool", role, None, opts)
         self.role = role
-        self.settings = settings
         if settings.ami.ami_id is not None:
             ami_id = pulumi.Output.from_input(settings.ami.ami_id)
         else:

@@ -70,9 +70,9 @@ def _id_for(type_: str, name: str) -> str:
 
 
 # Outputs of remote (multi-language) components, whose children are invisible under mocks.
-def _eks_cluster_outputs(name: str, inputs: dict) -> dict:
+def _eks_cluster_outputs(name: str) -> dict:
     kubeconfig = placeholder(f"eks:index:Cluster::{name}.kubeconfig")
-    return {"kubeconfig": kubeconfig, "kubeconfigJson": kubeconfig, "clusterName": inputs.get("name")}
+    return {"kubeconfig": kubeconfig, "kubeconfigJson": kubeconfig}
 
 
 NO_ANSWER_OFFLINE = {
@@ -92,7 +92,7 @@ class PlanMocks(pulumi_mocks.Mocks):
     def new_resource(self, args: pulumi_mocks.MockResourceArgs):
         state = dict(args.inputs)
         if args.typ == "eks:index:Cluster":
-            state.update(_eks_cluster_outputs(args.name, args.inputs))
+            state.update(_eks_cluster_outputs(args.name))
         elif args.typ == "eks:index:ManagedNodeGroup":
             state["nodeGroup"] = self.monitor.stand_in_child(
                 "aws:eks/nodeGroup:NodeGroup",
