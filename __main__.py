@@ -2,18 +2,19 @@
 
 import pulumi
 
-from components import cost, preflight
+from components.aws_answers import PulumiAwsAnswers
 from components.cluster import Cluster
-from components.config import load_stack_settings
 from components.device_plugins import DevicePlugins
 from components.gpu_nodes import GpuNodePool
 from components.kuberay import KubeRayOperator
 from components.llm_service import LlmService
 from components.network import Network
+from domain import cost, preflight
+from domain.config import load_stack_settings
 
 settings = load_stack_settings()  # typed and validated: a bad value stops here, before any resource
 serving = settings.serving
-checks = preflight.run(settings, preflight.PulumiAwsAnswers())  # AWS offerings, quotas: before any resource
+checks = preflight.run(settings, PulumiAwsAnswers())  # AWS offerings, quotas: before any resource
 estimate = cost.estimate(settings, settings.prices)
 
 network = Network("net", settings.network, settings.region)

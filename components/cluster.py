@@ -10,11 +10,10 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
-from components import aws_facts
-from components.config import ClusterSettings, NodePoolSettings
 from components.network import Network
-
-SYSTEM_LABELS = {"role": "system"}
+from domain import aws_facts
+from domain.placement import SYSTEM_LABELS
+from domain.settings import ClusterSettings, NodePoolSettings
 
 # Managed policies a node needs: join the cluster, run the VPC CNI, pull from ECR, and be reachable
 # through SSM Session Manager instead of SSH.

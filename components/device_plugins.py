@@ -8,23 +8,10 @@ from collections.abc import Mapping
 
 import pulumi
 
-from components.config import ChartPin, GpuPoolSettings
 from components.helm import helm_release
-from components.sizing import Resources
-
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-GPU_NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}
-# Requests we set on each plugin; the Ray worker sizing subtracts them from the node.
-NVIDIA_PLUGIN_REQUESTS = Resources(50, 64)
-EFA_PLUGIN_REQUESTS = Resources(10, 20)  # the chart's own default
-
-
-def gpu_node_daemonsets(with_efa: bool) -> dict[str, Resources]:
-    """What our plugins take on a GPU node (the EFA plugin is installed when any pool has EFA)."""
-    daemonsets = {"nvidia-device-plugin": NVIDIA_PLUGIN_REQUESTS}
-    if with_efa:
-        daemonsets["aws-efa-k8s-device-plugin"] = EFA_PLUGIN_REQUESTS
-    return daemonsets
+from domain.placement import GPU_NODE_SELECTOR, GPU_TOLERATION
+from domain.settings import ChartPin, GpuPoolSettings
+from domain.sizing import EFA_PLUGIN_REQUESTS, NVIDIA_PLUGIN_REQUESTS
 
 
 def nvidia_values() -> dict:

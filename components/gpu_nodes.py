@@ -8,14 +8,11 @@ import pulumi_eks as eks
 import yaml
 
 from components.cluster import Cluster, scaling
-from components.config import GpuPoolSettings
 from components.network import Network
+from domain.placement import GPU_TAINT, gpu_labels
+from domain.settings import GpuPoolSettings
 
-GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
-
-# nodeadm builds one RAID0 array from all instance-store NVMe, mounts it at /mnt/k8s-disks/0 and
-# bind-mounts kubelet, containerd and pod logs onto it (amazon-eks-ami nodeadm API, localStorage).
-LOCAL_NVME_ROOT = "/mnt/k8s-disks/0"
+# nodeadm's local storage: one RAID0 array from all instance-store NVMe at LOCAL_NVME_ROOT.
 NODE_CONFIG = yaml.safe_dump(
     {
         "apiVersion": "node.eks.aws/v1alpha1",
@@ -24,11 +21,6 @@ NODE_CONFIG = yaml.safe_dump(
     },
     sort_keys=False,
 )
-
-
-def gpu_labels(role: str) -> dict[str, str]:
-    """Labels of a GPU pool's nodes; `nvidia.com/gpu.present` is what the NVIDIA plugin selects."""
-    return {"role": role, "nvidia.com/gpu.present": "true"}
 
 
 def ami_parameter(pool: GpuPoolSettings) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.config import ChartPin
+from domain.settings import ChartPin
 
 
 def helm_release(

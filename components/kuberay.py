@@ -5,10 +5,10 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.cluster import SYSTEM_LABELS
-from components.config import KUBERAY_NAMESPACE, ChartPin
 from components.helm import helm_release
-from components.sizing import OPERATOR_REQUESTS
+from domain.placement import SYSTEM_LABELS
+from domain.settings import KUBERAY_NAMESPACE, ChartPin
+from domain.sizing import OPERATOR_REQUESTS
 
 NAMESPACE = KUBERAY_NAMESPACE
 

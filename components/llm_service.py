@@ -8,9 +8,9 @@ from collections.abc import Mapping
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.config import GpuPoolSettings, ServingSettings
-from components.ray_cluster import HEAD_PORTS, HF_TOKEN_KEY, HF_TOKEN_SECRET, SERVE_PORT, ray_service_spec
-from components.serve_config import llm_configs_by_role
+from domain.ray_service import HEAD_PORTS, HF_TOKEN_KEY, HF_TOKEN_SECRET, SERVE_PORT, ray_service_spec
+from domain.serve_config import llm_configs_by_role
+from domain.settings import GpuPoolSettings, ServingSettings
 
 
 class LlmService(pulumi.ComponentResource):

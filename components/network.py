@@ -7,8 +7,8 @@ import ipaddress
 import pulumi
 import pulumi_aws as aws
 
-from components import aws_facts
-from components.config import NetworkSettings
+from domain import aws_facts
+from domain.settings import NetworkSettings
 
 
 def subnet_cidrs(vpc_cidr: str, zones: int) -> tuple[list[str], list[str]]:

@@ -26,7 +26,7 @@ from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from components import cost
+from domain import cost
 from offline.mocks import SECRET_TEXT, PlanMocks, RecordingMonitor, Registration
 from offline.stackfile import ROOT, load_stack
 

@@ -7,7 +7,8 @@ from datetime import date
 
 import pytest
 
-from components.config import ConfigError, load_settings
+from domain.config import load_settings
+from domain.errors import ConfigError
 from tests.conftest import failing_run
 
 NS = "ray-llm-eks:"

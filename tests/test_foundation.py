@@ -8,7 +8,7 @@ import json
 import pytest
 
 from components.cluster import NODE_POLICIES
-from components.gpu_nodes import LOCAL_NVME_ROOT
+from domain.placement import LOCAL_NVME_ROOT
 from offline.mocks import is_placeholder
 from offline.plan import Plan
 

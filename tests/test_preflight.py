@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from components import model_fit, preflight
-from components.config import ConfigError
-from components.model_fit import GIB, MIB, Engine, budget, check_role
+from domain import model_fit, preflight
+from domain.errors import ConfigError
+from domain.model_fit import GIB, MIB, Engine, budget, check_role
 from offline.mocks import PlanMocks, RecordingMonitor
 from offline.plan import run_program
 from offline.stackfile import SecretValue

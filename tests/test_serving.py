@@ -10,13 +10,12 @@ import jsonschema
 import pytest
 import yaml
 
-from components import aws_facts, versions
-from components.config import ConfigError
-from components.device_plugins import gpu_node_daemonsets
-from components.gpu_nodes import LOCAL_NVME_ROOT
-from components.ray_cluster import MODEL_CACHE_HOST_PATH
-from components.serve_config import role_resource
-from components.sizing import NODE_DAEMONSETS, Resources, allocatable, system_node_room, total
+from domain import aws_facts, versions
+from domain.errors import ConfigError
+from domain.placement import LOCAL_NVME_ROOT
+from domain.ray_service import MODEL_CACHE_HOST_PATH
+from domain.serve_config import role_resource
+from domain.sizing import NODE_DAEMONSETS, Resources, allocatable, gpu_node_daemonsets, system_node_room, total
 from offline.plan import Plan, run_program
 from offline.stackfile import ROOT, SecretValue
 from tests.conftest import STACKS, failing_run, region_overrides
@@ -46,7 +45,7 @@ def serve_doc(plan: Plan) -> dict:
 
 
 def llm_configs(plan: Plan) -> dict[str, dict]:
-    from components.serve_config import llm_configs_by_role
+    from domain.serve_config import llm_configs_by_role
 
     return llm_configs_by_role(serve_doc(plan), plan.stack)
 
@@ -368,7 +367,7 @@ def test_dev_requirements_pin_the_images_ray():
 
 
 def test_vllm_argument_list_is_for_the_images_vllm():
-    data = json.loads((ROOT / "components" / "data" / "vllm_engine_args.json").read_text())
+    data = json.loads((ROOT / "domain" / "data" / "vllm_engine_args.json").read_text())
     assert data["vllm_version"] == versions.DLC_IMAGES[versions.DEFAULT_DLC_TAG].vllm
     assert "vllm" in data["source"] and len(data["engine_args"]) > 100
     assert {"max_model_len", "tensor_parallel_size", "gpu_memory_utilization", "kv_transfer_config"} <= set(
@@ -422,7 +421,7 @@ def test_every_serve_file_passes_ray_and_our_checks(name):
     from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
     from ray.serve.schema import ServeDeploySchema
 
-    from components.serve_config import check_application, llm_configs_by_role
+    from domain.serve_config import check_application, llm_configs_by_role
 
     doc = yaml.safe_load((ROOT / "serve_configs" / f"{name}.yaml").read_text())
     ServeDeploySchema.model_validate(doc)
@@ -432,7 +431,7 @@ def test_every_serve_file_passes_ray_and_our_checks(name):
 
 
 def _breaks(mutate) -> str:
-    from components.serve_config import check_application
+    from domain.serve_config import check_application
 
     doc = _pd_file()
     mutate(doc["applications"][0]["args"])

@@ -115,8 +115,8 @@ def test_plan_command_fails_with_one_clear_message(tmp_path, capsys, monkeypatch
 
 
 def test_declared_keys_are_exactly_the_keys_the_program_reads():
-    """Pulumi.yaml, components/config.py and README agree on the config keys."""
-    from components.config import load_settings
+    """Pulumi.yaml, domain/config.py and README agree on the config keys."""
+    from domain.config import load_settings
 
     asked: set[str] = set()
     values = load_stack("dev").values

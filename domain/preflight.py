@@ -2,9 +2,9 @@
 declared: are the instance types offered where the pools put them, and does the account's
 On-Demand vCPU quota cover the pools at their maximum size?
 
-The AWS answers come through Pulumi data sources. Offline (`make plan`) the mocks give no answer
-(None, which AWS never returns for these fields), and the checks say they were deferred to deploy
-time instead of pretending to pass.
+The AWS answers come through Pulumi data sources (components/aws_answers.py). Offline (`make
+plan`) the mocks give no answer (None, which AWS never returns for these fields), and the checks
+say they were deferred to deploy time instead of pretending to pass.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Protocol
 
-from components import aws_facts, sizing
-from components.config import NodePoolSettings, Settings
+from domain import aws_facts, sizing
+from domain.settings import NodePoolSettings, Settings
 
 
 @dataclass(frozen=True)
@@ -57,49 +57,6 @@ class AwsAnswers(Protocol):
 
     def hardware(self, instance_type: str) -> aws_facts.InstanceSpec | None:
         """vCPUs, memory and max pods of an instance type; None when unknown (offline)."""
-
-
-class PulumiAwsAnswers:
-    """The answers from AWS, through pulumi-aws data sources (blocking invokes)."""
-
-    def zones(self) -> set[str] | None:
-        import pulumi_aws as aws
-
-        names = aws.get_availability_zones(state="available").names
-        return None if names is None else set(names)
-
-    def offered(self, instance_types: list[str]) -> dict[str, set[str]] | None:
-        import pulumi_aws as aws
-
-        result = aws.ec2.get_instance_type_offerings(
-            location_type="availability-zone",
-            filters=[aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="instance-type", values=instance_types)],
-        )
-        if result.instance_types is None or result.locations is None:
-            return None
-        zones: dict[str, set[str]] = defaultdict(set)
-        for instance_type, zone in zip(result.instance_types, result.locations, strict=True):
-            zones[instance_type].add(zone)
-        return zones
-
-    def quota(self, code: str) -> float | None:
-        import pulumi_aws as aws
-
-        value = aws.servicequotas.get_service_quota(service_code="ec2", quota_code=code).value
-        return None if value is None else float(value)
-
-    def hardware(self, instance_type: str) -> aws_facts.InstanceSpec | None:
-        known = aws_facts.INSTANCE_SPECS.get(instance_type)
-        if known is not None:
-            return known
-        import pulumi_aws as aws
-
-        info = aws.ec2.get_instance_type(instance_type=instance_type)
-        if info.default_vcpus is None:
-            return None
-        # nodeadm's max pods for a type missing from eni-max-pods.txt: ENIs x (IPv4 per ENI - 1) + 2.
-        max_pods = info.maximum_network_interfaces * (info.maximum_ipv4_addresses_per_interface - 1) + 2
-        return aws_facts.InstanceSpec(vcpus=info.default_vcpus, memory_gib=info.memory_size // 1024, max_pods=max_pods)
 
 
 def _pools(settings: Settings) -> dict[str, NodePoolSettings]:

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from components.cluster import SYSTEM_LABELS
-from components.config import GpuPoolSettings, ServingSettings
-from components.device_plugins import gpu_node_daemonsets
-from components.gpu_nodes import GPU_TAINT, LOCAL_NVME_ROOT
-from components.serve_config import role_resource, to_yaml
-from components.sizing import HEAD_REQUESTS, Resources, worker_container
+from domain.placement import GPU_TAINT, LOCAL_NVME_ROOT, SYSTEM_LABELS
+from domain.serve_config import role_resource, to_yaml
+from domain.settings import GpuPoolSettings, ServingSettings
+from domain.sizing import HEAD_REQUESTS, Resources, gpu_node_daemonsets, worker_container
 
 HF_TOKEN_SECRET = "hf-token"
 HF_TOKEN_KEY = "HF_TOKEN"

@@ -13,116 +13,26 @@ import json
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import date
 from typing import Any
 
-from components import aws_facts, cost, model_fit, serve_config, sizing, versions
-from components.errors import PROJECT, ConfigError
-from components.versions import KUBERNETES_VERSIONS, RETIRED_KUBERNETES_VERSIONS
-
-KUBERAY_NAMESPACE = "kuberay-system"
-
-# Pool roles are the roles of the serve apps: prefill/decode, or the collocated baseline's one pool.
-PD_ROLES = tuple(serve_config.PD_ARG_ROLES.values())
-GPU_ROLES = (*PD_ROLES, serve_config.COLLOCATED_ROLE)
-
-NAT_MODES = ("single", "perAz")
-
-
-@dataclass(frozen=True)
-class NodePoolSettings:
-    """Size and hardware of one managed node group."""
-
-    instance_type: str
-    min_size: int
-    desired_size: int
-    max_size: int
-    disk_size_gib: int
-
-
-@dataclass(frozen=True)
-class NetworkSettings:
-    """VPC layout: one public and one private subnet per AZ; GPU nodes only in the GPU AZ's."""
-
-    cluster_name: str  # subnets carry the kubernetes.io/cluster/<name> tag
-    vpc_cidr: str
-    availability_zones: tuple[str, ...]
-    gpu_availability_zone: str
-    nat_gateways: str  # "single" | "perAz"
-
-
-@dataclass(frozen=True)
-class AmiPin:
-    """The GPU AMI, fixed per stack so an unrelated `up` never recycles GPU nodes."""
-
-    release_version: str | None = None  # e.g. v20261112: resolved through the SSM public parameter
-    ami_id: str | None = None
-
-
-@dataclass(frozen=True)
-class ClusterSettings:
-    name: str
-    kubernetes_version: str
-    public_access_cidrs: tuple[str, ...]
-    service_cidr: str
-    log_types: tuple[str, ...]
-    log_retention_days: int
-    system_nodes: NodePoolSettings
-
-
-@dataclass(frozen=True)
-class GpuPoolSettings:
-    role: str
-    nodes: NodePoolSettings
-    availability_zone: str
-    kubernetes_version: str
-    ami: AmiPin
-
-    @property
-    def spec(self) -> aws_facts.InstanceSpec:
-        return aws_facts.INSTANCE_SPECS[self.nodes.instance_type]
-
-    @property
-    def efa(self) -> bool:
-        """PD pools move the KV cache over EFA; the collocated baseline does not need it."""
-        return self.role in PD_ROLES
-
-
-@dataclass(frozen=True)
-class ChartPin:
-    repo: str
-    chart: str
-    version: str
-
-
-@dataclass(frozen=True)
-class ServingSettings:
-    """The Kubernetes half: operator, device plugins and the RayService with its application."""
-
-    serve_document: dict  # rendered serveConfigV2, already checked
-    namespace: str
-    service_name: str  # RayService metadata.name
-    image: str
-    ray_version: str
-    kuberay: ChartPin
-    nvidia_plugin: ChartPin
-    efa_plugin: ChartPin
-    privileged_workers: bool
-    ready_timeout_seconds: int
-
-
-@dataclass(frozen=True)
-class Settings:
-    stack: str
-    region: str
-    network: NetworkSettings
-    cluster: ClusterSettings
-    serving: ServingSettings
-    gpu_pools: Mapping[str, GpuPoolSettings] = field(default_factory=dict)
-    prices: cost.PriceOverrides = cost.NO_PRICE_OVERRIDES
-    hf_token: Any = None  # pulumi.Output[str] (secret) when hfToken is set; never a plain str
-
+from domain import aws_facts, model_fit, prices, serve_config, sizing, versions
+from domain.errors import PROJECT, ConfigError
+from domain.settings import (
+    GPU_ROLES,
+    KUBERAY_NAMESPACE,
+    NAT_MODES,
+    AmiPin,
+    ChartPin,
+    ClusterSettings,
+    GpuPoolSettings,
+    NetworkSettings,
+    NodePoolSettings,
+    ServingSettings,
+    Settings,
+)
+from domain.versions import KUBERNETES_VERSIONS, RETIRED_KUBERNETES_VERSIONS
 
 # ---------------------------------------------------------------------------------------------
 # Reading raw values
@@ -204,7 +114,7 @@ def _gpu_instance_type(key: str, value: str, need_efa: bool = True) -> aws_facts
     spec = aws_facts.INSTANCE_SPECS.get(value)
     efa_gpu = sorted(t for t, s in aws_facts.INSTANCE_SPECS.items() if s.gpus and s.efa)
     if spec is None:
-        raise ConfigError(key, value, f"a GPU instance type in components/aws_facts.py; known: {efa_gpu}")
+        raise ConfigError(key, value, f"a GPU instance type in domain/aws_facts.py; known: {efa_gpu}")
     if not spec.gpus:
         raise ConfigError(key, value, f"an instance type with NVIDIA GPUs; GPU types with EFA: {efa_gpu}")
     if need_efa and not spec.efa:
@@ -527,9 +437,15 @@ def load_settings(get: Getter, stack: str, region: str | None, today: date | Non
     cluster = _cluster(raw, name, network.vpc_cidr, today)
     pools = _gpu_pools(raw, network, cluster.kubernetes_version)
     serving = _serving(raw, region, pools)
-    prices = cost.price_overrides(raw.structured("prices", dict, None))
+    price_overrides = prices.price_overrides(raw.structured("prices", dict, None))
     return Settings(
-        region=region, stack=stack, network=network, cluster=cluster, gpu_pools=pools, serving=serving, prices=prices
+        region=region,
+        stack=stack,
+        network=network,
+        cluster=cluster,
+        gpu_pools=pools,
+        serving=serving,
+        prices=price_overrides,
     )
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from components.errors import ConfigError
+from domain.errors import ConfigError
 
 SERVE_CONFIG_DIR = Path(__file__).resolve().parent.parent / "serve_configs"
 VLLM_ARGS_FILE = Path(__file__).resolve().parent / "data" / "vllm_engine_args.json"
@@ -46,7 +46,7 @@ def serve_config_names() -> list[str]:
 
 @cache
 def vllm_argument_names() -> dict:
-    """vLLM engine argument names for one vLLM version (components/data/vllm_engine_args.json)."""
+    """vLLM engine argument names for one vLLM version (domain/data/vllm_engine_args.json)."""
     return json.loads(VLLM_ARGS_FILE.read_text())
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from components.aws_facts import InstanceSpec
+from domain.aws_facts import InstanceSpec
 
 # awslabs/amazon-eks-ami nodeadm/internal/kubelet/config.go: evictionHard memory.available=100Mi;
 # kube-reserved memory 11*maxPods+255 MiB; CPU 6% of the 1st core, 1% of the 2nd, 0.5% of the 3rd
@@ -73,3 +73,16 @@ def worker_container(spec: InstanceSpec, gpu_daemonsets: dict[str, Resources]) -
     rounded down (the remainder is headroom for kubelet's rounding and log agents)."""
     free = allocatable(spec) - total(NODE_DAEMONSETS) - total(gpu_daemonsets)
     return Resources(free.cpu_m // 1000 * 1000, free.memory_mib // 1024 * 1024)
+
+
+# Requests we set on each device plugin; the Ray worker sizing subtracts them from the node.
+NVIDIA_PLUGIN_REQUESTS = Resources(50, 64)
+EFA_PLUGIN_REQUESTS = Resources(10, 20)  # the aws-efa-k8s-device-plugin chart's own default
+
+
+def gpu_node_daemonsets(with_efa: bool) -> dict[str, Resources]:
+    """What our plugins take on a GPU node (the EFA plugin is installed when any pool has EFA)."""
+    daemonsets = {"nvidia-device-plugin": NVIDIA_PLUGIN_REQUESTS}
+    if with_efa:
+        daemonsets["aws-efa-k8s-device-plugin"] = EFA_PLUGIN_REQUESTS
+    return daemonsets

@@ -15,9 +15,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from components import aws_facts
-from components.errors import ConfigError
-from components.serve_config import llm_configs_by_role
+from domain import aws_facts
+from domain.errors import ConfigError
+from domain.serve_config import llm_configs_by_role
 
 GIB = 1024**3
 MIB = 1024**2
@@ -291,7 +291,7 @@ def model_spec(model_id: str, model_source: str, override: ModelSpec | None) -> 
         raise ConfigError(
             "modelSpec",
             None,
-            f"the memory facts of {model_source} (not in components/model_fit.py: {sorted(KNOWN_MODELS)}); "
+            f"the memory facts of {model_source} (not in domain/model_fit.py: {sorted(KNOWN_MODELS)}); "
             f"set modelSpec with {sorted(_SPEC_FIELDS)}",
         )
     return spec

@@ -1,0 +1,107 @@
+"""What a stack costs per hour while it runs, from the dated price table in domain/prices.py (a price
+we do not have is reported as unknown, and the total says it is incomplete)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from domain.prices import (
+    EBS_GP3_USD_PER_GB_MONTH,
+    EKS_USD_PER_HOUR,
+    HOURS_PER_MONTH,
+    INSTANCE_USD_PER_HOUR,
+    KMS_KEY_USD_PER_MONTH,
+    NAT_GATEWAY_USD_PER_HOUR,
+    PRICES_AS_OF,
+    PUBLIC_IPV4_USD_PER_HOUR,
+    PriceOverrides,
+)
+from domain.settings import Settings
+
+
+@dataclass(frozen=True)
+class CostLine:
+    item: str
+    quantity: float
+    unit_usd_per_hour: float | None  # None: no price known (said, not guessed)
+
+    @property
+    def usd_per_hour(self) -> float | None:
+        return None if self.unit_usd_per_hour is None else self.quantity * self.unit_usd_per_hour
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    region: str
+    lines: tuple[CostLine, ...]
+
+    @property
+    def unknown(self) -> list[str]:
+        return [line.item for line in self.lines if line.unit_usd_per_hour is None]
+
+    @property
+    def usd_per_hour(self) -> float | None:
+        """The total, or None when any line has no price."""
+        if self.unknown:
+            return None
+        return round(sum(line.usd_per_hour for line in self.lines), 4)
+
+    def as_output(self) -> dict:
+        return {
+            "region": self.region,
+            "pricesAsOf": PRICES_AS_OF.get(self.region, "no table for this region"),
+            "lines": [
+                {
+                    "item": x.item,
+                    "quantity": x.quantity,
+                    "unitUsdPerHour": x.unit_usd_per_hour,
+                    "usdPerHour": x.usd_per_hour,
+                }
+                for x in self.lines
+            ],
+            "usdPerHour": self.usd_per_hour,
+            "unknownPrices": self.unknown,
+        }
+
+
+def table(estimate: dict) -> str:
+    """The `costEstimate` stack output as a table (printed by `make plan`)."""
+    rows = [f"Estimated cost while running, {estimate['region']} on-demand (prices of {estimate['pricesAsOf']}):"]
+    for line in estimate["lines"]:
+        unit, cost = line["unitUsdPerHour"], line["usdPerHour"]
+        priced = "unknown price" if unit is None else f"{unit:>10.6g} = {cost:8.4f} $/h"
+        rows.append(f"  {line['item']:<44} {line['quantity']:>5g} x {priced}")
+    total = estimate["usdPerHour"]
+    if total is None:
+        rows.append(
+            f"  total: unknown, no price for {', '.join(estimate['unknownPrices'])} (set `prices` in the stack)"
+        )
+    else:
+        rows.append(f"  total: {total:.2f} $/h (~{total * HOURS_PER_MONTH:,.0f} $/month); data transfer not included")
+    return "\n".join(rows)
+
+
+def estimate(settings: Settings, overrides: PriceOverrides) -> CostEstimate:
+    region = settings.region
+    instance_prices = {**INSTANCE_USD_PER_HOUR.get(region, {}), **overrides.instances}
+    nat = overrides.nat_gateway_per_hour
+    nat = NAT_GATEWAY_USD_PER_HOUR.get(region) if nat is None else nat
+    gp3 = overrides.ebs_gp3_per_gb_month
+    gp3 = EBS_GP3_USD_PER_GB_MONTH.get(region) if gp3 is None else gp3
+    # config.py accepts only versions in standard support; extended support would be $0.60/h.
+    lines = [CostLine("EKS control plane (standard support)", 1, EKS_USD_PER_HOUR["standard"])]
+
+    pools = {"system": settings.cluster.system_nodes} | {r: p.nodes for r, p in settings.gpu_pools.items()}
+    for role, nodes in pools.items():
+        lines.append(
+            CostLine(
+                f"{role} nodes {nodes.instance_type}", nodes.desired_size, instance_prices.get(nodes.instance_type)
+            )
+        )
+    nat_count = len(settings.network.availability_zones) if settings.network.nat_gateways == "perAz" else 1
+    lines.append(CostLine("NAT gateways", nat_count, nat))
+    lines.append(CostLine("public IPv4 addresses (NAT EIPs)", nat_count, PUBLIC_IPV4_USD_PER_HOUR))
+    disk_gb = sum(nodes.disk_size_gib * nodes.desired_size for nodes in pools.values())
+    lines.append(CostLine("EBS gp3 root volumes (GB)", disk_gb, None if gp3 is None else gp3 / HOURS_PER_MONTH))
+    lines.append(CostLine("KMS key (secrets encryption)", 1, KMS_KEY_USD_PER_MONTH / HOURS_PER_MONTH))
+    return CostEstimate(region, tuple(lines))

@@ -1,0 +1,21 @@
+"""Where pods land: the labels, taints and tolerations that tie each node pool to its pods, and
+the node paths they share."""
+
+from __future__ import annotations
+
+SYSTEM_LABELS = {"role": "system"}
+
+# GPU nodes carry this taint (EKS API spelling of the effect); only pods that tolerate it land there.
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+# What the NVIDIA device plugin chart's default affinity selects.
+GPU_NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}
+
+# nodeadm builds one RAID0 array from all instance-store NVMe, mounts it at /mnt/k8s-disks/0 and
+# bind-mounts kubelet, containerd and pod logs onto it (amazon-eks-ami nodeadm API, localStorage).
+LOCAL_NVME_ROOT = "/mnt/k8s-disks/0"
+
+
+def gpu_labels(role: str) -> dict[str, str]:
+    """Labels of a GPU pool's nodes; `nvidia.com/gpu.present` is what the NVIDIA plugin selects."""
+    return {"role": role, **GPU_NODE_SELECTOR}

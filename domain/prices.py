@@ -1,0 +1,103 @@
+"""Prices: a dated on-demand table per region (never a guess: a price we do not have is missing,
+and the estimate says so) and the stack's own overrides (`prices`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from domain.errors import ConfigError
+
+HOURS_PER_MONTH = 730  # AWS's convention for monthly prices
+
+# On-demand Linux, USD per hour, by region. Sources: us-east-1 from aws/karpenter-provider-aws
+# pkg/providers/pricing/zz_generated.pricing_aws.go (generated 2026-01-19 from the AWS Price List
+# API), matching a price book checked against AWS's public price list on 2026-10-08; us-east-2,
+# us-west-2 and eu-west-1 from instances.vantage.sh data (2026-08-26). A type or region missing here
+# has no price (said, not guessed); prices change: override them with the `prices` stack key.
+PRICES_AS_OF = {
+    "us-east-1": "2026-10-08",
+    "us-east-2": "2026-08-26",
+    "us-west-2": "2026-08-26",
+    "eu-west-1": "2026-08-26",
+}
+_GPU_US = {
+    "g6.8xlarge": 2.0144,
+    "g6.12xlarge": 4.6016,
+    "g6.16xlarge": 3.3968,
+    "g6.48xlarge": 13.3504,
+    "g6e.8xlarge": 4.52856,
+    "g6e.12xlarge": 10.49264,
+    "g6e.48xlarge": 30.13118,
+    "g5.8xlarge": 2.448,
+    "g5.12xlarge": 5.672,
+    "g5.48xlarge": 16.288,
+    "p4d.24xlarge": 21.95764,
+    "p5.48xlarge": 55.04,
+}
+INSTANCE_USD_PER_HOUR: dict[str, dict[str, float]] = {
+    "us-east-1": {
+        **_GPU_US,
+        "g6.xlarge": 0.8048,
+        "g6.2xlarge": 0.9776,
+        "g6.4xlarge": 1.3232,
+        "g6e.xlarge": 1.861,
+        "g6e.2xlarge": 2.24208,
+        "g6e.4xlarge": 3.00424,
+        "g6e.16xlarge": 7.57719,
+        "g6e.24xlarge": 15.06559,
+        "m7i.large": 0.1008,
+        "m7i.xlarge": 0.2016,
+        "m7i.2xlarge": 0.4032,
+        "m7i.4xlarge": 0.8064,
+        "m7i.8xlarge": 1.6128,
+    },
+    "us-east-2": dict(_GPU_US),
+    "us-west-2": dict(_GPU_US),
+    "eu-west-1": {
+        "g5.8xlarge": 2.73271,
+        "g5.12xlarge": 6.33167,
+        "g5.48xlarge": 18.18233,
+        "p4d.24xlarge": 23.71569,
+        "m7i.large": 0.11235,
+        "m7i.xlarge": 0.2247,
+        "m7i.2xlarge": 0.4494,
+        "m7i.4xlarge": 0.8988,
+    },
+}
+# Plus $0.045-0.048 per GB processed, which the hourly figure leaves out.
+NAT_GATEWAY_USD_PER_HOUR = {"us-east-1": 0.045, "us-east-2": 0.045, "us-west-2": 0.045, "eu-west-1": 0.048}
+EBS_GP3_USD_PER_GB_MONTH = {"us-east-1": 0.08, "eu-west-1": 0.088}
+PUBLIC_IPV4_USD_PER_HOUR = 0.005  # every public IPv4 address, the NAT gateways' EIPs included
+KMS_KEY_USD_PER_MONTH = 1.0
+EKS_USD_PER_HOUR = {"standard": 0.10, "extended": 0.60}
+
+
+@dataclass(frozen=True)
+class PriceOverrides:
+    """A stack's own prices (`prices` config), e.g. for a region or instance type not in the table."""
+
+    instances: Mapping[str, float]
+    nat_gateway_per_hour: float | None = None
+    ebs_gp3_per_gb_month: float | None = None
+
+
+NO_PRICE_OVERRIDES = PriceOverrides(instances={})
+
+
+def price_overrides(raw: Mapping | None) -> PriceOverrides:
+    raw = raw or {}
+    allowed = {"instances", "natGatewayPerHour", "ebsGp3PerGbMonth"}
+    for key, value in raw.items():
+        if key not in allowed:
+            raise ConfigError(f"prices.{key}", value, f"unknown field; fields: {sorted(allowed)}")
+    instances = raw.get("instances", {})
+    if not isinstance(instances, dict):
+        raise ConfigError("prices.instances", instances, "a mapping of instance type to USD per hour")
+    for name, value in [
+        *(("instances." + k, v) for k, v in instances.items()),
+        *((k, raw[k]) for k in ("natGatewayPerHour", "ebsGp3PerGbMonth") if k in raw),
+    ]:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ConfigError(f"prices.{name}", value, "a price in USD, 0 or more")
+    return PriceOverrides(instances, raw.get("natGatewayPerHour"), raw.get("ebsGp3PerGbMonth"))

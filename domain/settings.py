@@ -1,0 +1,113 @@
+"""The typed stack settings: frozen dataclasses built once by domain.config from the stack's values.
+Everything downstream (components, plan, rehearsals) reads these, never raw config."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from domain import aws_facts, serve_config
+from domain.prices import NO_PRICE_OVERRIDES, PriceOverrides
+
+KUBERAY_NAMESPACE = "kuberay-system"
+
+# Pool roles are the roles of the serve apps: prefill/decode, or the collocated baseline's one pool.
+PD_ROLES = tuple(serve_config.PD_ARG_ROLES.values())
+GPU_ROLES = (*PD_ROLES, serve_config.COLLOCATED_ROLE)
+
+NAT_MODES = ("single", "perAz")
+
+
+@dataclass(frozen=True)
+class NodePoolSettings:
+    """Size and hardware of one managed node group."""
+
+    instance_type: str
+    min_size: int
+    desired_size: int
+    max_size: int
+    disk_size_gib: int
+
+
+@dataclass(frozen=True)
+class NetworkSettings:
+    """VPC layout: one public and one private subnet per AZ; GPU nodes only in the GPU AZ's."""
+
+    cluster_name: str  # subnets carry the kubernetes.io/cluster/<name> tag
+    vpc_cidr: str
+    availability_zones: tuple[str, ...]
+    gpu_availability_zone: str
+    nat_gateways: str  # "single" | "perAz"
+
+
+@dataclass(frozen=True)
+class AmiPin:
+    """The GPU AMI, fixed per stack so an unrelated `up` never recycles GPU nodes."""
+
+    release_version: str | None = None  # e.g. v20261112: resolved through the SSM public parameter
+    ami_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    name: str
+    kubernetes_version: str
+    public_access_cidrs: tuple[str, ...]
+    service_cidr: str
+    log_types: tuple[str, ...]
+    log_retention_days: int
+    system_nodes: NodePoolSettings
+
+
+@dataclass(frozen=True)
+class GpuPoolSettings:
+    role: str
+    nodes: NodePoolSettings
+    availability_zone: str
+    kubernetes_version: str
+    ami: AmiPin
+
+    @property
+    def spec(self) -> aws_facts.InstanceSpec:
+        return aws_facts.INSTANCE_SPECS[self.nodes.instance_type]
+
+    @property
+    def efa(self) -> bool:
+        """PD pools move the KV cache over EFA; the collocated baseline does not need it."""
+        return self.role in PD_ROLES
+
+
+@dataclass(frozen=True)
+class ChartPin:
+    repo: str
+    chart: str
+    version: str
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    """The Kubernetes half: operator, device plugins and the RayService with its application."""
+
+    serve_document: dict  # rendered serveConfigV2, already checked
+    namespace: str
+    service_name: str  # RayService metadata.name
+    image: str
+    ray_version: str
+    kuberay: ChartPin
+    nvidia_plugin: ChartPin
+    efa_plugin: ChartPin
+    privileged_workers: bool
+    ready_timeout_seconds: int
+
+
+@dataclass(frozen=True)
+class Settings:
+    stack: str
+    region: str
+    network: NetworkSettings
+    cluster: ClusterSettings
+    serving: ServingSettings
+    gpu_pools: Mapping[str, GpuPoolSettings] = field(default_factory=dict)
+    prices: PriceOverrides = NO_PRICE_OVERRIDES
+    hf_token: Any = None  # pulumi.Output[str] (secret) when hfToken is set; never a plain str
