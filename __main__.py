@@ -14,7 +14,7 @@ from domain.config import load_stack_settings
 
 settings = load_stack_settings()  # typed and validated: a bad value stops here, before any resource
 serving = settings.serving
-checks = preflight.run(settings, PulumiAwsAnswers())  # AWS offerings, quotas: before any resource
+checks = preflight.run(settings, PulumiAwsAnswers(), preflight.today())  # AWS offerings, quotas: before any resource
 estimate = cost.estimate(settings, settings.prices)
 
 network = Network("net", settings.network, settings.region)

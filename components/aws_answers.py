@@ -42,3 +42,10 @@ class PulumiAwsAnswers:
         # nodeadm's max pods for a type missing from eni-max-pods.txt: ENIs x (IPv4 per ENI - 1) + 2.
         max_pods = info.maximum_network_interfaces * (info.maximum_ipv4_addresses_per_interface - 1) + 2
         return aws_facts.InstanceSpec(vcpus=info.default_vcpus, memory_gib=info.memory_size // 1024, max_pods=max_pods)
+
+    def cluster_exists(self, name: str) -> bool | None:
+        names = aws.eks.get_clusters().names
+        return None if names is None else name in names
+
+    def caller_arn(self) -> str | None:
+        return aws.get_caller_identity().arn

@@ -3,7 +3,9 @@ Kubernetes provider every in-cluster resource uses."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 
 import pulumi
 import pulumi_aws as aws
@@ -65,6 +67,29 @@ class NodeRole(pulumi.ComponentResource):
         self.register_outputs({"roleArn": self.role.arn})
 
 
+def admin_access_entries(principal_arns: tuple[str, ...], partition: str) -> dict[str, eks.AccessEntryArgs]:
+    """Cluster-admin access entries for the configured principals (teammates, CI): without them only
+    the identity that created the cluster can reach the Kubernetes API."""
+    policy = f"arn:{partition}:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+    return {
+        access_entry_name(arn): eks.AccessEntryArgs(
+            principal_arn=arn,
+            access_policies={
+                "cluster-admin": eks.AccessPolicyAssociationArgs(
+                    policy_arn=policy, access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster")
+                )
+            },
+        )
+        for arn in principal_arns
+    }
+
+
+def access_entry_name(principal_arn: str) -> str:
+    """Stable per principal (not per list position), so removing one admin leaves the others alone."""
+    name = re.sub(r"[^A-Za-z0-9-]+", "-", principal_arn.rsplit("/", 1)[-1])[:40]
+    return f"admin-{name}-{hashlib.sha256(principal_arn.encode()).hexdigest()[:8]}"
+
+
 class Cluster(pulumi.ComponentResource):
     """EKS with API authentication, private nodes, a restricted public endpoint, control-plane
     logging into a log group we own, secrets encrypted with our KMS key, and the system nodes."""
@@ -80,6 +105,7 @@ class Cluster(pulumi.ComponentResource):
         super().__init__("ray-llm-eks:cluster:Cluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.name = settings.name
+        partition = aws_facts.region_partition(region)
 
         # EKS creates /aws/eks/<name>/cluster itself when logging is on and never deletes it;
         # declared here first, it has a retention period and `destroy` removes it.
@@ -109,7 +135,9 @@ class Cluster(pulumi.ComponentResource):
             node_associate_public_ip_address=False,
             authentication_mode=eks.AuthenticationMode.API,
             skip_default_node_group=True,
-            instance_roles=[self.node_role.role],
+            # No instance_roles: pulumi-eks refuses them with authentication mode API, and EKS creates
+            # the access entries of managed node groups itself.
+            access_entries=admin_access_entries(settings.admin_principal_arns, partition),
             endpoint_private_access=True,
             endpoint_public_access=True,
             public_access_cidrs=list(settings.public_access_cidrs),

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from datetime import date
 from typing import Any
 
 from domain import aws_facts, model_fit, prices, serve_config, sizing, versions
@@ -32,7 +30,7 @@ from domain.settings import (
     ServingSettings,
     Settings,
 )
-from domain.versions import KUBERNETES_VERSIONS, RETIRED_KUBERNETES_VERSIONS
+from domain.versions import KUBERNETES_VERSIONS
 
 # ---------------------------------------------------------------------------------------------
 # Reading raw values
@@ -201,25 +199,41 @@ def _network(raw: _Raw, region: str, cluster_name: str) -> NetworkSettings:
     return NetworkSettings(cluster_name, str(vpc), tuple(azs), gpu_az, nat)
 
 
-def _kubernetes_version(raw: _Raw, today: date) -> str:
+def _kubernetes_version(raw: _Raw) -> str:
+    """A version EKS offers; whether its standard support has ended is a deploy-time check
+    (preflight.check_kubernetes_support), since it depends on whether the cluster exists already."""
     version = raw.text("kubernetesVersion", versions.DEFAULT_KUBERNETES_VERSION)
-    if version in RETIRED_KUBERNETES_VERSIONS:
-        ends = RETIRED_KUBERNETES_VERSIONS[version]
-        raise ConfigError(
-            "kubernetesVersion",
-            version,
-            f"a version in EKS standard support ({sorted(KUBERNETES_VERSIONS)}); {version}'s ends {ends}, "
-            "after which the control plane costs $0.60/h instead of $0.10/h",
-        )
     if version not in KUBERNETES_VERSIONS:
         raise ConfigError("kubernetesVersion", version, f"one of {sorted(KUBERNETES_VERSIONS)}")
-    ends = KUBERNETES_VERSIONS[version]
-    if ends is not None and ends <= today:
-        raise ConfigError("kubernetesVersion", version, f"a version still in standard support (ended {ends})")
     return version
 
 
-def _cluster(raw: _Raw, name: str, vpc_cidr: str, today: date) -> ClusterSettings:
+# arn:<partition>:iam::<account>:role/<path/name> or user/...; EKS access entries take IAM roles and
+# users (not sts assumed-role session ARNs) (EKS API CreateAccessEntry, principalArn).
+_PRINCIPAL_ARN = re.compile(r"arn:(?P<partition>[a-z-]+):iam::\d{12}:(role|user)/[\w+=,.@/-]{1,512}")
+
+
+def _cluster_admins(raw: _Raw, region: str) -> tuple[str, ...]:
+    """IAM principals that get cluster-admin access entries (teammates, CI). The identity that runs
+    the first `up` is admin already (pulumi-eks bootstrapClusterCreatorAdminPermissions) and must not
+    be listed again: EKS refuses a second access entry for it (checked at deploy time)."""
+    arns = raw.structured("clusterAdmins", list, [])
+    partition = aws_facts.region_partition(region)
+    for arn in arns:
+        match = _PRINCIPAL_ARN.fullmatch(arn) if isinstance(arn, str) else None
+        if match is None or match["partition"] != partition:
+            raise ConfigError(
+                "clusterAdmins",
+                arn,
+                f"IAM role or user ARNs of partition {partition}, such as arn:{partition}:iam::123456789012:role/ci "
+                "(not an sts assumed-role ARN)",
+            )
+    if len(set(arns)) != len(arns):
+        raise ConfigError("clusterAdmins", arns, "distinct ARNs (EKS allows one access entry per principal)")
+    return tuple(arns)
+
+
+def _cluster(raw: _Raw, name: str, region: str, vpc_cidr: str) -> ClusterSettings:
     public_cidrs = raw.structured("endpointPublicAccessCidrs", list, ["0.0.0.0/0"])
     if not public_cidrs:
         raise ConfigError("endpointPublicAccessCidrs", public_cidrs, "at least one CIDR (pulumi reaches the API)")
@@ -252,7 +266,8 @@ def _cluster(raw: _Raw, name: str, vpc_cidr: str, today: date) -> ClusterSetting
     _system_node_fits(system)
     return ClusterSettings(
         name=name,
-        kubernetes_version=_kubernetes_version(raw, today),
+        kubernetes_version=_kubernetes_version(raw),
+        admin_principal_arns=_cluster_admins(raw, region),
         public_access_cidrs=tuple(public_cidrs),
         service_cidr=str(service),
         log_types=tuple(log_types),
@@ -421,12 +436,11 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings]) -> Se
     )
 
 
-def load_settings(get: Getter, stack: str, region: str | None, today: date | None = None) -> Settings:
+def load_settings(get: Getter, stack: str, region: str | None) -> Settings:
     """Build and check the whole Settings from raw stack values (`get(key)` -> str or None)."""
     raw = _Raw(get)
     if region is None or aws_facts.region_partition(region) is None:
         raise ConfigError("aws:region", region, f"an AWS region botocore knows, e.g. {aws_facts.known_regions()[:4]}")
-    today = today or date.today()
 
     name = raw.text("clusterName", f"ray-llm-{stack}")
     # EKS: 1-100 chars, letter first, then letters, digits, hyphens, underscores.
@@ -434,7 +448,7 @@ def load_settings(get: Getter, stack: str, region: str | None, today: date | Non
         raise ConfigError("clusterName", name, "1-100 letters, digits, '-' or '_', starting with a letter")
 
     network = _network(raw, region, name)
-    cluster = _cluster(raw, name, network.vpc_cidr, today)
+    cluster = _cluster(raw, name, region, network.vpc_cidr)
     pools = _gpu_pools(raw, network, cluster.kubernetes_version)
     serving = _serving(raw, region, pools)
     price_overrides = prices.price_overrides(raw.structured("prices", dict, None))
@@ -454,15 +468,9 @@ def load_stack_settings() -> Settings:
     import pulumi
 
     project_config = pulumi.Config(PROJECT)
-    settings = load_settings(project_config.get, pulumi.get_stack(), pulumi.Config("aws").get("region"), today())
+    settings = load_settings(project_config.get, pulumi.get_stack(), pulumi.Config("aws").get("region"))
     hf_token = project_config.get_secret("hfToken")
     gated = model_fit.gated_models(settings.serving.serve_document)
     if hf_token is None and gated:
         raise ConfigError("hfToken", None, f"set it (pulumi config set --secret hfToken hf_...): {gated[0]} is gated")
     return replace(settings, hf_token=hf_token)
-
-
-def today() -> date:
-    """Deploy day; RAY_LLM_EKS_TODAY=YYYY-MM-DD pins it (reproducible plans and tests)."""
-    pinned = os.environ.get("RAY_LLM_EKS_TODAY")
-    return date.fromisoformat(pinned) if pinned else date.today()

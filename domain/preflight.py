@@ -9,12 +9,14 @@ say they were deferred to deploy time instead of pretending to pass.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import date, timedelta
 from typing import Protocol
 
-from domain import aws_facts, sizing
+from domain import aws_facts, sizing, versions
 from domain.settings import NodePoolSettings, Settings
 
 
@@ -57,6 +59,12 @@ class AwsAnswers(Protocol):
 
     def hardware(self, instance_type: str) -> aws_facts.InstanceSpec | None:
         """vCPUs, memory and max pods of an instance type; None when unknown (offline)."""
+
+    def cluster_exists(self, name: str) -> bool | None:
+        """Whether an EKS cluster of that name runs in the region; None when unknown (offline)."""
+
+    def caller_arn(self) -> str | None:
+        """The ARN of the identity running `pulumi up`; None when unknown (offline)."""
 
 
 def _pools(settings: Settings) -> dict[str, NodePoolSettings]:
@@ -142,9 +150,79 @@ def check_quotas(settings: Settings, aws: AwsAnswers) -> list[str]:
     return report
 
 
-def run(settings: Settings, aws: AwsAnswers) -> list[str]:
+def today() -> date:
+    """Deploy day; RAY_LLM_EKS_TODAY=YYYY-MM-DD pins it (reproducible plans and tests)."""
+    pinned = os.environ.get("RAY_LLM_EKS_TODAY")
+    return date.fromisoformat(pinned) if pinned else date.today()
+
+
+def check_kubernetes_support(settings: Settings, aws: AwsAnswers, day: date) -> str:
+    """A new cluster needs a version with standard support left; a running one is warned, not
+    refused, so a fix unrelated to the version can still be deployed."""
+    version = settings.cluster.kubernetes_version
+    ends = versions.KUBERNETES_VERSIONS[version]
+    if ends is None:
+        return f"ok: Kubernetes {version} has no announced end of standard support"
+    min_days = versions.NEW_CLUSTER_MIN_SUPPORT_DAYS
+    cost = "then the control plane costs $0.60/h instead of $0.10/h (extended support)"
+    if ends - day > timedelta(days=min_days):
+        return f"ok: Kubernetes {version} is in standard support until {ends}"
+    exists = aws.cluster_exists(settings.cluster.name)
+    if exists is None:
+        return (
+            f"warning: Kubernetes {version} leaves standard support on {ends}; {cost}. A new cluster will be refused "
+            f"at deploy time (fewer than {min_days} days left); an existing one is warned. Upgrade kubernetesVersion."
+        )
+    if not exists:
+        raise PreflightError(
+            f"kubernetesVersion {version}: standard support ends {ends}, fewer than {min_days} days after {day}; "
+            f"{cost}. Choose one of {[v for v, e in versions.KUBERNETES_VERSIONS.items() if e is None or e > ends]}"
+        )
+    return f"warning: cluster {settings.cluster.name} runs Kubernetes {version}, standard support ends {ends}; {cost}"
+
+
+def check_cluster_admins(settings: Settings, aws: AwsAnswers) -> str:
+    """EKS refuses an access entry for the principal that created the cluster (pulumi-eks makes it
+    admin already), and so would this stack's first `up`."""
+    admins = settings.cluster.admin_principal_arns
+    if not admins:
+        return "ok: only the identity that creates the cluster is admin (clusterAdmins is empty)"
+    caller = aws.caller_arn()
+    if caller is None:
+        return f"deferred to deploy time: clusterAdmins {list(admins)} does not list the deploying identity"
+    deployer = principal_of(caller)
+    if any(same_principal(admin, deployer) for admin in admins):
+        raise PreflightError(
+            f"clusterAdmins lists {deployer}, the identity running this deployment: it is cluster admin already "
+            "(pulumi-eks bootstrapClusterCreatorAdminPermissions) and EKS refuses a second access entry for it; "
+            "remove it from clusterAdmins"
+        )
+    return f"ok: clusterAdmins {list(admins)} get cluster-admin access entries"
+
+
+def principal_of(caller_arn: str) -> str:
+    """The IAM principal behind a caller ARN: an sts assumed-role session maps to its role."""
+    match = re.fullmatch(r"arn:([a-z-]+):sts::(\d{12}):assumed-role/([^/]+)/.+", caller_arn)
+    if match is None:
+        return caller_arn
+    partition, account, role = match.groups()
+    return f"arn:{partition}:iam::{account}:role/{role}"
+
+
+def same_principal(admin_arn: str, principal_arn: str) -> bool:
+    """A session ARN has no role path: arn:...:role/team/ci and arn:...:role/ci are one role."""
+    head_a, _, name_a = admin_arn.partition(":role/")
+    head_b, _, name_b = principal_arn.partition(":role/")
+    if name_a and name_b:
+        return head_a == head_b and name_a.rsplit("/", 1)[-1] == name_b.rsplit("/", 1)[-1]
+    return admin_arn == principal_arn
+
+
+def run(settings: Settings, aws: AwsAnswers, day: date) -> list[str]:
     """All deploy-time checks; raises PreflightError on the first that fails."""
     return [
+        check_kubernetes_support(settings, aws, day),
+        check_cluster_admins(settings, aws),
         check_zones(settings, aws),
         check_offerings(settings, aws),
         check_system_node(settings, aws),

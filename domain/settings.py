@@ -53,6 +53,7 @@ class AmiPin:
 class ClusterSettings:
     name: str
     kubernetes_version: str
+    admin_principal_arns: tuple[str, ...]  # cluster-admin access entries besides the deployer
     public_access_cidrs: tuple[str, ...]
     service_cidr: str
     log_types: tuple[str, ...]

@@ -8,14 +8,16 @@ from dataclasses import dataclass
 from datetime import date
 
 DEFAULT_KUBERNETES_VERSION = "1.35"
-# EKS version -> end of standard support (EKS version calendar). After that date the control plane
-# moves to extended support at $0.60/h instead of $0.10/h, so we refuse to start a new stack there.
-# 1.34 is left out on purpose: its standard support ends 2026-12-02.
+# EKS version -> end of standard support (EKS Kubernetes version calendar). After that date the
+# control plane moves to extended support at $0.60/h instead of $0.10/h. A NEW cluster needs at least
+# NEW_CLUSTER_MIN_SUPPORT_DAYS left; a running one is only warned, so unrelated fixes still deploy
+# (domain/preflight.py check_kubernetes_support).
 KUBERNETES_VERSIONS: dict[str, date | None] = {
+    "1.34": date(2026, 12, 2),
     "1.35": date(2027, 3, 27),
     "1.36": None,  # released; end date not yet in our table (later than 1.35's)
 }
-RETIRED_KUBERNETES_VERSIONS = {"1.34": date(2026, 12, 2)}
+NEW_CLUSTER_MIN_SUPPORT_DAYS = 30
 
 
 # Helm charts: (repository, chart, default version).

@@ -13,6 +13,7 @@ from google.protobuf import json_format
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime.proto import resource_pb2
 
+from offline import eks_rules
 from offline.stackfile import SECRET_TEXT
 
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
@@ -80,6 +81,8 @@ NO_ANSWER_OFFLINE = {
     "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings",
     "aws:servicequotas/getServiceQuota:getServiceQuota",
     "aws:ec2/getInstanceType:getInstanceType",
+    "aws:eks/getClusters:getClusters",
+    "aws:index/getCallerIdentity:getCallerIdentity",
 }
 
 
@@ -146,6 +149,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         return super().SupportsFeature(request)
 
     def RegisterResource(self, request):
+        if request.remote:  # component providers check their inputs in their own code: do the same
+            eks_rules.check(request.type, request.name, plain(json_format.MessageToDict(request.object)))
         response = super().RegisterResource(request)
         if request.type == "pulumi:pulumi:Stack":
             return response

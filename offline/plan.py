@@ -216,10 +216,20 @@ def run_program(
     pulumi.runtime.set_mocks(mocks, project=config.project, stack=stack, preview=False, monitor=monitor)
     pulumi.runtime.set_all_config(config.values, sorted(config.secret_keys))
     pulumi_settings.SETTINGS.rpc_manager.clear()
+    # A run that failed mid-registration leaves unfinished outputs behind; the next run would wait
+    # for them and re-raise their error.
+    with pulumi_settings.SETTINGS.lock:
+        pulumi_settings.SETTINGS.outputs.clear()
     _sync_await(run_pulumi_func(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__")))
     exported = pulumi_settings.get_root_resource().outputs
     outputs = {name: _resolve(value) for name, value in exported.items()}
     return Plan(stack, monitor.registrations, outputs, time.perf_counter() - started)
+
+
+def root_message(err: Exception) -> str:
+    """The SDK wraps an error raised while a resource registers in one line per enclosing resource
+    ("ValueError has risen: ..."); the last line is the error itself."""
+    return str(err).strip().splitlines()[-1].split("has risen: ")[-1]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         plan = run_program(args.stack, root=ROOT)
-    except ValueError as err:  # ConfigError, StackFileError: one clear message, no traceback
-        print(f"error: {err}", file=sys.stderr)
+    except ValueError as err:  # ConfigError, StackFileError, PulumiEksRefusal: one line, no traceback
+        print(f"error: {root_message(err)}", file=sys.stderr)
         return 2
     plan.write(args.out)
     print(plan.summary())

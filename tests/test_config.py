@@ -3,8 +3,6 @@ key, the value and what is allowed."""
 
 from __future__ import annotations
 
-from datetime import date
-
 import pytest
 
 from domain.config import load_settings
@@ -116,11 +114,23 @@ INVALID = {
         "1.2.3.4/40",
         "IPv4 CIDR",
     ),
-    "EKS version leaving standard support": (
-        {NS + "kubernetesVersion": "1.34"},
-        "kubernetesVersion",
-        "1.34",
-        "2026-12-02",
+    "admin ARN of an assumed-role session": (
+        {NS + "clusterAdmins": ["arn:aws:sts::123456789012:assumed-role/ci/run"]},
+        "clusterAdmins",
+        "assumed-role/ci/run",
+        "IAM role or user ARNs of partition aws",
+    ),
+    "admin ARN of another partition": (
+        {NS + "clusterAdmins": ["arn:aws-cn:iam::123456789012:role/ci"]},
+        "clusterAdmins",
+        "arn:aws-cn:iam",
+        "partition aws",
+    ),
+    "admin listed twice": (
+        {NS + "clusterAdmins": ["arn:aws:iam::123456789012:user/a", "arn:aws:iam::123456789012:user/a"]},
+        "clusterAdmins",
+        "user/a",
+        "distinct ARNs",
     ),
     "unknown EKS version": ({NS + "kubernetesVersion": "1.99"}, "kubernetesVersion", "1.99", "one of"),
     "typo in a pool field": (
@@ -172,23 +182,12 @@ def test_invalid_value_fails_before_any_resource(case):
     assert monitor.registrations == [], "a resource was declared before the config was checked"
 
 
-def test_versions_are_checked_against_the_calendar():
-    """A version whose standard support has ended by deploy day is refused, naming the date."""
-    values = {
-        "gpuPools": '{"prefill": {"instanceType": "g6.8xlarge"}, "decode": {"instanceType": "g6.8xlarge"}}',
-        "gpuAmiReleaseVersion": "v20260903",
-    }
-    assert load_settings(values.get, "dev", "us-east-1", today=date(2027, 3, 1)).cluster.kubernetes_version == "1.35"
-    with pytest.raises(ConfigError, match="ended 2027-03-27"):
-        load_settings(values.get, "dev", "us-east-1", today=date(2027, 3, 28))
-
-
 def test_defaults_fill_what_a_stack_leaves_out():
     values = {
         "gpuPools": '{"prefill": {"instanceType": "g6.8xlarge"}, "decode": {"instanceType": "g6.12xlarge"}}',
         "gpuAmiId": "ami-0123456789abcdef0",
     }
-    settings = load_settings(values.get, "qa", "eu-west-1", today=date(2026, 11, 30))
+    settings = load_settings(values.get, "qa", "eu-west-1")
     assert settings.cluster.name == "ray-llm-qa"
     assert settings.network.availability_zones == ("eu-west-1a", "eu-west-1b")
     assert settings.network.gpu_availability_zone == "eu-west-1a"

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 
+import pulumi_eks as eks
 import pytest
 
-from components.cluster import NODE_POLICIES
+from components.cluster import NODE_POLICIES, access_entry_name
 from domain.placement import LOCAL_NVME_ROOT
+from offline import eks_rules
 from offline.mocks import is_placeholder
-from offline.plan import Plan
+from offline.plan import Plan, root_message, run_program
 
 CLUSTER = "eks:index:Cluster"
 MNG = "eks:index:ManagedNodeGroup"
@@ -56,7 +59,61 @@ def test_node_role_has_the_policies_nodes_need(dev):
     assert len(attached) == 4
     for group in dev.of_type(MNG):
         assert group.inputs["nodeRole"] == role.id
-    assert dev.one(CLUSTER).inputs["instanceRoles"] == [role.id]
+    # API auth: EKS makes the node groups' access entries; pulumi-eks refuses instanceRoles here.
+    assert "instanceRoles" not in dev.one(CLUSTER).inputs
+
+
+def test_old_instance_roles_input_fails_the_plan_as_pulumi_eks_words_it(monkeypatch):
+    """The input the program declared before (instanceRoles with API auth) no longer gets past
+    `make plan`: offline/eks_rules.py applies pulumi-eks's validateAuthenticationMode."""
+    original = eks.Cluster.__init__
+
+    def cluster_with_instance_roles(self, *args, **kwargs):
+        kwargs["instance_roles"] = [kwargs["vpc_id"]]
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(eks.Cluster, "__init__", cluster_with_instance_roles)
+    with pytest.raises(ValueError) as caught:
+        run_program("dev")
+    assert root_message(caught.value) == (
+        "pulumi-eks refuses eks:index:Cluster 'eks': The 'instanceRoles' property does not support non-empty "
+        "values when 'authenticationMode' is set to 'API'."
+    )
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        ({"authenticationMode": "API", "instanceRoles": ["r"]}, "'instanceRoles' property does not support"),
+        ({"authenticationMode": "API", "roleMappings": []}, "'roleMappings' property is not supported"),
+        ({"authenticationMode": "CONFIG_MAP", "accessEntries": {"a": {}}}, "is set to 'CONFIG_MAP'"),
+        (
+            {"accessEntries": {"a": {}}},
+            "'accessEntries' property is not supported when 'authenticationMode' is not set",
+        ),
+        ({"authenticationMode": "IAM"}, "Allowed values are: CONFIG_MAP, API_AND_CONFIG_MAP, API."),
+    ],
+)
+def test_pulumi_eks_authentication_rules(inputs, message):
+    with pytest.raises(eks_rules.PulumiEksRefusal, match=re.escape(message)):
+        eks_rules.check_cluster(inputs)
+    eks_rules.check_cluster({"authenticationMode": "API", "instanceRoles": [], "accessEntries": {"a": {}}})
+
+
+def test_cluster_admins_become_access_entries(dev):
+    ci = "arn:aws:iam::123456789012:role/ci/deployer"
+    plan = run_program("dev", {"ray-llm-eks:clusterAdmins": [ci, "arn:aws:iam::123456789012:user/alice"]})
+    entries = plan.one(CLUSTER).inputs["accessEntries"]
+    assert len(entries) == 2
+    entry = entries[access_entry_name(ci)]
+    assert entry["principalArn"] == ci
+    assert entry["accessPolicies"] == {
+        "cluster-admin": {
+            "policyArn": "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy",
+            "accessScope": {"type": "cluster"},
+        }
+    }
+    assert dev.one(CLUSTER).inputs.get("accessEntries", {}) == {}, "dev sets no clusterAdmins"
 
 
 def test_system_pool(dev):

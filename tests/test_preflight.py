@@ -154,11 +154,21 @@ def test_unknown_model_needs_its_facts():
 class CannedAws(PlanMocks):
     """AWS data sources answered with fixed data instead of 'no answer'."""
 
-    def __init__(self, offerings: dict[str, list[str]], quotas: dict[str, float]):
+    def __init__(
+        self,
+        offerings: dict[str, list[str]],
+        quotas: dict[str, float],
+        clusters: tuple[str, ...] = (),
+        caller: str = "arn:aws:sts::123456789012:assumed-role/platform/alice",
+    ):
         super().__init__()
-        self.offerings, self.quotas = offerings, quotas
+        self.offerings, self.quotas, self.clusters, self.caller = offerings, quotas, clusters, caller
 
     def call(self, args):
+        if args.token == "aws:eks/getClusters:getClusters":
+            return {"id": "us-east-1", "names": list(self.clusters)}
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"id": "123456789012", "accountId": "123456789012", "arn": self.caller, "userId": "AROA:alice"}
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
             zones = ["us-east-1a", "us-east-1b", "us-east-1c"]
             return {"id": "us-east-1", "names": zones, "zoneIds": ["use1-az1", "use1-az2", "use1-az4"]}
@@ -194,16 +204,17 @@ EVERYWHERE = {"g6.8xlarge": ["us-east-1a", "us-east-1b"], "m7i.xlarge": ["us-eas
 ROOMY = {"L-DB2E81BA": 128.0, "L-1216C47A": 64.0}
 
 
-def aws_run(offerings, quotas, stack="dev"):
-    monitor = RecordingMonitor(CannedAws(offerings, quotas))
-    return monitor, lambda: run_program(stack, monitor=monitor)
+def aws_run(offerings, quotas, stack="dev", overrides=None, **answers):
+    monitor = RecordingMonitor(CannedAws(offerings, quotas, **answers))
+    return monitor, lambda: run_program(stack, overrides, monitor=monitor)
 
 
 def test_checks_pass_when_aws_says_yes():
     _, run = aws_run(EVERYWHERE, ROOMY)
     checks = run().outputs["preflightChecks"]
-    assert checks[0] == "ok: zones ['us-east-1a', 'us-east-1b'] are available in us-east-1"
-    assert checks[1].startswith("ok: instance types")
+    assert checks[0] == "ok: Kubernetes 1.35 is in standard support until 2027-03-27"
+    assert checks[2] == "ok: zones ['us-east-1a', 'us-east-1b'] are available in us-east-1"
+    assert checks[3].startswith("ok: instance types")
     assert "ok: Running On-Demand G and VT instances (L-DB2E81BA) 64 <= 128 vCPUs" in " ".join(checks)
     assert not any("deferred" in line for line in checks)
 
@@ -253,8 +264,64 @@ def test_system_type_outside_our_table_is_sized_from_aws():
 def test_offline_plan_defers_rather_than_passes(dev):
     checks = dev.outputs["preflightChecks"]
     offline = [line for line in checks if not line.startswith("deferred to deploy time")]
-    assert offline == ["ok: the Ray head and system pods fit one m7i.xlarge"]  # from our table, no AWS needed
-    assert len(checks) == 5
+    assert offline == [  # from our own tables and the stack file, no AWS needed
+        "ok: Kubernetes 1.35 is in standard support until 2027-03-27",
+        "ok: only the identity that creates the cluster is admin (clusterAdmins is empty)",
+        "ok: the Ray head and system pods fit one m7i.xlarge",
+    ]
+    assert len(checks) == 7
+
+
+# ---- The Kubernetes version calendar: refuse a new cluster, warn a running one
+
+
+OLD_VERSION = {NS + "kubernetesVersion": "1.34"}  # standard support ends 2026-12-02; tests run on 2026-11-30
+
+
+def test_new_cluster_on_a_version_leaving_support_is_refused():
+    monitor, run = aws_run(EVERYWHERE, ROOMY, overrides=OLD_VERSION)
+    with pytest.raises(preflight.PreflightError, match=r"kubernetesVersion 1.34: standard support ends 2026-12-02"):
+        run()
+    assert monitor.registrations == []
+
+
+def test_running_cluster_on_a_version_leaving_support_is_warned_and_deploys():
+    _, run = aws_run(EVERYWHERE, ROOMY, overrides=OLD_VERSION, clusters=("other", "ray-llm-dev"))
+    plan = run()
+    assert plan.outputs["preflightChecks"][0].startswith(
+        "warning: cluster ray-llm-dev runs Kubernetes 1.34, standard support ends 2026-12-02"
+    )
+    assert plan.one("eks:index:Cluster").inputs["version"] == "1.34"
+
+
+def test_offline_plan_warns_about_a_version_leaving_support():
+    plan = run_program("dev", OLD_VERSION)
+    assert plan.outputs["preflightChecks"][0].startswith(
+        "warning: Kubernetes 1.34 leaves standard support on 2026-12-02"
+    )
+
+
+def test_calendar_boundary(monkeypatch):
+    """1.35 ends 2027-03-27: a new cluster needs more than 30 days left."""
+    _, run = aws_run(EVERYWHERE, ROOMY)
+    monkeypatch.setenv("RAY_LLM_EKS_TODAY", "2027-02-24")  # 31 days left
+    assert run().outputs["preflightChecks"][0].startswith("ok: Kubernetes 1.35")
+    monkeypatch.setenv("RAY_LLM_EKS_TODAY", "2027-02-25")  # 30 days left
+    with pytest.raises(preflight.PreflightError, match=re.escape("Choose one of ['1.36']")):
+        aws_run(EVERYWHERE, ROOMY)[1]()
+
+
+# ---- Who may reach the Kubernetes API
+
+
+def test_listing_the_deploying_identity_as_admin_is_refused():
+    admins = {NS + "clusterAdmins": ["arn:aws:iam::123456789012:role/team/platform"]}
+    monitor, run = aws_run(EVERYWHERE, ROOMY, overrides=admins)
+    with pytest.raises(preflight.PreflightError, match=r"clusterAdmins lists arn:aws:iam::123456789012:role/platform"):
+        run()
+    assert monitor.registrations == []
+    _, run = aws_run(EVERYWHERE, ROOMY, overrides=admins, caller="arn:aws:sts::123456789012:assumed-role/ci/run-7")
+    assert "ok: clusterAdmins" in run().outputs["preflightChecks"][1]
 
 
 def test_quota_families():
