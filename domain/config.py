@@ -390,23 +390,32 @@ def _serve_overrides(raw: _Raw) -> serve_config.ServeOverrides:
             raise ConfigError(f"replicas.{role}", count, f"a pool role from {list(GPU_ROLES)}")
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise ConfigError(f"replicas.{role}", count, "a whole number of replicas, 1 or more")
-    return serve_config.ServeOverrides(model_id, model_source, max_len, replicas)
+    kv_buffer_device = raw.text("kvBufferDevice", "cuda")
+    if kv_buffer_device not in serve_config.KV_BUFFER_DEVICES:
+        raise ConfigError("kvBufferDevice", kv_buffer_device, f"one of {list(serve_config.KV_BUFFER_DEVICES)}")
+    return serve_config.ServeOverrides(model_id, model_source, max_len, replicas, kv_buffer_device)
 
 
 def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings]) -> ServingSettings:
     image, ray_version, vllm_version = _image(raw, region)
     name = raw.text("serveConfig", "pd-disaggregated")
     shapes = {
-        role: serve_config.PoolShape(p.spec.gpu_model, p.spec.gpus, p.nodes.desired_size, p.spec.gpudirect_rdma)
-        for role, p in pools.items()
+        role: serve_config.PoolShape(p.spec.gpu_model, p.spec.gpus, p.nodes.desired_size) for role, p in pools.items()
     }
-    document = serve_config.render(name, _serve_overrides(raw), shapes, vllm_version)
     spec_raw = raw.structured("modelSpec", dict, None)
+    own_spec = model_fit.spec_from_config(spec_raw) if spec_raw is not None else None
+    document = serve_config.render(
+        name,
+        _serve_overrides(raw),
+        shapes,
+        vllm_version,
+        lambda model_id, source: model_fit.model_spec(model_id, source, own_spec),
+    )
     model_fit.check_fit(
         document,
         {role: p.nodes.instance_type for role, p in pools.items()},
         {role for role, p in pools.items() if p.efa},
-        model_fit.spec_from_config(spec_raw) if spec_raw is not None else None,
+        own_spec,
     )
 
     service_name = raw.text("serviceName", "llm")

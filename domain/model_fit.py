@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from domain import aws_facts
 from domain.errors import ConfigError
+from domain.model_families import FAMILIES, ModelFamily
 from domain.serve_config import llm_configs_by_role
 
 GIB = 1024**3
@@ -40,7 +41,7 @@ VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # the larger of vLLM's defaults, so 
 class ModelSpec:
     """The facts that decide a model's GPU memory (and whether Hugging Face wants a token)."""
 
-    parameters: float  # every weight vLLM loads (a vision tower included)
+    parameters: float  # every weight in the checkpoint
     weight_dtype: str
     kv_layers: int  # layers that keep a KV cache
     kv_heads: int
@@ -48,6 +49,21 @@ class ModelSpec:
     state_mib_per_sequence: float  # linear-attention (SSM/DeltaNet) state of one sequence, all layers
     max_context: int
     gated: bool = False  # Hugging Face asks for an accepted licence and a token
+    family: ModelFamily | None = None  # None: a model of the user's (modelSpec); no settings added
+    vision_parameters: float = 0.0  # not loaded with language_model_only
+    mtp_parameters: float = 0.0  # multi-token-prediction head: vLLM skips it unless speculating
+
+    @property
+    def hybrid(self) -> bool:
+        """Linear-attention layers: from the family, or (a modelSpec of the user's) per-sequence state."""
+        return self.family.hybrid if self.family is not None else self.state_mib_per_sequence > 0
+
+    def loaded_parameters(self, language_model_only: bool) -> float:
+        """What vLLM loads. Qwen3.5's load_weights skips `mtp.` always (AutoWeightsLoader
+        skip_prefixes=["mtp."], vllm 0.26 qwen3_5.py); language_model_only replaces the vision tower
+        with a stub without weights (_mark_tower_model)."""
+        vision = self.vision_parameters if language_model_only else 0.0
+        return self.parameters - self.mtp_parameters - vision
 
     def kv_bytes_per_token(self, kv_bytes: float) -> float:
         return 2 * self.kv_layers * self.kv_heads * self.head_dim * kv_bytes
@@ -56,17 +72,22 @@ class ModelSpec:
 # Known models. Each row's numbers come from the model's config.json / model card on Hugging Face.
 KNOWN_MODELS: dict[str, ModelSpec] = {
     # Qwen/Qwen3.5-9B config.json (text part qwen3_5_text): 32 layers, full attention every 4th
-    # (8 layers) with 4 KV heads x 256; the other 24 are Gated DeltaNet. bf16 repo ~19.3 GB incl.
-    # the vision tower (9.65B per the HF API; 8.96B text-only). DeltaNet state of one sequence:
-    # 24 layers x 32 value heads x 128 x 128 x 4 B (fp32, the largest SSM cache dtype) + conv state.
+    # (8 layers) with 4 KV heads x 256; the other 24 are Gated DeltaNet. Checkpoint 9,653,108,208
+    # parameters (19.3 GB bf16). Counted from config.json (hidden 4096, MLP 12288, vocab 248320,
+    # untied embeddings): text model 8,953,803,264; vision tower (27 blocks x 1152) 456,010,480;
+    # MTP head 243,290,624. DeltaNet state of one sequence: 24 layers x 32 value heads x 128 x 128
+    # x 4 B (fp32, the largest SSM cache dtype) + conv state.
     "Qwen/Qwen3.5-9B": ModelSpec(
-        parameters=9.65e9,
+        parameters=9.653108208e9,
         weight_dtype="bfloat16",
         kv_layers=8,
         kv_heads=4,
         head_dim=256,
         state_mib_per_sequence=50.0,
         max_context=262144,
+        family=FAMILIES["qwen3_5"],
+        vision_parameters=0.45601048e9,
+        mtp_parameters=0.243290624e9,
     ),
     # meta-llama/Llama-3.1-8B-Instruct config.json: 32 layers, 8 KV heads, head_dim 128 (4096/32),
     # max_position_embeddings 131072; 8.03B parameters (model card).
@@ -79,6 +100,7 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
         state_mib_per_sequence=0.0,
         max_context=131072,
         gated=True,
+        family=FAMILIES["llama3"],
     ),
     # meta-llama/Llama-3.1-70B-Instruct config.json: 80 layers, 8 KV heads, head_dim 128 (8192/64),
     # max_position_embeddings 131072; 70.6B parameters (model card).
@@ -91,6 +113,7 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
         state_mib_per_sequence=0.0,
         max_context=131072,
         gated=True,
+        family=FAMILIES["llama3"],
     ),
     # Qwen/Qwen3-32B config.json: 64 layers, 8 KV heads, head_dim 128, max_position_embeddings
     # 40960; 32.8B parameters (model card).
@@ -102,6 +125,7 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
         head_dim=128,
         state_mib_per_sequence=0.0,
         max_context=40960,
+        family=FAMILIES["qwen3"],
     ),
 }
 
@@ -153,6 +177,7 @@ class Engine:
     gpu_memory_utilization: float
     kv_cache_dtype: str  # "auto" = the weights' dtype
     max_num_batched_tokens: int = VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS
+    language_model_only: bool = False
 
     @classmethod
     def from_engine_kwargs(cls, kwargs: Mapping) -> Engine:
@@ -163,6 +188,7 @@ class Engine:
             gpu_memory_utilization=kwargs.get("gpu_memory_utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION),
             kv_cache_dtype=kwargs.get("kv_cache_dtype", "auto"),
             max_num_batched_tokens=kwargs.get("max_num_batched_tokens", VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS),
+            language_model_only=bool(kwargs.get("language_model_only", False)),
         )
 
     @property
@@ -211,7 +237,7 @@ def per_gpu_kv_bytes_per_token(model: ModelSpec, engine: Engine) -> float:
 
 def budget(model: ModelSpec, engine: Engine, gpu_memory_mib: int) -> Budget:
     return Budget(
-        weights=model.parameters * DTYPE_BYTES[model.weight_dtype] / engine.gpus,
+        weights=model.loaded_parameters(engine.language_model_only) * DTYPE_BYTES[model.weight_dtype] / engine.gpus,
         kv_cache=per_gpu_kv_bytes_per_token(model, engine) * engine.max_model_len,
         state=model.state_mib_per_sequence * MIB / engine.gpus,
         reserve=engine.reserve_gib * GIB,

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Protocol
 
 import yaml
 
 from domain.errors import ConfigError
+from domain.model_families import FAMILY_ENGINE_KEYS, FAMILY_ENV_KEYS, ModelFamily
 
 SERVE_CONFIG_DIR = Path(__file__).resolve().parent.parent / "serve_configs"
 VLLM_ARGS_FILE = Path(__file__).resolve().parent / "data" / "vllm_engine_args.json"
@@ -58,6 +60,25 @@ class ServeOverrides:
     model_source: str | None = None
     max_model_len: int | None = None
     replicas: Mapping[str, int] | None = None
+    kv_buffer_device: str = "cuda"  # kvBufferDevice: where NIXL's KV transfer buffers live
+
+
+KV_BUFFER_DEVICES = ("cuda", "cpu")
+# Why a hybrid model cannot stage its KV cache in host memory (vLLM 0.26.0, NIXL connector):
+# initialize_host_xfer_buffer and kv_connector/utils.py copy_kv_blocks read `.shape` of each layer's
+# cache, and a linear-attention layer hands over a list [conv, ssm]: AttributeError at registration.
+HYBRID_CPU_BUFFER = (
+    "cuda for a hybrid (linear-attention) model: vLLM 0.26's NIXL host-buffer path "
+    "(initialize_host_xfer_buffer, copy_kv_blocks) expects one tensor per layer and fails on the "
+    "[conv, ssm] state of linear-attention layers, killing both engines"
+)
+
+
+class ModelFacts(Protocol):
+    """What the renderer asks of the model table for the model a config serves (model_fit.ModelSpec)."""
+
+    family: ModelFamily | None  # None for a modelSpec of the user's
+    hybrid: bool
 
 
 @dataclass(frozen=True)
@@ -67,7 +88,6 @@ class PoolShape:
     gpu_model: str
     gpus_per_node: int
     nodes: int  # nodes that run (desiredSize): nothing scales the pools by itself
-    gpudirect_rdma: bool = False
 
 
 def load_serve_file(name: str) -> dict:
@@ -137,11 +157,11 @@ def check_application(doc: dict, where: str, vllm_version: str | None) -> None:
             continue  # no argument list for this vLLM: checked by vLLM itself on start
         engine_kwargs = config.get("engine_kwargs") or {}
         for key in engine_kwargs:
-            if key not in names["engine_args"]:
+            if key not in names["engine_args"] and key not in names["frontend_args"]:
                 raise ConfigError(
                     "serveConfig",
                     f"{where}: {role} engine_kwargs.{key}",
-                    f"a vLLM {names['vllm_version']} engine argument (EngineArgs field; see {VLLM_ARGS_FILE.name})",
+                    f"a vLLM {names['vllm_version']} engine or front-end argument (see {VLLM_ARGS_FILE.name})",
                 )
         for key in engine_kwargs.get("kv_transfer_config") or {}:
             if key not in names["kv_transfer_config_fields"]:
@@ -152,13 +172,60 @@ def check_application(doc: dict, where: str, vllm_version: str | None) -> None:
                 )
 
 
+def _apply_family(config: dict, role: str, where: str, model: ModelFacts) -> None:
+    """Add the model family's settings; a serve file that sets them itself would carry them over
+    to whatever model the stack switches to, so it is refused (for models of our table)."""
+    engine = config["engine_kwargs"]
+    env = config.setdefault("runtime_env", {}).setdefault("env_vars", {})
+    family = model.family
+    if family is None:
+        return  # a model of the user's: their serve file says what it needs
+    for key in sorted(FAMILY_ENGINE_KEYS & set(engine)):
+        raise ConfigError(
+            "serveConfig",
+            f"{where}: {role} engine_kwargs.{key}",
+            "left out: the stack adds it from the model table (domain/model_families.py) for the model served",
+        )
+    for key in sorted(FAMILY_ENV_KEYS & set(env)):
+        raise ConfigError(
+            "serveConfig",
+            f"{where}: {role} runtime_env.env_vars.{key}",
+            "left out: the stack adds it from the model table (domain/model_families.py) for the model served",
+        )
+    engine.update(copy.deepcopy(dict(family.engine_kwargs)))
+    if engine.get("kv_transfer_config") is not None:
+        env.update(family.pd_env_vars)
+    if not env:
+        del config["runtime_env"]["env_vars"]
+    if not config["runtime_env"]:
+        del config["runtime_env"]
+
+
+def _kv_buffer(config: dict, role: str, where: str, device: str, model: ModelFacts) -> None:
+    kv_transfer = config["engine_kwargs"].get("kv_transfer_config")
+    if kv_transfer is None:
+        return
+    # Device memory by default, as the reference deployment runs on g6 (no GPUDirect RDMA): libfabric's
+    # EFA provider moves GPU memory itself; the workers run privileged so NIXL can register it.
+    key, value = ("kvBufferDevice", device)
+    if "kv_buffer_device" in kv_transfer:
+        key, value = f"serveConfig {where}: {role} kv_transfer_config.kv_buffer_device", kv_transfer["kv_buffer_device"]
+    if value not in KV_BUFFER_DEVICES:
+        raise ConfigError(key, value, f"one of {list(KV_BUFFER_DEVICES)}")
+    if value == "cpu" and model.hybrid:
+        raise ConfigError(key, value, HYBRID_CPU_BUFFER)
+    kv_transfer["kv_buffer_device"] = value
+
+
 def render(
     name: str,
     overrides: ServeOverrides,
     pools: Mapping[str, PoolShape],
     vllm_version: str | None,
+    model_facts: Callable[[str, str], ModelFacts],
 ) -> dict:
-    """The serve config a stack deploys: the file, overridden, pinned to its pools, checked."""
+    """The serve config a stack deploys: the file, overridden, completed for its model family,
+    pinned to its pools, checked. `model_facts(model_id, model_source)` answers from the model table."""
     where = f"serve_configs/{name}.yaml"
     doc = copy.deepcopy(load_serve_file(name))
     check_application(doc, where, vllm_version)
@@ -192,12 +259,9 @@ def render(
                 f"at most {pool.nodes * pool.gpus_per_node // gpus_per_replica}: {gpus_per_replica} GPU(s) per "
                 f"replica, pool {role} runs {pool.nodes} node(s) (desiredSize) x {pool.gpus_per_node} GPU(s)",
             )
-        kv_transfer = engine.get("kv_transfer_config")
-        if kv_transfer is not None and "kv_buffer_device" not in kv_transfer:
-            # Without GPUDirect RDMA, NIXL's libfabric plugin cannot hand GPU memory to EFA
-            # (nixl src/plugins/libfabric/README: "GDR support is currently required"): stage the
-            # KV cache in host memory, as vLLM allows for hybrid models ("Host buffer" in its matrix).
-            kv_transfer["kv_buffer_device"] = "cuda" if pool.gpudirect_rdma else "cpu"
+        model = model_facts(loading.get("model_id", ""), loading.get("model_source") or loading.get("model_id", ""))
+        _apply_family(config, role, where, model)
+        _kv_buffer(config, role, where, overrides.kv_buffer_device, model)
         config["accelerator_type"] = pool.gpu_model
         # One bundle per GPU worker, each asking for this pool's custom resource: Ray can never
         # place a prefill engine on a decode node (both offer GPU and accelerator_type:L4).

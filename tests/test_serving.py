@@ -158,9 +158,43 @@ def test_pd_app_shape(dev):
         assert kv["kv_connector"] == "NixlConnector"
         assert kv["kv_connector_extra_config"]["backends"] == ["LIBFABRIC"]
         assert kv["kv_role"] == {"prefill": "kv_producer", "decode": "kv_consumer"}[role]
-        assert kv["kv_buffer_device"] == "cpu", "g6 has no GPUDirect RDMA: stage KV in host memory"
-        assert config["engine_kwargs"]["max_model_len"] == 4096
+        assert kv["kv_buffer_device"] == "cuda", "GPU memory registered with EFA, as the reference runs g6"
+        engine = config["engine_kwargs"]
+        assert engine["max_model_len"] == 4096
+        # Qwen3.5's family settings, from the model table: text only, answers without thinking text.
+        assert engine["language_model_only"] is True and engine["reasoning_parser"] == "qwen3"
+        assert engine["default_chat_template_kwargs"] == {"enable_thinking": False}
         assert config["runtime_env"]["env_vars"]["VLLM_SSM_CONV_STATE_LAYOUT"] == "DS"
+
+
+def test_cpu_kv_buffer_is_refused_for_hybrid_models_and_allowed_otherwise():
+    error, monitor = failing_run({NS + "kvBufferDevice": "cpu"})
+    assert isinstance(error, ConfigError) and monitor.registrations == []
+    assert str(error).startswith("invalid config ray-llm-eks:kvBufferDevice = 'cpu': cuda for a hybrid")
+    assert "[conv, ssm]" in str(error)
+    llama = {NS + "modelId": "meta-llama/Llama-3.1-8B-Instruct", NS + "hfToken": SecretValue("t")}
+    for config in llm_configs(run_program("dev", {**llama, NS + "kvBufferDevice": "cpu"})).values():
+        assert config["engine_kwargs"]["kv_transfer_config"]["kv_buffer_device"] == "cpu"
+
+
+def test_family_settings_follow_the_model_not_the_file():
+    """Switching dev to Llama drops every Qwen3.5 setting instead of carrying it over."""
+    llama = {NS + "modelId": "meta-llama/Llama-3.1-8B-Instruct", NS + "hfToken": SecretValue("t")}
+    for config in llm_configs(run_program("dev", llama)).values():
+        engine = config["engine_kwargs"]
+        assert not {"language_model_only", "reasoning_parser", "default_chat_template_kwargs"} & set(engine)
+        assert "runtime_env" not in config
+
+
+def test_a_serve_file_may_not_carry_family_settings(monkeypatch):
+    from domain import serve_config
+
+    doc = _pd_file()
+    doc["applications"][0]["args"]["decode_config"]["engine_kwargs"]["language_model_only"] = True
+    monkeypatch.setattr(serve_config, "load_serve_file", lambda name: doc)
+    error, monitor = failing_run({})
+    assert "decode engine_kwargs.language_model_only" in str(error) and "model table" in str(error)
+    assert monitor.registrations == []
 
 
 def test_every_llm_deployment_maps_to_exactly_one_worker_group(plans):
