@@ -9,6 +9,7 @@ from components.gpu_nodes import GpuNodePool
 from components.kuberay import KubeRayOperator
 from components.llm_service import LlmService
 from components.network import Network
+from components.weights_access import WeightsAccess
 from domain import cost, preflight
 from domain.config import load_stack_settings
 
@@ -28,6 +29,16 @@ plugins = DevicePlugins(
     "device-plugins", serving.nvidia_plugin, serving.efa_plugin, settings.gpu_pools, on_system_nodes
 )
 operator = KubeRayOperator("kuberay", serving.kuberay, on_system_nodes)
+# Weights mirrored in S3: the nodes may read them before any Ray worker starts.
+weights = (
+    [
+        WeightsAccess(
+            "weights", serving.weights_s3_uris, cluster.node_role.role, settings.region, pulumi.ResourceOptions()
+        )
+    ]
+    if serving.weights_s3_uris
+    else []
+)
 service = LlmService(
     "llm",
     serving,
@@ -35,7 +46,7 @@ service = LlmService(
     settings.hf_token,
     # The operator outlives the RayService (its finalizer), and so do the plugins and nodes it runs on.
     pulumi.ResourceOptions(
-        providers=[cluster.provider], depends_on=[operator, plugins, cluster.system_nodes, *pools.values()]
+        providers=[cluster.provider], depends_on=[operator, plugins, cluster.system_nodes, *pools.values(), *weights]
     ),
 )
 
@@ -53,3 +64,6 @@ pulumi.export("dashboardPortForwardCommand", service.dashboard_port_forward)
 pulumi.export("estimatedHourlyCostUsd", estimate.usd_per_hour)
 pulumi.export("costEstimate", estimate.as_output())
 pulumi.export("preflightChecks", checks)
+for line in checks:
+    if line.startswith("warning:"):
+        pulumi.log.warn(line.removeprefix("warning: "))

@@ -49,3 +49,6 @@ class PulumiAwsAnswers:
 
     def caller_arn(self) -> str | None:
         return aws.get_caller_identity().arn
+
+    def bucket_region(self, bucket: str) -> str | None:
+        return aws.s3.get_bucket(bucket=bucket).bucket_region

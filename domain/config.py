@@ -379,8 +379,7 @@ def _serve_overrides(raw: _Raw) -> serve_config.ServeOverrides:
         if value is not None and not re.fullmatch(r"[\w][\w./:-]*", value):
             raise ConfigError(key, value, "a model id or source such as Qwen/Qwen3.5-9B (no spaces)")
     if model_source is not None and "://" in model_source:
-        # Nodes have no S3 (or other bucket) read permission: weights come from Hugging Face.
-        raise ConfigError("modelSource", model_source, "a Hugging Face repo id (org/name); buckets are not wired up")
+        _s3_uri("modelSource", model_source)
     max_len = None if raw.text("maxModelLen") is None else raw.integer("maxModelLen", 0)
     if max_len is not None and not 16 <= max_len <= 10_000_000:
         raise ConfigError("maxModelLen", max_len, "a context length in tokens, 16 or more")
@@ -394,6 +393,18 @@ def _serve_overrides(raw: _Raw) -> serve_config.ServeOverrides:
     if kv_buffer_device not in serve_config.KV_BUFFER_DEVICES:
         raise ConfigError("kvBufferDevice", kv_buffer_device, f"one of {list(serve_config.KV_BUFFER_DEVICES)}")
     return serve_config.ServeOverrides(model_id, model_source, max_len, replicas, kv_buffer_device)
+
+
+# S3 bucket naming rules (3-63 of a-z 0-9 . -, starting and ending with a letter or digit).
+_S3_URI = re.compile(r"s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/(?P<prefix>[^\s]*))?")
+
+
+def _s3_uri(key: str, uri: str) -> str:
+    """Weights mirrored to S3: Ray Serve LLM 2.58 downloads a `s3://` model_source as a bucket mirror
+    (vllm_models.py from_llm_config: CloudMirrorConfig); the nodes get read access to that prefix."""
+    if not _S3_URI.fullmatch(uri):
+        raise ConfigError(key, uri, "a Hugging Face repo id (org/name) or s3://<bucket>/<prefix> of the weights")
+    return uri
 
 
 def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings]) -> ServingSettings:
@@ -416,6 +427,14 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings]) -> Se
         {role: p.nodes.instance_type for role, p in pools.items()},
         {role for role, p in pools.items() if p.efa},
         own_spec,
+    )
+
+    sources = {
+        role: (c.get("model_loading_config") or {}).get("model_source") or ""
+        for role, c in serve_config.llm_configs_by_role(document, "rendered").items()
+    }
+    weights_s3 = tuple(
+        sorted({_s3_uri(f"serveConfig {role} model_source", u) for role, u in sources.items() if "://" in u})
     )
 
     service_name = raw.text("serviceName", "llm")
@@ -442,6 +461,7 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings]) -> Se
         efa_plugin=_chart(raw, "efaDevicePluginVersion", versions.EFA_PLUGIN_CHART),
         privileged_workers=raw.boolean("privilegedWorkers", True),
         ready_timeout_seconds=timeout,
+        weights_s3_uris=weights_s3,
     )
 
 

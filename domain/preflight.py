@@ -66,6 +66,9 @@ class AwsAnswers(Protocol):
     def caller_arn(self) -> str | None:
         """The ARN of the identity running `pulumi up`; None when unknown (offline)."""
 
+    def bucket_region(self, bucket: str) -> str | None:
+        """The region an S3 bucket lives in; None when unknown (offline)."""
+
 
 def _pools(settings: Settings) -> dict[str, NodePoolSettings]:
     return {"systemNodes": settings.cluster.system_nodes} | {
@@ -218,6 +221,25 @@ def same_principal(admin_arn: str, principal_arn: str) -> bool:
     return admin_arn == principal_arn
 
 
+def check_weights_bucket(settings: Settings, aws: AwsAnswers) -> list[str]:
+    """Weights in S3 must be in the stack's region: the VPC's gateway endpoint serves only buckets of
+    its own region, anything else goes through the NAT at its per-GB price and cross-region transfer."""
+    report = []
+    for uri in settings.serving.weights_s3_uris:
+        bucket = uri.removeprefix("s3://").split("/", 1)[0]
+        where = aws.bucket_region(bucket)
+        if where is None:
+            report.append(f"deferred to deploy time: bucket {bucket} of the weights is in {settings.region}")
+        elif where != settings.region:
+            raise PreflightError(
+                f"modelSource {uri}: bucket {bucket} is in {where}, the stack in {settings.region}; copy the weights "
+                f"to a bucket in {settings.region} (the VPC's S3 gateway endpoint serves its own region only)"
+            )
+        else:
+            report.append(f"ok: bucket {bucket} of the weights is in {settings.region}")
+    return report
+
+
 def run(settings: Settings, aws: AwsAnswers, day: date) -> list[str]:
     """All deploy-time checks; raises PreflightError on the first that fails."""
     return [
@@ -227,4 +249,5 @@ def run(settings: Settings, aws: AwsAnswers, day: date) -> list[str]:
         check_offerings(settings, aws),
         check_system_node(settings, aws),
         *check_quotas(settings, aws),
+        *check_weights_bucket(settings, aws),
     ]

@@ -12,10 +12,22 @@ from domain.sizing import HEAD_REQUESTS, Resources, gpu_node_daemonsets, worker_
 
 HF_TOKEN_SECRET = "hf-token"
 HF_TOKEN_KEY = "HF_TOKEN"
-# The model cache: on the node's RAID0 NVMe array (nodeadm localStorage), so a replaced pod finds the
-# weights on local disk or in page cache instead of downloading ~19 GB again.
-MODEL_CACHE_HOST_PATH = f"{LOCAL_NVME_ROOT}/hf-cache"
-MODEL_CACHE_MOUNT = "/mnt/hf-cache"
+# The node cache: on the node's RAID0 NVMe array (nodeadm localStorage), so a replaced pod finds
+# what the last one built instead of downloading and compiling again: the weights (HF_HOME), vLLM's
+# torch.compile output (VLLM_CACHE_ROOT, default ~/.cache/vllm) and Triton's kernels (TRITON_CACHE_DIR:
+# vLLM 0.26's default compile path leaves it at ~/.triton/cache, inside the container).
+MODEL_CACHE_HOST_PATH = f"{LOCAL_NVME_ROOT}/model-cache"
+MODEL_CACHE_MOUNT = "/mnt/model-cache"
+CACHE_ENV = {
+    "HF_HOME": f"{MODEL_CACHE_MOUNT}/hf",
+    "VLLM_CACHE_ROOT": f"{MODEL_CACHE_MOUNT}/vllm",
+    "TRITON_CACHE_DIR": f"{MODEL_CACHE_MOUNT}/triton",
+    # huggingface_hub 1.x dropped hf_transfer ("hf_transfer is not used anymore", constants.py); its
+    # Xet downloader's high-performance mode is the replacement (vLLM 0.26 weight_utils sets it too).
+    "HF_XET_HIGH_PERFORMANCE": "1",
+}
+# Only what the init container needs: chmod on the mounted directory.
+INIT_REQUESTS = Resources(100, 64)
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "metrics": 8080, "serve": 8000}
 SERVE_PORT = HEAD_PORTS["serve"]
 
@@ -26,20 +38,26 @@ def _resources(requests: Resources, extra: Mapping[str, int] | None = None) -> d
     return {"requests": amounts, "limits": dict(amounts)}
 
 
-def head_group(serving: ServingSettings) -> dict:
+def _token_env() -> dict:
+    return {"name": HF_TOKEN_KEY, "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY}}}
+
+
+def head_group(serving: ServingSettings, with_token: bool) -> dict:
+    """The head builds the app, which reads a gated model's config from the hub: it needs the token too."""
+    head = {
+        "name": "ray-head",
+        "image": serving.image,
+        "ports": [{"name": n, "containerPort": p} for n, p in HEAD_PORTS.items()],
+        "resources": _resources(HEAD_REQUESTS),
+    }
+    if with_token:
+        head["env"] = [_token_env()]
     return {
         "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
         "template": {
             "spec": {
                 "nodeSelector": dict(SYSTEM_LABELS),
-                "containers": [
-                    {
-                        "name": "ray-head",
-                        "image": serving.image,
-                        "ports": [{"name": n, "containerPort": p} for n, p in HEAD_PORTS.items()],
-                        "resources": _resources(HEAD_REQUESTS),
-                    }
-                ],
+                "containers": [head],
             }
         },
     }
@@ -56,19 +74,50 @@ def object_store_bytes(container: Resources) -> int:
 
 
 def _worker_env(pool: GpuPoolSettings, with_token: bool) -> list[dict]:
-    env = [{"name": "HF_HOME", "value": MODEL_CACHE_MOUNT}]
+    env = [{"name": name, "value": value} for name, value in CACHE_ENV.items()]
     if with_token:
-        env.append(
-            {"name": HF_TOKEN_KEY, "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY}}}
-        )
+        env.append(_token_env())
     if pool.efa:
         env += [
             {"name": "FI_PROVIDER", "value": "efa"},
             # GPU memory straight to EFA only where the instance has GPUDirect RDMA (p4d/p5, not g6).
             {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1" if pool.spec.gpudirect_rdma else "0"},
             {"name": "FI_EFA_FORK_SAFE", "value": "1"},  # Ray forks workers after libfabric is loaded
+            # No huge pages: a pod asking for hugepages-2Mi must match what the node pre-allocated, and
+            # with huge pages on, os.fork() fails with "Cannot allocate memory" (aws-samples
+            # awsome-distributed-training efa-cheatsheet.md: FI_EFA_USE_HUGE_PAGE=0, "minor
+            # performance hit", "needed to prevent fork fails"); Ray and vLLM fork worker processes.
+            {"name": "FI_EFA_USE_HUGE_PAGE", "value": "0"},
         ]
     return env
+
+
+def cache_permissions(image: str) -> dict:
+    """An init container that opens the node cache to whatever user the serving image runs as: a
+    DirectoryOrCreate hostPath is created root-owned 0755. Only `chmod` from the image is used (no
+    shell); 1777 like /tmp, so files stay their owner's."""
+    return {
+        "name": "cache-permissions",
+        "image": image,
+        "command": ["chmod", "1777", MODEL_CACHE_MOUNT],
+        "securityContext": {"runAsUser": 0},
+        "resources": _resources(INIT_REQUESTS),
+        "volumeMounts": [{"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT}],
+    }
+
+
+def serve_readiness() -> dict:
+    """Ready when this worker's Serve proxy answers. KubeRay 1.7 would inject `bash -c "wget ...
+    :8000/-/healthz"` for RayService workers (ray-operator common/pod.go), which needs bash and wget
+    in the image; an httpGet probe needs nothing, and KubeRay keeps a probe the user set. Timing as
+    KubeRay's (failure threshold 1: a worker whose proxy fails leaves the serve Service at once)."""
+    return {
+        "httpGet": {"path": "/-/healthz", "port": SERVE_PORT},
+        "initialDelaySeconds": 10,
+        "timeoutSeconds": 2,
+        "periodSeconds": 5,
+        "failureThreshold": 1,
+    }
 
 
 def worker_group(
@@ -101,12 +150,14 @@ def worker_group(
                 "tolerations": [
                     {"key": GPU_TAINT["key"], "operator": "Equal", "value": GPU_TAINT["value"], "effect": "NoSchedule"}
                 ],
+                "initContainers": [cache_permissions(serving.image)],
                 "containers": [
                     {
                         "name": "ray-worker",
                         "image": serving.image,
                         "resources": _resources(size, devices),
                         "securityContext": security,
+                        "readinessProbe": serve_readiness(),
                         "env": _worker_env(pool, with_token),
                         "volumeMounts": [
                             {"name": "dshm", "mountPath": "/dev/shm"},
@@ -133,7 +184,7 @@ def ray_service_spec(serving: ServingSettings, pools: Mapping[str, GpuPoolSettin
         "rayClusterConfig": {
             "rayVersion": serving.ray_version,
             "enableInTreeAutoscaling": False,
-            "headGroupSpec": head_group(serving),
+            "headGroupSpec": head_group(serving, with_token),
             "workerGroupSpecs": [worker_group(p, serving, pools, with_token) for p in pools.values()],
         },
     }

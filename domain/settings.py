@@ -100,6 +100,7 @@ class ServingSettings:
     efa_plugin: ChartPin
     privileged_workers: bool
     ready_timeout_seconds: int
+    weights_s3_uris: tuple[str, ...] = ()  # s3:// model sources: the nodes get read access to them
 
 
 @dataclass(frozen=True)

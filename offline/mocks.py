@@ -83,6 +83,7 @@ NO_ANSWER_OFFLINE = {
     "aws:ec2/getInstanceType:getInstanceType",
     "aws:eks/getClusters:getClusters",
     "aws:index/getCallerIdentity:getCallerIdentity",
+    "aws:s3/getBucket:getBucket",
 }
 
 

@@ -3,13 +3,16 @@ seconds; and what the stack costs per hour."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
+import yaml
 
 from domain import model_fit, preflight
 from domain.errors import ConfigError
 from domain.model_fit import GIB, MIB, Engine, budget, check_role
+from domain.serve_config import llm_configs_by_role
 from offline.mocks import PlanMocks, RecordingMonitor
 from offline.plan import run_program
 from offline.stackfile import SecretValue
@@ -377,3 +380,56 @@ def test_stack_prices_override_the_table():
 def test_bad_prices_fail_before_any_resource():
     error, monitor = failing_run({NS + "prices": {"instances": {"g6.8xlarge": "cheap"}}})
     assert "prices.instances.g6.8xlarge" in str(error) and monitor.registrations == []
+
+
+# ---- Weights from S3: the fast path after a node replacement
+
+
+def manifest_spec(plan) -> dict:
+    return plan.one("kubernetes:ray.io/v1:RayService").inputs["spec"]
+
+
+WEIGHTS = {NS + "modelSource": "s3://acme-models/qwen3.5-9b/"}
+
+
+def test_weights_in_s3_give_the_nodes_read_access_to_that_prefix_only():
+    plan = run_program("dev", WEIGHTS)
+    configs = llm_configs_by_role(yaml.safe_load(manifest_spec(plan)["serveConfigV2"]), "dev")
+    assert {c["model_loading_config"]["model_source"] for c in configs.values()} == {WEIGHTS[NS + "modelSource"]}
+    assert {c["model_loading_config"]["model_id"] for c in configs.values()} == {"Qwen/Qwen3.5-9B"}
+    (policy,) = plan.of_type("aws:iam/rolePolicy:RolePolicy")
+    assert policy.inputs["role"] == "<known after deploy: aws:iam/role:Role::eks-node-role.name>"  # the node role
+    statements = json.loads(policy.inputs["policy"])["Statement"]
+    assert statements == [
+        {
+            "Effect": "Allow",
+            "Action": "s3:ListBucket",
+            "Resource": "arn:aws:s3:::acme-models",
+            "Condition": {"StringLike": {"s3:prefix": ["qwen3.5-9b/*"]}},
+        },
+        {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::acme-models/qwen3.5-9b/*"},
+    ]
+    assert plan.depends_on(plan.one("kubernetes:ray.io/v1:RayService").urn, policy.urn)
+    assert "deferred to deploy time: bucket acme-models" in " ".join(plan.outputs["preflightChecks"])
+    assert run_program("dev").of_type("aws:iam/rolePolicy:RolePolicy") == []
+
+
+@pytest.mark.parametrize("source", ["gs://bucket/x", "s3://Bad_Bucket/x", "https://huggingface.co/Qwen/Qwen3.5-9B"])
+def test_only_hub_ids_and_s3_uris_are_model_sources(source):
+    error, monitor = failing_run({NS + "modelSource": source})
+    assert "modelSource" in str(error) and "s3://<bucket>/<prefix>" in str(error)
+    assert monitor.registrations == []
+
+
+class BucketElsewhere(CannedAws):
+    def call(self, args):
+        if args.token == "aws:s3/getBucket:getBucket":
+            return {"id": args.args["bucket"], "bucket": args.args["bucket"], "bucketRegion": "eu-west-1"}
+        return super().call(args)
+
+
+def test_weights_bucket_in_another_region_is_refused():
+    monitor = RecordingMonitor(BucketElsewhere(EVERYWHERE, ROOMY))
+    with pytest.raises(preflight.PreflightError, match="bucket acme-models is in eu-west-1, the stack in us-east-1"):
+        run_program("dev", WEIGHTS, monitor=monitor)
+    assert monitor.registrations == []

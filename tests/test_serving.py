@@ -294,8 +294,16 @@ def test_model_cache_hostpath_mount_and_hf_home_agree(plans):
             volume = next(v for v in pod["volumes"] if "hostPath" in v)
             mount = next(m for m in container["volumeMounts"] if m["name"] == volume["name"])
             env = {e["name"]: e.get("value") for e in container["env"]}
-            assert env["HF_HOME"] == mount["mountPath"]
+            for cache in ("HF_HOME", "VLLM_CACHE_ROOT", "TRITON_CACHE_DIR"):  # all survive a pod restart
+                assert env[cache].startswith(mount["mountPath"] + "/"), cache
+            assert env["HF_XET_HIGH_PERFORMANCE"] == "1" and "HF_HUB_ENABLE_HF_TRANSFER" not in env
             assert volume["hostPath"]["path"] == MODEL_CACHE_HOST_PATH
+            (init,) = pod["initContainers"]  # opens the root-owned hostPath to the image's user
+            assert init["command"] == ["chmod", "1777", mount["mountPath"]]
+            assert init["volumeMounts"] == [{"name": volume["name"], "mountPath": mount["mountPath"]}]
+            assert init["resources"]["requests"] == init["resources"]["limits"], "keeps the pod Guaranteed"
+            # No shell needed: KubeRay keeps a probe we set instead of injecting `bash -c "wget ..."`.
+            assert container["readinessProbe"]["httpGet"] == {"path": "/-/healthz", "port": 8000}
             assert volume["hostPath"]["path"].startswith(LOCAL_NVME_ROOT + "/"), "must be on the RAID0 NVMe"
             shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
             assert shm["emptyDir"]["medium"] == "Memory"
@@ -363,13 +371,30 @@ def test_hf_token_never_appears_in_plain_text(tmp_path, capsys):
     assert secret.inputs["stringData"] == "[secret]"
     (doc,) = [d for d in plan.manifests().values() if d.get("kind") == "Secret"]
     assert doc["metadata"]["name"] == "hf-token" and doc["stringData"] == "[secret]"
-    env = manifest(plan)["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["env"]
-    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}} in env
+    cluster = manifest(plan)["spec"]["rayClusterConfig"]
+    token = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}}
+    # The head too: building the app reads a gated model's config from the hub.
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        assert token in group["template"]["spec"]["containers"][0]["env"]
     assert plan.depends_on(plan.one(RAY_SERVICE).urn, secret.urn)
 
 
 def test_no_token_no_secret(dev):
     assert dev.of_type("kubernetes:core/v1:Secret") == []
+    head = manifest(dev)["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    assert "env" not in head
+
+
+def test_efa_workers_use_libfabric_without_huge_pages(plans):
+    for plan in plans.values():
+        for group in manifest(plan)["spec"]["rayClusterConfig"]["workerGroupSpecs"]:
+            container = group["template"]["spec"]["containers"][0]
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            efa = "vpc.amazonaws.com/efa" in container["resources"]["requests"]
+            assert ("FI_PROVIDER" in env) == efa, group["groupName"]
+            if efa:  # huge pages off rather than a hugepages-2Mi request (see domain/ray_service.py)
+                assert env["FI_EFA_USE_HUGE_PAGE"] == "0" and env["FI_EFA_USE_DEVICE_RDMA"] == "0"
+                assert not any(k.startswith("hugepages-") for k in container["resources"]["requests"])
 
 
 # ---- Image and versions
