@@ -26,7 +26,12 @@ pools = {role: GpuNodePool(role, pool, cluster, network) for role, pool in setti
 # outlive them (destroy).
 on_system_nodes = pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[cluster.system_nodes])
 plugins = DevicePlugins(
-    "device-plugins", serving.nvidia_plugin, serving.efa_plugin, settings.gpu_pools, on_system_nodes
+    "device-plugins",
+    serving.nvidia_plugin,
+    serving.efa_plugin,
+    serving.efa_plugin_image,
+    settings.gpu_pools,
+    on_system_nodes,
 )
 operator = KubeRayOperator("kuberay", serving.kuberay, on_system_nodes)
 # Weights mirrored in S3: the nodes may read them before any Ray worker starts.

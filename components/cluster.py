@@ -47,7 +47,7 @@ class NodeRole(pulumi.ComponentResource):
                     "Statement": [
                         {
                             "Effect": "Allow",
-                            "Principal": {"Service": f"ec2.{aws_facts.partition_dns_suffix(region)}"},
+                            "Principal": {"Service": aws_facts.ec2_service_principal(region)},
                             "Action": "sts:AssumeRole",
                         }
                     ],

@@ -22,11 +22,13 @@ def nvidia_values() -> dict:
     }
 
 
-def efa_values(pools: Mapping[str, GpuPoolSettings]) -> dict:
+def efa_values(pools: Mapping[str, GpuPoolSettings], image_repository: str) -> dict:
     # The chart schedules only on the instance types in this allow-list (a nodeAffinity on
     # node.kubernetes.io/instance-type): list exactly our pools' types.
     types = sorted({p.nodes.instance_type for p in pools.values() if p.efa})
     return {
+        # The region's own EKS add-on registry instead of the chart's us-west-2 default.
+        "image": {"repository": image_repository},
         "supportedInstanceLabels": {"keys": ["node.kubernetes.io/instance-type"], "values": types},
         "nodeSelector": GPU_NODE_SELECTOR,
         "tolerations": [GPU_TOLERATION],
@@ -42,6 +44,7 @@ class DevicePlugins(pulumi.ComponentResource):
         name: str,
         nvidia: ChartPin,
         efa: ChartPin,
+        efa_image: str | None,
         pools: Mapping[str, GpuPoolSettings],
         opts: pulumi.ResourceOptions,
     ):
@@ -50,6 +53,6 @@ class DevicePlugins(pulumi.ComponentResource):
         self.releases = [helm_release("nvidia-device-plugin", nvidia, "kube-system", nvidia_values(), child)]
         if any(p.efa for p in pools.values()):
             self.releases.append(
-                helm_release("aws-efa-k8s-device-plugin", efa, "kube-system", efa_values(pools), child)
+                helm_release("aws-efa-k8s-device-plugin", efa, "kube-system", efa_values(pools, efa_image), child)
             )
         self.register_outputs({})

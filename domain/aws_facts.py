@@ -67,6 +67,90 @@ def partition_dns_suffix(region: str) -> str:
     raise KeyError(region)
 
 
+# EC2's service principal for an instance role's trust policy, per partition. Not `ec2.<dnsSuffix>`:
+# that breaks in aws-eusc ("Invalid principal in policy: ec2.amazonaws.eu", pulumi-eks #2341, fixed
+# by #2344: "All partitions use ec2.amazonaws.com"); the AWS provider's service-principal data
+# (terraform-provider-aws internal/service/meta/service_principal_data_source.go) also gives
+# ec2.amazonaws.com in every partition. A partition missing here is refused, not guessed.
+EC2_SERVICE_PRINCIPAL = {
+    partition: "ec2.amazonaws.com"
+    for partition in ("aws", "aws-cn", "aws-us-gov", "aws-iso", "aws-iso-b", "aws-iso-e", "aws-iso-f", "aws-eusc")
+}
+
+
+def ec2_service_principal(region: str) -> str | None:
+    return EC2_SERVICE_PRINCIPAL.get(region_partition(region) or "")
+
+
+# ECR registry account of the Amazon EKS add-on images, by region (the EKS user guide's "Amazon
+# container image registries for Amazon EKS add-ons", as awslabs/amazon-eks-ami
+# templates/al2/runtime/get-ecr-uri.sh encoded it before AL2 support was removed). The EFA device
+# plugin chart defaults to us-west-2's registry: every other region would pull across regions
+# through the NAT, and other partitions could not pull at all.
+_EKS_ADDON_MAIN_ACCOUNT = "602401143452"
+EKS_ADDON_REGISTRY_ACCOUNTS = {
+    **dict.fromkeys(
+        (
+            "ap-northeast-1",
+            "ap-northeast-2",
+            "ap-northeast-3",
+            "ap-south-1",
+            "ap-southeast-1",
+            "ap-southeast-2",
+            "ca-central-1",
+            "eu-central-1",
+            "eu-north-1",
+            "eu-west-1",
+            "eu-west-2",
+            "eu-west-3",
+            "sa-east-1",
+            "us-east-1",
+            "us-east-2",
+            "us-west-1",
+            "us-west-2",
+        ),
+        _EKS_ADDON_MAIN_ACCOUNT,
+    ),
+    "af-south-1": "877085696533",
+    "ap-east-1": "800184023465",
+    "ap-east-2": "533267051163",
+    "ap-south-2": "900889452093",
+    "ap-southeast-3": "296578399912",
+    "ap-southeast-4": "491585149902",
+    "ap-southeast-5": "151610086707",
+    "ap-southeast-6": "333609536671",
+    "ap-southeast-7": "121268973566",
+    "ca-west-1": "761377655185",
+    "eu-central-2": "900612956339",
+    "eu-south-1": "590381155156",
+    "eu-south-2": "455263428931",
+    "il-central-1": "066635153087",
+    "me-central-1": "759879836304",
+    "me-south-1": "558608220178",
+    "mx-central-1": "730335286997",
+    "cn-north-1": "918309763551",
+    "cn-northwest-1": "961992271922",
+    "us-gov-east-1": "151742754352",
+    "us-gov-west-1": "013241004608",
+    "us-iso-east-1": "725322719131",
+    "us-iso-west-1": "608367168043",
+    "us-isob-east-1": "187977181151",
+    "us-isob-west-1": "321162350305",
+    "us-isof-east-1": "171035529773",
+    "us-isof-south-1": "676585237158",
+    "eu-isoe-west-1": "249663109785",
+    "eusc-de-east-1": "877088126301",
+}
+
+
+def eks_addon_registry(region: str) -> str | None:
+    """`<account>.dkr.ecr.<region>.<dns suffix>` of the EKS add-on images in this region."""
+    account = EKS_ADDON_REGISTRY_ACCOUNTS.get(region)
+    if account is None or region_partition(region) is None:
+        return None
+    return f"{account}.dkr.ecr.{region}.{partition_dns_suffix(region)}"
+
+
 INSTANCE_TYPE_PATTERN = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
 
 

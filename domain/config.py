@@ -257,12 +257,19 @@ def _cluster(raw: _Raw, name: str, region: str, vpc_cidr: str) -> ClusterSetting
     if retention not in aws_facts.log_retention_days():
         raise ConfigError("clusterLogRetentionDays", retention, f"one of {list(aws_facts.log_retention_days())}")
 
-    # 100 GiB: the Ray head runs the serving image too (tens of GB unpacked).
     system = _node_pool(
         "systemNodes",
         raw.structured("systemNodes", dict, {"instanceType": "m7i.xlarge", "desiredSize": 1}),
-        default_disk=100,
+        default_disk=sizing.SYSTEM_DISK_GIB,  # the Ray head pulls the serving image: domain/sizing.py
     )
+    if system.disk_size_gib < sizing.SYSTEM_DISK_MIN_GIB:
+        raise ConfigError(
+            "systemNodes.diskSizeGiB",
+            system.disk_size_gib,
+            f"at least {sizing.SYSTEM_DISK_MIN_GIB} GiB: the Ray head's serving image (budget "
+            f"{'+'.join(map(str, sizing.SERVING_IMAGE_BUDGET_GIB))} GiB compressed+unpacked) and the OS must stay "
+            f"under kubelet's 85% image-GC threshold (default {sizing.SYSTEM_DISK_GIB} GiB leaves room for an upgrade)",
+        )
     _system_node_fits(system)
     return ClusterSettings(
         name=name,
@@ -450,6 +457,14 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings]) -> Se
     timeout = raw.integer("serviceReadyTimeoutSeconds", 3600)
     if not 600 <= timeout <= 14400:
         raise ConfigError("serviceReadyTimeoutSeconds", timeout, "600 to 14400 (image pull + weights + engine start)")
+    efa_registry = aws_facts.eks_addon_registry(region)
+    if efa_registry is None and any(p.efa for p in pools.values()):
+        raise ConfigError(
+            "aws:region",
+            region,
+            "a region with an Amazon EKS add-on image registry (domain/aws_facts.py EKS_ADDON_REGISTRY_ACCOUNTS): the "
+            "EFA device plugin image is pulled from there",
+        )
     return ServingSettings(
         serve_document=document,
         namespace=namespace,
@@ -462,6 +477,7 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings]) -> Se
         privileged_workers=raw.boolean("privilegedWorkers", True),
         ready_timeout_seconds=timeout,
         weights_s3_uris=weights_s3,
+        efa_plugin_image=f"{efa_registry}/{versions.EFA_PLUGIN_IMAGE_REPOSITORY}" if efa_registry else None,
     )
 
 
@@ -470,6 +486,13 @@ def load_settings(get: Getter, stack: str, region: str | None) -> Settings:
     raw = _Raw(get)
     if region is None or aws_facts.region_partition(region) is None:
         raise ConfigError("aws:region", region, f"an AWS region botocore knows, e.g. {aws_facts.known_regions()[:4]}")
+    if aws_facts.ec2_service_principal(region) is None:
+        raise ConfigError(
+            "aws:region",
+            region,
+            f"a region of a partition whose EC2 service principal we know {sorted(aws_facts.EC2_SERVICE_PRINCIPAL)} "
+            f"(the node role's trust policy); {region} is in {aws_facts.region_partition(region)}",
+        )
 
     name = raw.text("clusterName", f"ray-llm-{stack}")
     # EKS: 1-100 chars, letter first, then letters, digits, hyphens, underscores.

@@ -101,6 +101,7 @@ class ServingSettings:
     privileged_workers: bool
     ready_timeout_seconds: int
     weights_s3_uris: tuple[str, ...] = ()  # s3:// model sources: the nodes get read access to them
+    efa_plugin_image: str | None = None  # the EFA device plugin's image repository in this region
 
 
 @dataclass(frozen=True)

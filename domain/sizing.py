@@ -7,6 +7,7 @@ and a Ray pod gets what is left after the DaemonSets that run on the same node.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from domain.aws_facts import InstanceSpec
@@ -86,3 +87,26 @@ def gpu_node_daemonsets(with_efa: bool) -> dict[str, Resources]:
     if with_efa:
         daemonsets["aws-efa-k8s-device-plugin"] = EFA_PLUGIN_REQUESTS
     return daemonsets
+
+
+# Root volume of a system node. It holds the OS and logs, and the serving image the Ray head runs,
+# twice over: containerd keeps an image compressed (content store) and unpacked (snapshots), and an
+# image upgrade pulls the new one before kubelet's image GC drops the old one. Kubelet starts deleting
+# images at 85% disk use (imageGCHighThresholdPercent default) and evicts pods at nodefs.available
+# < 10%. GPU nodes need no such room: nodeadm puts containerd on their instance-store NVMe.
+# The image sizes are a BUDGET for the "tens of GB" DLC image (compressed, unpacked), not a
+# measurement: check `crictl images` on a node and raise systemNodes.diskSizeGiB if it is larger.
+SERVING_IMAGE_BUDGET_GIB = (15, 35)
+OS_AND_LOGS_GIB = 20
+IMAGE_GC_HIGH_THRESHOLD = 0.85
+
+
+def system_disk_gib(images: int) -> int:
+    """Disk for the OS plus `images` copies of the serving image below the image-GC threshold,
+    rounded up to 10 GiB."""
+    need = (OS_AND_LOGS_GIB + images * sum(SERVING_IMAGE_BUDGET_GIB)) / IMAGE_GC_HIGH_THRESHOLD
+    return math.ceil(need / 10) * 10
+
+
+SYSTEM_DISK_GIB = system_disk_gib(images=2)  # default: room for an image upgrade (150 GiB)
+SYSTEM_DISK_MIN_GIB = system_disk_gib(images=1)  # below this the head's image alone hits image GC (90 GiB)

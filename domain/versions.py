@@ -22,9 +22,14 @@ NEW_CLUSTER_MIN_SUPPORT_DAYS = 30
 
 # Helm charts: (repository, chart, default version).
 KUBERAY_CHART = ("https://ray-project.github.io/kuberay-helm/", "kuberay-operator", "1.7.0")
+# 0.18.x: from v0.19.0 the plugin defaults --mofed-enabled to true and mounts /dev/infiniband into
+# GPU containers, which conflicts with the EFA device plugin (EKS user guide, ml/node-efa).
 NVIDIA_PLUGIN_CHART = ("https://nvidia.github.io/k8s-device-plugin", "nvidia-device-plugin", "0.18.2")
 # eks-charts versions carry a leading "v" (stable/aws-efa-k8s-device-plugin/Chart.yaml).
 EFA_PLUGIN_CHART = ("https://aws.github.io/eks-charts", "aws-efa-k8s-device-plugin", "v0.5.30")
+# The chart's image.repository is <us-west-2 registry>/eks/aws-efa-k8s-device-plugin (values.yaml); we
+# keep the path and the chart's tag, and swap the registry for the region's own.
+EFA_PLUGIN_IMAGE_REPOSITORY = "eks/aws-efa-k8s-device-plugin"
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,12 @@ INVALID = {
         "distinct ARNs",
     ),
     "unknown EKS version": ({NS + "kubernetesVersion": "1.99"}, "kubernetesVersion", "1.99", "one of"),
+    "system disk too small for the serving image": (
+        {NS + "systemNodes": {"instanceType": "m7i.xlarge", "diskSizeGiB": 80}},
+        "systemNodes.diskSizeGiB",
+        "80",
+        "at least 90 GiB",
+    ),
     "typo in a pool field": (
         {NS + "gpuPools": {"prefill": {**GPU, "maxSzie": 2}, "decode": GPU}},
         "gpuPools.prefill.maxSzie",

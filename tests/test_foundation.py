@@ -122,6 +122,8 @@ def test_system_pool(dev):
     assert system.inputs["labels"] == {"role": "system"}
     assert system.inputs["scalingConfig"] == {"minSize": 1, "desiredSize": 1, "maxSize": 2}
     assert system.inputs["amiType"] == "AL2023_x86_64_STANDARD"
+    # (20 GiB OS + 2 x (15 + 35) GiB serving image) / 85% image-GC threshold = 141.2 -> 150 GiB.
+    assert system.inputs["diskSize"] == 150
     assert "taints" not in system.inputs
     assert system.inputs["subnetIds"] == dev.one(CLUSTER).inputs["privateSubnetIds"]
 

@@ -561,3 +561,42 @@ def test_baseline_stack_runs_the_collocated_app(plans):
 def test_serve_files_are_plain_data():
     assert sorted(p.name for p in (ROOT / "serve_configs").iterdir()) == ["collocated.yaml", "pd-disaggregated.yaml"]
     assert Path(ROOT / "serve_configs" / "pd-disaggregated.yaml").read_text().count("import_path") == 1
+
+
+def efa_release(plan: Plan):
+    return plan.one(RELEASE, "aws-efa-k8s-device-plugin")
+
+
+@pytest.mark.parametrize(
+    ("region", "repository"),
+    [
+        ("us-east-1", "602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/aws-efa-k8s-device-plugin"),
+        ("ap-east-1", "800184023465.dkr.ecr.ap-east-1.amazonaws.com/eks/aws-efa-k8s-device-plugin"),
+        ("cn-northwest-1", "961992271922.dkr.ecr.cn-northwest-1.amazonaws.com.cn/eks/aws-efa-k8s-device-plugin"),
+    ],
+)
+def test_efa_plugin_image_comes_from_the_regions_registry(region, repository):
+    plan = run_program("dev", region_overrides(region))
+    assert efa_release(plan).inputs["values"]["image"] == {"repository": repository}
+
+
+def test_region_without_an_eks_addon_registry_is_refused_naming_it(monkeypatch):
+    monkeypatch.delitem(aws_facts.EKS_ADDON_REGISTRY_ACCOUNTS, "eu-west-1")
+    error, monitor = failing_run(region_overrides("eu-west-1"))
+    assert "aws:region = 'eu-west-1'" in str(error) and "EKS add-on image registry" in str(error)
+    assert monitor.registrations == []
+    run_program("baseline", region_overrides("eu-west-1"))  # no EFA pool: no EFA plugin to pull
+
+
+def test_node_role_trusts_ec2_amazonaws_com_in_every_partition(monkeypatch):
+    own_image = {
+        NS + "image": "123456789012.dkr.ecr.us-gov-west-1.amazonaws.com/ray-llm:2.58.0",
+        NS + "rayVersion": "2.58.0",
+    }
+    for region, extra in (("cn-north-1", {}), ("us-gov-west-1", own_image)):  # no DLC registry in GovCloud
+        role = run_program("dev", {**region_overrides(region), **extra}).one("aws:iam/role:Role")
+        principal = json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]["Principal"]
+        assert principal == {"Service": "ec2.amazonaws.com"}, region  # not ec2.amazonaws.com.cn
+    monkeypatch.delitem(aws_facts.EC2_SERVICE_PRINCIPAL, "aws-cn")
+    error, _ = failing_run(region_overrides("cn-north-1"))
+    assert "aws:region = 'cn-north-1'" in str(error) and "EC2 service principal" in str(error)
