@@ -279,6 +279,19 @@ INSTANCE_SPECS: dict[str, InstanceSpec] = {
         max_pods=100,
         gpudirect_rdma=True,
     ),
+    # Types users pick for system nodes, so the head's room is checked offline (vCPU, GiB; max pods
+    # from eni-max-pods.txt). T3 (burstable), M5, M6i.
+    "t3.small": _spec(vcpus=2, memory_gib=2, max_pods=11),
+    "t3.medium": _spec(vcpus=2, memory_gib=4, max_pods=17),
+    "t3.large": _spec(vcpus=2, memory_gib=8, max_pods=35),
+    "t3.xlarge": _spec(vcpus=4, memory_gib=16, max_pods=58),
+    "t3.2xlarge": _spec(vcpus=8, memory_gib=32, max_pods=58),
+    "m5.large": _spec(vcpus=2, memory_gib=8, max_pods=29),
+    "m5.xlarge": _spec(vcpus=4, memory_gib=16, max_pods=58),
+    "m5.2xlarge": _spec(vcpus=8, memory_gib=32, max_pods=58),
+    "m6i.large": _spec(vcpus=2, memory_gib=8, max_pods=29),
+    "m6i.xlarge": _spec(vcpus=4, memory_gib=16, max_pods=58),
+    "m6i.2xlarge": _spec(vcpus=8, memory_gib=32, max_pods=58),
     # M7i: system nodes (no GPU, no EFA below 48xlarge).
     "m7i.large": _spec(vcpus=2, memory_gib=8, max_pods=29),
     "m7i.xlarge": _spec(vcpus=4, memory_gib=16, max_pods=58),

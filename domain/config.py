@@ -418,7 +418,8 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings]) -> Se
     image, ray_version, vllm_version = _image(raw, region)
     name = raw.text("serveConfig", "pd-disaggregated")
     shapes = {
-        role: serve_config.PoolShape(p.spec.gpu_model, p.spec.gpus, p.nodes.desired_size) for role, p in pools.items()
+        role: serve_config.PoolShape(p.nodes.instance_type, p.spec.gpu_model, p.spec.gpus, p.nodes.desired_size)
+        for role, p in pools.items()
     }
     spec_raw = raw.structured("modelSpec", dict, None)
     own_spec = model_fit.spec_from_config(spec_raw) if spec_raw is not None else None

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from domain import aws_facts
 from domain.errors import ConfigError
 from domain.model_families import FAMILIES, ModelFamily
-from domain.serve_config import llm_configs_by_role
+from domain.serve_config import check_tensor_parallel, llm_configs_by_role
 
 GIB = 1024**3
 MIB = 1024**2
@@ -287,13 +287,7 @@ def check_role(
         raise ConfigError(
             "maxModelLen", engine.max_model_len, f"at most {model.max_context}, the maximum context of {model_id}"
         )
-    if engine.tensor_parallel > spec.gpus:
-        raise ConfigError(
-            f"{key}.instanceType",
-            instance_type,
-            f"an instance with >= {engine.tensor_parallel} GPUs for tensor_parallel_size {engine.tensor_parallel} "
-            f"({role}); {instance_type} has {spec.gpus} (tensor parallelism does not cross nodes here)",
-        )
+    check_tensor_parallel(role, instance_type, spec.gpus, engine.tensor_parallel)
     b = budget(model, engine, spec.gpu_memory_mib)
     if not b.fits:
         short = b.needed - b.available

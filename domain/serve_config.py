@@ -85,6 +85,7 @@ class ModelFacts(Protocol):
 class PoolShape:
     """What the renderer needs to know about the GPU pool a role runs on."""
 
+    instance_type: str
     gpu_model: str
     gpus_per_node: int
     nodes: int  # nodes that run (desiredSize): nothing scales the pools by itself
@@ -172,6 +173,17 @@ def check_application(doc: dict, where: str, vllm_version: str | None) -> None:
                 )
 
 
+def check_tensor_parallel(role: str, instance_type: str, gpus_per_node: int, tensor_parallel: int) -> None:
+    """Tensor parallelism shares one node's GPUs: the cause to name before any replica arithmetic."""
+    if tensor_parallel > gpus_per_node:
+        raise ConfigError(
+            f"gpuPools.{role}.instanceType",
+            instance_type,
+            f"an instance with >= {tensor_parallel} GPUs for tensor_parallel_size {tensor_parallel} ({role}); "
+            f"{instance_type} has {gpus_per_node} (tensor parallelism does not cross nodes here)",
+        )
+
+
 def _apply_family(config: dict, role: str, where: str, model: ModelFacts) -> None:
     """Add the model family's settings; a serve file that sets them itself would carry them over
     to whatever model the stack switches to, so it is refused (for models of our table)."""
@@ -251,6 +263,7 @@ def render(
                 raise ConfigError(f"replicas.{role}", overrides.replicas[role], f"unset: {where} autoscales {role}")
             deployment["num_replicas"] = overrides.replicas[role]
         replicas = deployment.get("num_replicas", 1)
+        check_tensor_parallel(role, pool.instance_type, pool.gpus_per_node, engine.get("tensor_parallel_size", 1))
         gpus_per_replica = engine.get("tensor_parallel_size", 1) * engine.get("pipeline_parallel_size", 1)
         if replicas * gpus_per_replica > pool.nodes * pool.gpus_per_node:
             raise ConfigError(

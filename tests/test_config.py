@@ -139,6 +139,12 @@ INVALID = {
         "80",
         "at least 90 GiB",
     ),
+    "system node the head cannot fit, checked offline": (
+        {NS + "systemNodes": {"instanceType": "t3.small"}},
+        "systemNodes.instanceType",
+        "t3.small",
+        "room for the Ray head",
+    ),
     "typo in a pool field": (
         {NS + "gpuPools": {"prefill": {**GPU, "maxSzie": 2}, "decode": GPU}},
         "gpuPools.prefill.maxSzie",

@@ -600,3 +600,18 @@ def test_node_role_trusts_ec2_amazonaws_com_in_every_partition(monkeypatch):
     monkeypatch.delitem(aws_facts.EC2_SERVICE_PRINCIPAL, "aws-cn")
     error, _ = failing_run(region_overrides("cn-north-1"))
     assert "aws:region = 'cn-north-1'" in str(error) and "EC2 service principal" in str(error)
+
+
+def test_tensor_parallel_wider_than_the_node_names_the_gpus_per_node(monkeypatch):
+    """Not "replicas.prefill = 1: at most 0": the cause is the instance's GPU count."""
+    from domain import serve_config
+
+    doc = _pd_file()
+    doc["applications"][0]["args"]["prefill_config"]["engine_kwargs"]["tensor_parallel_size"] = 2
+    monkeypatch.setattr(serve_config, "load_serve_file", lambda name: doc)
+    error, monitor = failing_run({})
+    assert str(error) == (
+        "invalid config ray-llm-eks:gpuPools.prefill.instanceType = 'g6.8xlarge': an instance with >= 2 GPUs for "
+        "tensor_parallel_size 2 (prefill); g6.8xlarge has 1 (tensor parallelism does not cross nodes here)"
+    )
+    assert monitor.registrations == []
