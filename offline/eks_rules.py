@@ -2,7 +2,9 @@
 mocks never run. The offline plan applies them to what the program registers, so `make plan` fails
 where `pulumi preview` would, with pulumi-eks's own words.
 
-Source: pulumi/pulumi-eks v4.4.0, nodejs/eks/cluster/authenticationMode.ts (validateAuthenticationMode).
+Sources: pulumi/pulumi-eks (v4.3.0 + dependency bumps, whose Cluster and ManagedNodeGroup schema
+equals the Python SDK 4.4.0's): nodejs/eks/cluster/authenticationMode.ts (validateAuthenticationMode),
+nodejs/eks/nodes/nodegroup.ts (createManagedNodeGroupInternal), nodejs/eks/nodes/userdata.ts.
 """
 
 from __future__ import annotations
@@ -45,7 +47,39 @@ def check_cluster(inputs: dict) -> None:
         raise PulumiEksRefusal(f"The 'accessEntries' property is not supported when 'authenticationMode' is {state}.")
 
 
-RULES = {"eks:index:Cluster": check_cluster}
+# userdata.ts customUserDataArgs; nodegroup.ts customLaunchTemplateArgs adds the rest.
+CUSTOM_USER_DATA_ARGS = ("bootstrapExtraArgs", "kubeletExtraArgs", "bottlerocketSettings", "nodeadmExtraOptions")
+CUSTOM_LAUNCH_TEMPLATE_ARGS = (*CUSTOM_USER_DATA_ARGS, "enableIMDSv2", "userData", "amiId", "enableEfaSupport")
+
+
+def check_managed_node_group(inputs: dict) -> None:
+    """createManagedNodeGroupInternal's validation errors, first one first."""
+    reasons = []
+    if inputs.get("nodeRole") and inputs.get("nodeRoleArn"):
+        reasons.append("You cannot specify both nodeRole and nodeRoleArn when creating a managed node group.")
+    for key in ("gpu", "amiType"):
+        if inputs.get("amiId") and inputs.get(key):
+            reasons.append(f"You cannot specify both amiId and {key} when creating a managed node group.")
+    if not inputs.get("nodeRole") and not inputs.get("nodeRoleArn"):
+        reasons.append("An IAM role, or role ARN must be provided to create a managed node group")
+    if inputs.get("enableEfaSupport") and not inputs.get("placementGroupAvailabilityZone"):
+        reasons.append("You must specify placementGroupAvailabilityZone when enabling EFA support.")
+    if inputs.get("launchTemplate") and any(k in inputs for k in CUSTOM_LAUNCH_TEMPLATE_ARGS):
+        reasons.append(
+            "If you provide a custom launch template, you cannot provide any of "
+            f"{', '.join(CUSTOM_LAUNCH_TEMPLATE_ARGS)}. "
+            "Please include these in the launch template that you are providing."
+        )
+    if inputs.get("userData") and any(k in inputs for k in CUSTOM_USER_DATA_ARGS):
+        reasons.append(
+            f"If you provide custom userData, you cannot provide any of {', '.join(CUSTOM_USER_DATA_ARGS)}."
+            " Please include these in the userData that you are providing."
+        )
+    if reasons:
+        raise PulumiEksRefusal(f"The input properties for the managed node group are invalid: {' '.join(reasons)}")
+
+
+RULES = {"eks:index:Cluster": check_cluster, "eks:index:ManagedNodeGroup": check_managed_node_group}
 
 
 def check(type_: str, name: str, inputs: dict) -> None:

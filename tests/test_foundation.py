@@ -100,6 +100,20 @@ def test_pulumi_eks_authentication_rules(inputs, message):
     eks_rules.check_cluster({"authenticationMode": "API", "instanceRoles": [], "accessEntries": {"a": {}}})
 
 
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        ({"nodeRole": "r", "enableEfaSupport": True}, "You must specify placementGroupAvailabilityZone"),
+        ({"nodeRole": "r", "amiId": "ami-1", "amiType": "AL2023_x86_64_NVIDIA"}, "both amiId and amiType"),
+        ({"nodeRole": "r", "launchTemplate": {"id": "lt"}, "nodeadmExtraOptions": []}, "custom launch template"),
+        ({}, "An IAM role, or role ARN must be provided"),
+    ],
+)
+def test_pulumi_eks_managed_node_group_rules(inputs, message):
+    with pytest.raises(eks_rules.PulumiEksRefusal, match=re.escape(message)):
+        eks_rules.check_managed_node_group(inputs)
+
+
 def test_cluster_admins_become_access_entries(dev):
     ci = "arn:aws:iam::123456789012:role/ci/deployer"
     plan = run_program("dev", {"ray-llm-eks:clusterAdmins": [ci, "arn:aws:iam::123456789012:user/alice"]})
