@@ -1,0 +1,133 @@
+"""What smoke and bench share: a client with timeouts everywhere, one timed streamed request, percentiles,
+and the Ray metrics that show which Serve deployments handled requests."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+import openai
+
+DEFAULT_TIMEOUT = 30.0  # seconds: connect, and the longest gap between two bytes of a response (a stall)
+DEFAULT_DEADLINE = 120.0  # seconds: one whole request, however it trickles
+
+
+def api_base(url: str) -> str:
+    """`http://host:8000` or `http://host:8000/v1` -> the OpenAI base URL (`.../v1`)."""
+    url = url.rstrip("/")
+    return url if url.endswith("/v1") else f"{url}/v1"
+
+
+def client(url: str, api_key: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> openai.AsyncOpenAI:
+    # max_retries=0: a failure is reported, never hidden by a retry. The placeholder key is what an
+    # endpoint without keys ignores (the openai package refuses an empty one).
+    return openai.AsyncOpenAI(base_url=api_base(url), api_key=api_key or "none", timeout=timeout, max_retries=0)
+
+
+@dataclass
+class RequestResult:
+    ok: bool
+    error: str = ""
+    ttft: float | None = None  # seconds to the first content
+    itls: list[float] = field(default_factory=list)  # gaps between content chunks after the first
+    output_tokens: int = 0
+    prompt_tokens: int = 0
+    text: str = ""
+    finish_reason: str | None = None
+    latency: float = 0.0
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.TimeoutError | TimeoutError):
+        return "deadline exceeded"
+    if isinstance(exc, openai.APITimeoutError):
+        return "timed out (stalled)"
+    if isinstance(exc, openai.APIStatusError):
+        return f"HTTP {exc.status_code}: {str(exc.message)[:200]}"
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+async def stream_chat(
+    api: openai.AsyncOpenAI,
+    model: str,
+    messages: list[dict],
+    max_tokens: int,
+    deadline: float = DEFAULT_DEADLINE,
+    extra_body: dict | None = None,
+) -> RequestResult:
+    """One streamed chat completion, timed. Never raises: errors come back in the result."""
+    result = RequestResult(ok=False)
+    start = time.perf_counter()
+    last = None
+
+    async def consume():
+        nonlocal last
+        stream = await api.chat.completions.create(
+            model=model,
+            messages=messages,
+            max_tokens=max_tokens,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body=extra_body or None,
+        )
+        parts = []
+        async for chunk in stream:
+            if chunk.usage is not None:
+                result.output_tokens = chunk.usage.completion_tokens or 0
+                result.prompt_tokens = chunk.usage.prompt_tokens or 0
+            for choice in chunk.choices:
+                delta = choice.delta
+                piece = (delta.content or "") + (getattr(delta, "reasoning_content", None) or "")
+                if piece:
+                    now = time.perf_counter()
+                    if last is None:
+                        result.ttft = now - start
+                    else:
+                        result.itls.append(now - last)
+                    last = now
+                    parts.append(piece)
+                if choice.finish_reason:
+                    result.finish_reason = choice.finish_reason
+        result.text = "".join(parts)
+
+    try:
+        await asyncio.wait_for(consume(), deadline)
+        if result.finish_reason is None:
+            result.error = "stream ended without a finish_reason"
+        elif result.output_tokens == 0 and not result.text:
+            result.error = "no output tokens"
+        else:
+            result.ok = True
+    except Exception as exc:  # every failure is a result: bench counts them, smoke reports them
+        result.error = _error_text(exc)
+    result.latency = time.perf_counter() - start
+    return result
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+# Ray Serve's per-deployment request counter (Ray metrics endpoint, Prometheus text).
+_COUNTER = re.compile(r"^ray_serve_deployment_request_counter(?:_total)?\{([^}]*)\}\s+([0-9.eE+-]+)", re.M)
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def deployment_requests(metrics_url: str, timeout: float = 10.0) -> dict[str, float]:
+    """deployment name -> requests it handled so far, summed over replicas and routes."""
+    with urllib.request.urlopen(metrics_url, timeout=timeout) as response:
+        text = response.read().decode()
+    counts: dict[str, float] = {}
+    for labels, value in _COUNTER.findall(text):
+        name = dict(_LABEL.findall(labels)).get("deployment", "")
+        counts[name] = counts.get(name, 0.0) + float(value)
+    return counts

@@ -1,0 +1,63 @@
+"""`make rehearse-mistakes STACK=dev`: each engine-only mistake injected into the stack's PD serve config
+must make the rehearsal fail, with an engine error (not a Ray wrapper) printed first in one place."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+
+from rehearsal.run import WRAPPERS
+from rehearsal.substitute import MUTATIONS
+
+HEADER = "ENGINE ERROR (from Ray's logs, root cause first):"
+
+
+def check(stack: str, mutation: str, ready_timeout: float) -> tuple[bool, str]:
+    start = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rehearsal.run",
+            "--stack",
+            stack,
+            "--mutate",
+            mutation,
+            "--ready-timeout",
+            str(ready_timeout),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=ready_timeout + 600,  # Ray start, model, smoke and clean-up on top of the ready cap
+    )
+    out = proc.stdout.splitlines()
+    took = time.monotonic() - start
+    if proc.returncode == 0:
+        return False, f"{mutation}: the rehearsal PASSED ({took:.0f} s): the mistake went unnoticed"
+    if HEADER not in out:
+        return False, f"{mutation}: failed without an engine error ({took:.0f} s):\n" + "\n".join(out[-15:])
+    first = out[out.index(HEADER) + 1].strip()
+    if WRAPPERS.search(first):
+        return False, f"{mutation}: the first error is a wrapper, not the engine's own: {first}"
+    return True, f"{mutation}: failed as it should ({took:.0f} s): {first[:300]}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="rehearse-mistakes")
+    parser.add_argument("--stack", default="dev")
+    parser.add_argument("--only", action="append", choices=sorted(MUTATIONS))
+    parser.add_argument("--ready-timeout", type=float, default=600.0)
+    args = parser.parse_args()
+    failures = 0
+    for mutation in args.only or sorted(MUTATIONS):
+        ok, line = check(args.stack, mutation, args.ready_timeout)
+        print(("PASS " if ok else "FAIL ") + line, flush=True)
+        failures += not ok
+    print(f"{len(args.only or MUTATIONS) - failures} passed, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

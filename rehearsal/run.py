@@ -1,0 +1,455 @@
+"""`make rehearse STACK=<stack>`: render the stack's serveConfigV2 with the project's own code, change
+only what cannot exist on a CPU (printed), start Ray on this machine (loopback), deploy, wait for ready,
+run the smoke client, print a timeline, and end every process it started, on success, failure and
+Ctrl-C. An engine failure is printed once, as the engine's own error line, found in Ray's logs.
+
+Runs in the rehearsal venv from the repository root (`python -m rehearsal.run`, see Makefile); the
+entry point keeps its `__main__` guard (vLLM spawns processes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import yaml
+
+from llmclient import bench, smoke
+from offline.stackfile import load_stack
+from rehearsal import substitute
+
+try:  # the lead's layout: Pulumi-free modules in domain/
+    from domain import model_fit  # type: ignore[import-not-found]
+    from domain.config import load_settings  # type: ignore[import-not-found]
+except ImportError:
+    from components import model_fit
+    from components.config import load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("RAY_LLM_EKS_CACHE", Path.home() / ".cache" / "ray-llm-eks"))
+MARKER = "RAY_LLM_EKS_REHEARSAL"  # env var every process of one rehearsal inherits: how we find them
+NUM_CPUS = 8  # Ray's logical CPUs, above the 2 real cores: ingress + prefill + decode replicas schedule
+POLL = 2.0  # seconds between status polls
+# A first PD request on 2 busy cores (NIXL handshake, then the transfer) can take tens of seconds.
+SMOKE_TIMEOUT = 180.0
+# Exception lines that only wrap the real error (the engine's own message is logged before them).
+WRAPPERS = re.compile(
+    r"Engine core initialization failed|See root cause above|EngineDeadError|RayTaskError|ActorDiedError|"
+    r"DeploymentUnavailableError|RayActorError|ActorUnavailableError|failed to start \d+ times|"
+    r"KeyboardInterrupt|CancelledError|asyncio\.exceptions"
+)
+EXC_LINE = re.compile(r"^((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)\b(?:\(\w+\))?:? ?.*)$")
+# Prefixes before a logged line: Ray's "(Worker pid=1) " and vLLM's "ERROR 11-30 14:23:51 [file.py:901] ".
+PREFIXES = re.compile(
+    r"^(?:\(\w+ pid=\d+[^)]*\) ?)?(?:(?:ERROR|WARNING|INFO|DEBUG|CRITICAL) \d\d-\d\d [\d:]+ \[[^\]]+\] ?)?"
+)
+# A fatal engine start, as soon as it is logged (Serve itself retries the replica for minutes).
+FATAL = re.compile(r"Engine core initialization failed|EngineCore failed to start|Traceback \(most recent call last\)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+class Clock:
+    def __init__(self):
+        self.start = time.monotonic()
+        self.events: list[tuple[float, str]] = []
+
+    def mark(self, what: str) -> float:
+        t = time.monotonic() - self.start
+        self.events.append((t, what))
+        say(f"[{t:7.1f} s] {what}")
+        return t
+
+
+# ---------------------------------------------------------------- rendering and substitution
+
+
+def rendered_document(stack: str) -> dict:
+    values = load_stack(stack).values
+
+    def get(key: str):
+        return values.get(key if ":" in key else f"ray-llm-eks:{key}")
+
+    settings = load_settings(get, stack, values.get("aws:region"))
+    return settings.serving.serve_document
+
+
+def hybrid_hint(doc: dict) -> bool | None:
+    for config in substitute.llm_configs(doc).values():
+        spec = model_fit.KNOWN_MODELS.get(config["model_loading_config"]["model_id"])
+        if spec is not None:
+            return spec.state_mib_per_sequence > 0
+    return None
+
+
+def make_model(family: str, max_len: int) -> Path:
+    out = CACHE / "rehearsal-models" / family
+    subprocess.run(
+        [sys.executable, str(ROOT / "rehearsal" / "tiny_model.py"), family, str(out), str(max_len)], check=True
+    )
+    return out
+
+
+# ---------------------------------------------------------------- processes
+
+
+def our_pids(run_id: str) -> list[int]:
+    """Every process carrying this rehearsal's marker in its environment (re-parented ones included)."""
+    needle = f"{MARKER}={run_id}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def end_processes(run_id: str, grace: float = 10.0) -> int:
+    pids = our_pids(run_id)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        end = time.monotonic() + grace
+        while time.monotonic() < end and (pids := our_pids(run_id)):
+            time.sleep(0.5)
+        if not pids:
+            break
+    return len(our_pids(run_id))
+
+
+# ---------------------------------------------------------------- Ray's logs
+
+
+def root_errors(log_dir: Path, limit: int = 3) -> list[str]:
+    """The distinct exception lines of Ray's logs, wrappers last; each with the file it is in."""
+    found: dict[str, tuple[int, str]] = {}
+    if not log_dir.exists():
+        return []
+    files = sorted(
+        (p for p in log_dir.rglob("*") if p.is_file() and p.suffix in {".err", ".out", ".log"}), key=os.path.getmtime
+    )
+    for order, path in enumerate(files):
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        if "Error" not in text and "Exception" not in text:
+            continue
+        lines = [PREFIXES.sub("", line, count=1) for line in text.splitlines()]
+        for i, line in enumerate(lines):
+            if "Traceback (most recent call last)" not in line:
+                continue
+            # The exception line closes the traceback: the first non-indented line that names one.
+            for follow in lines[i + 1 : i + 400]:
+                m = EXC_LINE.match(follow)
+                if m and not follow.startswith(("  ", "\t")):
+                    message = m.group(1).strip()
+                    found.setdefault(message, (order, path.name))
+                    break
+    ranked = sorted(found.items(), key=lambda kv: (bool(WRAPPERS.search(kv[0])), kv[1][0]))
+    return [f"{msg}    [{where}]" for msg, (_, where) in ranked[:limit]]
+
+
+def fatal_logged(log_dir: Path) -> bool:
+    for path in log_dir.glob("worker-*.err") if log_dir.exists() else []:
+        try:
+            if "Engine core initialization failed" in path.read_text(errors="replace"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def grep_logs(log_dir: Path, pattern: str) -> list[str]:
+    hits = []
+    rx = re.compile(pattern)
+    for path in log_dir.rglob("*") if log_dir.exists() else []:
+        if path.is_file() and path.suffix in {".err", ".out", ".log"}:
+            try:
+                hits += [line.strip() for line in path.read_text(errors="replace").splitlines() if rx.search(line)]
+            except OSError:
+                continue
+    return hits
+
+
+# ---------------------------------------------------------------- Serve REST API
+
+
+def http_json(method: str, url: str, body: dict | None = None, timeout: float = 30.0) -> dict:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:  # loopback only
+        raw = response.read()
+    return json.loads(raw) if raw else {}
+
+
+def role_of(deployment: str) -> str:
+    low = deployment.lower()
+    if "prefill" in low:
+        return "prefill"
+    if "decode" in low:
+        return "decode"
+    if "ingress" in low:
+        return "ingress"
+    return "collocated"
+
+
+class RehearsalFailed(RuntimeError):
+    pass
+
+
+def wait_ready(dashboard: str, app: str, clock: Clock, log_dir: Path, cap: float) -> dict[str, float]:
+    """Poll Serve until the app runs; returns role -> seconds to healthy. Fails fast on an engine error."""
+    healthy: dict[str, float] = {}
+    seen: dict[str, str] = {}
+    end = time.monotonic() + cap
+    while True:
+        try:
+            status = http_json("GET", f"{dashboard}/api/serve/applications/", timeout=10)
+        except (urllib.error.URLError, OSError, ValueError):
+            status = {}
+        application = (status.get("applications") or {}).get(app) or {}
+        for name, dep in (application.get("deployments") or {}).items():
+            state = dep.get("status", "?")
+            if seen.get(name) != state:
+                seen[name] = state
+                t = clock.mark(f"deployment {name}: {state}")
+                if state == "HEALTHY":
+                    healthy.setdefault(role_of(name), t)
+        app_state = application.get("status")
+        if app_state == "RUNNING":
+            return healthy
+        if app_state in {"DEPLOY_FAILED", "UNHEALTHY"}:
+            raise RehearsalFailed(f"application {app}: {app_state}: {application.get('message', '')[:2000]}")
+        if fatal_logged(log_dir):
+            raise RehearsalFailed("a vLLM engine failed to start")
+        if time.monotonic() > end:
+            raise RehearsalFailed(f"not ready within {cap:g} s (application status {app_state})")
+        time.sleep(POLL)
+
+
+# ---------------------------------------------------------------- the run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rehearse")
+    parser.add_argument("--stack", required=True)
+    parser.add_argument("--mutate", action="append", default=[], choices=sorted(substitute.MUTATIONS))
+    parser.add_argument("--ready-timeout", type=float, default=900.0, help="deploy to ready, at most (s)")
+    parser.add_argument("--keep", action="store_true", help="leave it running (stop: make rehearse-stop)")
+    parser.add_argument("--bench", type=Path, help="after the smoke, a short bench saved to this JSON file")
+    parser.add_argument("--port", type=int, default=0, help="HTTP port of the endpoint (default: a free one)")
+    args = parser.parse_args(argv)
+
+    clock = Clock()
+    rendered = rendered_document(args.stack)
+    configs = substitute.llm_configs(rendered)
+    max_len = max(int(c.get("engine_kwargs", {}).get("max_model_len", 4096)) for c in configs.values())
+    first = next(iter(configs.values()))["model_loading_config"]
+    family = substitute.family_of(first["model_id"], first.get("model_source"), hybrid_hint(rendered))
+    model_path = make_model(family, max_len)
+    port = args.port or free_port()
+    plan = substitute.plan(rendered, str(model_path), hybrid_hint(rendered), port)
+    doc = plan.document
+    kind = "prefill/decode" if plan.pd else "collocated"
+    say(f"Stack {args.stack}: {kind}, model {plan.model_ids[0]}; substitutions:")
+    for line in plan.substitutions:
+        say(f"  - {line}")
+    say("  - Ray: one node on 127.0.0.1 with CPUs only; NIXL/UCX on the loopback device (UCX_NET_DEVICES=lo)")
+    if plan.hybrid:
+        say("  - process env: AMX hidden from vLLM's CPU platform (rehearsal/amx_hidden/sitecustomize.py)")
+    for mutation in args.mutate:
+        say(f"  ! {substitute.mutate(doc, mutation)}")
+    clock.mark("serve config rendered and substituted; stand-in model ready")
+
+    run_id = uuid.uuid4().hex[:12]
+    # Ray's session dir holds unix sockets: keep the path short.
+    temp_dir = Path(f"/tmp/rllm-{run_id}")
+    run_dir = CACHE / "rehearsal-runs" / args.stack
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "serve-config.yaml").write_text(yaml.safe_dump(doc, sort_keys=False, width=120))
+    gcs, dash, metrics = free_port(), free_port(), free_port()
+    env = dict(os.environ)
+    env.update(
+        {
+            MARKER: run_id,
+            "HF_HUB_OFFLINE": "1",  # no hub: the stand-in is local
+            "TRANSFORMERS_OFFLINE": "1",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_metrics_report_interval_ms": "2000",  # metrics show the smoke's requests within seconds
+            "PYTHONUNBUFFERED": "1",
+            # Ray on loopback: it resolves 127.0.0.1 to the host's network address unless told it runs
+            # a single-node "Windows/OSX" cluster (ray/_private/services.py get_node_ip_address).
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            "UCX_NET_DEVICES": "lo",  # NIXL's UCX moves KV over loopback only
+        }
+    )
+    if plan.hybrid:
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(ROOT / "rehearsal" / "amx_hidden"), env.get("PYTHONPATH")])
+        )
+    log_dir = temp_dir / "session_latest" / "logs"
+    dashboard = f"http://127.0.0.1:{dash}"
+    url = f"http://127.0.0.1:{port}"
+    stopped = False
+
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_signal)
+    ok = False
+    try:
+        ray = Path(sys.executable).parent / "ray"
+        subprocess.run(
+            [
+                str(ray), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={gcs}",
+                "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--metrics-export-port={metrics}",
+                f"--num-cpus={NUM_CPUS}", f"--temp-dir={temp_dir}", "--disable-usage-stats",
+                # Ports of our own, so that another Ray on this machine (defaults) never clashes.
+                f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+                f"--runtime-env-agent-port={free_port()}", f"--node-manager-port={free_port()}",
+                f"--object-manager-port={free_port()}", f"--ray-client-server-port={free_port()}",
+            ],
+            env=env, check=True, stdout=subprocess.DEVNULL, timeout=180,
+        )  # fmt: skip
+        clock.mark(f"Ray started (dashboard {dashboard}, logs {log_dir})")
+        wait_dashboard(dashboard)
+        http_json("PUT", f"{dashboard}/api/serve/applications/", doc, timeout=60)
+        t_deploy = clock.mark("serve config submitted")
+        app = doc["applications"][0]["name"]
+        healthy = wait_ready(dashboard, app, clock, log_dir, args.ready_timeout)
+        clock.mark(f"application {app} RUNNING at {url}")
+        result = asyncio.run(
+            smoke.run(
+                url,
+                plan.model_ids[0],
+                timeout=SMOKE_TIMEOUT,
+                deadline=SMOKE_TIMEOUT * 2,
+                metrics_url=f"http://127.0.0.1:{metrics}/metrics",
+                expect_pd=plan.pd,
+            )
+        )
+        for line in result.lines:
+            say(f"  smoke: {line}")
+        t_first = clock.mark("smoke passed")
+        if plan.pd:
+            for line in grep_logs(log_dir, r"NIXL compatibility check passed|[Tt]ransfer")[:3]:
+                say(f"  NIXL: {line[:200]}")
+        if args.bench:
+            summary = asyncio.run(
+                bench.run(
+                    bench.BenchConfig(
+                        url=url,
+                        concurrency=2,
+                        requests=8,
+                        prompt_words=64,
+                        max_tokens=32,
+                        time_cap=240,
+                        ignore_eos=True,
+                    )
+                )
+            )
+            say(bench.table(summary))
+            args.bench.write_text(json.dumps(summary, indent=2) + "\n")
+            say(f"saved {args.bench}")
+            if summary["failed"]:
+                raise RehearsalFailed(f"bench: {summary['failed']} requests failed")
+        say("\nTimeline (seconds since start):")
+        for role, t in sorted(healthy.items(), key=lambda kv: kv[1]):
+            if role != "ingress":
+                say(f"  engine {role:<10} ready after {t - t_deploy:6.1f} s from deploy")
+        say(f"  first token (streamed smoke) {result.ttft:.3f} s after sending")
+        say(f"  total                        {t_first:6.1f} s")
+        ok = True
+        if args.keep:
+            (CACHE / "rehearsal-runs" / "running").write_text(f"{run_id} {url} {temp_dir}\n")
+            say(f"\nLeft running at {url} (Ray metrics http://127.0.0.1:{metrics}/metrics). Stop: make rehearse-stop")
+            stopped = True
+        return 0
+    except RehearsalFailed as exc:
+        say(f"\nREHEARSAL FAILED: {str(exc)[:600]}")
+        report_errors(log_dir)
+        return 1
+    except smoke.SmokeError as exc:
+        say(f"\nREHEARSAL FAILED (smoke): {exc}")
+        report_errors(log_dir)
+        return 1
+    except KeyboardInterrupt:
+        say("\ninterrupted")
+        return 130
+    finally:
+        if not stopped:
+            left = end_processes(run_id)
+            say(f"stopped every process of this rehearsal{'' if not left else f' but {left}'}")
+            if ok or not os.environ.get("KEEP_RAY_LOGS"):
+                shutil.rmtree(temp_dir, ignore_errors=True)
+            else:
+                say(f"Ray logs kept in {temp_dir}")
+
+
+def wait_dashboard(dashboard: str, cap: float = 120.0) -> None:
+    end = time.monotonic() + cap
+    while True:
+        try:
+            http_json("GET", f"{dashboard}/api/serve/applications/", timeout=5)
+            return
+        except (urllib.error.URLError, OSError, ValueError):
+            if time.monotonic() > end:
+                raise RehearsalFailed(f"Ray dashboard not answering at {dashboard} within {cap:g} s") from None
+            time.sleep(1.0)
+
+
+def report_errors(log_dir: Path) -> None:
+    errors = root_errors(log_dir)
+    if not errors:
+        say(f"(no exception found in Ray's logs at {log_dir})")
+        return
+    say("ENGINE ERROR (from Ray's logs, root cause first):")
+    for line in errors:
+        say(f"  {line[:1500]}")
+
+
+def stop_kept() -> int:
+    marker = CACHE / "rehearsal-runs" / "running"
+    if not marker.exists():
+        say("no rehearsal left running")
+        return 0
+    run_id, _url, temp_dir = marker.read_text().split()
+    left = end_processes(run_id)
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    marker.unlink()
+    say(f"stopped rehearsal {run_id}" + (f" ({left} processes survived)" if left else ""))
+    return 1 if left else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--stop"]:
+        sys.exit(stop_kept())
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""From the serveConfigV2 a stack renders to the one this machine can run: change only what cannot exist
+on a CPU, and say what changed. Pure Python (no Ray, no vLLM): `make test` checks it.
+
+Everything not listed here stays as rendered: import path, builder arguments, model_id, roles,
+kv_transfer_config (but its backend and buffer device), runtime env, other engine args, replicas.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+# Stand-in families: the same layer kinds as the real model, in a class vLLM 0.26 serves as text.
+# Qwen3.5 is registered by vLLM 0.26 only as the multimodal Qwen3_5ForConditionalGeneration; Qwen3-Next
+# (Qwen3NextForCausalLM) has the same Gated DeltaNet + gated full-attention layers, text only.
+FAMILY_BY_PREFIX = {
+    "Qwen/Qwen3.5-": "qwen3_next",
+    "Qwen/Qwen3-Next-": "qwen3_next",
+    "Qwen/Qwen3-": "qwen3",
+    "meta-llama/": "llama",
+}
+HYBRID_FAMILIES = {"qwen3_next"}  # linear-attention (Gated DeltaNet) layers beside full attention
+# Which real model classes each stand-in speaks for (printed).
+FAMILY_TEXT = {
+    "qwen3_next": "Qwen3NextForCausalLM, 4 layers: 3 Gated DeltaNet + 1 gated full attention",
+    "qwen3": "Qwen3ForCausalLM, 2 layers of full attention",
+    "llama": "LlamaForCausalLM, 2 layers of full attention",
+}
+# Share of RAM each engine reserves: vLLM's CPU worker reads gpu_memory_utilization as a share of the
+# memory of its NUMA node (16 GiB seen here) and counts weights and the profiling run's activations
+# (~1 GiB at 2048 batched tokens) in it: 0.03 left "-0.52 GiB" for KV; 0.1 leaves ~0.6 GiB.
+CPU_MEMORY_FRACTION = 0.1
+MUTATIONS = {
+    "swap-roles": "prefill kv_role <-> decode kv_role",
+    "connector-typo": "kv_connector NixlConnector -> NixlConector on both sides",
+    # Above the 256 that vLLM raises a hybrid model's attention block to (page size >= mamba page size).
+    "block-size-mismatch": "block_size 256 on prefill, 512 on decode",
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    document: dict  # the serve config to deploy here
+    substitutions: list[str]  # one line per change, for the terminal
+    family: str
+    hybrid: bool
+    model_ids: list[str]
+    pd: bool
+
+
+def family_of(model_id: str, model_source: str | None = None, hybrid_hint: bool | None = None) -> str:
+    for name in (model_source or "", model_id):
+        for prefix, family in FAMILY_BY_PREFIX.items():
+            if name.startswith(prefix):
+                return family
+    # Unknown model: its layer kinds, as far as the stack tells (a linear-attention state or not).
+    return "qwen3_next" if hybrid_hint else "llama"
+
+
+def llm_configs(doc: dict) -> dict[str, dict]:
+    """role -> LLM config of the one application (prefill/decode, or collocated[-N])."""
+    args = doc["applications"][0].get("args") or {}
+    if "prefill_config" in args or "decode_config" in args:
+        return {"prefill": args["prefill_config"], "decode": args["decode_config"]}
+    configs = args.get("llm_configs") or []
+    return {("collocated" if i == 0 else f"collocated-{i}"): c for i, c in enumerate(configs)}
+
+
+def plan(rendered: dict, model_path: str, hybrid_hint: bool | None = None, port: int = 8000) -> Plan:
+    doc = copy.deepcopy(rendered)
+    subs: list[str] = []
+
+    http = doc.setdefault("http_options", {})
+    if http.get("host") != "127.0.0.1":
+        subs.append(f"http_options.host: {http.get('host')!r} -> '127.0.0.1' (loopback only)")
+        http["host"] = "127.0.0.1"
+    if http.get("port") != port:
+        subs.append(f"http_options.port: {http.get('port')!r} -> {port} (a free port here)")
+        http["port"] = port
+
+    configs = llm_configs(doc)
+    first = next(iter(configs.values()))["model_loading_config"]
+    family = family_of(first["model_id"], first.get("model_source"), hybrid_hint)
+    hybrid = family in HYBRID_FAMILIES
+    model_ids = []
+    for role, config in configs.items():
+        where = f"{role}"
+        loading = config["model_loading_config"]
+        model_ids.append(loading["model_id"])
+        subs.append(
+            f"{where}.model_loading_config.model_source: {loading.get('model_source')!r} -> {model_path!r} "
+            f"(tiny random {FAMILY_TEXT[family]}; model_id stays {loading['model_id']!r})"
+        )
+        loading["model_source"] = model_path
+
+        if "accelerator_type" in config:
+            subs.append(f"{where}.accelerator_type: {config.pop('accelerator_type')!r} -> removed (no GPU here)")
+        pg = config.get("placement_group_config")
+        if pg:
+            old = pg.get("bundle_per_worker") or pg.get("bundles")
+            key = "bundle_per_worker" if "bundle_per_worker" in pg else "bundles"
+            new = {"CPU": 1} if key == "bundle_per_worker" else [{"CPU": 1} for _ in pg["bundles"]]
+            subs.append(f"{where}.placement_group_config.{key}: {old} -> {new} (CPU bundles, no pool resources)")
+            pg[key] = new
+
+        engine = config.setdefault("engine_kwargs", {})
+        old = engine.get("gpu_memory_utilization")
+        engine["gpu_memory_utilization"] = CPU_MEMORY_FRACTION
+        subs.append(
+            f"{where}.engine_kwargs.gpu_memory_utilization: {old!r} -> {CPU_MEMORY_FRACTION} "
+            "(on the CPU a share of RAM)"
+        )
+        if engine.get("enforce_eager") is not True:
+            subs.append(f"{where}.engine_kwargs.enforce_eager: {engine.get('enforce_eager')!r} -> True (no graphs)")
+            engine["enforce_eager"] = True
+        if hybrid and engine.get("mamba_ssm_cache_dtype") != "float32":
+            subs.append(
+                f"{where}.engine_kwargs.mamba_ssm_cache_dtype: {engine.get('mamba_ssm_cache_dtype')!r} -> 'float32' "
+                "(vLLM's CPU Gated DeltaNet kernel: 'Input tensor dtype mismatch' otherwise)"
+            )
+            engine["mamba_ssm_cache_dtype"] = "float32"
+
+        kv = engine.get("kv_transfer_config")
+        if kv is not None:
+            extra = kv.setdefault("kv_connector_extra_config", {})
+            backends = extra.get("backends")
+            if backends != ["UCX"]:
+                # NIXL's LIBFABRIC plugin needs the CUDA driver library (libcuda.so), absent here.
+                subs.append(f"{where}.kv_transfer_config.kv_connector_extra_config.backends: {backends} -> ['UCX']")
+                extra["backends"] = ["UCX"]
+            if kv.get("kv_buffer_device") != "cpu":
+                # On the CPU platform the KV cache is host memory already: no separate buffer.
+                subs.append(f"{where}.kv_transfer_config.kv_buffer_device: {kv.get('kv_buffer_device')!r} -> 'cpu'")
+                kv["kv_buffer_device"] = "cpu"
+
+    return Plan(doc, subs, family, hybrid, model_ids, pd="prefill" in configs)
+
+
+def mutate(doc: dict, mutation: str) -> str:
+    """Inject a mistake that only an engine catches (tests of the failure path). Returns what changed."""
+    configs = llm_configs(doc)
+    if "prefill" not in configs:
+        raise ValueError(f"--mutate {mutation}: needs a prefill/decode app")
+    pre = configs["prefill"]["engine_kwargs"]
+    dec = configs["decode"]["engine_kwargs"]
+    if mutation == "swap-roles":
+        pk, dk = pre["kv_transfer_config"], dec["kv_transfer_config"]
+        pk["kv_role"], dk["kv_role"] = dk["kv_role"], pk["kv_role"]
+    elif mutation == "connector-typo":
+        for e in (pre, dec):
+            e["kv_transfer_config"]["kv_connector"] = "NixlConector"
+    elif mutation == "block-size-mismatch":
+        pre["block_size"], dec["block_size"] = 256, 512
+    else:
+        raise ValueError(f"unknown mutation {mutation!r}: one of {sorted(MUTATIONS)}")
+    return f"MUTATION {mutation}: {MUTATIONS[mutation]}"

@@ -1,0 +1,225 @@
+"""The endpoint client (make smoke, make bench) against a local OpenAI-like streaming server on loopback:
+good answers, HTTP errors, stalls, malformed events, and the comparison of saved runs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from llmclient import bench, core, smoke
+from llmclient.__main__ import main
+
+MODEL = "test/model"
+
+
+class Handler(BaseHTTPRequestHandler):
+    mode = "ok"  # set per test through the server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _json(self, code: int, body: dict):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path == "/v1/models":
+            return self._json(200, {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "x"}]})
+        if self.path == "/metrics":
+            n = self.server.requests
+            text = (
+                f'ray_serve_deployment_request_counter_total{{deployment="PDPrefillServer:m",route="/"}} {n}\n'
+                f'ray_serve_deployment_request_counter_total{{deployment="PDDecodeServer:m",route="/"}} {n}\n'
+                f'ray_serve_deployment_request_counter_total{{deployment="OpenAiIngress",route="/"}} {n}\n'
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(text)))
+            self.end_headers()
+            self.wfile.write(text)
+            return None
+        return self._json(404, {"error": {"message": "no such route"}})
+
+    def _chunk(self, payload: str):
+        data = f"data: {payload}\n\n".encode()
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length", 0))
+        request = json.loads(self.rfile.read(length))
+        mode = self.server.mode
+        self.server.requests += 1
+        if mode == "http500":
+            return self._json(500, {"error": {"message": "engine exploded", "type": "InternalServerError"}})
+        words = ["Hello", " there", "!", " How", " are", " you", "?"][: request.get("max_tokens", 7)]
+        if not request.get("stream"):
+            return self._json(
+                200,
+                {
+                    "id": "c1",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": MODEL,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": "".join(words)},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 5, "completion_tokens": len(words), "total_tokens": 5 + len(words)},
+                },
+            )
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        base = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": MODEL}
+        for i, word in enumerate(words):
+            if mode == "stall" and i == 2:
+                time.sleep(3)  # longer than the client's stall timeout
+            if mode == "malformed" and i == 1:
+                self._chunk("{this is not json")
+                continue
+            choice = {"index": 0, "delta": {"content": word}, "finish_reason": None}
+            self._chunk(json.dumps({**base, "choices": [choice]}))
+            time.sleep(0.01)
+        if mode != "no_finish":
+            self._chunk(json.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+        usage = {"prompt_tokens": 5, "completion_tokens": len(words), "total_tokens": 5 + len(words)}
+        self._chunk(json.dumps({**base, "choices": [], "usage": usage}))
+        self._chunk("[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+        return None
+
+
+@pytest.fixture(autouse=True)
+def _leave_an_event_loop():
+    """asyncio.run() leaves the main thread without a loop; the Pulumi tests after these need one."""
+    yield
+    asyncio.set_event_loop(asyncio.new_event_loop())
+
+
+@pytest.fixture
+def server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.mode = "ok"
+    httpd.requests = 0
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def url(httpd) -> str:
+    return f"http://127.0.0.1:{httpd.server_address[1]}"
+
+
+def test_api_base_accepts_both_forms():
+    assert core.api_base("http://h:8000") == "http://h:8000/v1"
+    assert core.api_base("http://h:8000/v1/") == "http://h:8000/v1"
+
+
+def test_smoke_passes_and_shows_prefill_and_decode(server):
+    result = asyncio.run(smoke.run(url(server), metrics_url=f"{url(server)}/metrics", expect_pd=True))
+    assert result.model == MODEL
+    assert result.answer == "Hello there! How are you?"
+    assert result.streamed == "Hello there! How are you?"
+    assert result.ttft is not None and result.ttft > 0
+    assert result.pd_evidence["prefill"] >= 2 and result.pd_evidence["decode"] >= 2
+
+
+def test_smoke_cli_fails_on_an_http_error(server, capsys):
+    server.mode = "http500"
+    assert main(["smoke", url(server), "--timeout", "5"]) == 1
+    assert "HTTP 500" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [("stall", "timed out"), ("malformed", ""), ("no_finish", "without a finish_reason"), ("http500", "HTTP 500")],
+)
+def test_a_bad_stream_is_an_error_not_a_hang(server, mode, expected):
+    server.mode = mode
+    api = core.client(url(server), timeout=1.0)
+    start = time.monotonic()
+    result = asyncio.run(core.stream_chat(api, MODEL, [{"role": "user", "content": "hi"}], 7, deadline=10.0))
+    assert not result.ok
+    assert expected in result.error
+    assert time.monotonic() - start < 5
+
+
+def test_the_deadline_bounds_a_slow_stream(server):
+    server.mode = "stall"
+    api = core.client(url(server), timeout=10.0)  # the stall alone would not trip
+    result = asyncio.run(core.stream_chat(api, MODEL, [{"role": "user", "content": "hi"}], 7, deadline=1.0))
+    assert not result.ok and result.error == "deadline exceeded"
+
+
+def test_bench_reports_percentiles_and_exits_zero(server, tmp_path, capsys):
+    out = tmp_path / "run.json"
+    code = main(
+        ["bench", url(server), "--concurrency", "3", "--requests", "9", "--max-tokens", "5", "--json", str(out)]
+    )
+    assert code == 0
+    summary = json.loads(out.read_text())
+    assert summary["succeeded"] == 9 and summary["failed"] == 0
+    assert summary["output_tokens"] == 45
+    assert 0 < summary["ttft_seconds"]["p50"] <= summary["ttft_seconds"]["p99"]
+    assert summary["itl_seconds"]["p50"] > 0
+    assert "TTFT p50 / p95 / p99 (ms)" in capsys.readouterr().out
+
+
+def test_bench_counts_failures_and_exits_non_zero(server, capsys):
+    server.mode = "http500"
+    assert main(["bench", url(server), "--concurrency", "2", "--requests", "4", "--timeout", "5"]) == 1
+    out = capsys.readouterr().out
+    assert "requests ok / failed       0 / 4" in out
+    assert "error x4: HTTP 500" in out
+
+
+def test_bench_time_cap_stops_the_run(server):
+    server.mode = "stall"
+    cfg = bench.BenchConfig(url=url(server), model=MODEL, concurrency=1, requests=5, time_cap=1.0, timeout=10.0)
+    start = time.monotonic()
+    summary = asyncio.run(bench.run(cfg, progress=None))
+    assert time.monotonic() - start < 5
+    assert summary["failed"] == 5
+    assert summary["errors"]["not finished within the time cap"] >= 4
+
+
+def test_compare_prints_ratios_to_the_first_run(tmp_path):
+    def run(name: str, tps: float, ttft: float):
+        summary = {
+            "output_tokens_per_second": tps,
+            "ttft_seconds": {"p50": ttft, "p95": ttft, "p99": ttft},
+            "itl_seconds": {"p50": 0.01, "p95": 0.02, "p99": 0.03},
+            "failed": 0,
+        }
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(summary))
+        return path
+
+    table = bench.compare([run("collocated", 100.0, 0.2), run("pd", 150.0, 0.1)])
+    lines = table.splitlines()
+    assert lines[0].split() == ["metric", "collocated", "pd", "pd/collocated"]
+    assert lines[1].split()[-1] == "1.50x"  # output tokens/s
+    assert "0.50x" in lines[2]  # TTFT p50
+
+
+def test_percentile_is_nearest_rank():
+    assert core.percentile([], 50) is None
+    assert core.percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert core.percentile(list(map(float, range(1, 101))), 99) == 99.0

@@ -1,0 +1,94 @@
+"""The serving rehearsal's pure parts: what it changes in a stack's rendered serve config (only what
+cannot exist on a CPU), the mistakes it can inject, and how it finds the engine's own error in Ray's
+logs. The rehearsal itself runs real engines: `make rehearse STACK=dev|baseline` (CI runs both)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from components.config import load_settings
+from offline.stackfile import load_stack
+from rehearsal import substitute
+from rehearsal.run import root_errors
+
+
+def rendered(stack: str) -> dict:
+    values = load_stack(stack).values
+    return load_settings(lambda k: values.get(f"ray-llm-eks:{k}"), stack, values["aws:region"]).serving.serve_document
+
+
+@pytest.mark.parametrize("stack", ["dev", "baseline"])
+def test_only_what_cannot_exist_on_a_cpu_changes(stack):
+    doc = rendered(stack)
+    plan = substitute.plan(doc, "/models/stand-in", hybrid_hint=True, port=18000)
+    assert plan.family == "qwen3_next" and plan.hybrid  # Qwen3.5: Gated DeltaNet + full attention
+    assert plan.pd == (stack == "dev")
+    before, after = substitute.llm_configs(doc), substitute.llm_configs(plan.document)
+    assert before.keys() == after.keys()
+    for role, old in before.items():
+        new = copy.deepcopy(after[role])
+        assert new["model_loading_config"] == {**old["model_loading_config"], "model_source": "/models/stand-in"}
+        assert "accelerator_type" not in new
+        assert new["placement_group_config"]["bundle_per_worker"] == {"CPU": 1}
+        engine, old_engine = new["engine_kwargs"], copy.deepcopy(old["engine_kwargs"])
+        assert engine.pop("gpu_memory_utilization") == substitute.CPU_MEMORY_FRACTION
+        assert engine.pop("enforce_eager") is True
+        assert engine.pop("mamba_ssm_cache_dtype") == "float32"
+        old_engine.pop("gpu_memory_utilization")
+        if "kv_transfer_config" in old_engine:
+            kv, old_kv = engine.pop("kv_transfer_config"), old_engine.pop("kv_transfer_config")
+            assert kv["kv_connector_extra_config"]["backends"] == ["UCX"]
+            assert kv["kv_buffer_device"] == "cpu"
+            assert {k: v for k, v in kv.items() if k not in {"kv_connector_extra_config", "kv_buffer_device"}} == {
+                k: v for k, v in old_kv.items() if k not in {"kv_connector_extra_config", "kv_buffer_device"}
+            }
+        assert engine == old_engine  # every other engine arg as rendered
+        for key in ("deployment_config", "runtime_env"):
+            assert new.get(key) == old.get(key)
+    app, old_app = plan.document["applications"][0], doc["applications"][0]
+    assert app["import_path"] == old_app["import_path"] and app["route_prefix"] == old_app["route_prefix"]
+    assert plan.document["http_options"] == {"host": "127.0.0.1", "port": 18000}
+    assert len(plan.substitutions) >= 5  # each change is printed
+
+
+def test_dense_models_get_a_dense_stand_in():
+    assert substitute.family_of("meta-llama/Llama-3.1-8B-Instruct") == "llama"
+    assert substitute.family_of("Qwen/Qwen3-32B") == "qwen3"
+    assert substitute.family_of("acme/unknown", hybrid_hint=True) == "qwen3_next"
+
+
+@pytest.mark.parametrize("mutation", sorted(substitute.MUTATIONS))
+def test_mutations_change_the_pd_config(mutation):
+    doc = substitute.plan(rendered("dev"), "/m", hybrid_hint=True).document
+    before = copy.deepcopy(doc)
+    assert mutation in substitute.mutate(doc, mutation)
+    assert doc != before
+
+
+def test_mutations_need_a_pd_app():
+    doc = substitute.plan(rendered("baseline"), "/m", hybrid_hint=True).document
+    with pytest.raises(ValueError, match="prefill/decode"):
+        substitute.mutate(doc, "swap-roles")
+
+
+def test_the_engine_error_is_found_under_its_wrappers(tmp_path):
+    replica = tmp_path / "worker-1-2-3.out"
+    replica.write_text(
+        "(Worker pid=24489) INFO 11-30 14:23:51 [cpu_model_runner.py:128] Starting to load model /m...\n"
+        "(Worker pid=24489) ERROR 11-30 14:23:51 [multiproc_executor.py:901] WorkerProc failed to start.\n"
+        "(Worker pid=24489) ERROR 11-30 14:23:51 [multiproc_executor.py:901] Traceback (most recent call last):\n"
+        '(Worker pid=24489) ERROR 11-30 14:23:51 [multiproc_executor.py:901]   File "x.py", line 1, in f\n'
+        "(Worker pid=24489) ERROR 11-30 14:23:51 [multiproc_executor.py:901]     raise ValueError('kv_role')\n"
+        "(Worker pid=24489) ERROR 11-30 14:23:51 [multiproc_executor.py:901] ValueError: kv_role is wrong\n"
+    )
+    controller = tmp_path / "worker-9.err"
+    controller.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "y.py", line 2, in g\n'
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n"
+    )
+    errors = root_errors(tmp_path)
+    assert errors[0].startswith("ValueError: kv_role is wrong")
+    assert "Engine core initialization failed" in errors[1]
