@@ -1,4 +1,5 @@
-# One command each: `make test`, `make plan STACK=dev`, `make up STACK=dev`, `make destroy STACK=dev`.
+# One command each: `make test`, `make plan STACK=dev`, `make up STACK=dev`, `make destroy STACK=dev`,
+# `make rehearse STACK=dev`, `make smoke URL=...`, `make bench URL=...`.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -8,7 +9,13 @@ OUT ?= plan-$(STACK)
 # Local file state backend, used unless PULUMI_BACKEND_URL is set or `pulumi login` was done before.
 STATE_DIR ?= $(HOME)/.pulumi-ray-llm-eks
 
-.PHONY: test plan up destroy login passphrase clean
+# The serving rehearsal's own venv (vLLM for the CPU, torch, Ray: ~7 GB), outside the repo, named by
+# the hash of its pinned requirements so a change of pins builds a new one.
+REHEARSAL_REQS := rehearsal/requirements.txt
+REHEARSAL_VENV ?= $(HOME)/.cache/ray-llm-eks/rehearsal-venv-$(shell sha256sum $(REHEARSAL_REQS) | cut -c1-12)
+URL ?= http://localhost:8000
+
+.PHONY: test plan up destroy login passphrase clean rehearse rehearse-stop rehearse-mistakes smoke bench
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +26,35 @@ test: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
+
+$(REHEARSAL_VENV)/.installed: $(REHEARSAL_REQS)
+	@echo "Installing the rehearsal venv into $(REHEARSAL_VENV): several GB (torch with its CUDA libraries, vLLM, Ray); several minutes the first time."
+	rm -rf $(REHEARSAL_VENV)
+	$(PYTHON) -m venv $(REHEARSAL_VENV)
+	$(REHEARSAL_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r $(REHEARSAL_REQS)
+	touch $@
+
+# The stack's serve config, run for real on this machine's CPU (see README). ARGS: --keep, --bench FILE,
+# --mutate swap-roles|connector-typo|block-size-mismatch.
+rehearse: $(REHEARSAL_VENV)/.installed
+	$(REHEARSAL_VENV)/bin/python -m rehearsal.run --stack $(STACK) $(ARGS)
+
+rehearse-stop: $(REHEARSAL_VENV)/.installed
+	$(REHEARSAL_VENV)/bin/python -m rehearsal.run --stop
+
+# Each engine-only mistake must fail the rehearsal with the engine's own message.
+rehearse-mistakes: $(REHEARSAL_VENV)/.installed
+	$(REHEARSAL_VENV)/bin/python -m rehearsal.mistakes --stack $(STACK)
+
+# Prove an endpoint serves (ARGS: --metrics-url URL --expect-pd, --model, --api-key).
+smoke: $(VENV)/.installed
+	$(BIN)/python -m llmclient smoke $(URL) $(ARGS)
+
+# A bounded load run (ARGS: --concurrency --requests --prompt-words --max-tokens --time-cap --json FILE);
+# COMPARE="a.json b.json" prints saved runs side by side instead.
+bench: $(VENV)/.installed
+	@if [ -n "$(COMPARE)" ]; then $(BIN)/python -m llmclient compare $(COMPARE); \
+	else $(BIN)/python -m llmclient bench $(URL) $(ARGS); fi
 
 plan: $(VENV)/.installed
 	$(BIN)/python -m offline.plan --stack $(STACK) --out $(OUT)

@@ -28,16 +28,11 @@ from pathlib import Path
 
 import yaml
 
+from domain import model_fit
+from domain.config import load_settings
 from llmclient import bench, smoke
 from offline.stackfile import load_stack
 from rehearsal import substitute
-
-try:  # the lead's layout: Pulumi-free modules in domain/
-    from domain import model_fit  # type: ignore[import-not-found]
-    from domain.config import load_settings  # type: ignore[import-not-found]
-except ImportError:
-    from components import model_fit
-    from components.config import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("RAY_LLM_EKS_CACHE", Path.home() / ".cache" / "ray-llm-eks"))
@@ -96,12 +91,13 @@ def rendered_document(stack: str) -> dict:
     return settings.serving.serve_document
 
 
-def hybrid_hint(doc: dict) -> bool | None:
-    for config in substitute.llm_configs(doc).values():
-        spec = model_fit.KNOWN_MODELS.get(config["model_loading_config"]["model_id"])
-        if spec is not None:
-            return spec.state_mib_per_sequence > 0
-    return None
+def stand_in_family(doc: dict) -> str:
+    """The stand-in for the served model's family (domain/model_fit.py's table), or by its layer kinds."""
+    loading = next(iter(substitute.llm_configs(doc).values()))["model_loading_config"]
+    spec = model_fit.KNOWN_MODELS.get(loading.get("model_source")) or model_fit.KNOWN_MODELS.get(loading["model_id"])
+    if spec is None:
+        return substitute.stand_in(None, False)
+    return substitute.stand_in(spec.family.name if spec.family else None, spec.hybrid)
 
 
 def make_model(family: str, max_len: int) -> Path:
@@ -272,11 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     rendered = rendered_document(args.stack)
     configs = substitute.llm_configs(rendered)
     max_len = max(int(c.get("engine_kwargs", {}).get("max_model_len", 4096)) for c in configs.values())
-    first = next(iter(configs.values()))["model_loading_config"]
-    family = substitute.family_of(first["model_id"], first.get("model_source"), hybrid_hint(rendered))
+    family = stand_in_family(rendered)
     model_path = make_model(family, max_len)
     port = args.port or free_port()
-    plan = substitute.plan(rendered, str(model_path), hybrid_hint(rendered), port)
+    plan = substitute.plan(rendered, str(model_path), family, port)
     doc = plan.document
     kind = "prefill/decode" if plan.pd else "collocated"
     say(f"Stack {args.stack}: {kind}, model {plan.model_ids[0]}; substitutions:")

@@ -10,15 +10,11 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-# Stand-in families: the same layer kinds as the real model, in a class vLLM 0.26 serves as text.
-# Qwen3.5 is registered by vLLM 0.26 only as the multimodal Qwen3_5ForConditionalGeneration; Qwen3-Next
-# (Qwen3NextForCausalLM) has the same Gated DeltaNet + gated full-attention layers, text only.
-FAMILY_BY_PREFIX = {
-    "Qwen/Qwen3.5-": "qwen3_next",
-    "Qwen/Qwen3-Next-": "qwen3_next",
-    "Qwen/Qwen3-": "qwen3",
-    "meta-llama/": "llama",
-}
+# Stand-in per model family of domain/model_families.py: the same layer kinds as the real model, in a
+# class vLLM 0.26 serves as text. Qwen3.5 is registered by vLLM 0.26 only as the multimodal
+# Qwen3_5ForConditionalGeneration; Qwen3-Next (Qwen3NextForCausalLM) has the same Gated DeltaNet +
+# gated full-attention layers, text only.
+STAND_INS = {"qwen3_5": "qwen3_next", "qwen3": "qwen3", "llama3": "llama"}
 HYBRID_FAMILIES = {"qwen3_next"}  # linear-attention (Gated DeltaNet) layers beside full attention
 # Which real model classes each stand-in speaks for (printed).
 FAMILY_TEXT = {
@@ -48,13 +44,11 @@ class Plan:
     pd: bool
 
 
-def family_of(model_id: str, model_source: str | None = None, hybrid_hint: bool | None = None) -> str:
-    for name in (model_source or "", model_id):
-        for prefix, family in FAMILY_BY_PREFIX.items():
-            if name.startswith(prefix):
-                return family
-    # Unknown model: its layer kinds, as far as the stack tells (a linear-attention state or not).
-    return "qwen3_next" if hybrid_hint else "llama"
+def stand_in(family: str | None, hybrid: bool) -> str:
+    """The stand-in for a model family; for a model of the user's (no family), by its layer kinds."""
+    if family in STAND_INS:
+        return STAND_INS[family]
+    return "qwen3_next" if hybrid else "llama"
 
 
 def llm_configs(doc: dict) -> dict[str, dict]:
@@ -66,7 +60,8 @@ def llm_configs(doc: dict) -> dict[str, dict]:
     return {("collocated" if i == 0 else f"collocated-{i}"): c for i, c in enumerate(configs)}
 
 
-def plan(rendered: dict, model_path: str, hybrid_hint: bool | None = None, port: int = 8000) -> Plan:
+def plan(rendered: dict, model_path: str, family: str, port: int = 8000) -> Plan:
+    """`family`: the stand-in's (stand_in()); `model_path`: where it was made."""
     doc = copy.deepcopy(rendered)
     subs: list[str] = []
 
@@ -79,8 +74,6 @@ def plan(rendered: dict, model_path: str, hybrid_hint: bool | None = None, port:
         http["port"] = port
 
     configs = llm_configs(doc)
-    first = next(iter(configs.values()))["model_loading_config"]
-    family = family_of(first["model_id"], first.get("model_source"), hybrid_hint)
     hybrid = family in HYBRID_FAMILIES
     model_ids = []
     for role, config in configs.items():

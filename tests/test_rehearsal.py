@@ -8,10 +8,10 @@ import copy
 
 import pytest
 
-from components.config import load_settings
+from domain.config import load_settings
 from offline.stackfile import load_stack
 from rehearsal import substitute
-from rehearsal.run import root_errors
+from rehearsal.run import root_errors, stand_in_family
 
 
 def rendered(stack: str) -> dict:
@@ -22,7 +22,7 @@ def rendered(stack: str) -> dict:
 @pytest.mark.parametrize("stack", ["dev", "baseline"])
 def test_only_what_cannot_exist_on_a_cpu_changes(stack):
     doc = rendered(stack)
-    plan = substitute.plan(doc, "/models/stand-in", hybrid_hint=True, port=18000)
+    plan = substitute.plan(doc, "/models/stand-in", stand_in_family(doc), port=18000)
     assert plan.family == "qwen3_next" and plan.hybrid  # Qwen3.5: Gated DeltaNet + full attention
     assert plan.pd == (stack == "dev")
     before, after = substitute.llm_configs(doc), substitute.llm_configs(plan.document)
@@ -53,22 +53,24 @@ def test_only_what_cannot_exist_on_a_cpu_changes(stack):
     assert len(plan.substitutions) >= 5  # each change is printed
 
 
-def test_dense_models_get_a_dense_stand_in():
-    assert substitute.family_of("meta-llama/Llama-3.1-8B-Instruct") == "llama"
-    assert substitute.family_of("Qwen/Qwen3-32B") == "qwen3"
-    assert substitute.family_of("acme/unknown", hybrid_hint=True) == "qwen3_next"
+def test_each_family_has_a_stand_in_of_its_layer_kinds():
+    assert substitute.stand_in("qwen3_5", True) == "qwen3_next"
+    assert substitute.stand_in("llama3", False) == "llama"
+    assert substitute.stand_in("qwen3", False) == "qwen3"
+    assert substitute.stand_in(None, True) == "qwen3_next"  # a modelSpec of the user's with linear attention
+    assert substitute.stand_in(None, False) == "llama"
 
 
 @pytest.mark.parametrize("mutation", sorted(substitute.MUTATIONS))
 def test_mutations_change_the_pd_config(mutation):
-    doc = substitute.plan(rendered("dev"), "/m", hybrid_hint=True).document
+    doc = substitute.plan(rendered("dev"), "/m", "qwen3_next").document
     before = copy.deepcopy(doc)
     assert mutation in substitute.mutate(doc, mutation)
     assert doc != before
 
 
 def test_mutations_need_a_pd_app():
-    doc = substitute.plan(rendered("baseline"), "/m", hybrid_hint=True).document
+    doc = substitute.plan(rendered("baseline"), "/m", "qwen3_next").document
     with pytest.raises(ValueError, match="prefill/decode"):
         substitute.mutate(doc, "swap-roles")
 
