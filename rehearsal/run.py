@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     say(f"Stack {args.stack}: {kind}, model {plan.model_ids[0]}; substitutions:")
     for line in plan.substitutions:
         say(f"  - {line}")
-    say("  - Ray: one node on 127.0.0.1 with CPUs only; NIXL/UCX on the loopback device (UCX_NET_DEVICES=lo)")
+    say("  - Ray: one node on 127.0.0.1, CPUs only (NIXL side channel on 127.0.0.1; UCX picks its transports)")
     if plan.hybrid:
         say("  - process env: AMX hidden from vLLM's CPU platform (rehearsal/amx_hidden/sitecustomize.py)")
     for mutation in args.mutate:
@@ -303,7 +303,6 @@ def main(argv: list[str] | None = None) -> int:
             # Ray on loopback: it resolves 127.0.0.1 to the host's network address unless told it runs
             # a single-node "Windows/OSX" cluster (ray/_private/services.py get_node_ip_address).
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-            "UCX_NET_DEVICES": "lo",  # NIXL's UCX moves KV over loopback only
         }
     )
     if plan.hybrid:
