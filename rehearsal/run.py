@@ -167,6 +167,12 @@ def root_errors(log_dir: Path, limit: int = 3) -> list[str]:
                 m = EXC_LINE.match(follow)
                 if m and not follow.startswith(("  ", "\t")):
                     message = m.group(1).strip()
+                    # pydantic and others carry the real reason on the indented lines after it.
+                    at = lines.index(follow, i + 1)
+                    for more in lines[at + 1 : at + 3]:
+                        if not more.startswith(("  ", "\t")) or more.strip().startswith(("File ", "For further")):
+                            break
+                        message += " | " + more.strip()
                     found.setdefault(message, (order, path.name))
                     break
     ranked = sorted(found.items(), key=lambda kv: (bool(WRAPPERS.search(kv[0])), kv[1][0]))
@@ -174,12 +180,16 @@ def root_errors(log_dir: Path, limit: int = 3) -> list[str]:
 
 
 def fatal_logged(log_dir: Path) -> bool:
-    for path in log_dir.glob("worker-*.err") if log_dir.exists() else []:
+    """An engine failed to start: Serve would retry the replica for minutes, the error stays the same."""
+    if not log_dir.exists():
+        return False
+    for path in [*log_dir.glob("worker-*.err"), *log_dir.glob("serve/controller_*.log")]:
         try:
-            if "Engine core initialization failed" in path.read_text(errors="replace"):
-                return True
+            text = path.read_text(errors="replace")
         except OSError:
             continue
+        if "Engine core initialization failed" in text or "Exception in Replica(" in text:
+            return True
     return False
 
 
@@ -245,7 +255,7 @@ def wait_ready(dashboard: str, app: str, clock: Clock, log_dir: Path, cap: float
         if app_state in {"DEPLOY_FAILED", "UNHEALTHY"}:
             raise RehearsalFailed(f"application {app}: {app_state}: {application.get('message', '')[:2000]}")
         if fatal_logged(log_dir):
-            raise RehearsalFailed("a vLLM engine failed to start")
+            raise RehearsalFailed("a replica failed to start (its engine's error is below)")
         if time.monotonic() > end:
             raise RehearsalFailed(f"not ready within {cap:g} s (application status {app_state})")
         time.sleep(POLL)

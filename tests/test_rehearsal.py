@@ -94,3 +94,15 @@ def test_the_engine_error_is_found_under_its_wrappers(tmp_path):
     errors = root_errors(tmp_path)
     assert errors[0].startswith("ValueError: kv_role is wrong")
     assert "Engine core initialization failed" in errors[1]
+
+
+def test_the_reason_on_the_lines_after_the_exception_is_kept(tmp_path):
+    (tmp_path / "worker-5.err").write_text(
+        "Traceback (most recent call last):\n"
+        '  File "llm_config.py", line 9, in get_engine_config\n'
+        "RuntimeError: Failed to create vLLM engine config: 1 validation error for VllmConfig\n"
+        "  Value error, Unsupported connector type: NixlConector [type=value_error]\n"
+        "    For further information visit https://errors.pydantic.dev/2.14/v/value_error\n"
+    )
+    (error,) = root_errors(tmp_path)
+    assert "1 validation error for VllmConfig | Value error, Unsupported connector type: NixlConector" in error
