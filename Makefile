@@ -15,9 +15,10 @@ REHEARSAL_REQS := rehearsal/requirements.txt
 REHEARSAL_VENV ?= $(HOME)/.cache/ray-llm-eks/rehearsal-venv-$(shell sha256sum $(REHEARSAL_REQS) | cut -c1-12)
 URL ?= http://localhost:8000
 
-.PHONY: test plan up destroy login passphrase clean rehearse rehearse-stop rehearse-mistakes smoke bench
+.PHONY: test plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop rehearse-mistakes smoke bench
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
+	@echo "Installing the pinned Python requirements into $(VENV) (Pulumi SDKs, Ray for its serve schemas, pytest, ruff: about 1 GB, a few minutes the first time; later runs reuse it)..."
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
 	touch $@
@@ -59,6 +60,11 @@ bench: $(VENV)/.installed
 plan: $(VENV)/.installed
 	$(BIN)/python -m offline.plan --stack $(STACK) --out $(OUT)
 
+# Two plans differ only where their input does (plans are byte-identical for identical input).
+diff:
+	@[ -n "$(A)" ] && [ -n "$(B)" ] || { echo "usage: make diff A=<plan dir> B=<plan dir>"; exit 2; }
+	@diff -ru $(A) $(B) && echo "$(A) and $(B) are identical." || [ $$? -eq 1 ]
+
 login:
 	@command -v pulumi >/dev/null || { echo "The Pulumi CLI is not installed: https://www.pulumi.com/docs/install/"; exit 1; }
 	@if [ -n "$$PULUMI_BACKEND_URL" ] || pulumi whoami >/dev/null 2>&1; then \
@@ -76,11 +82,15 @@ passphrase:
 		exit 1; \
 	fi
 
-# A new stack on the local backend gets the passphrase secrets provider; on Pulumi Cloud, its default.
-up: $(VENV)/.installed login passphrase
+# Logs in and creates the stack (or selects it): a new stack on the local backend gets the passphrase
+# secrets provider; on Pulumi Cloud, its default. Run it before setting secrets such as hfToken.
+stack: login passphrase
 	@backend="$${PULUMI_BACKEND_URL:-$$(pulumi whoami --verbose 2>/dev/null | awk -F': *' 'tolower($$1) ~ /backend url/ {print $$2}')}"; \
 	if [[ "$$backend" == file://* ]]; then provider="--secrets-provider passphrase"; fi; \
 	pulumi stack select --create $$provider $(STACK)
+	@echo "Stack $(STACK) is ready. A gated model needs: pulumi config set --secret hfToken hf_... --stack $(STACK)"
+
+up: $(VENV)/.installed stack
 	pulumi up --stack $(STACK)
 
 destroy: $(VENV)/.installed login passphrase

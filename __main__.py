@@ -10,13 +10,15 @@ from components.kuberay import KubeRayOperator
 from components.llm_service import LlmService
 from components.network import Network
 from components.weights_access import WeightsAccess
-from domain import cost, preflight
+from domain import cost, pool_use, preflight
 from domain.config import load_stack_settings
 
 settings = load_stack_settings()  # typed and validated: a bad value stops here, before any resource
 serving = settings.serving
 checks = preflight.run(settings, PulumiAwsAnswers(), preflight.today())  # AWS offerings, quotas: before any resource
 estimate = cost.estimate(settings, settings.prices)
+for warning in pool_use.idle_node_warnings(serving.serve_document, settings.gpu_pools):
+    pulumi.log.warn(warning)  # GPUs paid for and unused: said at `pulumi up` and in `make plan`
 
 network = Network("net", settings.network, settings.region)
 cluster = Cluster("eks", settings.cluster, network, settings.region)

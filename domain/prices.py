@@ -11,10 +11,12 @@ from domain.errors import ConfigError
 HOURS_PER_MONTH = 730  # AWS's convention for monthly prices
 
 # On-demand Linux, USD per hour, by region. Sources: us-east-1 from aws/karpenter-provider-aws
-# pkg/providers/pricing/zz_generated.pricing_aws.go (generated 2026-01-19 from the AWS Price List
-# API), matching a price book checked against AWS's public price list on 2026-10-08; us-east-2,
-# us-west-2 and eu-west-1 from instances.vantage.sh data (2026-08-26). A type or region missing here
-# has no price (said, not guessed); prices change: override them with the `prices` stack key.
+# pkg/providers/pricing/zz_generated.pricing_aws.go (generated 2026-07-20 from the AWS Price List
+# API, commit 6fc13b523; every type of domain/aws_facts.py is in it), matching a price book checked
+# against AWS's public price list on 2026-10-08; us-east-2, us-west-2 and eu-west-1 from
+# instances.vantage.sh data (2026-08-26), GPU types only (and eu-west-1's m7i), so partial. A type
+# or region missing here has no price (said, not guessed); prices change: override them with the
+# `prices` stack key.
 PRICES_AS_OF = {
     "us-east-1": "2026-10-08",
     "us-east-2": "2026-08-26",
@@ -38,6 +40,8 @@ _GPU_US = {
 INSTANCE_USD_PER_HOUR: dict[str, dict[str, float]] = {
     "us-east-1": {
         **_GPU_US,
+        "g5.xlarge": 1.006,
+        "g6.24xlarge": 6.6752,
         "g6.xlarge": 0.8048,
         "g6.2xlarge": 0.9776,
         "g6.4xlarge": 1.3232,
@@ -65,6 +69,9 @@ INSTANCE_USD_PER_HOUR: dict[str, dict[str, float]] = {
         "m7i.4xlarge": 0.8988,
     },
 }
+# Regions whose table prices every instance type of domain/aws_facts.py, the NAT gateway and gp3
+# (the README lists these; a test holds them complete).
+COMPLETE_REGIONS = ("us-east-1",)
 # Plus $0.045-0.048 per GB processed, which the hourly figure leaves out.
 NAT_GATEWAY_USD_PER_HOUR = {"us-east-1": 0.045, "us-east-2": 0.045, "us-west-2": 0.045, "eu-west-1": 0.048}
 EBS_GP3_USD_PER_GB_MONTH = {"us-east-1": 0.08, "eu-west-1": 0.088}

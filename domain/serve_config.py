@@ -10,20 +10,18 @@ argument names for the image's vLLM version. The tests also run Ray's own schema
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Protocol
 
 import yaml
 
+from domain import engine_args, yaml_files
 from domain.errors import ConfigError
 from domain.model_families import FAMILY_ENGINE_KEYS, FAMILY_ENV_KEYS, ModelFamily
 
 SERVE_CONFIG_DIR = Path(__file__).resolve().parent.parent / "serve_configs"
-VLLM_ARGS_FILE = Path(__file__).resolve().parent / "data" / "vllm_engine_args.json"
 
 PD_IMPORT = "ray.serve.llm:build_pd_openai_app"
 COLLOCATED_IMPORT = "ray.serve.llm:build_openai_app"
@@ -44,12 +42,6 @@ def role_resource(role: str) -> str:
 
 def serve_config_names() -> list[str]:
     return sorted(p.stem for p in SERVE_CONFIG_DIR.glob("*.yaml"))
-
-
-@cache
-def vllm_argument_names() -> dict:
-    """vLLM engine argument names for one vLLM version (domain/data/vllm_engine_args.json)."""
-    return json.loads(VLLM_ARGS_FILE.read_text())
 
 
 @dataclass(frozen=True)
@@ -95,7 +87,7 @@ def load_serve_file(name: str) -> dict:
     path = SERVE_CONFIG_DIR / f"{name}.yaml"
     if not path.exists():
         raise ConfigError("serveConfig", name, f"a file in serve_configs/: {serve_config_names()}")
-    return yaml.safe_load(path.read_text())
+    return yaml_files.load(path)
 
 
 def the_application(doc: dict, where: str) -> dict:
@@ -146,7 +138,6 @@ def check_application(doc: dict, where: str, vllm_version: str | None) -> None:
                 raise ConfigError(
                     "serveConfig", f"{where}: {role} engine_kwargs.kv_transfer_config", "required on both PD sides"
                 )
-    names = vllm_argument_names()
     for role, config in configs.items():
         if "placement_group_config" in config:
             raise ConfigError(
@@ -154,23 +145,8 @@ def check_application(doc: dict, where: str, vllm_version: str | None) -> None:
                 f"{where}: {role} placement_group_config",
                 "left out: the stack pins each role to its pool",
             )
-        if vllm_version != names["vllm_version"]:
-            continue  # no argument list for this vLLM: checked by vLLM itself on start
-        engine_kwargs = config.get("engine_kwargs") or {}
-        for key in engine_kwargs:
-            if key not in names["engine_args"] and key not in names["frontend_args"]:
-                raise ConfigError(
-                    "serveConfig",
-                    f"{where}: {role} engine_kwargs.{key}",
-                    f"a vLLM {names['vllm_version']} engine or front-end argument (see {VLLM_ARGS_FILE.name})",
-                )
-        for key in engine_kwargs.get("kv_transfer_config") or {}:
-            if key not in names["kv_transfer_config_fields"]:
-                raise ConfigError(
-                    "serveConfig",
-                    f"{where}: {role} engine_kwargs.kv_transfer_config.{key}",
-                    f"a KVTransferConfig field of vLLM {names['vllm_version']}: {names['kv_transfer_config_fields']}",
-                )
+        if vllm_version == engine_args.vllm_arguments()["vllm_version"]:  # else vLLM checks them on start
+            engine_args.check(f"{where}: {role}", config.get("engine_kwargs") or {})
 
 
 def check_tensor_parallel(role: str, instance_type: str, gpus_per_node: int, tensor_parallel: int) -> None:

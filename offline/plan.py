@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import re
 import runpy
 import shutil
@@ -27,6 +29,7 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from domain import cost
+from domain.config import OFFLINE_PLAN_ENV
 from offline.mocks import SECRET_TEXT, PlanMocks, RecordingMonitor, Registration
 from offline.stackfile import ROOT, load_stack
 
@@ -42,6 +45,7 @@ class Plan:
     registrations: list[Registration]
     outputs: dict = field(default_factory=dict)
     seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)  # pulumi.log.warn lines, as `pulumi up` would show
 
     # ---- lookups used by tests and the writer
     def of_type(self, type_: str) -> list[Registration]:
@@ -95,28 +99,33 @@ class Plan:
 
         def chain(urn: str) -> list[str]:
             if urn not in memo:
-                before = [chain(d) for d in self.waits_for(urn) if d in workers and d != urn]
+                before = [chain(d) for d in sorted(self.waits_for(urn)) if d in workers and d != urn]
                 memo[urn] = [*max(before, key=len, default=[]), urn]
             return memo[urn]
 
-        best = max((chain(u) for u in workers), key=len, default=[])
+        best = max((chain(u) for u in sorted(workers)), key=len, default=[])
         return [workers[u] for u in best]
 
     # ---- renderings
+    def in_order(self) -> list[Registration]:
+        """Registrations by URN: the program registers concurrently, so the arrival order varies from
+        run to run; files written from this order are byte-identical for identical input."""
+        return sorted(self.registrations, key=lambda r: r.urn)
+
     def resources_json(self) -> list[dict]:
         rows = []
-        for r in self.registrations:
+        for r in self.in_order():
             row = asdict(r)
             rows.append(
-                {k: row[k] for k in ("urn", "type", "name", "id", "parent", "dependencies", "provider", "inputs")}
-                | {"options": row["options"], "remote": r.remote}
+                {k: row[k] for k in ("urn", "type", "name", "id", "parent", "dependencies", "provider")}
+                | {"inputs": _sorted_keys(r.inputs), "options": row["options"], "remote": r.remote}
             )
         return rows
 
     def manifests(self) -> dict[str, dict]:
         """One document per Kubernetes object and per Helm release, keyed by file name."""
         docs = {}
-        for r in self.registrations:
+        for r in self.in_order():
             if not r.type.startswith("kubernetes:") or r.type.startswith("pulumi:providers:"):
                 continue
             if r.type == HELM_RELEASE:
@@ -127,12 +136,13 @@ class Plan:
                     "chart": r.inputs.get("chart"),
                     "repo": (r.inputs.get("repositoryOpts") or {}).get("repo"),
                     "version": r.inputs.get("version"),
-                    "values": r.inputs.get("values") or {},
+                    "values": _sorted_keys(r.inputs.get("values") or {}),
                 }
             else:
                 head = ("apiVersion", "kind", "metadata")
-                doc = {k: r.inputs[k] for k in head if k in r.inputs}
-                doc |= {k: v for k, v in r.inputs.items() if k not in (*head, "__defaults")}
+                inputs = _sorted_keys(r.inputs)
+                doc = {k: inputs[k] for k in head if k in inputs}
+                doc |= {k: v for k, v in inputs.items() if k not in (*head, "__defaults")}
                 if doc.get("kind") in SECRET_KINDS:
                     for key in ("data", "stringData"):
                         if isinstance(doc.get(key), dict):
@@ -144,7 +154,7 @@ class Plan:
 
     def graph_mermaid(self) -> str:
         """Top-level components and what they wait for, as a mermaid flowchart."""
-        top = [r for r in self.registrations if r.parent is None or r.parent not in self.by_urn]
+        top = [r for r in self.in_order() if r.parent is None or r.parent not in self.by_urn]
         owner = {}
         for r in self.registrations:
             roots = [r.urn, *self.ancestors(r.urn)]
@@ -175,6 +185,9 @@ class Plan:
         lines += [f"  {i + 1:2d}. {r.type} {r.name}" for i, r in enumerate(chain)]
         if "costEstimate" in self.outputs:
             lines += ["", cost.table(self.outputs["costEstimate"])]
+        if self.warnings:
+            lines += ["", "Warnings (`pulumi up` shows them too):"]
+            lines += [f"  warning: {w}" for w in self.warnings]
         if "preflightChecks" in self.outputs:
             lines += ["", "Deploy-time checks (AWS data sources; run by `pulumi preview`/`up`):"]
             lines += [f"  {line}" for line in self.outputs["preflightChecks"]]
@@ -187,8 +200,20 @@ class Plan:
         (out / "resources.json").write_text(json.dumps(self.resources_json(), indent=2) + "\n")
         for name, doc in self.manifests().items():
             (out / "manifests" / name).write_text(yaml.safe_dump(doc, sort_keys=False))
+            serve = (doc.get("spec") or {}).get("serveConfigV2") if doc.get("kind") == "RayService" else None
+            if isinstance(serve, str):  # the same YAML, readable instead of one escaped string
+                (out / "manifests" / name.replace(".yaml", ".serveConfigV2.yaml")).write_text(serve)
         (out / "graph.md").write_text(f"# Components of stack {self.stack}\n\n" + self.graph_mermaid())
-        (out / "outputs.json").write_text(json.dumps(self.outputs, indent=2) + "\n")
+        (out / "outputs.json").write_text(json.dumps(self.outputs, indent=2, sort_keys=True) + "\n")
+
+
+def _sorted_keys(value):
+    """Mappings with their keys in order, all the way down (lists keep theirs)."""
+    if isinstance(value, dict):
+        return {k: _sorted_keys(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted_keys(v) for v in value]
+    return value
 
 
 def _slug(text: str) -> str:
@@ -203,27 +228,56 @@ def _resolve(value):
     return _sync_await(output.future())
 
 
+class _Warnings(logging.Handler):
+    """Collects what the program sends to pulumi.log.warn (the mock engine logs it here)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
 def run_program(
-    stack: str, overrides: dict | None = None, root: Path = ROOT, monitor: RecordingMonitor | None = None
+    stack: str,
+    overrides: dict | None = None,
+    root: Path = ROOT,
+    monitor: RecordingMonitor | None = None,
+    offline_plan: bool = True,
 ) -> Plan:
     """Run __main__.py under mocks with the stack file's config (plus test overrides). Pass a
-    `monitor` to look at what was registered even when the program fails."""
+    `monitor` to look at what was registered even when the program fails. `offline_plan=False` runs
+    it as `pulumi up` would (what the plan only warns about, e.g. a missing hfToken, is refused)."""
     started = time.perf_counter()
     config = load_stack(stack, root, overrides)
     monitor = monitor or RecordingMonitor(PlanMocks())
     mocks = monitor.mocks
+    warnings = _Warnings()
+    logger = logging.getLogger(f"{__name__}.{id(warnings)}")
+    logger.propagate = False
+    logger.addHandler(warnings)
     pulumi_settings.ROOT.set(None)  # a fresh root stack per run
-    pulumi.runtime.set_mocks(mocks, project=config.project, stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_mocks(mocks, project=config.project, stack=stack, preview=False, monitor=monitor, logger=logger)
     pulumi.runtime.set_all_config(config.values, sorted(config.secret_keys))
     pulumi_settings.SETTINGS.rpc_manager.clear()
     # A run that failed mid-registration leaves unfinished outputs behind; the next run would wait
     # for them and re-raise their error.
     with pulumi_settings.SETTINGS.lock:
         pulumi_settings.SETTINGS.outputs.clear()
-    _sync_await(run_pulumi_func(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__")))
+    previous = os.environ.get(OFFLINE_PLAN_ENV)
+    os.environ[OFFLINE_PLAN_ENV] = "1" if offline_plan else "0"
+    try:
+        _sync_await(run_pulumi_func(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__")))
+    finally:
+        if previous is None:
+            os.environ.pop(OFFLINE_PLAN_ENV, None)
+        else:
+            os.environ[OFFLINE_PLAN_ENV] = previous
+        logger.removeHandler(warnings)
     exported = pulumi_settings.get_root_resource().outputs
     outputs = {name: _resolve(value) for name, value in exported.items()}
-    return Plan(stack, monitor.registrations, outputs, time.perf_counter() - started)
+    return Plan(stack, monitor.registrations, outputs, time.perf_counter() - started, warnings.lines)
 
 
 def root_message(err: Exception) -> str:
@@ -244,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     plan.write(args.out)
     print(plan.summary())
-    print(f"\nWrote {args.out}/resources.json, manifests/ ({len(plan.manifests())} files), graph.md, outputs.json")
+    written = len(list((args.out / "manifests").iterdir()))
+    print(f"\nWrote {args.out}/resources.json, manifests/ ({written} files), graph.md, outputs.json")
     return 0
 
 

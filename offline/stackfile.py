@@ -5,11 +5,13 @@ whose value has the wrong type. `secure:` values are never decrypted: they becom
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import jsonschema
-import yaml
+
+from domain import yaml_files
 
 SECRET_TEXT = "[secret]"
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,12 +39,20 @@ class StackConfig:
     secret_keys: frozenset[str]
 
 
+def provider_namespaces(root: Path = ROOT) -> list[str]:
+    """Config namespaces besides the project's that a stack may set: `pulumi` (the engine's own, e.g.
+    pulumi:tags) and one per provider package the program installs (pulumi-aws -> aws)."""
+    pins = (root / "requirements.txt").read_text().splitlines()
+    providers = {m.group(1) for line in pins if (m := re.match(r"pulumi-([a-z0-9-]+)==", line.strip()))}
+    return sorted({"pulumi", *providers})
+
+
 def project_schema() -> dict:
     return json.loads(PROJECT_SCHEMA.read_text())
 
 
 def load_project(root: Path = ROOT) -> dict:
-    project = yaml.safe_load((root / "Pulumi.yaml").read_text())
+    project = yaml_files.load(root / "Pulumi.yaml")
     errors = sorted(jsonschema.Draft202012Validator(project_schema()).iter_errors(project), key=str)
     if errors:
         where = "/".join(str(p) for p in errors[0].absolute_path)
@@ -89,7 +99,7 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
     path = root / f"Pulumi.{stack}.yaml"
     if not path.exists():
         raise StackFileError(f"no stack file {path.name}; stacks: {stack_names(root)}")
-    doc = yaml.safe_load(path.read_text()) or {}
+    doc = yaml_files.load(path) or {}
     config = dict(doc.get("config") or {})
     for key, value in (overrides or {}).items():
         if value is None:
@@ -100,9 +110,16 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
 
     values: dict[str, str] = {}
     secrets: set[str] = set()
+    namespaces = [name, *provider_namespaces(root)]
     for key, value in config.items():
         namespace, _, short = key.partition(":") if ":" in key else (name, ":", key)
         full = f"{namespace}:{short}"
+        if namespace not in namespaces:
+            # The CLI would pass a key of an unknown namespace to nobody: a typo that silently does nothing.
+            raise StackFileError(
+                f"{path.name}: key '{key}' is in namespace '{namespace}', which neither this project nor a "
+                f"provider it uses reads; namespaces allowed: {namespaces}"
+            )
         is_secret = isinstance(value, SecretValue) or (isinstance(value, dict) and set(value) == {"secure"})
         if namespace == name:
             if short not in declared:

@@ -10,7 +10,8 @@ from offline.mocks import PlanMocks, RecordingMonitor
 from offline.plan import Plan, run_program
 from offline.stackfile import stack_names
 
-STACKS = stack_names()
+STACKS = stack_names()  # every stack file, the user's own included: tests over STACKS hold for any valid one
+SHIPPED_STACKS = {"baseline", "dev", "prod"}  # tests may assert more about these
 # The EKS support calendar is checked against "today": pin it so the suite gives the same answer
 # every day (test_config checks the calendar itself with explicit dates).
 os.environ["RAY_LLM_EKS_TODAY"] = "2026-11-30"
@@ -27,12 +28,12 @@ def dev(plans) -> Plan:
     return plans["dev"]
 
 
-def failing_run(overrides: dict, stack: str = "dev") -> tuple[Exception, RecordingMonitor]:
+def failing_run(overrides: dict, stack: str = "dev", offline_plan: bool = True) -> tuple[Exception, RecordingMonitor]:
     """Run the program with overridden stack values; return the error it raised and the monitor,
     so a test can show both the message and that nothing was declared."""
     monitor = RecordingMonitor(PlanMocks())
     with pytest.raises(ValueError) as caught:
-        run_program(stack, overrides, monitor=monitor)
+        run_program(stack, overrides, monitor=monitor, offline_plan=offline_plan)
     return caught.value, monitor
 
 

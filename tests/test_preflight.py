@@ -9,14 +9,14 @@ import re
 import pytest
 import yaml
 
-from domain import model_fit, preflight
+from domain import aws_facts, model_fit, preflight, prices
 from domain.errors import ConfigError
 from domain.model_fit import GIB, MIB, Engine, budget, check_role
 from domain.serve_config import llm_configs_by_role
 from offline.mocks import PlanMocks, RecordingMonitor
 from offline.plan import run_program
-from offline.stackfile import SecretValue
-from tests.conftest import failing_run, region_overrides
+from offline.stackfile import ROOT, SecretValue
+from tests.conftest import SHIPPED_STACKS, failing_run, region_overrides
 
 NS = "ray-llm-eks:"
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
@@ -56,9 +56,10 @@ def test_llama_8b_at_8192_fits_dev():
     assert plan.one("kubernetes:ray.io/v1:RayService")
 
 
-def test_shipped_stacks_fit(plans):
-    """Every shipped stack got past the fit check (else it would have no RayService)."""
-    assert set(plans) == {"baseline", "dev", "prod"}
+def test_every_stack_fits(plans):
+    """Every stack (the shipped ones and any a user adds) got past the fit check (else it would
+    have no RayService)."""
+    assert set(plans) >= SHIPPED_STACKS
     for plan in plans.values():
         assert plan.one("kubernetes:ray.io/v1:RayService")
 
@@ -98,8 +99,8 @@ def test_tensor_parallel_splits_weights_and_kv_heads():
     assert fp8.kv_cache == pytest.approx(eight.kv_cache / 2)
 
 
-def test_gated_model_without_token_fails():
-    error, monitor = failing_run({NS + "modelId": LLAMA_8B, NS + "maxModelLen": 8192})
+def test_gated_model_without_token_fails_at_deploy():
+    error, monitor = failing_run({NS + "modelId": LLAMA_8B, NS + "maxModelLen": 8192}, offline_plan=False)
     assert "hfToken" in str(error) and f"{LLAMA_8B} is gated" in str(error) and monitor.registrations == []
 
 
@@ -350,10 +351,27 @@ def test_dev_cost_is_two_gpu_nodes_a_system_node_eks_and_a_nat(dev):
     assert estimated == dev.outputs["costEstimate"]["usdPerHour"]
 
 
-def test_every_shipped_stack_prints_an_hourly_cost(plans):
+def test_every_stack_prints_an_hourly_cost_or_says_what_is_missing(plans):
+    """A complete total where the price table covers the stack's region and types (every shipped
+    stack); else the table names each missing price instead of guessing one."""
     for plan in plans.values():
-        assert isinstance(plan.outputs["estimatedHourlyCostUsd"], float), plan.stack
-        assert re.search(r"total: [\d.]+ \$/h", plan.summary())
+        estimate = plan.outputs["costEstimate"]
+        if plan.stack in SHIPPED_STACKS or estimate["region"] in prices.COMPLETE_REGIONS:
+            assert isinstance(plan.outputs["estimatedHourlyCostUsd"], float), plan.stack
+            assert re.search(r"total: [\d.]+ \$/h", plan.summary())
+        elif estimate["unknownPrices"]:
+            assert f"total: unknown, no price for {', '.join(estimate['unknownPrices'])}" in plan.summary()
+
+
+def test_complete_regions_price_every_instance_type_we_know():
+    for region in prices.COMPLETE_REGIONS:
+        table = prices.INSTANCE_USD_PER_HOUR[region]
+        assert [t for t in aws_facts.INSTANCE_SPECS if t not in table] == [], region
+        assert region in prices.NAT_GATEWAY_USD_PER_HOUR and region in prices.EBS_GP3_USD_PER_GB_MONTH
+        assert region in prices.PRICES_AS_OF
+    readme = (ROOT / "README.md").read_text()
+    listed = re.search(r"complete prices for ([^.]*)\.", readme).group(1)
+    assert sorted(re.findall(r"`([a-z]{2}-[a-z]+-\d)`", listed)) == sorted(prices.COMPLETE_REGIONS)
 
 
 def test_prod_pays_for_a_nat_per_zone(plans):

@@ -1,0 +1,223 @@
+"""A new user's everyday mistakes, each made in a copy of the project and run through `make plan`'s
+entry point: one line on stderr naming the file or key, the value and what is allowed; no traceback,
+nothing written."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from domain import engine_args, serve_config
+from offline import plan as plan_cli
+from offline.stackfile import ROOT
+
+NS = "ray-llm-eks:"
+PD = "pd-disaggregated.yaml"
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch) -> Path:
+    """A copy of the project (stack files, serve files, program) that `make plan` reads instead."""
+    root = tmp_path / "project"
+    shutil.copytree(ROOT, root, ignore=shutil.ignore_patterns(".venv", ".git", "plan-*", "__pycache__", ".*cache"))
+    monkeypatch.setattr(plan_cli, "ROOT", root)
+    monkeypatch.setattr(serve_config, "SERVE_CONFIG_DIR", root / "serve_configs")
+    return root
+
+
+def plan_fails(project: Path, capsys, stack: str = "dev") -> str:
+    """Run `make plan` on the copy; it must fail with exactly one line, fast, writing nothing."""
+    out = project / "out"
+    started = time.perf_counter()
+    assert plan_cli.main(["--stack", stack, "--out", str(out)]) == 2
+    seconds = time.perf_counter() - started
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert not out.exists()
+    assert seconds < 2, f"took {seconds:.1f}s"
+    return err
+
+
+def edit_stack(project: Path, stack: str = "dev", **config) -> None:
+    path = project / f"Pulumi.{stack}.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["config"].update(config)
+    path.write_text(yaml.safe_dump(doc))
+
+
+def edit_pd(project: Path, role: str, **engine_kwargs) -> None:
+    """Change engine_kwargs of one side of the PD serve file (kv_transfer_config fields nested)."""
+    path = project / "serve_configs" / PD
+    doc = yaml.safe_load(path.read_text())
+    engine = doc["applications"][0]["args"][f"{role}_config"]["engine_kwargs"]
+    for key, value in engine_kwargs.items():
+        if key.startswith("kv_transfer_config."):
+            engine["kv_transfer_config"][key.split(".", 1)[1]] = value
+        else:
+            engine[key] = value
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+# ---- 1. Engine argument values, from vLLM 0.26.0's own definitions
+
+
+@pytest.mark.parametrize(
+    ("role", "change", "expected"),
+    [
+        ("prefill", {"gpu_memory_utilization": 1.5}, ["gpu_memory_utilization: 1.5", "a number > 0 and <= 1"]),
+        (
+            "prefill",
+            {"kv_transfer_config.kv_role": "kv_prodcer"},
+            ["kv_transfer_config.kv_role: 'kv_prodcer'", "one of ['kv_producer', 'kv_both', 'kv_consumer']"],
+        ),
+        ("decode", {"max_model_len": "4096"}, ["max_model_len: '4096'", "a whole number >= -1"]),
+        ("decode", {"tensor_parallel_size": 0}, ["tensor_parallel_size: 0", "a whole number >= 1"]),
+        ("decode", {"language_model_only": "yes"}, ["language_model_only: 'yes'", "true or false"]),
+        ("decode", {"kv_cache_dtype": "fp9"}, ["kv_cache_dtype: 'fp9'", "'fp8'"]),
+    ],
+)
+def test_engine_argument_value_vllm_would_refuse(project, capsys, role, change, expected):
+    edit_pd(project, role, **change)
+    err = plan_fails(project, capsys)
+    assert f"serve_configs/{PD}: {role} engine_kwargs." in err and "vLLM 0.26.0" in err, err
+    for text in expected:
+        assert text in err, err
+
+
+def test_memory_share_above_one_fails_before_the_fit_check(project, capsys):
+    """The fit check would pass *because* of 1.5 (more memory than the GPU has): it never gets there."""
+    edit_pd(project, "prefill", gpu_memory_utilization=1.5)
+    edit_pd(project, "decode", gpu_memory_utilization=1.5)
+    err = plan_fails(project, capsys)
+    assert "gpu_memory_utilization" in err and "does not fit" not in err
+
+
+def test_value_specs_are_vllms_own():
+    """Spot checks against vllm/config/*.py of 0.26.0 (CacheConfig: Field(default=0.92, gt=0, le=1);
+    KVTransferConfig: KVRole = Literal[KVProducer, KVConsumer])."""
+    data = engine_args.vllm_arguments()
+    types = data["engine_arg_types"]
+    assert types["gpu_memory_utilization"] == {"types": ["number"], "gt": 0, "le": 1}
+    assert types["max_model_len"] == {"types": ["integer"], "ge": -1}
+    assert set(data["kv_transfer_config_types"]["kv_role"]["choices"]) == {"kv_producer", "kv_consumer", "kv_both"}
+    assert set(types) <= set(data["engine_args"]) and len(types) > 150
+    assert "dtype" not in types, "ModelDType | torch.dtype: a type YAML cannot express stays unchecked"
+
+
+@pytest.mark.parametrize(
+    ("value", "spec", "bad"),
+    [
+        (0.92, {"types": ["number"], "gt": 0, "le": 1}, False),
+        (1, {"types": ["number"], "gt": 0, "le": 1}, False),  # an int is a number (pydantic agrees)
+        (True, {"types": ["integer"]}, True),  # YAML true is not a count
+        (None, {"types": ["integer", "null"]}, False),
+        ("x", {"types": ["null", "string"], "choices": ["a"]}, True),
+        (None, {"types": ["null", "string"], "choices": ["a"]}, False),
+        ({"a": 1}, {"types": ["object"]}, False),
+    ],
+)
+def test_value_problem(value, spec, bad):
+    assert engine_args.value_problem(value, spec) is bad
+
+
+# ---- 2. YAML syntax errors: file, line, column, what is wrong
+
+
+def test_stack_file_syntax_error(project, capsys):
+    path = project / "Pulumi.dev.yaml"
+    path.write_text(path.read_text().replace("  ray-llm-eks:natGateways: single", "  ray-llm-eks:natGateways: [single"))
+    err = plan_fails(project, capsys)
+    assert err.startswith("error: ") and "Pulumi.dev.yaml:" in err and "invalid YAML" in err, err
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "[single" in text)
+    assert f"Pulumi.dev.yaml:{line + 1}:" in err, err  # the parser notices on the next line
+
+
+def test_serve_file_syntax_error(project, capsys):
+    path = project / "serve_configs" / PD
+    path.write_text(path.read_text().replace("kv_role: kv_producer", "kv_role: kv_producer: x"))
+    err = plan_fails(project, capsys)
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "kv_producer: x" in text)
+    assert f"{PD}:{line}:" in err and "mapping values are not allowed here" in err, err
+
+
+# ---- 3. A key in a namespace nobody reads
+
+
+def test_key_in_a_misspelt_namespace_is_refused(project, capsys):
+    edit_stack(project, **{"ray-llm-ek:maxModelLen": 8192})
+    err = plan_fails(project, capsys)
+    assert "'ray-llm-ek:maxModelLen'" in err and "'ray-llm-ek'" in err, err
+    assert "['ray-llm-eks', 'aws', 'eks', 'kubernetes', 'pulumi']" in err, err
+
+
+def test_provider_namespaces_are_accepted(project, capsys):
+    edit_stack(
+        project, **{"aws:profile": "work", "pulumi:tags": {"team": "ml"}, "kubernetes:enableServerSideApply": True}
+    )
+    assert plan_cli.main(["--stack", "dev", "--out", str(project / "out")]) == 0
+
+
+# ---- 8. Idle GPU nodes; 9. a gated model planned before its token exists
+
+
+def test_pool_larger_than_its_replicas_warns():
+    from offline.plan import run_program
+
+    plan = run_program("prod", {NS + "replicas": {"prefill": 2, "decode": 1}})
+    (warning,) = plan.warnings
+    assert warning.startswith("gpuPools.decode.desiredSize = 2: 1 decode replica(s)") and "1 would run idle" in warning
+    assert "warning: gpuPools.decode.desiredSize = 2" in plan.summary()
+
+
+def test_shipped_prod_uses_every_gpu_node(plans):
+    assert plans["prod"].warnings == []
+
+
+def test_gated_model_plans_without_a_token_and_warns():
+    from offline.plan import run_program
+
+    plan = run_program("dev", {NS + "modelId": "meta-llama/Llama-3.1-8B-Instruct", NS + "maxModelLen": 8192})
+    (warning,) = plan.warnings
+    assert "hfToken" in warning and "is gated" in warning and "`pulumi up` will refuse" in warning
+    assert plan.one("kubernetes:ray.io/v1:RayService")
+
+
+# ---- 6. A user's own stack: a copy of dev in another region
+
+
+def test_a_copy_of_dev_in_another_region_plans(project, capsys):
+    """us-west-2 is in the README; its price table is partial (GPU types only): the plan passes and
+    its cost table names each missing price, and with the stack's own `prices` it is complete."""
+    text = (project / "Pulumi.dev.yaml").read_text().replace("us-east-1", "us-west-2")
+    (project / "Pulumi.mine.yaml").write_text(text)
+    out = project / "plan-mine"
+    assert plan_cli.main(["--stack", "mine", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "us-west-2 on-demand" in printed and (out / "resources.json").exists()
+    assert "total: unknown, no price for system nodes m7i.xlarge, EBS gp3 root volumes (GB)" in printed
+
+    own_prices = "  ray-llm-eks:prices:\n    instances: {m7i.xlarge: 0.2016}\n    ebsGp3PerGbMonth: 0.08\n"
+    (project / "Pulumi.mine.yaml").write_text(text + own_prices)
+    assert plan_cli.main(["--stack", "mine", "--out", str(out)]) == 0
+    assert "total: 4.41 $/h" in capsys.readouterr().out
+
+
+# ---- 10. Plans are byte-identical for identical input
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_two_plans_of_the_same_stack_are_byte_identical(tmp_path, capsys):
+    for name in ("a", "b"):
+        assert plan_cli.main(["--stack", "prod", "--out", str(tmp_path / name)]) == 0
+    capsys.readouterr()
+    a, b = _tree(tmp_path / "a"), _tree(tmp_path / "b")
+    assert a == b and len(a) > 5
+    serve = next(v for k, v in a.items() if k.endswith(".serveConfigV2.yaml"))
+    assert yaml.safe_load(serve)["applications"][0]["import_path"] == "ray.serve.llm:build_pd_openai_app"
