@@ -82,6 +82,11 @@ passphrase:
 		exit 1; \
 	fi
 
+# modelSpec for a model outside domain/model_fit.py's table, from its config.json (a local file).
+model-spec: $(VENV)/.installed
+	@[ -n "$(CONFIG)" ] || { echo "usage: make model-spec CONFIG=path/to/config.json"; exit 2; }
+	@$(BIN)/python -m domain.model_spec_helper $(CONFIG)
+
 # Logs in and creates the stack (or selects it): a new stack on the local backend gets the passphrase
 # secrets provider; on Pulumi Cloud, its default. Run it before setting secrets such as hfToken.
 stack: login passphrase

@@ -76,4 +76,14 @@ class LlmService(pulumi.ComponentResource):
             f"curl -s http://localhost:{SERVE_PORT}/v1/chat/completions -H 'Content-Type: application/json' "
             f'-d \'{{"model": "{model_id}", "messages": [{{"role": "user", "content": "Hello!"}}], "max_tokens": 64}}\''
         )
+        # Ray Serve LLM 2.58's OpenAI ingress checks no API key (ray/llm/_internal/serve/core/ingress/
+        # ingress.py has no auth); the openai client still wants a non-empty one: Ray's docs use "fake-key".
+        self.openai_example = (
+            "from openai import OpenAI\n\n"
+            f'client = OpenAI(base_url="http://localhost:{SERVE_PORT}/v1", api_key="fake-key")  # no key is checked\n'
+            "reply = client.chat.completions.create(\n"
+            f'    model="{model_id}", messages=[{{"role": "user", "content": "Hello!"}}], max_tokens=64\n'
+            ")\n"
+            "print(reply.choices[0].message.content)\n"
+        )
         self.register_outputs({"openaiBaseUrl": self.base_url})

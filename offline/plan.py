@@ -21,17 +21,17 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pulumi
 import yaml
-from pulumi.runtime import settings as pulumi_settings
-from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
 
+from domain import config as domain_config
 from domain import cost
 from domain.config import OFFLINE_PLAN_ENV
-from offline.mocks import SECRET_TEXT, PlanMocks, RecordingMonitor, Registration
-from offline.stackfile import ROOT, load_stack
+from offline.stackfile import ROOT, SECRET_TEXT, load_stack
+
+if TYPE_CHECKING:
+    from offline.mocks import RecordingMonitor, Registration
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 SECRET_KINDS = {"Secret"}  # their data never reaches a rendered manifest
@@ -222,6 +222,9 @@ def _slug(text: str) -> str:
 
 def _resolve(value):
     """A stack output as plain JSON; a secret output becomes `[secret]`."""
+    import pulumi
+    from pulumi.runtime.sync_await import _sync_await
+
     output = pulumi.Output.from_input(value)
     if _sync_await(output.is_secret()):
         return SECRET_TEXT
@@ -249,6 +252,15 @@ def run_program(
     """Run __main__.py under mocks with the stack file's config (plus test overrides). Pass a
     `monitor` to look at what was registered even when the program fails. `offline_plan=False` runs
     it as `pulumi up` would (what the plan only warns about, e.g. a missing hfToken, is refused)."""
+    # Pulumi and the mocks are imported here, not at the top: a stack mistake is reported by
+    # precheck() before these (slow) imports happen.
+    import pulumi
+    from pulumi.runtime import settings as pulumi_settings
+    from pulumi.runtime.stack import run_pulumi_func
+    from pulumi.runtime.sync_await import _sync_await
+
+    from offline.mocks import PlanMocks, RecordingMonitor
+
     started = time.perf_counter()
     config = load_stack(stack, root, overrides)
     monitor = monitor or RecordingMonitor(PlanMocks())
@@ -286,12 +298,21 @@ def root_message(err: Exception) -> str:
     return str(err).strip().splitlines()[-1].split("has risen: ")[-1]
 
 
+def precheck(stack: str, root: Path = ROOT) -> None:
+    """The stack file and every setting checked as the program will check them, before Pulumi is
+    imported: a mistake costs a second, not the SDKs' import time."""
+    config = load_stack(stack, root)
+    values = config.values
+    domain_config.load_settings(lambda key: values.get(f"{config.project}:{key}"), stack, values.get("aws:region"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stack", required=True)
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
     try:
+        precheck(args.stack, ROOT)
         plan = run_program(args.stack, root=ROOT)
     except ValueError as err:  # ConfigError, StackFileError, PulumiEksRefusal: one line, no traceback
         print(f"error: {root_message(err)}", file=sys.stderr)

@@ -4,6 +4,7 @@ nothing written."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -221,3 +222,83 @@ def test_two_plans_of_the_same_stack_are_byte_identical(tmp_path, capsys):
     assert a == b and len(a) > 5
     serve = next(v for k, v in a.items() if k.endswith(".serveConfigV2.yaml"))
     assert yaml.safe_load(serve)["applications"][0]["import_path"] == "ray.serve.llm:build_pd_openai_app"
+
+
+# ---- 13. The OpenAI Python client after `make up`
+
+
+def test_openai_python_example_is_python_with_the_endpoint_and_model(plans):
+    example = plans["dev"].outputs["openaiPythonExample"]
+    compile(example, "openaiPythonExample", "exec")
+    assert 'base_url="http://localhost:8000/v1"' in example and 'model="Qwen/Qwen3.5-9B"' in example
+    assert 'api_key="fake-key"' in example
+    readme = (ROOT / "README.md").read_text()
+    assert example.splitlines()[2] in readme, "the README shows the same snippet"
+
+
+# ---- 12. modelSpec for a model outside the table, from its config.json
+
+# meta-llama/Llama-2-7b-hf's config.json (its published values; 6,738,415,616 parameters) and the
+# architecture fields of meta-llama/Llama-3.1-8B-Instruct's.
+LLAMA_2_7B = {
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "max_position_embeddings": 4096,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 32,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "vocab_size": 32000,
+}
+LLAMA_31_8B = LLAMA_2_7B | {
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+    "num_key_value_heads": 8,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 128256,
+}
+
+
+def _spec(tmp_path: Path, config: dict):
+    from domain.model_spec_helper import spec_from_hf_config
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return spec_from_hf_config(path)
+
+
+def test_model_spec_from_config_matches_the_table(tmp_path):
+    from domain.model_fit import KNOWN_MODELS
+
+    spec, missing = _spec(tmp_path, LLAMA_31_8B)
+    known = KNOWN_MODELS["meta-llama/Llama-3.1-8B-Instruct"]
+    assert missing == {}
+    assert spec["parameters"] == 8_030_261_248 and abs(spec["parameters"] - known.parameters) / known.parameters < 1e-3
+    assert (spec["kvLayers"], spec["kvHeads"], spec["headDim"]) == (known.kv_layers, known.kv_heads, known.head_dim)
+    assert (spec["maxContext"], spec["weightDtype"]) == (known.max_context, known.weight_dtype)
+
+
+def test_model_spec_helper_output_plans(tmp_path, capsys):
+    from domain.model_spec_helper import main
+    from offline.plan import run_program
+
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_2_7B))
+    assert main([str(tmp_path / "config.json")]) == 0
+    pasted = yaml.safe_load(capsys.readouterr().out)
+    assert pasted[NS + "modelSpec"]["parameters"] == 6_738_415_616
+    plan = run_program("dev", {NS + "modelId": "meta-llama/Llama-2-7b-hf", **pasted})
+    assert plan.one("kubernetes:ray.io/v1:RayService")
+
+
+def test_model_spec_helper_names_what_it_cannot_derive(tmp_path, capsys):
+    from domain.model_spec_helper import main
+
+    hybrid = {"model_type": "qwen3_next", "layer_types": ["linear_attention"] * 3 + ["full_attention"]}
+    (tmp_path / "config.json").write_text(json.dumps(hybrid | {"num_attention_heads": 16, "head_dim": 256}))
+    assert main([str(tmp_path / "config.json")]) == 1
+    captured = capsys.readouterr()
+    assert "kvLayers: 1" in captured.out and "parameters: REQUIRED" in captured.out
+    assert captured.err == "still to give by hand: parameters, weightDtype, stateMiBPerSequence, maxContext\n"
