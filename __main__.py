@@ -67,7 +67,7 @@ pulumi.export("gpuNodeGroupNames", {role: pool.node_group_name for role, pool in
 pulumi.export("openaiBaseUrl", service.base_url)
 pulumi.export("portForwardCommand", service.port_forward)
 pulumi.export("curlExample", service.curl_example)
-pulumi.export("openaiPythonExample", service.openai_example)  # after the port-forward: python - < it
+pulumi.export("openaiPythonExample", service.openai_example)  # after the port-forward: ... | python -
 pulumi.export("dashboardPortForwardCommand", service.dashboard_port_forward)
 pulumi.export("estimatedHourlyCostUsd", estimate.usd_per_hour)
 pulumi.export("costEstimate", estimate.as_output())

@@ -174,6 +174,16 @@ def test_pool_larger_than_its_replicas_warns():
     assert "warning: gpuPools.decode.desiredSize = 2" in plan.summary()
 
 
+@pytest.mark.parametrize(
+    ("replicas", "gpus_per_replica", "gpus_per_node", "nodes"),
+    [(1, 1, 1, 1), (2, 1, 1, 2), (2, 2, 4, 1), (3, 2, 4, 2), (1, 8, 4, 2), (2, 8, 4, 4)],
+)
+def test_nodes_a_role_uses(replicas, gpus_per_replica, gpus_per_node, nodes):
+    from domain.pool_use import nodes_used
+
+    assert nodes_used(replicas, gpus_per_replica, gpus_per_node) == nodes
+
+
 def test_shipped_prod_uses_every_gpu_node(plans):
     assert plans["prod"].warnings == []
 
