@@ -1,5 +1,7 @@
 """ray-llm-eks: wiring only. Every box is a component in components/; see README for the picture."""
 
+import os
+
 import pulumi
 
 from components.aws_answers import PulumiAwsAnswers
@@ -11,11 +13,17 @@ from components.llm_service import LlmService
 from components.network import Network
 from components.weights_access import WeightsAccess
 from domain import cost, pool_use, preflight
-from domain.config import load_stack_settings
+from domain.config import OFFLINE_PLAN_ENV, load_stack_settings
+from domain.errors import ConfigError
 
-settings = load_stack_settings()  # typed and validated: a bad value stops here, before any resource
+try:  # a bad value or an AWS refusal stops here, before any resource
+    settings = load_stack_settings()  # typed and validated
+    checks = preflight.run(settings, PulumiAwsAnswers(), preflight.today())  # AWS offerings, quotas
+except (ConfigError, preflight.PreflightError) as error:
+    if OFFLINE_PLAN_ENV in os.environ:  # `make plan` and the tests want the typed error
+        raise
+    raise pulumi.RunError(str(error)) from None  # the CLI prints it as one line, no stack trace
 serving = settings.serving
-checks = preflight.run(settings, PulumiAwsAnswers(), preflight.today())  # AWS offerings, quotas: before any resource
 estimate = cost.estimate(settings, settings.prices)
 for warning in pool_use.idle_node_warnings(serving.serve_document, settings.gpu_pools):
     pulumi.log.warn(warning)  # GPUs paid for and unused: said at `pulumi up` and in `make plan`

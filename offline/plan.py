@@ -247,11 +247,12 @@ def run_program(
     overrides: dict | None = None,
     root: Path = ROOT,
     monitor: RecordingMonitor | None = None,
-    offline_plan: bool = True,
+    offline_plan: bool | None = True,
 ) -> Plan:
     """Run __main__.py under mocks with the stack file's config (plus test overrides). Pass a
     `monitor` to look at what was registered even when the program fails. `offline_plan=False` runs
-    it as `pulumi up` would (what the plan only warns about, e.g. a missing hfToken, is refused)."""
+    it as `pulumi up` would (what the plan only warns about, e.g. a missing hfToken, is refused);
+    None leaves the environment as the Pulumi CLI does (errors then arrive as pulumi.RunError)."""
     # Pulumi and the mocks are imported here, not at the top: a stack mistake is reported by
     # precheck() before these (slow) imports happen.
     import pulumi
@@ -278,7 +279,8 @@ def run_program(
     with pulumi_settings.SETTINGS.lock:
         pulumi_settings.SETTINGS.outputs.clear()
     previous = os.environ.get(OFFLINE_PLAN_ENV)
-    os.environ[OFFLINE_PLAN_ENV] = "1" if offline_plan else "0"
+    if offline_plan is not None:
+        os.environ[OFFLINE_PLAN_ENV] = "1" if offline_plan else "0"
     try:
         _sync_await(run_pulumi_func(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__")))
     finally:

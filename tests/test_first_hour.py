@@ -312,3 +312,17 @@ def test_model_spec_helper_names_what_it_cannot_derive(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "kvLayers: 1" in captured.out and "parameters: REQUIRED" in captured.out
     assert captured.err == "still to give by hand: parameters, weightDtype, stateMiBPerSequence, maxContext\n"
+
+
+def test_at_pulumi_up_a_mistake_is_one_line_without_a_stack_trace():
+    """Under the Pulumi CLI (no offline-plan marker) the program raises pulumi.RunError, which the
+    CLI reports as its message alone ("a clean exit rather than the usual verbose unhandled error
+    logic", pulumi/errors.py)."""
+    import pulumi
+
+    from offline.plan import run_program
+
+    with pytest.raises(pulumi.RunError) as caught:
+        run_program("dev", {NS + "modelId": "meta-llama/Llama-3.1-8B-Instruct"}, offline_plan=None)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("invalid config ray-llm-eks:hfToken = None")
