@@ -211,6 +211,7 @@ def test_a_copy_of_dev_in_another_region_plans(project, capsys):
     assert "us-west-2 on-demand" in printed and (out / "resources.json").exists()
     assert "total: unknown, no price for system nodes m7i.xlarge, EBS gp3 root volumes (GB)" in printed
 
+    # The user's own figures (us-east-1's here, for a number to check the total against).
     own_prices = "  ray-llm-eks:prices:\n    instances: {m7i.xlarge: 0.2016}\n    ebsGp3PerGbMonth: 0.08\n"
     (project / "Pulumi.mine.yaml").write_text(text + own_prices)
     assert plan_cli.main(["--stack", "mine", "--out", str(out)]) == 0
