@@ -327,3 +327,53 @@ def test_at_pulumi_up_a_mistake_is_one_line_without_a_stack_trace():
         run_program("dev", {NS + "modelId": "meta-llama/Llama-3.1-8B-Instruct"}, offline_plan=None)
     message = str(caught.value)
     assert "\n" not in message and message.startswith("invalid config ray-llm-eks:hfToken = None")
+
+
+def test_extractor_reads_types_choices_and_bounds_from_vllm_sources(tmp_path):
+    """tools/extract_vllm_engine_args.py on a miniature wheel shaped like vLLM's: EngineArgs fields
+    defaulting to config-class fields, aliases imported across modules, pydantic Field bounds."""
+    import importlib.util
+    import zipfile
+
+    files = {
+        "vllm/config/__init__.py": "from vllm.config.cache import CacheConfig\n",
+        "vllm/config/kv_transfer.py": (
+            "from typing import Literal\nKVProducer = Literal['kv_producer', 'kv_both']\n"
+            "KVRole = Literal[KVProducer, 'kv_consumer']\n"
+            "@config\nclass KVTransferConfig:\n    kv_role: KVRole | None = None\n    kv_port: int = 14579\n"
+        ),
+        "vllm/config/cache.py": (
+            "from pydantic import Field\nfrom typing import Literal\nCacheDType = Literal['auto', 'fp8']\n"
+            "@config\nclass CacheConfig:\n    gpu_memory_utilization: float = Field(default=0.92, gt=0, le=1)\n"
+            "    cache_dtype: CacheDType = 'auto'\n"
+        ),
+        "vllm/engine/arg_utils.py": (
+            "import torch\nfrom vllm.config import CacheConfig\nfrom vllm.config.cache import CacheDType\n"
+            "@dataclass\nclass EngineArgs:\n"
+            "    gpu_memory_utilization: float = CacheConfig.gpu_memory_utilization\n"
+            "    kv_cache_dtype: CacheDType = CacheConfig.cache_dtype\n"
+            "    tokenizer_mode: Literal['auto', 'slow'] | str = 'auto'\n"
+            "    dtype: str | torch.dtype = 'auto'\n"
+            "    max_num_seqs: int | None = None\n"
+            "@dataclass\nclass AsyncEngineArgs(EngineArgs):\n    enable_log_requests: bool = False\n"
+        ),
+    }
+    wheel = tmp_path / "vllm-0.0.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+    spec = importlib.util.spec_from_file_location("extract", ROOT / "tools" / "extract_vllm_engine_args.py")
+    extract = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(extract)
+
+    data = extract.extract(wheel)
+    types = data["engine_arg_types"]
+    assert data["engine_args"] == sorted(types | {"dtype": None})
+    assert types["gpu_memory_utilization"] == {"types": ["number"], "gt": 0, "le": 1}
+    assert types["kv_cache_dtype"] == {"types": ["string"], "choices": ["auto", "fp8"]}
+    assert types["tokenizer_mode"] == {"types": ["string"]}, "Literal[...] | str is any string"
+    assert types["max_num_seqs"] == {"types": ["integer", "null"]}
+    assert types["enable_log_requests"] == {"types": ["boolean"]}
+    assert "dtype" not in types, "torch.dtype cannot come from YAML: left unchecked"
+    kv_role = data["kv_transfer_config_types"]["kv_role"]
+    assert kv_role == {"types": ["null", "string"], "choices": ["kv_producer", "kv_both", "kv_consumer"]}
