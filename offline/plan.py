@@ -195,6 +195,9 @@ class Plan:
 
     def write(self, out: Path) -> None:
         if out.exists():
+            if any(out.iterdir()) and not (out / "resources.json").exists():
+                # OUT=. or a typo must never wipe the project: only an earlier plan is replaced.
+                raise FileExistsError(f"{out} exists and is not a plan directory (no resources.json): pick another OUT")
             shutil.rmtree(out)
         (out / "manifests").mkdir(parents=True)
         (out / "resources.json").write_text(json.dumps(self.resources_json(), indent=2) + "\n")
@@ -319,7 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:  # ConfigError, StackFileError, PulumiEksRefusal: one line, no traceback
         print(f"error: {root_message(err)}", file=sys.stderr)
         return 2
-    plan.write(args.out)
+    try:
+        plan.write(args.out)
+    except FileExistsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(plan.summary())
     written = len(list((args.out / "manifests").iterdir()))
     print(f"\nWrote {args.out}/resources.json, manifests/ ({written} files), graph.md, outputs.json")

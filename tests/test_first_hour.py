@@ -377,3 +377,10 @@ def test_extractor_reads_types_choices_and_bounds_from_vllm_sources(tmp_path):
     assert "dtype" not in types, "torch.dtype cannot come from YAML: left unchecked"
     kv_role = data["kv_transfer_config_types"]["kv_role"]
     assert kv_role == {"types": ["null", "string"], "choices": ["kv_producer", "kv_both", "kv_consumer"]}
+
+
+def test_plan_never_replaces_a_directory_that_is_not_a_plan(tmp_path, capsys):
+    keep = tmp_path / "notes.txt"
+    keep.write_text("mine")
+    assert plan_cli.main(["--stack", "dev", "--out", str(tmp_path)]) == 2
+    assert "is not a plan directory" in capsys.readouterr().err and keep.read_text() == "mine"
