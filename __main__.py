@@ -15,11 +15,12 @@ from components.weights_access import WeightsAccess
 from domain import cost, pool_use, preflight
 from domain.config import OFFLINE_PLAN_ENV, load_stack_settings
 from domain.errors import ConfigError
+from domain.yaml_files import YamlSyntaxError
 
 try:  # a bad value or an AWS refusal stops here, before any resource
     settings = load_stack_settings()  # typed and validated
     checks = preflight.run(settings, PulumiAwsAnswers(), preflight.today())  # AWS offerings, quotas
-except (ConfigError, preflight.PreflightError) as error:
+except (ConfigError, YamlSyntaxError, preflight.PreflightError) as error:
     if OFFLINE_PLAN_ENV in os.environ:  # `make plan` and the tests want the typed error
         raise
     raise pulumi.RunError(str(error)) from None  # the CLI prints it as one line, no stack trace

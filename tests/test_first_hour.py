@@ -384,3 +384,14 @@ def test_plan_never_replaces_a_directory_that_is_not_a_plan(tmp_path, capsys):
     keep.write_text("mine")
     assert plan_cli.main(["--stack", "dev", "--out", str(tmp_path)]) == 2
     assert "is not a plan directory" in capsys.readouterr().err and keep.read_text() == "mine"
+
+
+def test_at_pulumi_up_a_serve_file_syntax_error_is_one_line(project):
+    import pulumi
+
+    from offline.plan import run_program
+
+    path = project / "serve_configs" / PD
+    path.write_text(path.read_text().replace("kv_role: kv_producer", "kv_role: kv_producer: x"))
+    with pytest.raises(pulumi.RunError, match=rf"{PD}:\d+:\d+: invalid YAML: mapping values are not allowed here"):
+        run_program("dev", offline_plan=None)
