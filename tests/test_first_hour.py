@@ -357,6 +357,10 @@ def test_extractor_reads_types_choices_and_bounds_from_vllm_sources(tmp_path):
             "    max_num_seqs: int | None = None\n"
             "@dataclass\nclass AsyncEngineArgs(EngineArgs):\n    enable_log_requests: bool = False\n"
         ),
+        "vllm/entrypoints/openai/cli_args.py": (
+            "@config\nclass BaseFrontendArgs:\n    default_chat_template_kwargs: dict[str, Any] | None = None\n"
+            "@config\nclass FrontendArgs(BaseFrontendArgs):\n    port: int = 8000\n"
+        ),
     }
     wheel = tmp_path / "vllm-0.0.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
@@ -375,6 +379,8 @@ def test_extractor_reads_types_choices_and_bounds_from_vllm_sources(tmp_path):
     assert types["max_num_seqs"] == {"types": ["integer", "null"]}
     assert types["enable_log_requests"] == {"types": ["boolean"]}
     assert "dtype" not in types, "torch.dtype cannot come from YAML: left unchecked"
+    assert data["frontend_args"] == ["default_chat_template_kwargs", "port"]
+    assert data["frontend_arg_types"]["default_chat_template_kwargs"] == {"types": ["null", "object"]}
     kv_role = data["kv_transfer_config_types"]["kv_role"]
     assert kv_role == {"types": ["null", "string"], "choices": ["kv_producer", "kv_both", "kv_consumer"]}
 
@@ -395,3 +401,10 @@ def test_at_pulumi_up_a_serve_file_syntax_error_is_one_line(project):
     path.write_text(path.read_text().replace("kv_role: kv_producer", "kv_role: kv_producer: x"))
     with pytest.raises(pulumi.RunError, match=rf"{PD}:\d+:\d+: invalid YAML: mapping values are not allowed here"):
         run_program("dev", offline_plan=None)
+
+
+def test_front_end_arguments_are_engine_kwargs_too(project, capsys):
+    """Ray Serve LLM hands FrontendArgs keys to vLLM's OpenAI front end: accepted, values checked."""
+    edit_pd(project, "decode", enable_auto_tool_choice="yes")
+    err = plan_fails(project, capsys)
+    assert "decode engine_kwargs.enable_auto_tool_choice: 'yes'" in err and "true or false" in err, err
