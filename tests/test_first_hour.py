@@ -200,7 +200,7 @@ def test_gated_model_plans_without_a_token_and_warns():
 # ---- 6. A user's own stack: a copy of dev in another region
 
 
-def test_a_copy_of_dev_in_another_region_plans(project, capsys):
+def test_a_copy_of_dev_in_another_region_plans(project, capsys, plans):
     """us-west-2 is in the README; its price table is partial (GPU types only): the plan passes and
     its cost table names each missing price, and with the stack's own `prices` it is complete."""
     text = (project / "Pulumi.dev.yaml").read_text().replace("us-east-1", "us-west-2")
@@ -215,7 +215,8 @@ def test_a_copy_of_dev_in_another_region_plans(project, capsys):
     own_prices = "  ray-llm-eks:prices:\n    instances: {m7i.xlarge: 0.2016}\n    ebsGp3PerGbMonth: 0.08\n"
     (project / "Pulumi.mine.yaml").write_text(text + own_prices)
     assert plan_cli.main(["--stack", "mine", "--out", str(out)]) == 0
-    assert "total: 4.41 $/h" in capsys.readouterr().out
+    # The same figures as dev's us-east-1 table (GPU, NAT, IPv4, KMS prices are equal there): the same total.
+    assert f"total: {plans['dev'].outputs['estimatedHourlyCostUsd']:.2f} $/h" in capsys.readouterr().out
 
 
 # ---- 10. Plans are byte-identical for identical input
