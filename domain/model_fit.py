@@ -23,7 +23,11 @@ from domain.serve_config import check_tensor_parallel, llm_configs_by_role
 GIB = 1024**3
 MIB = 1024**2
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
-VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM EngineArgs default
+VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.26 CacheConfig default (vllm/config/cache.py)
+# max_model_len -1 ("auto"): vLLM picks the longest context that fits (vllm/config/model.py); we then
+# check only that a minimal context fits beside the weights.
+AUTO_MAX_MODEL_LEN = -1
+MIN_CONTEXT_TOKENS = 16
 
 # What vLLM needs per GPU besides weights and KV cache (vLLM V1 gpu_worker.determine_available_memory
 # counts weights + activation peak of the profiling pass + non-torch memory + CUDA graphs against
@@ -329,6 +333,8 @@ def check_fit(
         kwargs = config.get("engine_kwargs") or {}
         # Without max_model_len vLLM takes the model's whole context: so do we.
         engine = Engine.from_engine_kwargs({"max_model_len": spec.max_context, **kwargs})
+        if engine.max_model_len == AUTO_MAX_MODEL_LEN:
+            engine = replace(engine, max_model_len=MIN_CONTEXT_TOKENS)
         budgets[role] = check_role(role, model_id, spec, engine, instance_types[role], role in efa_roles)
     return budgets
 

@@ -451,3 +451,24 @@ def test_weights_bucket_in_another_region_is_refused():
     with pytest.raises(preflight.PreflightError, match="bucket acme-models is in eu-west-1, the stack in us-east-1"):
         run_program("dev", WEIGHTS, monitor=monitor)
     assert monitor.registrations == []
+
+
+def test_auto_context_length_checks_a_minimal_context():
+    """max_model_len -1 lets vLLM pick the longest context that fits: no negative KV arithmetic."""
+    doc = {
+        "applications": [
+            {
+                "import_path": "ray.serve.llm:build_openai_app",
+                "args": {
+                    "llm_configs": [
+                        {
+                            "model_loading_config": {"model_id": LLAMA_8B},
+                            "engine_kwargs": {"max_model_len": -1, "max_num_batched_tokens": 2048},
+                        }
+                    ]
+                },
+            }
+        ]
+    }
+    budgets = model_fit.check_fit(doc, {"collocated": "g6.8xlarge"}, set(), None)
+    assert budgets["collocated"].kv_cache == 16 * 128 * 1024  # 16 tokens x 128 KiB
