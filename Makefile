@@ -1,4 +1,4 @@
-# One command each: `make test`, `make plan STACK=dev`, `make up STACK=dev`, `make destroy STACK=dev`,
+# One command each: `make test`, `make e2e`, `make plan STACK=dev`, `make up STACK=dev`, `make destroy STACK=dev`,
 # `make rehearse STACK=dev`, `make smoke URL=...`, `make bench URL=...`.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -15,7 +15,7 @@ REHEARSAL_REQS := rehearsal/requirements.txt
 REHEARSAL_VENV ?= $(HOME)/.cache/ray-llm-eks/rehearsal-venv-$(shell sha256sum $(REHEARSAL_REQS) | cut -c1-12)
 URL ?= http://localhost:8000
 
-.PHONY: test plan up destroy login passphrase clean rehearse rehearse-stop rehearse-mistakes smoke bench
+.PHONY: test e2e e2e-full plan up destroy login passphrase clean rehearse rehearse-stop rehearse-mistakes smoke bench
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,12 @@ smoke: $(VENV)/.installed
 bench: $(VENV)/.installed
 	@if [ -n "$(COMPARE)" ]; then $(BIN)/python -m llmclient compare $(COMPARE); \
 	else $(BIN)/python -m llmclient bench $(URL) $(ARGS); fi
+
+# The in-cluster half for real (README: make e2e): builds etcd, Kubernetes, KubeRay, the Pulumi CLI and
+# provider from Go modules once into ~/.cache/ray-llm-eks/e2e, then runs them on 127.0.0.1 only.
+e2e: $(VENV)/.installed
+	$(BIN)/python -m e2e.build
+	$(BIN)/python -m e2e.run
 
 plan: $(VENV)/.installed
 	$(BIN)/python -m offline.plan --stack $(STACK) --out $(OUT)
