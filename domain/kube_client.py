@@ -111,7 +111,12 @@ class KubeClient:
             except ValueError:
                 message = data.decode(errors="replace")
             raise KubeError(resp.status, f"{method} {path}: {resp.status} {message}")
-        return json.loads(data) if data else None
+        if not data:
+            return None
+        try:
+            return json.loads(data)
+        except ValueError:
+            return data.decode(errors="replace")  # plain-text endpoints (/readyz, /healthz)
 
     def get(self, path: str) -> Any:
         return self.request("GET", path)

@@ -250,8 +250,8 @@ class LocalCluster:
             # Endpoints may not hold loopback addresses (API validation): no `kubernetes` endpoint.
             "--endpoint-reconciler-type", "none",
             "--authorization-mode", "Node,RBAC",
-            "--allow-privileged", "true",  # our GPU workers run privileged (NIXL + EFA)
-            "--profiling", "false",
+            "--allow-privileged=true",  # our GPU workers run privileged (NIXL + EFA)
+            "--profiling=false",
         ])  # fmt: skip
         self._write_kubeconfig(api_port)
         self.api = KubeClient.from_kubeconfig(self.kubeconfig.read_text())
@@ -315,7 +315,7 @@ class LocalCluster:
                 crd = self.api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}")
                 if not any(
                     c["type"] == "Established" and c["status"] == "True"
-                    for c in crd.get("status", {}).get("conditions", [])
+                    for c in (crd.get("status") or {}).get("conditions") or []
                 ):
                     return False
             return True
