@@ -1,4 +1,4 @@
-# One command each: `make test`, `make plan STACK=dev`, `make up STACK=dev`, `make destroy STACK=dev`,
+# One command each: `make test`, `make e2e`, `make plan STACK=dev`, `make up STACK=dev`, `make destroy STACK=dev`,
 # `make rehearse STACK=dev`, `make smoke URL=...`, `make bench URL=...`.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -15,7 +15,8 @@ REHEARSAL_REQS := rehearsal/requirements.txt
 REHEARSAL_VENV ?= $(HOME)/.cache/ray-llm-eks/rehearsal-venv-$(shell sha256sum $(REHEARSAL_REQS) | cut -c1-12)
 URL ?= http://localhost:8000
 
-.PHONY: test plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop rehearse-mistakes smoke bench
+.PHONY: test e2e e2e-full plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
+	rehearse-mistakes smoke bench
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
 	@echo "Installing the pinned Python requirements into $(VENV) (Pulumi SDKs, Ray for its serve schemas, pytest, ruff: about 1 GB, a few minutes the first time; later runs reuse it)..."
@@ -56,6 +57,17 @@ smoke: $(VENV)/.installed
 bench: $(VENV)/.installed
 	@if [ -n "$(COMPARE)" ]; then $(BIN)/python -m llmclient compare $(COMPARE); \
 	else $(BIN)/python -m llmclient bench $(URL) $(ARGS); fi
+
+# The in-cluster half for real (README: make e2e): binaries built from Go modules once into
+# ~/.cache/ray-llm-eks/e2e, run on 127.0.0.1 only. `make e2e` runs the part verified end to end so far (control plane, KubeRay operator, scheduling checks);
+# `make e2e-full` adds the Pulumi CLI and provider and runs the program through `pulumi up`/`destroy`.
+e2e: $(VENV)/.installed
+	$(BIN)/python -m e2e.build etcd kube kuberay-operator
+	$(BIN)/python -m e2e.run --cluster-only
+
+e2e-full: $(VENV)/.installed
+	$(BIN)/python -m e2e.build
+	$(BIN)/python -m e2e.run
 
 plan: $(VENV)/.installed
 	$(BIN)/python -m offline.plan --stack $(STACK) --out $(OUT)

@@ -13,8 +13,20 @@ from domain.serve_config import llm_configs_by_role
 from domain.settings import GpuPoolSettings, ServingSettings
 
 
+def ready_annotations(serving: ServingSettings, wait_for_ready: bool) -> dict[str, str]:
+    """What pulumi-kubernetes waits for on the RayService (its await annotations)."""
+    if not wait_for_ready:
+        return {"pulumi.com/skipAwait": "true"}  # stack setting waitForReady: false (CI deploys)
+    return {
+        "pulumi.com/waitFor": "condition=Ready",
+        # First start: image pull, weight download, engine start (README: first-start costs).
+        "pulumi.com/timeoutSeconds": str(serving.ready_timeout_seconds),
+    }
+
+
 class LlmService(pulumi.ComponentResource):
-    """Finishes only when the RayService reports Ready, i.e. when the endpoint really serves."""
+    """Finishes only when the RayService reports Ready, i.e. when the endpoint really serves (unless
+    the stack sets waitForReady: false)."""
 
     def __init__(
         self,
@@ -23,6 +35,7 @@ class LlmService(pulumi.ComponentResource):
         pools: Mapping[str, GpuPoolSettings],
         hf_token: pulumi.Output[str] | None,
         opts: pulumi.ResourceOptions,
+        wait_for_ready: bool = True,
     ):
         super().__init__("ray-llm-eks:llm_service:LlmService", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
@@ -48,11 +61,7 @@ class LlmService(pulumi.ComponentResource):
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=serving.service_name,
                 namespace=serving.namespace,
-                annotations={
-                    "pulumi.com/waitFor": "condition=Ready",
-                    # First start: image pull, weight download, engine start (README: first-start costs).
-                    "pulumi.com/timeoutSeconds": str(serving.ready_timeout_seconds),
-                },
+                annotations=ready_annotations(serving, wait_for_ready),
             ),
             spec=ray_service_spec(serving, pools, with_token=hf_token is not None),
             opts=pulumi.ResourceOptions(

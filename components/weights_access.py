@@ -38,7 +38,14 @@ class WeightsAccess(pulumi.ComponentResource):
     """An inline policy on the node role: the Ray workers download the weights with the node's
     credentials (IMDSv2, hop limit 2)."""
 
-    def __init__(self, name: str, uris: tuple[str, ...], role: aws.iam.Role, region: str, opts: pulumi.ResourceOptions):
+    def __init__(
+        self,
+        name: str,
+        uris: tuple[str, ...],
+        role: aws.iam.Role,
+        region: str,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
         super().__init__("ray-llm-eks:weights_access:WeightsAccess", name, None, opts)
         self.policy = aws.iam.RolePolicy(
             name,

@@ -117,6 +117,7 @@ def test_plan_command_fails_with_one_clear_message(tmp_path, capsys, monkeypatch
 def test_declared_keys_are_exactly_the_keys_the_program_reads():
     """Pulumi.yaml, domain/config.py and README agree on the config keys."""
     from domain.config import load_settings
+    from domain.deploy_mode import load_deploy_mode
 
     asked: set[str] = set()
     values = load_stack("dev").values
@@ -126,6 +127,7 @@ def test_declared_keys_are_exactly_the_keys_the_program_reads():
         return values.get(f"ray-llm-eks:{key}")
 
     load_settings(get, "dev", "us-east-1")
+    load_deploy_mode(get)
     declared = set(load_project()["config"])
     assert asked | {"hfToken"} == declared  # hfToken is read as a secret, in load_stack_settings
     readme = (ROOT / "README.md").read_text()

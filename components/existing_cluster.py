@@ -1,0 +1,59 @@
+"""ExistingCluster: the Kubernetes provider for a cluster this stack did not create, handed out only
+after the cluster was checked for what the stack relies on (domain.cluster_checks)."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from domain.cluster_checks import ClusterMismatch, check_cluster
+from domain.deploy_mode import DeployMode, check_kubeconfig, environment_kubeconfig
+from domain.kube_client import KubeClient
+from domain.ray_service import ray_service_spec
+from domain.settings import Settings
+
+
+def verify_cluster(text: str, base_dir: str, mode: DeployMode, settings: Settings) -> None:
+    """Read the cluster behind the kubeconfig `text`; raise ClusterMismatch naming every mismatch."""
+    check_kubeconfig(text, mode.kube_context)
+    api = KubeClient.from_kubeconfig(text, base_dir, mode.kube_context)
+    spec = ray_service_spec(settings.serving, settings.gpu_pools, with_token=settings.hf_token is not None)
+    mismatches = check_cluster(
+        api, spec, settings.gpu_pools, devices=not mode.install_device_plugins, crd=not mode.install_kuberay
+    )
+    if mismatches:
+        raise ClusterMismatch(mismatches)
+
+
+class ExistingCluster(pulumi.ComponentResource):
+    """Everything in-cluster goes through `self.provider`, which exists only once the checks passed,
+    so a mismatched cluster gets no object at all."""
+
+    def __init__(
+        self,
+        name: str,
+        mode: DeployMode,
+        settings: Settings,
+        kubeconfig: pulumi.Output[str] | None,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("ray-llm-eks:existing_cluster:ExistingCluster", name, None, opts)
+        if kubeconfig is not None:
+
+            def checked(text: str) -> str:
+                verify_cluster(text, ".", mode, settings)
+                return text
+
+            provider_kubeconfig: pulumi.Input[str] | None = pulumi.Output.secret(kubeconfig.apply(checked))
+        else:
+            # The environment's kubeconfig: the provider reads it itself (relative paths in it stay valid).
+            text, folder = environment_kubeconfig()
+            verify_cluster(text, folder, mode, settings)
+            provider_kubeconfig = None
+        self.provider = k8s.Provider(
+            name,
+            kubeconfig=provider_kubeconfig,
+            context=mode.kube_context,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({})

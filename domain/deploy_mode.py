@@ -1,0 +1,106 @@
+"""How a stack deploys: onto the EKS cluster it creates (default), or onto an existing cluster it did
+not create (EKS Blueprints, terraform-aws-eks, any conformant cluster), and whether `up` waits for
+the RayService to turn Ready.
+
+Keys (all in the ray-llm-eks namespace, declared in Pulumi.yaml):
+  existingCluster       true: skip the VPC, EKS and node groups; deploy onto the cluster of `kubeconfig`
+  kubeconfig            (secret) that cluster's kubeconfig; unset: the environment's (KUBECONFIG or ~/.kube/config)
+  kubeContext           the kubeconfig context to use (default: its current-context)
+  installKubeRay        false: the cluster runs KubeRay already (only with existingCluster)
+  installDevicePlugins  false: the cluster runs the NVIDIA and EFA device plugins already (only with existingCluster)
+  waitForReady          false: `up` ends once the RayService is accepted, without waiting for Ready
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from domain.errors import ConfigError
+
+EXISTING_ONLY = ("kubeconfig", "kubeContext", "installKubeRay", "installDevicePlugins")
+
+
+@dataclass(frozen=True)
+class DeployMode:
+    existing_cluster: bool = False
+    install_kuberay: bool = True
+    install_device_plugins: bool = True
+    wait_for_ready: bool = True
+    kube_context: str | None = None
+    kubeconfig_configured: bool = False  # the `kubeconfig` key is set (its value is a secret, read apart)
+
+
+def _boolean(get, key: str, default: bool) -> bool:
+    value = get(key)
+    if value is None:
+        return default
+    if str(value).lower() not in ("true", "false"):
+        raise ConfigError(key, value, "true or false")
+    return str(value).lower() == "true"
+
+
+def load_deploy_mode(get) -> DeployMode:
+    """`get(key)` -> raw string or None (a secret key's presence is enough here)."""
+    existing = _boolean(get, "existingCluster", False)
+    if not existing:
+        for key in EXISTING_ONLY:
+            if get(key) is not None:
+                raise ConfigError(
+                    key, get(key) if key != "kubeconfig" else "[secret]", "only with existingCluster: true"
+                )
+    context = get("kubeContext")
+    if context is not None and not context.strip():
+        raise ConfigError("kubeContext", context, "a context name of the kubeconfig, or unset")
+    return DeployMode(
+        existing_cluster=existing,
+        install_kuberay=_boolean(get, "installKubeRay", True),
+        install_device_plugins=_boolean(get, "installDevicePlugins", True),
+        wait_for_ready=_boolean(get, "waitForReady", True),
+        kube_context=context,
+        kubeconfig_configured=get("kubeconfig") is not None,
+    )
+
+
+def check_kubeconfig(text: str, context: str | None) -> None:
+    """The kubeconfig parses and names the context to use (one line naming what is wrong)."""
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError("kubeconfig", "[secret]", f"a kubeconfig in YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(config, dict) or not config.get("clusters") or not config.get("contexts"):
+        raise ConfigError("kubeconfig", "[secret]", "a kubeconfig with clusters and contexts")
+    names = [c.get("name") for c in config["contexts"]]
+    wanted = context or config.get("current-context")
+    if wanted not in names:
+        key = "kubeContext" if context else "kubeconfig"
+        raise ConfigError(key, context or "[secret]", f"a context of the kubeconfig: {names}")
+
+
+def environment_kubeconfig() -> tuple[str, str]:
+    """(text, folder) of the kubeconfig the environment names: the first file of KUBECONFIG, or
+    ~/.kube/config, as kubectl and the Pulumi Kubernetes provider read it."""
+    first = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
+    path = Path(first).expanduser() if first else Path.home() / ".kube" / "config"
+    if not path.is_file():
+        raise ConfigError(
+            "kubeconfig",
+            None,
+            f"set it (pulumi config set --secret kubeconfig < FILE) or KUBECONFIG; {path} is missing",
+        )
+    return path.read_text(), str(path.parent)
+
+
+def load_stack_deploy_mode():
+    """(DeployMode, kubeconfig secret Output or None) of the running Pulumi stack."""
+    import pulumi
+
+    from domain.errors import PROJECT
+
+    config = pulumi.Config(PROJECT)
+    secret = config.get_secret("kubeconfig")
+    mode = load_deploy_mode(lambda key: "[secret]" if key == "kubeconfig" and secret is not None else config.get(key))
+    return mode, secret

@@ -1,0 +1,375 @@
+"""A real Kubernetes control plane on 127.0.0.1 for the e2e: etcd, kube-apiserver, kube-scheduler,
+kube-controller-manager and the KubeRay operator, all built by e2e/build.py, with certificates
+generated here. Nodes are Node objects shaped from OUR instance table (labels, taints, allocatable
+after the reservations domain.sizing assumes, GPU/EFA resources) whose Ready status and Lease this
+harness keeps fresh; no kubelet runs, so pods are bound by the real scheduler and never started
+(Ray never runs: the RayService never turns Ready). Like a kubelet, the harness confirms the
+deletion of pods on its nodes once they are marked for deletion.
+
+Only loopback addresses are used: every listener binds 127.0.0.1 on a free port, service IPs come
+from 127.96.0.0/16, node addresses from 127.0.1.0/24.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import yaml
+
+from domain import aws_facts, sizing
+from domain.cluster_checks import EFA_RESOURCE, GPU_RESOURCE
+from domain.kube_client import KubeClient, KubeError
+from domain.placement import GPU_TAINT, SYSTEM_LABELS, gpu_labels
+
+SERVICE_CIDR = "127.96.0.0/16"  # loopback: no address outside 127.0.0.0/8 anywhere
+NODE_IP_PREFIX = "127.0.1."
+_EFFECT = {"NO_SCHEDULE": "NoSchedule"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def now_micro() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    name: str
+    instance_type: str
+    labels: Mapping[str, str]
+    taints: tuple[dict, ...] = ()
+    extended: Mapping[str, int] = field(default_factory=dict)
+
+
+def node_shapes(system_type: str, system_count: int, pools: Mapping[str, tuple[str, int, bool]]) -> list[NodeShape]:
+    """Nodes as our EKS node groups make them: `pools[role] = (instance type, count, efa)`."""
+    shapes = [
+        NodeShape(f"system-{i}", system_type, {**SYSTEM_LABELS, "node.kubernetes.io/instance-type": system_type})
+        for i in range(system_count)
+    ]
+    taint = {"key": GPU_TAINT["key"], "value": GPU_TAINT["value"], "effect": _EFFECT[GPU_TAINT["effect"]]}
+    for role, (itype, count, efa) in pools.items():
+        spec = aws_facts.INSTANCE_SPECS[itype]
+        extended = {GPU_RESOURCE: spec.gpus}
+        if efa:
+            extended[EFA_RESOURCE] = spec.network_cards  # pulumi-eks: one EFA interface per network card
+        shapes += [
+            NodeShape(
+                f"{role}-{i}",
+                itype,
+                {**gpu_labels(role), "node.kubernetes.io/instance-type": itype},
+                (taint,),
+                extended,
+            )
+            for i in range(count)
+        ]
+    return shapes
+
+
+def node_object(shape: NodeShape, index: int) -> tuple[dict, dict]:
+    """(Node to create, its status): capacity from the instance table, allocatable from domain.sizing."""
+    spec = aws_facts.INSTANCE_SPECS[shape.instance_type]
+    alloc = sizing.allocatable(spec)
+    capacity = {"cpu": str(spec.vcpus), "memory": f"{int(spec.memory_gib * 1024)}Mi", "pods": str(spec.max_pods)}
+    allocatable = {"cpu": f"{alloc.cpu_m}m", "memory": f"{alloc.memory_mib}Mi", "pods": str(spec.max_pods)}
+    for k, v in shape.extended.items():
+        capacity[k] = allocatable[k] = str(v)
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": shape.name, "labels": {"kubernetes.io/hostname": shape.name, **shape.labels}},
+        "spec": {"taints": list(shape.taints)} if shape.taints else {},
+    }
+    status = {
+        "capacity": capacity,
+        "allocatable": allocatable,
+        "addresses": [
+            {"type": "InternalIP", "address": f"{NODE_IP_PREFIX}{index + 1}"},
+            {"type": "Hostname", "address": shape.name},
+        ],
+        "conditions": [ready_condition()],
+        "nodeInfo": {"kubeletVersion": "v1.35.4", "architecture": "amd64", "operatingSystem": "linux"},
+    }
+    return node, status
+
+
+def ready_condition() -> dict:
+    t = now()
+    return {
+        "type": "Ready",
+        "status": "True",
+        "reason": "KubeletReady",
+        "message": "e2e harness keeps this node Ready",
+        "lastHeartbeatTime": t,
+        "lastTransitionTime": t,
+    }
+
+
+class LocalCluster:
+    def __init__(self, workdir: Path, bins: Mapping[str, Path], log: Callable[[str], None]):
+        self.dir = workdir
+        self.bins = bins
+        self.log = log
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+        self.kubeconfig = self.dir / "admin.kubeconfig"
+        self.api: KubeClient | None = None
+        self.node_names: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.kubelet_errors: list[str] = []
+
+    # -- processes ---------------------------------------------------------------------------
+
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+        logf = open(self.dir / "logs" / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
+        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append((name, proc))
+        self.log(f"started {name} (pid {proc.pid})")
+        return proc
+
+    def stop_process(self, name: str) -> None:
+        for pname, proc in list(self.procs):
+            if pname == name:
+                self._kill(pname, proc)
+                self.procs.remove((pname, proc))
+
+    def _kill(self, name: str, proc: subprocess.Popen) -> None:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        self.log(f"stopped {name} (pid {proc.pid}, exit {proc.returncode})")
+
+    def alive(self, name: str) -> bool:
+        return any(p == name and proc.poll() is None for p, proc in self.procs)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(10)
+        for name, proc in reversed(self.procs):
+            self._kill(name, proc)
+        self.procs.clear()
+
+    # -- certificates ------------------------------------------------------------------------
+
+    def _openssl(self, *args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=self.dir / "pki", check=True, capture_output=True)
+
+    def _certs(self) -> None:
+        pki = self.dir / "pki"
+        pki.mkdir(parents=True)
+        self._openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
+                      "-days", "2", "-subj", "/CN=ray-llm-eks-e2e-ca")  # fmt: skip
+        (pki / "server.ext").write_text(
+            "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+            "DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n"
+        )
+        (pki / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+        for name, subj, ext in (
+            ("apiserver", "/CN=kube-apiserver", "server.ext"),
+            ("admin", "/O=system:masters/CN=e2e-admin", "client.ext"),  # system:masters: cluster-admin
+        ):
+            self._openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                          "-subj", subj)  # fmt: skip
+            self._openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                          "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", ext)  # fmt: skip
+        self._openssl("genrsa", "-out", "sa.key", "2048")
+        self._openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
+
+    def _write_kubeconfig(self, port: int) -> None:
+        """Self-contained (certificates inline): the e2e hands its text to the stack as a secret."""
+        pki = self.dir / "pki"
+
+        def b64(name: str) -> str:
+            return base64.b64encode((pki / name).read_bytes()).decode()
+
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "e2e", "cluster": {"server": f"https://127.0.0.1:{port}",
+                                                     "certificate-authority-data": b64("ca.crt")}}],
+            "users": [{"name": "admin", "user": {"client-certificate-data": b64("admin.crt"),
+                                                 "client-key-data": b64("admin.key")}}],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "admin"}}],
+            "current-context": "e2e",
+        }  # fmt: skip
+        self.kubeconfig.write_text(yaml.safe_dump(config))
+        self.kubeconfig.chmod(0o600)
+
+    # -- start -------------------------------------------------------------------------------
+
+    def start(self, shapes: list[NodeShape]) -> None:
+        (self.dir / "logs").mkdir(parents=True, exist_ok=True)
+        self._certs()
+        pki = self.dir / "pki"
+        etcd_client, etcd_peer = free_port(), free_port()
+        self._spawn("etcd", [
+            str(self.bins["etcd"] / "etcd"), "--name", "e2e", "--data-dir", str(self.dir / "etcd"),
+            "--listen-client-urls", f"http://127.0.0.1:{etcd_client}",
+            "--advertise-client-urls", f"http://127.0.0.1:{etcd_client}",
+            "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+            "--initial-cluster", f"e2e=http://127.0.0.1:{etcd_peer}",
+            "--listen-metrics-urls", f"http://127.0.0.1:{free_port()}",
+            "--quota-backend-bytes", str(2 * 1024**3),
+        ])  # fmt: skip
+        api_port = free_port()
+        kube = self.bins["kube"]
+        self._spawn("kube-apiserver", [
+            str(kube / "kube-apiserver"),
+            "--etcd-servers", f"http://127.0.0.1:{etcd_client}",
+            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", str(api_port),
+            "--tls-cert-file", str(pki / "apiserver.crt"), "--tls-private-key-file", str(pki / "apiserver.key"),
+            "--client-ca-file", str(pki / "ca.crt"),
+            "--service-account-key-file", str(pki / "sa.pub"),
+            "--service-account-signing-key-file", str(pki / "sa.key"),
+            "--service-account-issuer", "https://kubernetes.default.svc",
+            "--service-cluster-ip-range", SERVICE_CIDR,
+            # Endpoints may not hold loopback addresses (API validation): no `kubernetes` endpoint.
+            "--endpoint-reconciler-type", "none",
+            "--authorization-mode", "Node,RBAC",
+            "--allow-privileged=true",  # our GPU workers run privileged (NIXL + EFA)
+            "--profiling=false",
+        ])  # fmt: skip
+        self._write_kubeconfig(api_port)
+        self.api = KubeClient.from_kubeconfig(self.kubeconfig.read_text())
+        self._wait("kube-apiserver /readyz", lambda: self._readyz(), 90)
+        common = ["--kubeconfig", str(self.kubeconfig), "--authentication-kubeconfig", str(self.kubeconfig),
+                  "--authorization-kubeconfig", str(self.kubeconfig), "--bind-address", "127.0.0.1",
+                  "--leader-elect=false"]  # fmt: skip
+        self._spawn("kube-controller-manager", [
+            str(kube / "kube-controller-manager"), *common, "--secure-port", str(free_port()),
+            "--service-account-private-key-file", str(pki / "sa.key"), "--root-ca-file", str(pki / "ca.crt"),
+            "--service-cluster-ip-range", SERVICE_CIDR, "--use-service-account-credentials=false",
+        ])  # fmt: skip
+        self._spawn("kube-scheduler", [str(kube / "kube-scheduler"), *common, "--secure-port", str(free_port())])
+        self._nodes(shapes)
+        self._thread = threading.Thread(target=self._kubelet_loop, name="e2e-kubelet", daemon=True)
+        self._thread.start()
+        self._crds()
+        self._wait(
+            "default ServiceAccount",
+            lambda: self.api.get_or_none("/api/v1/namespaces/default/serviceaccounts/default"),
+            60,
+        )
+        self._spawn("kuberay-operator", [
+            str(self.bins["kuberay-operator"] / "ray-operator"), "--kubeconfig", str(self.kubeconfig),
+            "--enable-leader-election=false",
+            "--metrics-addr", f"127.0.0.1:{free_port()}", "--health-probe-bind-address", f"127.0.0.1:{free_port()}",
+            "--log-stdout-encoder", "console",
+        ])  # fmt: skip
+
+    def _readyz(self) -> bool:
+        try:
+            self.api.request("GET", "/readyz")
+            return True
+        except (KubeError, ValueError):
+            return False
+
+    def _wait(self, what: str, probe: Callable[[], object], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name, proc in self.procs:
+                if proc.poll() is not None:
+                    raise RuntimeError(
+                        f"{name} exited ({proc.returncode}) while waiting for {what}: see {self.dir}/logs/{name}.log"
+                    )
+            if probe():
+                self.log(f"{what}: ok")
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"{what}: not ready after {timeout:.0f} s")
+
+    def _crds(self) -> None:
+        crd_dir = self.bins["kuberay-operator"] / "crds"
+        names = []
+        for path in sorted(crd_dir.glob("*.yaml")):
+            crd = yaml.safe_load(path.read_text())
+            self.api.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+            names.append(crd["metadata"]["name"])
+
+        def established() -> bool:
+            for n in names:
+                crd = self.api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}")
+                if not any(
+                    c["type"] == "Established" and c["status"] == "True"
+                    for c in (crd.get("status") or {}).get("conditions") or []
+                ):
+                    return False
+            return True
+
+        self._wait(f"KubeRay CRDs {names} established", established, 60)
+
+    def _nodes(self, shapes: list[NodeShape]) -> None:
+        for i, shape in enumerate(shapes):
+            node, status = node_object(shape, i)
+            self.api.request("POST", "/api/v1/nodes", node)
+            self.api.request("PATCH", f"/api/v1/nodes/{shape.name}/status", {"status": status},
+                             "application/strategic-merge-patch+json")  # fmt: skip
+            self.node_names.append(shape.name)
+        self.log(f"registered nodes {self.node_names}")
+
+    # -- what a kubelet would do -------------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        for name in self.node_names:
+            self.api.request("PATCH", f"/api/v1/nodes/{name}/status", {"status": {"conditions": [ready_condition()]}},
+                             "application/strategic-merge-patch+json")  # fmt: skip
+            path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
+            spec = {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now_micro()}
+            lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                     "metadata": {"name": name, "namespace": "kube-node-lease"}, "spec": spec}  # fmt: skip
+            try:
+                self.api.request("PATCH", path, {"spec": lease["spec"]}, "application/merge-patch+json")
+            except KubeError as e:
+                if e.status != 404:
+                    raise
+                self.api.request("POST", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", lease)
+
+    def _confirm_deletions(self) -> None:
+        pods = self.api.get("/api/v1/pods").get("items", [])
+        for pod in pods:
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp") and pod.get("spec", {}).get("nodeName") in self.node_names:
+                try:
+                    now_please = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+                    self.api.request(
+                        "DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", now_please
+                    )
+                except KubeError as e:
+                    if e.status != 404:
+                        raise
+
+    def _kubelet_loop(self) -> None:
+        last_beat = 0.0
+        while not self._stop.is_set():
+            try:
+                if time.monotonic() - last_beat > 10:  # kubelet's default nodeStatusUpdateFrequency
+                    self._heartbeat()
+                    last_beat = time.monotonic()
+                self._confirm_deletions()
+            except (KubeError, OSError) as e:
+                self.kubelet_errors.append(str(e))
+            self._stop.wait(1.0)

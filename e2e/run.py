@@ -1,0 +1,575 @@
+"""The in-cluster half for real: our Pulumi program, run by the real Pulumi engine (CLI built from
+Go modules) with the real pulumi-kubernetes provider, in existing-cluster mode, against a real
+kube-apiserver, kube-scheduler and kube-controller-manager with the real KubeRay operator
+(e2e/cluster.py), all on 127.0.0.1. Only the AWS half stays on mocks (tests/).
+
+The program is the repository's own __main__.py, run as an Automation API inline program: the
+Pulumi CLI talks to this process's language server, so no `pulumi-language-python` plugin is
+needed (the Go module proxy serves no version of that module), and no aws/eks plugin either
+(the engine loads a provider only when a resource of it is registered).
+
+Usage: python -m e2e.run [--cluster-only]   (after `python -m e2e.build`; `make e2e` runs both)
+--cluster-only: no Pulumi; only the control plane, the operator and the scheduling checks.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import runpy
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from domain import cluster_checks, config  # noqa: E402
+from domain.kube_client import KubeClient  # noqa: E402
+from domain.ray_service import ray_service_spec  # noqa: E402
+from e2e import build  # noqa: E402
+from e2e.cluster import LocalCluster, node_shapes  # noqa: E402
+
+STACK = "e2e"
+BASE_STACK_FILE = REPO / "Pulumi.dev.yaml"  # the seed deployment: 1 system node, prefill + decode
+NS = "llm"  # the stack's namespace (default)
+SHORT_TIMEOUT = 20  # test-only serviceReadyTimeoutSeconds (the stack minimum is 600)
+POLL = 0.5
+
+
+class Timeline:
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.events: list[tuple[float, str]] = []
+
+    def log(self, message: str) -> None:
+        t = time.monotonic() - self.start
+        self.events.append((t, message))
+        print(f"[{t:7.1f}s] {message}", flush=True)
+
+    def print(self) -> None:
+        print("\n== timeline")
+        for t, message in self.events:
+            print(f"  {t:7.1f}s  {message}")
+
+
+class Checks:
+    def __init__(self, timeline: Timeline) -> None:
+        self.passed: list[str] = []
+        self.failed: list[str] = []
+        self.timeline = timeline
+
+    def ok(self, what: str) -> None:
+        self.passed.append(what)
+        self.timeline.log(f"PASS {what}")
+
+    def fail(self, what: str) -> None:
+        self.failed.append(what)
+        self.timeline.log(f"FAIL {what}")
+
+    def expect(self, condition: bool, what: str, detail: str = "") -> bool:
+        if condition:
+            self.ok(what)
+        else:
+            self.fail(f"{what}: {detail}" if detail else what)
+        return condition
+
+
+def wait_for(what: str, probe: Callable[[], object], timeout: float) -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not seen within {timeout:.0f} s")
+        time.sleep(POLL)
+
+
+# -- what the cluster shows -----------------------------------------------------------------------
+
+
+def pods_of(api: KubeClient, ns: str, cluster_name: str) -> list[dict]:
+    return api.get(f"/api/v1/namespaces/{ns}/pods?labelSelector=ray.io/cluster={cluster_name}")["items"]
+
+
+def ray_cluster_of(api: KubeClient, ns: str, service: str) -> dict | None:
+    items = api.get(f"/apis/ray.io/v1/namespaces/{ns}/rayclusters")["items"]
+    owned = [c for c in items if any(o.get("name") == service for o in c["metadata"].get("ownerReferences", []))]
+    return owned[0] if owned else None
+
+
+def scheduling_problems(api: KubeClient, pods: list[dict], node_labels: dict[str, dict]) -> list[str]:
+    """Why pods are not where they belong: Unschedulable (with the scheduler's reason), unbound, or
+    bound to a node of the wrong pool. The head belongs on role=system, each worker on its group's role."""
+    problems = []
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        for cond in pod.get("status", {}).get("conditions", []):
+            if cond["type"] == "PodScheduled" and cond["status"] == "False":
+                problems.append(f"pod {name} is {cond.get('reason')}: {cond.get('message')}")
+                break
+        else:
+            node = pod["spec"].get("nodeName")
+            if not node:
+                problems.append(f"pod {name} is not bound to a node yet")
+                continue
+            labels = pod["metadata"].get("labels", {})
+            want = "system" if labels.get("ray.io/node-type") == "head" else labels.get("ray.io/group")
+            if node_labels.get(node, {}).get("role") != want:
+                problems.append(
+                    f"pod {name} landed on {node} (role={node_labels.get(node, {}).get('role')}), not role={want}"
+                )
+    return problems
+
+
+def wait_scheduled(api: KubeClient, ns: str, service: str, expect_workers: dict[str, int], nodes: dict, timeout: float):
+    """Wait until the operator made the RayCluster and its pods and the scheduler judged every pod.
+    Returns (raycluster, pods, problems); problems is [] when all sit on the right pools."""
+    deadline = time.monotonic() + timeout
+    last: tuple = (None, [], ["no RayCluster yet"])
+    while time.monotonic() < deadline:
+        rc = ray_cluster_of(api, ns, service)
+        if rc is not None:
+            pods = [p for p in pods_of(api, ns, rc["metadata"]["name"]) if not p["metadata"].get("deletionTimestamp")]
+            groups: dict[str, int] = {}
+            heads = 0
+            for p in pods:
+                labels = p["metadata"].get("labels", {})
+                if labels.get("ray.io/node-type") == "head":
+                    heads += 1
+                else:
+                    groups[labels.get("ray.io/group", "?")] = groups.get(labels.get("ray.io/group", "?"), 0) + 1
+            problems = scheduling_problems(api, pods, nodes)
+            judged = all("not bound" not in p for p in problems)
+            last = (
+                rc,
+                pods,
+                problems
+                if heads == 1 and groups == expect_workers
+                else [f"pods so far: head {heads}, workers {groups}"],
+            )
+            if heads == 1 and groups == expect_workers and judged:
+                return last
+        time.sleep(POLL)
+    return last
+
+
+# -- the stack --------------------------------------------------------------------------------
+
+
+def base_config() -> dict:
+    return yaml.safe_load(BASE_STACK_FILE.read_text())["config"]
+
+
+def settings_from(cfg: dict):
+    def get(key: str):
+        v = cfg.get(f"ray-llm-eks:{key}")
+        if v is None:
+            return None
+        if isinstance(v, (dict, list)):
+            import json
+
+            return json.dumps(v)
+        return str(v).lower() if isinstance(v, bool) else str(v)
+
+    return config.load_settings(get, STACK, cfg["aws:region"])
+
+
+class Stack:
+    """Our program as an Automation API inline program on a local file backend in `work`."""
+
+    def __init__(self, work: Path, env: dict[str, str], timeline: Timeline):
+        from pulumi import automation as auto
+
+        self.auto = auto
+        self.timeline = timeline
+        self.project = work / "project"
+        self.project.mkdir(parents=True)
+        # The real Pulumi.yaml: the CLI enforces its declared config keys on the e2e stack too.
+        (self.project / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
+        self.ready_timeout: int | None = None
+        self.stack = auto.create_or_select_stack(
+            stack_name=STACK,
+            project_name="ray-llm-eks",
+            program=self._program,
+            opts=auto.LocalWorkspaceOptions(work_dir=str(self.project), env_vars=env, secrets_provider="passphrase"),
+        )
+        self.events: list = []
+
+    def _program(self) -> None:
+        if self.ready_timeout is not None:
+            # Test-only: a timeout shorter than the stack minimum (600 s), so the timeout path runs in seconds.
+            import domain.config as dc
+
+            real = dc.load_stack_settings
+
+            def shorter():
+                s = real()
+                return replace(s, serving=replace(s.serving, ready_timeout_seconds=self.ready_timeout))
+
+            dc.load_stack_settings = shorter
+            try:
+                runpy.run_path(str(REPO / "__main__.py"), run_name="__main__")
+            finally:
+                dc.load_stack_settings = real
+        else:
+            runpy.run_path(str(REPO / "__main__.py"), run_name="__main__")
+
+    def configure(self, cfg: dict, kubeconfig: str) -> None:
+        path = self.project / f"Pulumi.{STACK}.yaml"
+        doc = yaml.safe_load(path.read_text()) if path.exists() else {}
+        doc = doc or {}
+        doc["config"] = {k: v for k, v in cfg.items()}
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        self.stack.set_config("ray-llm-eks:kubeconfig", self.auto.ConfigValue(kubeconfig, secret=True))
+
+    def up(self, what: str):
+        self.events = []
+        self.timeline.log(f"pulumi up: {what}")
+        result = self.stack.up(on_event=self.events.append, color="never")
+        self.timeline.log(f"pulumi up done ({what}): {result.summary.resource_changes}")
+        return result
+
+    def preview(self, what: str):
+        self.timeline.log(f"pulumi preview: {what}")
+        return self.stack.preview(color="never")
+
+    def destroy(self):
+        self.events = []
+        self.timeline.log("pulumi destroy")
+        result = self.stack.destroy(on_event=self.events.append, color="never")
+        self.timeline.log(f"pulumi destroy done: {result.summary.resource_changes}")
+        return result
+
+    def step_ops(self, type_token: str) -> list[str]:
+        """Operations the engine started on resources of `type_token`, in order."""
+        ops = []
+        for e in self.events:
+            pre = getattr(e, "resource_pre_event", None)
+            if pre is not None and pre.metadata.type == type_token:
+                ops.append(str(pre.metadata.op.value if hasattr(pre.metadata.op, "value") else pre.metadata.op))
+        return ops
+
+
+def state_kubernetes_objects(stack) -> list[tuple[str, str, str | None, str]]:
+    """(apiVersion, kind, namespace, name) of every Kubernetes object in the stack's state."""
+    out = []
+    for r in stack.export_stack().deployment.get("resources", []):
+        t = r.get("type", "")
+        if not t.startswith("kubernetes:") or t.startswith("pulumi:providers:"):
+            continue
+        o = r.get("outputs", {})
+        meta = o.get("metadata", {})
+        out.append((o.get("apiVersion"), o.get("kind"), meta.get("namespace"), meta.get("name")))
+    return out
+
+
+def object_path(api_version: str, kind: str, ns: str | None, name: str) -> str:
+    plural = {"Namespace": "namespaces", "Secret": "secrets", "RayService": "rayservices"}[kind]
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    return f"{base}/namespaces/{ns}/{plural}/{name}" if ns else f"{base}/{plural}/{name}"
+
+
+def missing_fields(sent, live, path="spec") -> list[str]:
+    """Fields we sent that the API server did not keep (pruned by the CRD's structural schema)."""
+    if isinstance(sent, dict):
+        if not isinstance(live, dict):
+            return [path]
+        return [m for k, v in sent.items() for m in missing_fields(v, live.get(k), f"{path}.{k}")]
+    if isinstance(sent, list):
+        if not isinstance(live, list) or len(live) != len(sent):
+            return [path]
+        return [
+            m for i, (a, b) in enumerate(zip(sent, live, strict=True)) for m in missing_fields(a, b, f"{path}[{i}]")
+        ]
+    return [] if live is not None else [path]
+
+
+# -- scenario ---------------------------------------------------------------------------------
+
+
+def run(work: Path, timeline: Timeline, checks: Checks, cluster_only: bool = False) -> None:
+    bins = build.bin_dirs()
+    needed = ("etcd", "kube", "kuberay-operator") if cluster_only else tuple(bins)
+    for name, d in bins.items():
+        if name in needed and not (d / ".built").is_file():
+            raise SystemExit(f"e2e: {name} is not built under {d}: run `python -m e2e.build` (make e2e does)")
+    cfg = base_config()
+    settings = settings_from(cfg)
+    pools = {r: (p.nodes.instance_type, p.nodes.desired_size, p.efa) for r, p in settings.gpu_pools.items()}
+    sysn = settings.cluster.system_nodes
+    shapes = node_shapes(sysn.instance_type, sysn.desired_size, pools)
+
+    cluster = LocalCluster(work / "cluster", bins, timeline.log)
+    try:
+        cluster.start(shapes)
+        api = cluster.api
+        nodes = {n["metadata"]["name"]: n["metadata"]["labels"] for n in api.get("/api/v1/nodes")["items"]}
+        timeline.log(f"control plane up; nodes {sorted(nodes)}")
+        if cluster_only:
+            # Without the Pulumi half: the scheduling checks on our RayService applied straight to the API.
+            negative_cases(api, settings, nodes, timeline, checks)
+        else:
+            scenario(work, cluster, api, cfg, settings, nodes, timeline, checks)
+    finally:
+        timeline.log("stopping everything the e2e started")
+        cluster.stop()
+        if cluster.kubelet_errors:
+            timeline.log(f"harness kubelet loop errors (last 3): {cluster.kubelet_errors[-3:]}")
+
+
+def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None:
+    bins = build.bin_dirs()
+    env = {
+        # The engine uses a provider binary found on PATH without downloading anything.
+        "PATH": os.pathsep.join([str(bins["pulumi"]), str(bins["pulumi-kubernetes"]), os.environ["PATH"]]),
+        "PULUMI_HOME": str(work / "pulumi-home"),
+        "PULUMI_BACKEND_URL": f"file://{work / 'state'}",
+        "PULUMI_CONFIG_PASSPHRASE": "e2e-only-passphrase",
+        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "KUBECONFIG": str(cluster.kubeconfig),
+    }
+    (work / "state").mkdir()
+    os.environ.update(env)  # the Automation API finds `pulumi` on PATH
+    kubeconfig = cluster.kubeconfig.read_text()
+    stack = Stack(work, env, timeline)
+    cfg = {
+        **cfg,
+        "ray-llm-eks:existingCluster": True,
+        "ray-llm-eks:installKubeRay": False,  # Helm charts cannot be fetched here; the harness runs KubeRay
+        "ray-llm-eks:installDevicePlugins": False,  # the harness's nodes advertise GPU and EFA themselves
+        "ray-llm-eks:waitForReady": False,  # fake pods never run Ray: the RayService never turns Ready
+    }
+    stack.configure(cfg, kubeconfig)
+    workers = {r: p.nodes.desired_size for r, p in settings.gpu_pools.items()}
+    svc = settings.serving.service_name
+
+    # 1. First up: every object admitted by the real API server.
+    res = stack.up("first deploy, existing-cluster mode, waitForReady false")
+    checks.expect(res.summary.result == "succeeded", "first pulumi up succeeds")
+    objs = state_kubernetes_objects(stack.stack)
+    kinds = sorted(k for _, k, _, _ in objs)
+    checks.expect(kinds == ["Namespace", "RayService"], "state holds the namespace and the RayService", str(kinds))
+    for av, kind, ns, name in objs:
+        live = api.get_or_none(object_path(av, kind, ns, name))
+        checks.expect(live is not None, f"API server has {kind} {ns or ''}/{name}")
+    sent = ray_service_spec(settings.serving, settings.gpu_pools, with_token=False)
+    live = api.get(object_path("ray.io/v1", "RayService", NS, svc))
+    pruned = missing_fields(sent, live["spec"])
+    checks.expect(
+        not pruned, "the API server kept every field of our RayService spec (nothing pruned)", str(pruned[:5])
+    )
+
+    # 2. The operator makes a RayCluster and pods; the scheduler binds each to its pool.
+    rc, pods, problems = wait_scheduled(api, NS, svc, workers, nodes, 120)
+    checks.expect(rc is not None, "the KubeRay operator turned the RayService into a RayCluster")
+    checks.expect(
+        not problems,
+        f"scheduler bound the head to role=system and workers {workers} to their pools",
+        "; ".join(problems),
+    )
+    for p in pods:
+        timeline.log(f"  pod {p['metadata']['name']} -> {p['spec'].get('nodeName')}")
+    first_uid, first_rc = live["metadata"]["uid"], rc and rc["metadata"]["name"]
+
+    # 3. A second up changes nothing.
+    res = stack.up("second deploy, nothing changed")
+    changes = {k: v for k, v in (res.summary.resource_changes or {}).items() if k != "same"}
+    checks.expect(not changes, "a second pulumi up reports no changes", str(changes))
+
+    # 4. A serve-config change updates the RayService in place.
+    cfg["ray-llm-eks:maxModelLen"] = 2048
+    stack.configure(cfg, kubeconfig)
+    res = stack.up("serve-config change (maxModelLen 2048)")
+    ops = stack.step_ops("kubernetes:ray.io/v1:RayService")
+    checks.expect(ops == ["update"], "a serve-config change updates the RayService in place", str(ops))
+    live = api.get(object_path("ray.io/v1", "RayService", NS, svc))
+    checks.expect(live["metadata"]["uid"] == first_uid and "2048" in live["spec"]["serveConfigV2"],
+                  "same RayService object, new serveConfigV2 in the API")  # fmt: skip
+    rc2 = ray_cluster_of(api, NS, svc)
+    checks.expect(rc2 is not None and rc2["metadata"]["name"] == first_rc, "the RayCluster is kept (no new cluster)")
+
+    # 5. A worker-group change replaces the RayService, delete first; the new pods schedule.
+    cfg["ray-llm-eks:privilegedWorkers"] = False
+    stack.configure(cfg, kubeconfig)
+    res = stack.up("worker-group change (privilegedWorkers false)")
+    ops = stack.step_ops("kubernetes:ray.io/v1:RayService")
+    delete_first = "delete-replaced" in ops and "create-replacement" in ops
+    delete_first = delete_first and ops.index("delete-replaced") < ops.index("create-replacement")
+    checks.expect(delete_first, "a worker-group change replaces the RayService delete-first", str(ops))
+    live = api.get(object_path("ray.io/v1", "RayService", NS, svc))
+    checks.expect(live["metadata"]["uid"] != first_uid, "a new RayService object exists")
+    rc, pods, problems = wait_scheduled(api, NS, svc, workers, nodes, 120)
+    checks.expect(rc is not None and rc["metadata"]["name"] != first_rc and not problems,
+                  "the new RayCluster's pods schedule on their pools", "; ".join(problems))  # fmt: skip
+    privileged = [c.get("securityContext", {}).get("privileged") for p in pods for c in p["spec"]["containers"]
+                  if p["metadata"]["labels"].get("ray.io/node-type") == "worker"]  # fmt: skip
+    checks.expect(privileged and not any(privileged), "new worker pods are not privileged", str(privileged))
+
+    # 6. Waiting for Ready with a short timeout fails clearly instead of hanging.
+    cfg["ray-llm-eks:waitForReady"] = True
+    stack.configure(cfg, kubeconfig)
+    stack.ready_timeout = SHORT_TIMEOUT
+    started = time.monotonic()
+    try:
+        stack.up(f"waitForReady true, serviceReadyTimeoutSeconds {SHORT_TIMEOUT} (test-only)")
+        checks.fail("pulumi up with a short Ready timeout fails")
+    except Exception as e:  # the Automation API raises CommandError with the CLI's output
+        took = time.monotonic() - started
+        text = str(e)
+        line = next((ln.strip() for ln in text.splitlines() if "timed out" in ln.lower() or "ready" in ln.lower()), "")
+        timeline.log(f"up failed after {took:.0f} s: {line[:300]}")
+        checks.expect("RayService" in text or svc in text, "the failure names the RayService", text[-400:])
+        checks.expect("Ready" in text and ("timed out" in text.lower() or "timeout" in text.lower()),
+                      "the failure says it timed out waiting for Ready", text[-400:])  # fmt: skip
+        checks.expect(took < SHORT_TIMEOUT + 120, f"up gave up in {took:.0f} s, not hanging")
+    stack.ready_timeout = None
+    cfg["ray-llm-eks:waitForReady"] = False
+    stack.configure(cfg, kubeconfig)
+    stack.up("back to waitForReady false")
+
+    # 7. Our deploy-time checks name each mismatch before anything is applied (real pulumi preview).
+    bad = dict(cfg)
+    bad["ray-llm-eks:gpuPools"] = copy.deepcopy(cfg["ray-llm-eks:gpuPools"])
+    bad["ray-llm-eks:gpuPools"]["decode"]["instanceType"] = "g6.12xlarge"  # 4 GPUs/node; the nodes are g6.8xlarge
+    stack.configure(bad, kubeconfig)
+    try:
+        stack.preview("decode pool declared g6.12xlarge on g6.8xlarge nodes")
+        checks.fail("preview against a mismatched cluster fails")
+    except Exception as e:
+        text = str(e)
+        checks.expect("does not advertise nvidia.com/gpu 4" in text and "decode-0" in text,
+                      "existing-cluster check names the node that lacks 4 GPUs", text[-600:])  # fmt: skip
+        checks.expect("has no room for a worker" in text, "existing-cluster check names the worker that does not fit")
+    stack.configure(cfg, kubeconfig)
+
+    # 8. Destroy: the operator outlives the RayService and removes its finalizer; nothing is left.
+    res = stack.destroy()
+    checks.expect(res.summary.result == "succeeded", "pulumi destroy completes")
+    checks.expect(cluster.alive("kuberay-operator"), "the KubeRay operator ran until the RayService was gone")
+    left = [
+        f"{kind} {o['metadata'].get('namespace', '')}/{o['metadata']['name']}"
+        for kind, path in (("RayService", "/apis/ray.io/v1/rayservices"), ("RayCluster", "/apis/ray.io/v1/rayclusters"))
+        for o in api.get(path)["items"]
+    ]
+    checks.expect(not left, "no RayService or RayCluster is left", str(left))
+    gone = wait_for_gone(api, f"/api/v1/namespaces/{NS}", 60)
+    checks.expect(gone, f"namespace {NS} is gone (no object or finalizer holds it)")
+    pods_left = api.get(f"/api/v1/namespaces/{NS}/pods")["items"] if not gone else []
+    checks.expect(not pods_left, "no pod is left")
+
+    # 9. The scheduling check can fail: a nodeSelector no node carries, a worker bigger than its node
+    # (on the now empty nodes, so nothing else competes for them).
+    negative_cases(api, settings, nodes, timeline, checks)
+
+
+def wait_for_gone(api: KubeClient, path: str, timeout: float) -> bool:
+    try:
+        wait_for(path, lambda: api.get_or_none(path) is None, timeout)
+        return True
+    except TimeoutError:
+        return False
+
+
+def negative_cases(api: KubeClient, settings, nodes: dict, timeline: Timeline, checks: Checks) -> None:
+    """Apply, straight to the API, our own RayService with one worker group broken, and check that
+    the same scheduling check as above fails naming the pod and the scheduler's reason."""
+    ns = "e2e-negative"
+    api.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    wait_for(
+        "default ServiceAccount in e2e-negative",
+        lambda: api.get_or_none(f"/api/v1/namespaces/{ns}/serviceaccounts/default"),
+        60,
+    )
+    base = ray_service_spec(settings.serving, settings.gpu_pools, with_token=False)
+    role = next(iter(settings.gpu_pools))
+    node = next(n for n, labels in nodes.items() if labels.get("role") == role)
+    alloc_mib = (
+        cluster_checks.parse_quantity(api.get(f"/api/v1/nodes/{node}")["status"]["allocatable"]["memory"]) / 2**20
+    )
+    cases = {
+        "as-rendered": (lambda g: None, None),  # control: our own spec schedules, so the check can pass
+        "neg-selector": (lambda g: g["template"]["spec"]["nodeSelector"].update(role="nowhere"),
+                         "didn't match Pod's node affinity/selector"),
+        "neg-memory": (lambda g: [c["resources"][k].update(memory=f"{int(alloc_mib) + 1024}Mi")
+                                  for c in g["template"]["spec"]["containers"] for k in ("requests", "limits")],
+                       "Insufficient memory"),
+    }  # fmt: skip
+    for name, (breaks, reason) in cases.items():
+        spec = copy.deepcopy(base)
+        group = next(g for g in spec["rayClusterConfig"]["workerGroupSpecs"] if g["groupName"] == role)
+        breaks(group)
+        mismatches = cluster_checks.check_nodes(
+            list(api.get("/api/v1/nodes")["items"]),
+            spec["rayClusterConfig"]["headGroupSpec"],
+            {g["groupName"]: g for g in spec["rayClusterConfig"]["workerGroupSpecs"]},
+            settings.gpu_pools,
+        )
+        if reason is None:
+            checks.expect(not mismatches, f"{name}: deploy-time check finds nothing", str(mismatches))
+        else:
+            checks.expect(
+                any(f"pool {role}" in m for m in mismatches),
+                f"{name}: deploy-time check names pool {role}",
+                str(mismatches),
+            )
+        body = {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayService",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": spec,
+        }
+        api.request("POST", f"/apis/ray.io/v1/namespaces/{ns}/rayservices", body)
+        workers = {r: p.nodes.desired_size for r, p in settings.gpu_pools.items()}
+        _, _, problems = wait_scheduled(api, ns, name, workers, nodes, 120)
+        if reason is None:
+            checks.expect(not problems, f"{name}: head on role=system, workers on their pools", "; ".join(problems))
+        else:
+            bad = [p for p in problems if "Unschedulable" in p and reason in p]
+            checks.expect(
+                bool(bad), f"{name}: the scheduling check fails naming the pod and '{reason}'", "; ".join(problems)
+            )
+            if bad:
+                timeline.log(f"  {bad[0][:300]}")
+        api.request("DELETE", f"/apis/ray.io/v1/namespaces/{ns}/rayservices/{name}")
+        checks.expect(wait_for_gone(api, f"/apis/ray.io/v1/namespaces/{ns}/rayservices/{name}", 60),
+                      f"{name}: the operator removed its finalizer on delete")  # fmt: skip
+    api.request("DELETE", f"/api/v1/namespaces/{ns}")
+    checks.expect(wait_for_gone(api, f"/api/v1/namespaces/{ns}", 90), "e2e-negative namespace is gone")
+
+
+def main() -> int:
+    timeline = Timeline()
+    checks = Checks(timeline)
+    keep = os.environ.get("E2E_KEEP_WORKDIR") == "1"
+    work = Path(tempfile.mkdtemp(prefix="ray-llm-eks-e2e-"))
+    timeline.log(f"work dir {work}")
+    try:
+        run(work, timeline, checks, cluster_only="--cluster-only" in sys.argv)
+    except Exception:
+        checks.fail("e2e run raised:\n" + traceback.format_exc())
+    finally:
+        timeline.print()
+        if checks.failed:
+            print(f"\nlogs: {work}/cluster/logs (kept)")
+        elif not keep:
+            import shutil
+
+            shutil.rmtree(work, ignore_errors=True)
+    print("\n== failed" if checks.failed else "")
+    for f in checks.failed:
+        print(f"  - {f}")
+    print(f"e2e: {len(checks.passed)} passed, {len(checks.failed)} failed")
+    return 1 if checks.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""Existing-cluster mode and waitForReady: config, the deploy-time cluster checks, and what the
+program declares (under mocks; the e2e runs the same program against a real API server)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+import components.existing_cluster as existing_cluster
+from domain.cluster_checks import ClusterMismatch, check_cluster, check_crd
+from domain.config import load_settings
+from domain.deploy_mode import check_kubeconfig, load_deploy_mode
+from domain.errors import ConfigError
+from domain.ray_service import ray_service_spec
+from e2e.cluster import node_object, node_shapes
+from offline.plan import run_program
+from offline.stackfile import SecretValue, load_stack
+
+NS = "ray-llm-eks:"
+ROOT = Path(__file__).resolve().parents[1]
+KUBECONFIG = yaml.safe_dump(
+    {
+        "apiVersion": "v1",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "ctx",
+    }
+)
+EXISTING = {
+    NS + "existingCluster": True,
+    NS + "kubeconfig": SecretValue(KUBECONFIG),
+    NS + "installKubeRay": False,
+    NS + "installDevicePlugins": False,
+}
+
+
+def dev_settings():
+    config = load_stack("dev")
+
+    def get(key):
+        v = config.values.get(NS + key)
+        return v
+
+    return load_settings(get, "dev", config.values["aws:region"])
+
+
+def seed_nodes(settings, mutate=None) -> list[dict]:
+    """Nodes as the dev stack's node groups make them (the e2e harness registers the same)."""
+    pools = {r: (p.nodes.instance_type, p.nodes.desired_size, p.efa) for r, p in settings.gpu_pools.items()}
+    sysn = settings.cluster.system_nodes
+    nodes = []
+    for i, shape in enumerate(node_shapes(sysn.instance_type, sysn.desired_size, pools)):
+        node, status = node_object(shape, i)
+        node["status"] = status
+        nodes.append(node)
+    if mutate:
+        mutate(nodes)
+    return nodes
+
+
+def rayservice_crd() -> dict:
+    return yaml.safe_load((ROOT / "offline" / "schemas" / "ray.io_rayservices.v1.7.0.yaml").read_text())
+
+
+class FakeApi:
+    def __init__(self, nodes, crd):
+        self.nodes, self.crd = nodes, crd
+
+    def get(self, path):
+        assert path == "/api/v1/nodes"
+        return {"items": self.nodes}
+
+    def get_or_none(self, path):
+        assert path.endswith("/customresourcedefinitions/rayservices.ray.io")
+        return self.crd
+
+
+# ---- config
+
+
+def test_deploy_mode_defaults_wait_and_install_everything():
+    mode = load_deploy_mode(lambda key: None)
+    assert (mode.existing_cluster, mode.install_kuberay, mode.install_device_plugins, mode.wait_for_ready) == (
+        False,
+        True,
+        True,
+        True,
+    )
+
+
+@pytest.mark.parametrize("key", ["installKubeRay", "installDevicePlugins", "kubeContext", "kubeconfig"])
+def test_existing_cluster_keys_need_existing_cluster(key):
+    with pytest.raises(ConfigError, match=f"ray-llm-eks:{key} .*only with existingCluster: true"):
+        load_deploy_mode({key: "false"}.get)
+
+
+def test_kubeconfig_value_is_never_printed():
+    with pytest.raises(ConfigError) as caught:
+        load_deploy_mode({"kubeconfig": "apiVersion: v1 secret-stuff"}.get)
+    assert "secret-stuff" not in str(caught.value) and "[secret]" in str(caught.value)
+
+
+def test_boolean_keys_are_checked():
+    with pytest.raises(ConfigError, match=r"ray-llm-eks:waitForReady = 'yes': true or false"):
+        load_deploy_mode({"waitForReady": "yes"}.get)
+
+
+def test_kubeconfig_must_parse_and_name_its_context():
+    with pytest.raises(ConfigError, match="a kubeconfig with clusters and contexts"):
+        check_kubeconfig("just text", None)
+    with pytest.raises(ConfigError, match=r"ray-llm-eks:kubeContext = 'other': a context of the kubeconfig: \['ctx'\]"):
+        check_kubeconfig(KUBECONFIG, "other")
+    check_kubeconfig(KUBECONFIG, "ctx")
+
+
+def test_new_keys_are_declared_in_pulumi_yaml():
+    declared = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"]
+    for key in (
+        "existingCluster",
+        "kubeconfig",
+        "kubeContext",
+        "installKubeRay",
+        "installDevicePlugins",
+        "waitForReady",
+    ):
+        assert key in declared, key
+    assert declared["kubeconfig"].get("secret") is True
+
+
+# ---- deploy-time checks
+
+
+@pytest.fixture(scope="module")
+def seed():
+    settings = dev_settings()
+    return settings, ray_service_spec(settings.serving, settings.gpu_pools, with_token=False)
+
+
+def test_a_cluster_shaped_like_our_node_groups_passes(seed):
+    settings, spec = seed
+    assert check_cluster(FakeApi(seed_nodes(settings), rayservice_crd()), spec, settings.gpu_pools) == []
+
+
+def test_each_mismatch_is_named(seed):
+    settings, spec = seed
+
+    def break_nodes(nodes):
+        by = {n["metadata"]["name"]: n for n in nodes}
+        by["prefill-0"]["spec"]["taints"] = []
+        del by["decode-0"]["status"]["allocatable"]["vpc.amazonaws.com/efa"]
+        by["decode-0"]["metadata"]["labels"].pop("nvidia.com/gpu.present")
+        by["system-0"]["metadata"]["labels"]["role"] = "general"
+
+    found = check_cluster(FakeApi(seed_nodes(settings, break_nodes), rayservice_crd()), spec, settings.gpu_pools)
+    assert found == [
+        "no node is labelled role=system (the Ray head's nodeSelector)",
+        "pool prefill: node prefill-0 lacks taint nvidia.com/gpu=true:NoSchedule",
+        "pool decode: node decode-0 lacks label nvidia.com/gpu.present=true (the NVIDIA device plugin selects it)",
+        "pool decode: node decode-0 does not advertise vpc.amazonaws.com/efa 1 (allocatable none)",
+    ]
+
+
+def test_a_missing_pool_and_a_worker_too_big_are_named(seed):
+    settings, spec = seed
+    big = copy.deepcopy(spec)
+    worker = big["rayClusterConfig"]["workerGroupSpecs"][0]
+    worker["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"] = "500Gi"
+    nodes = [n for n in seed_nodes(settings) if n["metadata"]["labels"]["role"] != "decode"]
+    found = check_cluster(FakeApi(nodes, rayservice_crd()), big, settings.gpu_pools)
+    assert any(m.startswith("pool prefill: node prefill-0 has no room for a worker: needs memory 500Gi") for m in found)
+    assert "pool decode: 0 node(s) labelled role=decode, the stack runs 1 worker(s)" in found
+
+
+def test_device_resources_are_not_required_when_we_install_the_plugins(seed):
+    settings, spec = seed
+
+    def no_devices(nodes):
+        for n in nodes:
+            for k in ("nvidia.com/gpu", "vpc.amazonaws.com/efa"):
+                n["status"]["allocatable"].pop(k, None)
+
+    api = FakeApi(seed_nodes(settings, no_devices), rayservice_crd())
+    assert check_cluster(api, spec, settings.gpu_pools, devices=False) == []
+    found = check_cluster(api, spec, settings.gpu_pools)  # one line per GPU node, naming GPU and EFA
+    assert len(found) == 2 and all("nvidia.com/gpu 1" in m and "vpc.amazonaws.com/efa 1" in m for m in found)
+
+
+def test_crd_missing_or_older_than_our_fields(seed):
+    _, spec = seed
+    assert check_crd(None, spec) == [
+        "CRD rayservices.ray.io is not installed (install KubeRay, or set installKubeRay: true)"
+    ]
+    old = rayservice_crd()
+    props = old["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    del props["rayClusterConfig"]["properties"]["workerGroupSpecs"]["items"]["properties"]["resources"]
+    found = check_crd(old, spec)
+    assert len(found) == 1 and "spec.rayClusterConfig.workerGroupSpecs[0].resources" in found[0]
+    assert check_crd(rayservice_crd(), spec) == []
+
+
+# ---- the program
+
+
+@pytest.fixture
+def fake_cluster(monkeypatch, seed):
+    settings, _ = seed
+    seen = []
+
+    class Client:
+        @classmethod
+        def from_kubeconfig(cls, text, base_dir=".", context=None):
+            seen.append((text, context))
+            return FakeApi(seed_nodes(settings), rayservice_crd())
+
+    monkeypatch.setattr(existing_cluster, "KubeClient", Client)
+    return seen
+
+
+def test_existing_cluster_mode_declares_no_aws_resource(fake_cluster):
+    plan = run_program("dev", {**EXISTING, NS + "waitForReady": False})
+    types = {r.type for r in plan.registrations}
+    assert not [t for t in types if t.startswith(("aws:", "eks:"))]
+    assert "ray-llm-eks:existing_cluster:ExistingCluster" in types
+    assert not [t for t in types if t.startswith("kubernetes:helm.sh")]  # neither KubeRay nor device plugins
+    provider = plan.one("pulumi:providers:kubernetes")
+    assert provider.inputs["kubeconfig"] == "[secret]"
+    rs = plan.one("kubernetes:ray.io/v1:RayService")
+    assert rs.inputs["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+    assert rs.provider.startswith(provider.urn)
+    assert fake_cluster == [(KUBECONFIG, None)]  # the checks read the cluster of the configured kubeconfig
+    assert "kubeconfig" not in plan.outputs and "clusterName" not in plan.outputs
+
+
+def test_existing_cluster_can_still_install_kuberay_and_plugins(fake_cluster):
+    plan = run_program("dev", {NS + "existingCluster": True, NS + "kubeconfig": SecretValue(KUBECONFIG)})
+    releases = sorted(r.name for r in plan.of_type("kubernetes:helm.sh/v3:Release"))
+    assert releases == ["aws-efa-k8s-device-plugin", "kuberay-operator", "nvidia-device-plugin"]
+
+
+def test_a_mismatched_cluster_fails_naming_the_mismatch(monkeypatch, seed):
+    """What the provider's kubeconfig waits for (the program test above shows the wiring)."""
+    settings, _ = seed
+
+    class Client:
+        @classmethod
+        def from_kubeconfig(cls, text, base_dir=".", context=None):
+            return FakeApi([n for n in seed_nodes(settings) if n["metadata"]["name"] != "decode-0"], rayservice_crd())
+
+    monkeypatch.setattr(existing_cluster, "KubeClient", Client)
+    mode = load_deploy_mode({"existingCluster": "true", "installKubeRay": "false"}.get)
+    with pytest.raises(ClusterMismatch, match=r"pool decode: 0 node\(s\) labelled role=decode"):
+        existing_cluster.verify_cluster(KUBECONFIG, ".", mode, settings)
+
+
+def test_eks_mode_waits_for_ready_by_default(dev):
+    rs = dev.one("kubernetes:ray.io/v1:RayService")
+    assert rs.inputs["metadata"]["annotations"]["pulumi.com/waitFor"] == "condition=Ready"
