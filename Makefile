@@ -29,7 +29,9 @@ test: $(VENV)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
 
-$(REHEARSAL_VENV)/.installed: $(REHEARSAL_REQS)
+# No file prerequisite: the venv's name carries the hash of the requirements (a fresh clone's newer
+# file times must not rebuild a venv of the same pins).
+$(REHEARSAL_VENV)/.installed:
 	@echo "Installing the rehearsal venv into $(REHEARSAL_VENV): several GB (torch with its CUDA libraries, vLLM, Ray); several minutes the first time."
 	rm -rf $(REHEARSAL_VENV)
 	$(PYTHON) -m venv $(REHEARSAL_VENV)
@@ -59,7 +61,8 @@ bench: $(VENV)/.installed
 	else $(BIN)/python -m llmclient bench $(URL) $(ARGS); fi
 
 # The in-cluster half for real (README: make e2e): binaries built from Go modules once into
-# ~/.cache/ray-llm-eks/e2e, run on 127.0.0.1 only. `make e2e` runs the part verified end to end so far (control plane, KubeRay operator, scheduling checks);
+# ~/.cache/ray-llm-eks/e2e, run on 127.0.0.1 only. `make e2e` runs the part verified end to end so
+# far (control plane, KubeRay operator, scheduling checks);
 # `make e2e-full` adds the Pulumi CLI and provider and runs the program through `pulumi up`/`destroy`.
 e2e: $(VENV)/.installed
 	$(BIN)/python -m e2e.build etcd kube kuberay-operator
