@@ -280,7 +280,8 @@ INSTANCE_SPECS: dict[str, InstanceSpec] = {
         gpudirect_rdma=True,
     ),
     # Types users pick for system nodes, so the head's room is checked offline (vCPU, GiB; max pods
-    # from eni-max-pods.txt). T3 (burstable), M5, M6i.
+    # from eni-max-pods.txt for t3/m5; m6i by its formula ENIs x (IPv4 per ENI - 1) + 2, the same
+    # 3 x 10 and 4 x 15 ENI shape as m5). T3 (burstable), M5, M6i.
     "t3.small": _spec(vcpus=2, memory_gib=2, max_pods=11),
     "t3.medium": _spec(vcpus=2, memory_gib=4, max_pods=17),
     "t3.large": _spec(vcpus=2, memory_gib=8, max_pods=35),
