@@ -4,6 +4,7 @@ program declares (under mocks; the e2e runs the same program against a real API 
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 
 import pytest
@@ -62,8 +63,15 @@ def seed_nodes(settings, mutate=None) -> list[dict]:
     return nodes
 
 
+@functools.cache
+def _parsed_crd() -> dict:
+    """The 1 MB CRD, parsed once (with libyaml where PyYAML has it)."""
+    text = (ROOT / "offline" / "schemas" / "ray.io_rayservices.v1.7.0.yaml").read_text()
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def rayservice_crd() -> dict:
-    return yaml.safe_load((ROOT / "offline" / "schemas" / "ray.io_rayservices.v1.7.0.yaml").read_text())
+    return copy.deepcopy(_parsed_crd())  # tests mutate it
 
 
 class FakeApi:
