@@ -104,23 +104,15 @@ def test_gated_model_without_token_fails_at_deploy():
     assert "hfToken" in str(error) and f"{LLAMA_8B} is gated" in str(error) and monitor.registrations == []
 
 
+def collocated_llama(engine_kwargs: dict) -> dict:
+    """A rendered collocated serve document for Llama-3.1-8B with these engine arguments."""
+    llm = {"model_loading_config": {"model_id": LLAMA_8B}, "engine_kwargs": engine_kwargs}
+    return {"applications": [{"import_path": "ray.serve.llm:build_openai_app", "args": {"llm_configs": [llm]}}]}
+
+
 def test_unset_max_model_len_means_the_whole_context():
     spec = model_fit.KNOWN_MODELS[LLAMA_8B]
-    document = {
-        "applications": [
-            {
-                "import_path": "ray.serve.llm:build_openai_app",
-                "args": {
-                    "llm_configs": [
-                        {
-                            "model_loading_config": {"model_id": LLAMA_8B},
-                            "engine_kwargs": {"max_num_batched_tokens": 2048},
-                        }
-                    ]
-                },
-            }
-        ]
-    }
+    document = collocated_llama({"max_num_batched_tokens": 2048})
     with pytest.raises(ConfigError, match=f"KV cache for {spec.max_context} tokens"):
         model_fit.check_fit(document, {"collocated": "g6.8xlarge"}, set(), None)
 
@@ -455,20 +447,6 @@ def test_weights_bucket_in_another_region_is_refused():
 
 def test_auto_context_length_checks_a_minimal_context():
     """max_model_len -1 lets vLLM pick the longest context that fits: no negative KV arithmetic."""
-    doc = {
-        "applications": [
-            {
-                "import_path": "ray.serve.llm:build_openai_app",
-                "args": {
-                    "llm_configs": [
-                        {
-                            "model_loading_config": {"model_id": LLAMA_8B},
-                            "engine_kwargs": {"max_model_len": -1, "max_num_batched_tokens": 2048},
-                        }
-                    ]
-                },
-            }
-        ]
-    }
+    doc = collocated_llama({"max_model_len": -1, "max_num_batched_tokens": 2048})
     budgets = model_fit.check_fit(doc, {"collocated": "g6.8xlarge"}, set(), None)
     assert budgets["collocated"].kv_cache == 16 * 128 * 1024  # 16 tokens x 128 KiB
