@@ -7,44 +7,80 @@ tests can reject a wrong value without credentials.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from dataclasses import dataclass
 from functools import cache
+from importlib.metadata import version
+from pathlib import Path
 
-import botocore.loaders
+
+def _read_botocore_facts() -> dict:
+    """What the checks read from botocore's models. Loading the EC2 model alone takes ~0.5 s."""
+    import botocore.loaders  # here, not at the top: a cached read never imports botocore
+
+    loader = botocore.loaders.Loader()
+    ec2, eks, logs = (loader.load_service_model(name, "service-2")["shapes"] for name in ("ec2", "eks", "logs"))
+    # CloudWatch Logs lists retention periods in the `Days` shape's prose, not as an enum.
+    retention = logs["Days"]["documentation"].split("Possible values are:")[1].split("</p>")[0]
+    return {
+        "ec2_instance_types": sorted(ec2["InstanceType"]["enum"]),
+        "eks_log_types": list(eks["LogType"]["enum"]),
+        "log_retention_days": [int(n) for n in re.findall(r"\d+", retention)],
+        "partitions": [
+            {"partition": p["partition"], "dnsSuffix": p["dnsSuffix"], "regions": sorted(p["regions"])}
+            for p in loader.load_data("endpoints")["partitions"]
+        ],
+    }
+
+
+def facts_cache_file() -> Path:
+    """One file per botocore version, so an upgrade of botocore reads its own models again."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "ray-llm-eks" / f"botocore-facts-{version('botocore')}.json"
 
 
 @cache
-def _loader() -> botocore.loaders.Loader:
-    return botocore.loaders.Loader()
+def _botocore_facts() -> dict:
+    """botocore's facts, read once per botocore version and kept beside the other caches: a config
+    mistake is then reported in well under a second."""
+    path = facts_cache_file()
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        pass
+    facts = _read_botocore_facts()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(facts))
+        tmp.replace(path)  # atomic: a concurrent reader sees the old file or the whole new one
+    except OSError:
+        pass  # a read-only home only costs the next run the same half second
+    return facts
 
 
 @cache
 def ec2_instance_types() -> frozenset[str]:
     """Every instance type name the EC2 API model knows (botocore `ec2` `InstanceType` enum)."""
-    model = _loader().load_service_model("ec2", "service-2")
-    return frozenset(model["shapes"]["InstanceType"]["enum"])
+    return frozenset(_botocore_facts()["ec2_instance_types"])
 
 
 @cache
 def eks_log_types() -> tuple[str, ...]:
     """Control-plane log types the EKS API accepts (botocore `eks` `LogType` enum)."""
-    model = _loader().load_service_model("eks", "service-2")
-    return tuple(model["shapes"]["LogType"]["enum"])
+    return tuple(_botocore_facts()["eks_log_types"])
 
 
 @cache
 def log_retention_days() -> tuple[int, ...]:
-    """Retention periods CloudWatch Logs accepts, parsed from the `Days` shape's documentation in
-    botocore's `logs` model (the API model lists them in prose, not as an enum)."""
-    doc = _loader().load_service_model("logs", "service-2")["shapes"]["Days"]["documentation"]
-    allowed = doc.split("Possible values are:")[1].split("</p>")[0]
-    return tuple(int(n) for n in re.findall(r"\d+", allowed))
+    """Retention periods CloudWatch Logs accepts (botocore's `logs` model, `Days` shape)."""
+    return tuple(_botocore_facts()["log_retention_days"])
 
 
-@cache
 def _partitions() -> list[dict]:
-    return _loader().load_data("endpoints")["partitions"]
+    return _botocore_facts()["partitions"]
 
 
 def region_partition(region: str) -> str | None:

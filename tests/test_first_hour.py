@@ -5,14 +5,17 @@ nothing written."""
 from __future__ import annotations
 
 import json
+import resource
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from domain import engine_args, serve_config
+from domain import aws_facts, engine_args, serve_config
 from offline import plan as plan_cli
 from offline.stackfile import ROOT
 
@@ -409,3 +412,40 @@ def test_front_end_arguments_are_engine_kwargs_too(project, capsys):
     edit_pd(project, "decode", enable_auto_tool_choice="yes")
     err = plan_fails(project, capsys)
     assert "decode engine_kwargs.enable_auto_tool_choice: 'yes'" in err and "true or false" in err, err
+
+
+def test_a_mistake_costs_under_two_seconds_of_cpu_from_a_fresh_process(project):
+    """The whole `make plan` path in a new interpreter, imports included. CPU seconds, not wall: the
+    figure holds whatever else the machine is doing (wall equals it on an idle machine)."""
+    serve = project / "serve_configs" / PD
+    serve.write_text(serve.read_text().replace("gpu_memory_utilization: 0.92", "gpu_memory_utilization: 1.5", 1))
+    code = "import sys; from offline import plan; plan.ROOT = __import__('pathlib').Path(sys.argv[1]); "
+    code += "from domain import serve_config; serve_config.SERVE_CONFIG_DIR = plan.ROOT / 'serve_configs'; "
+    code += "sys.exit(plan.main(['--stack', 'dev', '--out', sys.argv[2]]))"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    argv = [sys.executable, "-c", code, str(project), str(project / "out")]
+    run = subprocess.run(argv, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert "gpu_memory_utilization: 1.5" in run.stderr
+    assert cpu < 2, f"{cpu:.2f} CPU seconds"
+
+
+def test_botocore_facts_are_read_once_per_botocore_version(tmp_path, monkeypatch):
+    """The cache file holds exactly what botocore's models say, and a later run reads the file."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    aws_facts._botocore_facts.cache_clear()
+    fresh = aws_facts._read_botocore_facts()
+    assert aws_facts._botocore_facts() == fresh
+    assert aws_facts.facts_cache_file().parent == tmp_path / "ray-llm-eks"
+    assert json.loads(aws_facts.facts_cache_file().read_text()) == fresh
+    assert "p5.48xlarge" in fresh["ec2_instance_types"] and 3653 in fresh["log_retention_days"]
+
+    def botocore_must_not_be_read():
+        raise AssertionError("read botocore again although its facts are cached")
+
+    monkeypatch.setattr(aws_facts, "_read_botocore_facts", botocore_must_not_be_read)
+    aws_facts._botocore_facts.cache_clear()
+    assert aws_facts._botocore_facts() == fresh
+    aws_facts._botocore_facts.cache_clear()
