@@ -10,18 +10,24 @@ from domain.errors import ConfigError
 
 HOURS_PER_MONTH = 730  # AWS's convention for monthly prices
 
-# On-demand Linux, USD per hour, by region. Sources: us-east-1 from aws/karpenter-provider-aws
-# pkg/providers/pricing/zz_generated.pricing_aws.go (generated 2026-07-20 from the AWS Price List
-# API, commit 6fc13b523; every type of domain/aws_facts.py is in it), matching a price book checked
-# against AWS's public price list on 2026-10-08; us-east-2, us-west-2 and eu-west-1 from
-# instances.vantage.sh data (2026-08-26), GPU types only (and eu-west-1's m7i), so partial. A type
-# or region missing here has no price (said, not guessed); prices change: override them with the
+# On-demand Linux, USD per hour, by region. Sources:
+# - us-east-1: aws/karpenter-provider-aws pkg/providers/pricing/zz_generated.pricing_aws.go (generated
+#   2026-07-20 from the AWS Price List API, commit 6fc13b523; still us-east-1 only in v1.15.2), every type
+#   of domain/aws_facts.py, matching a price book checked against AWS's public price list on 2026-10-08;
+# - us-east-2, us-west-2: the same prices as us-east-1 for every type of domain/aws_facts.py in
+#   cristim/ec2-instances-info data/instances.json (ec2instances.info data, Go module
+#   v0.0.0-20250528091325-32acf84f42eb), except p4d/p5, which AWS cut in June 2025 (that data predates
+#   it): those from instances.vantage.sh (2026-08-26), which agrees with Karpenter's us-east-1 table;
+# - eu-west-1: the same ec2instances.info data; instances.vantage.sh (2026-08-26) for p4d. That data lists
+#   no g6, g6e or p5 in eu-west-1 (not offered there then): they have no price here, and the deploy-time
+#   offering check names the zones that do offer a type.
+# A type or region missing here has no price (said, not guessed); prices change: override them with the
 # `prices` stack key.
 PRICES_AS_OF = {
     "us-east-1": "2026-10-08",
-    "us-east-2": "2026-08-26",
-    "us-west-2": "2026-08-26",
-    "eu-west-1": "2026-08-26",
+    "us-east-2": "2025-05-28",  # p4d/p5: 2026-08-26
+    "us-west-2": "2025-05-28",  # p4d/p5: 2026-08-26
+    "eu-west-1": "2025-05-28",  # p4d: 2026-08-26
 }
 _GPU_US = {
     "g6.8xlarge": 2.0144,
@@ -37,40 +43,42 @@ _GPU_US = {
     "p4d.24xlarge": 21.95764,
     "p5.48xlarge": 55.04,
 }
+_US_EAST_1 = {
+    **_GPU_US,
+    "g5.xlarge": 1.006,
+    "g6.24xlarge": 6.6752,
+    "g6.xlarge": 0.8048,
+    "g6.2xlarge": 0.9776,
+    "g6.4xlarge": 1.3232,
+    "g6e.xlarge": 1.861,
+    "g6e.2xlarge": 2.24208,
+    "g6e.4xlarge": 3.00424,
+    "g6e.16xlarge": 7.57719,
+    "g6e.24xlarge": 15.06559,
+    "m7i.large": 0.1008,
+    "m7i.xlarge": 0.2016,
+    "m7i.2xlarge": 0.4032,
+    "m7i.4xlarge": 0.8064,
+    "m7i.8xlarge": 1.6128,
+    # Other system-node types of domain/aws_facts.py (same Karpenter table, commit 6fc13b523).
+    "t3.small": 0.0208,
+    "t3.medium": 0.0416,
+    "t3.large": 0.0832,
+    "t3.xlarge": 0.1664,
+    "t3.2xlarge": 0.3328,
+    "m5.large": 0.096,
+    "m5.xlarge": 0.192,
+    "m5.2xlarge": 0.384,
+    "m6i.large": 0.096,
+    "m6i.xlarge": 0.192,
+    "m6i.2xlarge": 0.384,
+}
 INSTANCE_USD_PER_HOUR: dict[str, dict[str, float]] = {
-    "us-east-1": {
-        **_GPU_US,
-        "g5.xlarge": 1.006,
-        "g6.24xlarge": 6.6752,
-        "g6.xlarge": 0.8048,
-        "g6.2xlarge": 0.9776,
-        "g6.4xlarge": 1.3232,
-        "g6e.xlarge": 1.861,
-        "g6e.2xlarge": 2.24208,
-        "g6e.4xlarge": 3.00424,
-        "g6e.16xlarge": 7.57719,
-        "g6e.24xlarge": 15.06559,
-        "m7i.large": 0.1008,
-        "m7i.xlarge": 0.2016,
-        "m7i.2xlarge": 0.4032,
-        "m7i.4xlarge": 0.8064,
-        "m7i.8xlarge": 1.6128,
-        # Other system-node types of domain/aws_facts.py (same Karpenter table, commit 6fc13b523).
-        "t3.small": 0.0208,
-        "t3.medium": 0.0416,
-        "t3.large": 0.0832,
-        "t3.xlarge": 0.1664,
-        "t3.2xlarge": 0.3328,
-        "m5.large": 0.096,
-        "m5.xlarge": 0.192,
-        "m5.2xlarge": 0.384,
-        "m6i.large": 0.096,
-        "m6i.xlarge": 0.192,
-        "m6i.2xlarge": 0.384,
-    },
-    "us-east-2": dict(_GPU_US),
-    "us-west-2": dict(_GPU_US),
+    "us-east-1": _US_EAST_1,
+    "us-east-2": dict(_US_EAST_1),
+    "us-west-2": dict(_US_EAST_1),
     "eu-west-1": {
+        "g5.xlarge": 1.123,
         "g5.8xlarge": 2.73271,
         "g5.12xlarge": 6.33167,
         "g5.48xlarge": 18.18233,
@@ -79,14 +87,30 @@ INSTANCE_USD_PER_HOUR: dict[str, dict[str, float]] = {
         "m7i.xlarge": 0.2247,
         "m7i.2xlarge": 0.4494,
         "m7i.4xlarge": 0.8988,
+        "m7i.8xlarge": 1.7976,
+        "t3.small": 0.0228,
+        "t3.medium": 0.0456,
+        "t3.large": 0.0912,
+        "t3.xlarge": 0.1824,
+        "t3.2xlarge": 0.3648,
+        "m5.large": 0.107,
+        "m5.xlarge": 0.214,
+        "m5.2xlarge": 0.428,
+        "m6i.large": 0.107,
+        "m6i.xlarge": 0.214,
+        "m6i.2xlarge": 0.428,
     },
 }
 # Regions whose table prices every instance type of domain/aws_facts.py, the NAT gateway and gp3
 # (the README lists these; a test holds them complete).
-COMPLETE_REGIONS = ("us-east-1",)
+COMPLETE_REGIONS = ("us-east-1", "us-east-2", "us-west-2")
 # Plus $0.045-0.048 per GB processed, which the hourly figure leaves out.
 NAT_GATEWAY_USD_PER_HOUR = {"us-east-1": 0.045, "us-east-2": 0.045, "us-west-2": 0.045, "eu-west-1": 0.048}
-EBS_GP3_USD_PER_GB_MONTH = {"us-east-1": 0.08, "eu-west-1": 0.088}
+# gp3 storage, USD per GB-month. us-east-2: AWS's price list (AmazonEC2 offer, USE2-EBS:VolumeUsage.gp3,
+# "$0.08 per GB-month ... US East (Ohio)", effective 2023-03-01) as quoted in opencost/opencost
+# pkg/cloud/aws/provider_test.go; us-west-2: USW2-EBS:VolumeUsage.gp3 from AWS's us-west-2 price-list file,
+# as a public EKS lab cost guide quoted it on 2026-10-04; us-east-1 and eu-west-1: as checked 2026-10-08.
+EBS_GP3_USD_PER_GB_MONTH = {"us-east-1": 0.08, "us-east-2": 0.08, "us-west-2": 0.08, "eu-west-1": 0.088}
 PUBLIC_IPV4_USD_PER_HOUR = 0.005  # every public IPv4 address, the NAT gateways' EIPs included
 KMS_KEY_USD_PER_MONTH = 1.0
 EKS_USD_PER_HOUR = {"standard": 0.10, "extended": 0.60}

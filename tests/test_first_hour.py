@@ -5,6 +5,7 @@ nothing written."""
 from __future__ import annotations
 
 import json
+import re
 import resource
 import shutil
 import subprocess
@@ -204,22 +205,25 @@ def test_gated_model_plans_without_a_token_and_warns():
 
 
 def test_a_copy_of_dev_in_another_region_plans(project, capsys, plans):
-    """us-west-2 is in the README; its price table is partial (GPU types only): the plan passes and
-    its cost table names each missing price, and with the stack's own `prices` it is complete."""
-    text = (project / "Pulumi.dev.yaml").read_text().replace("us-east-1", "us-west-2")
-    (project / "Pulumi.mine.yaml").write_text(text)
+    """A copy of dev in us-west-2 (complete prices) plans with a total; in eu-west-1, which offered no g6
+    when its prices were taken, the cost table names each missing price, and the stack's own `prices`
+    complete it."""
+    dev = (project / "Pulumi.dev.yaml").read_text()
     out = project / "plan-mine"
+    (project / "Pulumi.mine.yaml").write_text(dev.replace("us-east-1", "us-west-2"))
     assert plan_cli.main(["--stack", "mine", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "us-west-2 on-demand" in printed and (out / "resources.json").exists()
-    assert "total: unknown, no price for system nodes m7i.xlarge, EBS gp3 root volumes (GB)" in printed
+    # us-west-2's table has us-east-1's prices for these types: the same total as dev.
+    assert f"total: {plans['dev'].outputs['estimatedHourlyCostUsd']:.2f} $/h" in printed
 
-    # The user's own figures (us-east-1's here, for a number to check the total against).
-    own_prices = "  ray-llm-eks:prices:\n    instances: {m7i.xlarge: 0.2016}\n    ebsGp3PerGbMonth: 0.08\n"
-    (project / "Pulumi.mine.yaml").write_text(text + own_prices)
+    ireland = dev.replace("us-east-1", "eu-west-1")
+    (project / "Pulumi.mine.yaml").write_text(ireland)
     assert plan_cli.main(["--stack", "mine", "--out", str(out)]) == 0
-    # The same figures as dev's us-east-1 table (GPU, NAT, IPv4, KMS prices are equal there): the same total.
-    assert f"total: {plans['dev'].outputs['estimatedHourlyCostUsd']:.2f} $/h" in capsys.readouterr().out
+    assert "total: unknown, no price for prefill nodes g6.8xlarge, decode nodes g6.8xlarge" in capsys.readouterr().out
+    (project / "Pulumi.mine.yaml").write_text(ireland + "  ray-llm-eks:prices:\n    instances: {g6.8xlarge: 2.5}\n")
+    assert plan_cli.main(["--stack", "mine", "--out", str(out)]) == 0
+    assert re.search(r"total: [\d.]+ \$/h", capsys.readouterr().out)
 
 
 # ---- 10. Plans are byte-identical for identical input
