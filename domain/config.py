@@ -1,9 +1,9 @@
 """Stack configuration: read once into frozen dataclasses and validated before any resource exists.
 
-Every key lives in the `ray-llm-eks:` namespace and is declared in Pulumi.yaml (the Pulumi CLI
-rejects an undeclared one). Scalars are typed keys; node pools are structured values (declared
-without a type, so the CLI passes them through) that this module checks itself, unknown fields
-included. Any bad value raises ConfigError naming the key, the value and what is allowed.
+Every key lives in the `ray-llm-eks:` namespace and is listed in domain/data/config_keys.yaml
+(domain/config_keys.py refuses any other). Scalars are typed keys; node pools are structured values
+that this module checks itself, unknown fields included. Any bad value raises ConfigError naming the
+key, the value and what is allowed.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from domain import aws_facts, model_fit, prices, serve_config, sizing, versions
+from domain import aws_facts, config_keys, model_fit, prices, serve_config, sizing, versions
 from domain.errors import PROJECT, ConfigError
 from domain.settings import (
     GPU_ROLES,
@@ -526,6 +526,7 @@ def load_stack_settings() -> Settings:
     """Settings of the running Pulumi stack (the program's single config read)."""
     import pulumi
 
+    config_keys.refuse_unknown_in_running_stack()
     project_config = pulumi.Config(PROJECT)
     settings = load_settings(project_config.get, pulumi.get_stack(), pulumi.Config("aws").get("region"))
     hf_token = project_config.get_secret("hfToken")

@@ -2,7 +2,7 @@
 not create (EKS Blueprints, terraform-aws-eks, any conformant cluster), and whether `up` waits for
 the RayService to turn Ready.
 
-Keys (all in the ray-llm-eks namespace, declared in Pulumi.yaml):
+Keys (all in the ray-llm-eks namespace, listed in domain/data/config_keys.yaml):
   existingCluster       true: skip the VPC, EKS and node groups; deploy onto the cluster of `kubeconfig`
   kubeconfig            (secret) that cluster's kubeconfig; unset: the environment's (KUBECONFIG or ~/.kube/config)
   kubeContext           the kubeconfig context to use (default: its current-context)

@@ -1,6 +1,7 @@
-"""Read Pulumi.yaml and Pulumi.<stack>.yaml the way the Pulumi CLI does, and refuse what it refuses:
-a project file that breaks Pulumi's project schema, or a stack key the project does not declare or
-whose value has the wrong type. `secure:` values are never decrypted: they become `[secret]`."""
+"""Read Pulumi.yaml and Pulumi.<stack>.yaml the way the Pulumi CLI does, and refuse what it refuses
+(a project file that breaks Pulumi's project schema, a key the project declares that the stack does
+not set) and what the program refuses (a key it does not read, a value of the wrong type: the keys
+are in domain/data/config_keys.yaml). `secure:` values are never decrypted: they become `[secret]`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import jsonschema
 
-from domain import yaml_files
+from domain import config_keys, yaml_files
 
 SECRET_TEXT = "[secret]"
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,7 +107,7 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
             config.pop(key, None)
         else:
             config[key] = value
-    declared = project.get("config") or {}
+    declared = config_keys.declared()
 
     values: dict[str, str] = {}
     secrets: set[str] = set()
@@ -124,8 +125,8 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
         if namespace == name:
             if short not in declared:
                 raise StackFileError(
-                    f"Stack '{stack}' uses configuration key '{short}' which is not defined by the project "
-                    f"configuration (Pulumi.yaml declares: {sorted(declared)})"
+                    f"{path.name}: key '{short}' is not a key of this project (the keys are in "
+                    f"{config_keys.KEYS_FILE.name}: {sorted(declared)})"
                 )
             decl = declared[short] if isinstance(declared[short], dict) else {}
             if decl.get("secret") and not is_secret:
@@ -143,9 +144,20 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
         else:
             values[full] = _raw_string(value)
 
-    # Project defaults apply where the stack sets nothing, as the CLI merges them.
-    for short, decl in declared.items():
-        full = f"{name}:{short}"
-        if isinstance(decl, dict) and "default" in decl and full not in values:
-            values[full] = _raw_string(decl["default"])
+    # Keys declared in Pulumi.yaml: the CLI merges their default where the stack sets nothing, and
+    # refuses the stack if one has no default (pkg/workspace/config.go, mergeConfig).
+    missing = []
+    for short, decl in (project.get("config") or {}).items():
+        full = short if ":" in short else f"{name}:{short}"
+        if full in values:
+            continue
+        decl = decl if isinstance(decl, dict) else {"default": decl}
+        if "default" in decl or "value" in decl:
+            values[full] = _raw_string(decl.get("default", decl.get("value")))
+        elif full.startswith(f"{name}:"):
+            missing.append(short)
+    if missing:
+        raise StackFileError(
+            f"Stack '{stack}' is missing configuration values {sorted(missing)} (declared in Pulumi.yaml)"
+        )
     return StackConfig(name, stack, values, frozenset(secrets))

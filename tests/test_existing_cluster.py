@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 import components.existing_cluster as existing_cluster
+from domain import config_keys
 from domain.cluster_checks import ClusterMismatch, check_cluster, check_crd
 from domain.config import load_settings
 from domain.deploy_mode import check_kubeconfig, load_deploy_mode
@@ -125,8 +126,8 @@ def test_kubeconfig_must_parse_and_name_its_context():
     check_kubeconfig(KUBECONFIG, "ctx")
 
 
-def test_new_keys_are_declared_in_pulumi_yaml():
-    declared = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"]
+def test_new_keys_are_declared():
+    declared = config_keys.declared()
     for key in (
         "existingCluster",
         "kubeconfig",

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from domain import config_keys
+from domain.errors import ConfigError
 from offline import plan as plan_cli
 from offline.stackfile import PROJECT_SCHEMA, ROOT, StackFileError, load_project, load_stack, stack_names
 
@@ -18,7 +20,7 @@ SHARED_SCHEMAS = ROOT.parent / "shared" / "schemas"
 
 @pytest.fixture
 def project_copy(tmp_path: Path) -> Path:
-    for name in ("Pulumi.yaml", "Pulumi.dev.yaml", "__main__.py"):
+    for name in ("Pulumi.yaml", "Pulumi.dev.yaml", "__main__.py", "requirements.txt"):
         shutil.copy(ROOT / name, tmp_path / name)
     return tmp_path
 
@@ -32,9 +34,27 @@ def test_every_stack_file_is_found_and_loads():
 def test_project_file_matches_pulumis_schema():
     project = load_project()
     assert project["name"] == "ray-llm-eks" and project["runtime"]["name"] == "python"
-    for decl in project["config"].values():
+    # No key declared there: the CLI would require each one without a default on every stack.
+    assert "config" not in project
+    for decl in config_keys.declared().values():
         assert decl.get("type", "string") in {"string", "integer", "boolean", "array"}
         assert decl["description"]
+
+
+def test_a_key_declared_in_pulumi_yaml_without_default_is_required_like_the_cli(project_copy):
+    """pulumi up (CLI v3.274.1, pkg/workspace/config.go mergeConfig) refuses a stack that leaves a
+    declared key without a default unset; with a default, the default reaches the program."""
+    project = yaml.safe_load((project_copy / "Pulumi.yaml").read_text())
+    project["config"] = {"natGateways": {"type": "string", "default": "perAz"}, "clusterName": {"type": "string"}}
+    (project_copy / "Pulumi.yaml").write_text(yaml.safe_dump(project))
+    with pytest.raises(StackFileError, match=r"Stack 'dev' is missing configuration values \['clusterName'\]"):
+        load_stack("dev", root=project_copy)
+    config = load_stack("dev", root=project_copy, overrides={"ray-llm-eks:clusterName": "c"})
+    assert config.values["ray-llm-eks:natGateways"] == "single"  # the stack's own value wins
+    config = load_stack(
+        "dev", root=project_copy, overrides={"ray-llm-eks:clusterName": "c", "ray-llm-eks:natGateways": None}
+    )
+    assert config.values["ray-llm-eks:natGateways"] == "perAz"
 
 
 @pytest.mark.skipif(not SHARED_SCHEMAS.exists(), reason="../shared is not beside this checkout")
@@ -45,15 +65,29 @@ def test_vendored_schemas_equal_the_shared_ones():
 
 def test_a_project_file_pulumi_would_refuse_is_refused(project_copy):
     project = yaml.safe_load((project_copy / "Pulumi.yaml").read_text())
-    project["config"]["vpcCidr"]["type"] = "object"  # Pulumi allows string, integer, boolean, array only
+    project["config"] = {"vpcCidr": {"type": "object"}}  # Pulumi allows string, integer, boolean, array only
     (project_copy / "Pulumi.yaml").write_text(yaml.safe_dump(project))
     with pytest.raises(StackFileError, match="project schema at 'config/vpcCidr"):
         load_project(project_copy)
 
 
-def test_undeclared_key_is_refused_like_the_cli():
-    with pytest.raises(StackFileError, match="'vpcCdir' which is not defined by the project"):
+def test_a_key_the_program_does_not_read_is_refused():
+    with pytest.raises(StackFileError, match="key 'vpcCdir' is not a key of this project"):
         load_stack("dev", overrides={"ray-llm-eks:vpcCdir": "10.0.0.0/16"})
+
+
+def test_the_running_program_refuses_a_key_it_does_not_read(monkeypatch):
+    """The CLI passes undeclared keys through, so the program itself refuses them at `pulumi up`."""
+    from pulumi.runtime import config as runtime_config
+
+    from domain.config_keys import refuse_unknown_in_running_stack
+
+    runtime_config.set_all_config({"ray-llm-eks:vpcCidr": "10.0.0.0/16", "aws:profile": "work"})
+    refuse_unknown_in_running_stack()
+    runtime_config.set_all_config({"ray-llm-eks:vpcCidr": "10.0.0.0/16", "ray-llm-eks:vpcCdir": "10.0.0.0/16"})
+    with pytest.raises(ConfigError, match="ray-llm-eks:vpcCdir = '\\[set\\]': not a key of this project"):
+        refuse_unknown_in_running_stack()
+    runtime_config.set_all_config({})
 
 
 def test_declared_type_is_enforced_like_the_cli():
@@ -96,7 +130,7 @@ def test_plan_command_writes_the_files(tmp_path, capsys):
     ("overrides_yaml", "expected"),
     [
         ("ray-llm-eks:vpcCidr: 10.0.0.0/33", "ray-llm-eks:vpcCidr = '10.0.0.0/33'"),
-        ("ray-llm-eks:vpcCidrr: 10.0.0.0/16", "'vpcCidrr' which is not defined"),
+        ("ray-llm-eks:vpcCidrr: 10.0.0.0/16", "key 'vpcCidrr' is not a key of this project"),
     ],
 )
 def test_plan_command_fails_with_one_clear_message(tmp_path, capsys, monkeypatch, overrides_yaml, expected):
@@ -115,7 +149,7 @@ def test_plan_command_fails_with_one_clear_message(tmp_path, capsys, monkeypatch
 
 
 def test_declared_keys_are_exactly_the_keys_the_program_reads():
-    """Pulumi.yaml, domain/config.py and README agree on the config keys."""
+    """domain/data/config_keys.yaml, domain/config.py and README agree on the config keys."""
     from domain.config import load_settings
     from domain.deploy_mode import load_deploy_mode
 
@@ -128,7 +162,7 @@ def test_declared_keys_are_exactly_the_keys_the_program_reads():
 
     load_settings(get, "dev", "us-east-1")
     load_deploy_mode(get)
-    declared = set(load_project()["config"])
+    declared = set(config_keys.declared())
     assert asked | {"hfToken"} == declared  # hfToken is read as a secret, in load_stack_settings
     readme = (ROOT / "README.md").read_text()
     assert [key for key in sorted(declared) if f"`{key}`" not in readme] == []
