@@ -6,6 +6,7 @@ import pulumi
 
 from components.aws_answers import PulumiAwsAnswers
 from components.cluster import Cluster
+from components.cluster_autoscaler import ClusterAutoscaler
 from components.device_plugins import DevicePlugins
 from components.existing_cluster import ExistingCluster
 from components.gpu_nodes import GpuNodePool
@@ -13,7 +14,7 @@ from components.kuberay import KubeRayOperator
 from components.llm_service import LlmService
 from components.network import Network
 from components.weights_access import WeightsAccess
-from domain import cost, pool_use, preflight
+from domain import cost, pool_use, preflight, scaling
 from domain.config import OFFLINE_PLAN_ENV, load_stack_settings
 from domain.deploy_mode import load_stack_deploy_mode
 from domain.errors import ConfigError
@@ -63,6 +64,17 @@ if mode.install_device_plugins:
             on_system_nodes,
         )
     )
+if not mode.existing_cluster and scaling.autoscaler_needed(settings.gpu_pools):
+    installed.append(
+        ClusterAutoscaler(
+            "cluster-autoscaler",
+            serving.cluster_autoscaler,
+            settings.cluster.name,
+            settings.region,
+            settings.cluster.kubernetes_version,
+            on_system_nodes,
+        )
+    )
 if mode.install_kuberay:
     installed.append(KubeRayOperator("kuberay", serving.kuberay, on_system_nodes))
 service = LlmService(
@@ -91,3 +103,4 @@ pulumi.export("openaiPythonExample", service.openai_example)  # after the port-f
 pulumi.export("dashboardPortForwardCommand", service.dashboard_port_forward)
 pulumi.export("estimatedHourlyCostUsd", estimate.usd_per_hour)
 pulumi.export("costEstimate", estimate.as_output())
+pulumi.export("hourlyCostRangeUsd", cost.cost_range(settings, settings.prices))  # pools at min / desired / max

@@ -9,7 +9,9 @@ import yaml
 
 from components.cluster import Cluster, scaling
 from components.network import Network
+from components.node_template_tags import NodeTemplateTags
 from domain.placement import GPU_TAINT, gpu_labels
+from domain.scaling import pool_scales
 from domain.settings import GpuPoolSettings
 
 # nodeadm's local storage: one RAID0 array from all instance-store NVMe at LOCAL_NVME_ROOT.
@@ -73,7 +75,13 @@ class GpuNodePool(pulumi.ComponentResource):
             ],
             labels=gpu_labels(role),
             taints=[aws.eks.NodeGroupTaintArgs(**GPU_TAINT)],
+            # The Cluster Autoscaler owns desiredSize between min and max: `up` must not reset it.
+            ignore_scaling_changes=True if pool_scales(settings) else None,
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.node_group_name = self.node_group.node_group.node_group_name
+        if pool_scales(settings):  # the Cluster Autoscaler may take it to zero and must grow it back
+            self.template_tags = NodeTemplateTags(
+                f"{role}-node-template", settings, self.node_group.node_group, pulumi.ResourceOptions(parent=self)
+            )
         self.register_outputs({"nodeGroupName": self.node_group_name, "amiId": ami_id})

@@ -8,7 +8,15 @@ from collections.abc import Mapping
 import pulumi
 import pulumi_kubernetes as k8s
 
-from domain.ray_service import HEAD_PORTS, HF_TOKEN_KEY, HF_TOKEN_SECRET, SERVE_PORT, ray_service_spec
+from domain.ray_service import (
+    HEAD_PORTS,
+    HF_TOKEN_KEY,
+    HF_TOKEN_SECRET,
+    SERVE_PORT,
+    ray_service_spec,
+    replacement_paths,
+    worker_groups_annotation,
+)
 from domain.serve_config import llm_configs_by_role
 from domain.settings import GpuPoolSettings, ServingSettings
 
@@ -54,6 +62,7 @@ class LlmService(pulumi.ComponentResource):
                 )
             )
 
+        spec = ray_service_spec(serving, pools, with_token=hf_token is not None)
         self.ray_service = k8s.apiextensions.CustomResource(
             f"{name}-rayservice",
             api_version="ray.io/v1",
@@ -61,14 +70,15 @@ class LlmService(pulumi.ComponentResource):
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=serving.service_name,
                 namespace=serving.namespace,
-                annotations=ready_annotations(serving, wait_for_ready),
+                annotations={**ready_annotations(serving, wait_for_ready), **worker_groups_annotation(spec)},
             ),
-            spec=ray_service_spec(serving, pools, with_token=hf_token is not None),
+            spec=spec,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=waits_for,
                 # Cluster changes need the GPUs of the running cluster: delete it first, then create.
-                replace_on_changes=["spec.rayClusterConfig"],
+                # Worker bounds (scaling) are applied in place, as KubeRay does.
+                replace_on_changes=replacement_paths(spec),
                 delete_before_replace=True,
             ),
         )

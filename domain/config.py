@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from domain import aws_facts, config_keys, model_fit, prices, serve_config, sizing, versions
+from domain import aws_facts, config_keys, model_fit, prices, scaling, serve_config, sizing, versions
 from domain.errors import PROJECT, ConfigError
 from domain.settings import (
     GPU_ROLES,
@@ -128,7 +128,7 @@ _POOL_FIELDS = {"instanceType": str, "minSize": int, "desiredSize": int, "maxSiz
 
 def _node_pool(key: str, raw: Any, default_disk: int) -> NodePoolSettings:
     raw = _fields(key, raw, _POOL_FIELDS, required=("instanceType",))
-    desired = raw.get("desiredSize", 1)
+    desired = raw.get("desiredSize", max(raw.get("minSize", 1), 1))
     pool = NodePoolSettings(
         instance_type=raw["instanceType"],
         min_size=raw.get("minSize", desired),
@@ -329,12 +329,6 @@ def _gpu_pools(raw: _Raw, network: NetworkSettings, version: str) -> dict[str, G
         nodes = _node_pool(f"gpuPools.{role}", pool_raw, default_disk=100)
         pool = GpuPoolSettings(role, nodes, network.gpu_availability_zone, version, ami)
         spec = _gpu_instance_type(f"gpuPools.{role}.instanceType", nodes.instance_type, need_efa=pool.efa)
-        if nodes.desired_size < 1:
-            raise ConfigError(
-                f"gpuPools.{role}.desiredSize",
-                nodes.desired_size,
-                "1 or more: the app runs on it and nothing scales it up",
-            )
         if not spec.nvme_gb:
             raise ConfigError(
                 f"gpuPools.{role}.instanceType",
@@ -397,10 +391,14 @@ def _serve_overrides(raw: _Raw) -> serve_config.ServeOverrides:
             raise ConfigError(f"replicas.{role}", count, f"a pool role from {list(GPU_ROLES)}")
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise ConfigError(f"replicas.{role}", count, "a whole number of replicas, 1 or more")
+    autoscaling = scaling.parse_autoscaling(raw.structured("autoscaling", dict, {}))
+    for role in autoscaling:
+        if role not in GPU_ROLES:
+            raise ConfigError(f"autoscaling.{role}", autoscaling[role], f"a pool role from {list(GPU_ROLES)}")
     kv_buffer_device = raw.text("kvBufferDevice", "cuda")
     if kv_buffer_device not in serve_config.KV_BUFFER_DEVICES:
         raise ConfigError("kvBufferDevice", kv_buffer_device, f"one of {list(serve_config.KV_BUFFER_DEVICES)}")
-    return serve_config.ServeOverrides(model_id, model_source, max_len, replicas, kv_buffer_device)
+    return serve_config.ServeOverrides(model_id, model_source, max_len, replicas, autoscaling, kv_buffer_device)
 
 
 # S3 bucket naming rules (3-63 of a-z 0-9 . -, starting and ending with a letter or digit).
@@ -476,6 +474,7 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings]) -> Se
         kuberay=_chart(raw, "kuberayVersion", versions.KUBERAY_CHART),
         nvidia_plugin=_chart(raw, "nvidiaDevicePluginVersion", versions.NVIDIA_PLUGIN_CHART),
         efa_plugin=_chart(raw, "efaDevicePluginVersion", versions.EFA_PLUGIN_CHART),
+        cluster_autoscaler=_chart(raw, "clusterAutoscalerVersion", versions.CLUSTER_AUTOSCALER_CHART),
         privileged_workers=raw.boolean("privilegedWorkers", True),
         ready_timeout_seconds=timeout,
         weights_s3_uris=weights_s3,
@@ -505,6 +504,8 @@ def load_settings(get: Getter, stack: str, region: str | None) -> Settings:
     cluster = _cluster(raw, name, region, network.vpc_cidr)
     pools = _gpu_pools(raw, network, cluster.kubernetes_version)
     serving = _serving(raw, region, pools)
+    # Node bounds of autoscaling roles follow their replicas (domain/scaling.py), or must agree with them.
+    pools = scaling.reconcile_pools(pools, serving.serve_document, raw.structured("gpuPools", dict, {}))
     price_overrides = prices.price_overrides(raw.structured("prices", dict, None))
     return Settings(
         region=region,

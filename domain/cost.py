@@ -81,7 +81,26 @@ def table(estimate: dict) -> str:
     return "\n".join(rows)
 
 
-def estimate(settings: Settings, overrides: PriceOverrides) -> CostEstimate:
+SIZES = ("min", "desired", "max")  # node counts of every pool: minSize, desiredSize, maxSize
+
+
+def _count(nodes, size: str) -> int:
+    return {"min": nodes.min_size, "desired": nodes.desired_size, "max": nodes.max_size}[size]
+
+
+def cost_range(settings: Settings, overrides: PriceOverrides) -> dict[str, float | None]:
+    """$/h with every pool at its minSize, desiredSize and maxSize: what autoscaling can cost."""
+    return {size: estimate(settings, overrides, size).usd_per_hour for size in SIZES}
+
+
+def range_line(usd: dict[str, float | None]) -> str:
+    """One line for `make plan` under the table."""
+    if any(v is None for v in usd.values()):
+        return "  range: unknown (a price is missing)"
+    return "  range: " + ", ".join(f"at {size} {usd[size]:.2f} $/h" for size in SIZES) + " (every pool at that size)"
+
+
+def estimate(settings: Settings, overrides: PriceOverrides, size: str = "desired") -> CostEstimate:
     region = settings.region
     instance_prices = {**INSTANCE_USD_PER_HOUR.get(region, {}), **overrides.instances}
     nat = overrides.nat_gateway_per_hour
@@ -95,13 +114,13 @@ def estimate(settings: Settings, overrides: PriceOverrides) -> CostEstimate:
     for role, nodes in pools.items():
         lines.append(
             CostLine(
-                f"{role} nodes {nodes.instance_type}", nodes.desired_size, instance_prices.get(nodes.instance_type)
+                f"{role} nodes {nodes.instance_type}", _count(nodes, size), instance_prices.get(nodes.instance_type)
             )
         )
     nat_count = len(settings.network.availability_zones) if settings.network.nat_gateways == "perAz" else 1
     lines.append(CostLine("NAT gateways", nat_count, nat))
     lines.append(CostLine("public IPv4 addresses (NAT EIPs)", nat_count, PUBLIC_IPV4_USD_PER_HOUR))
-    disk_gb = sum(nodes.disk_size_gib * nodes.desired_size for nodes in pools.values())
+    disk_gb = sum(nodes.disk_size_gib * _count(nodes, size) for nodes in pools.values())
     lines.append(CostLine("EBS gp3 root volumes (GB)", disk_gb, None if gp3 is None else gp3 / HOURS_PER_MONTH))
     lines.append(CostLine("KMS key (secrets encryption)", 1, KMS_KEY_USD_PER_MONTH / HOURS_PER_MONTH))
     return CostEstimate(region, tuple(lines))

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from domain.placement import GPU_TAINT, LOCAL_NVME_ROOT, SYSTEM_LABELS
+from domain.scaling import role_bounds
 from domain.serve_config import role_resource, to_yaml
 from domain.settings import GpuPoolSettings, ServingSettings
-from domain.sizing import HEAD_REQUESTS, Resources, gpu_node_daemonsets, worker_container
+from domain.sizing import HEAD_REQUESTS, RAY_AUTOSCALER_REQUESTS, Resources, gpu_node_daemonsets, worker_container
 
 HF_TOKEN_SECRET = "hf-token"
 HF_TOKEN_KEY = "HF_TOKEN"
@@ -30,6 +31,14 @@ CACHE_ENV = {
 INIT_REQUESTS = Resources(100, 64)
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "metrics": 8080, "serve": 8000}
 SERVE_PORT = HEAD_PORTS["serve"]
+# The Cluster Autoscaler never evicts these pods to empty a node (its FAQ, "What types of pods can
+# prevent CA from removing a node?"): a GPU node goes only once Ray has removed its idle worker, so
+# an in-flight request is never cut off by a node scale-down.
+NOT_EVICTABLE = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
+# KubeRay's autoscaler removes a worker pod after its Ray node has run nothing this long (KubeRay's
+# default, 60 s); Ray Serve has already waited downscale_delay_s (default 600 s) before it removed
+# the replica, so this only adds to it.
+WORKER_IDLE_TIMEOUT_SECONDS = 60
 
 
 def _resources(requests: Resources, extra: Mapping[str, int] | None = None) -> dict:
@@ -55,10 +64,11 @@ def head_group(serving: ServingSettings, with_token: bool) -> dict:
     return {
         "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
         "template": {
+            "metadata": {"annotations": dict(NOT_EVICTABLE)},
             "spec": {
                 "nodeSelector": dict(SYSTEM_LABELS),
                 "containers": [head],
-            }
+            },
         },
     }
 
@@ -145,6 +155,7 @@ def worker_group(
         # `ray start --resources`: the same as rayStartParams.resources, without JSON in a string.
         "resources": {role_resource(pool.role): str(spec.gpus)},
         "template": {
+            "metadata": {"annotations": dict(NOT_EVICTABLE)},
             "spec": {
                 "nodeSelector": {"role": pool.role},
                 "tolerations": [
@@ -170,21 +181,58 @@ def worker_group(
                     {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_mib(size)}Mi"}},
                     {"name": "model-cache", "hostPath": {"path": MODEL_CACHE_HOST_PATH, "type": "DirectoryOrCreate"}},
                 ],
-            }
+            },
         },
     }
 
 
+def autoscaler_options() -> dict:
+    """KubeRay's autoscaler sidecar in the head pod: it turns Ray's demand (pending replicas' GPU
+    bundles) into worker pods, within each worker group's min/max."""
+    return {
+        "upscalingMode": "Default",
+        "idleTimeoutSeconds": WORKER_IDLE_TIMEOUT_SECONDS,
+        "resources": _resources(RAY_AUTOSCALER_REQUESTS),
+    }
+
+
+# KubeRay v1.7.0 leaves these out of its RayCluster hash (utils/util.go
+# GenerateHashWithoutReplicasAndWorkersToDelete) and applies them to the running cluster in place.
+IN_PLACE_WORKER_FIELDS = ("replicas", "minReplicas", "maxReplicas")
+WORKER_GROUPS_ANNOTATION = "ray-llm-eks/worker-groups"
+
+
+def replacement_paths(spec: dict) -> list[str]:
+    """What replaces the RayService (delete first): every field of `rayClusterConfig` KubeRay would
+    need a new cluster for, but not the worker bounds the autoscaler and a scaling change move.
+    Pulumi replaces when one of these paths contains a changed path (engine applyReplaceOnChanges,
+    PropertyPath.Contains), so a worker group added or removed is caught by the annotation instead."""
+    cluster = spec["rayClusterConfig"]
+    paths = [f"spec.rayClusterConfig.{k}" for k in cluster if k != "workerGroupSpecs"]
+    worker_keys = {k for group in cluster["workerGroupSpecs"] for k in group} - set(IN_PLACE_WORKER_FIELDS)
+    paths += [f"spec.rayClusterConfig.workerGroupSpecs[*].{k}" for k in sorted(worker_keys)]
+    return [*paths, f'metadata.annotations["{WORKER_GROUPS_ANNOTATION}"]']
+
+
+def worker_groups_annotation(spec: dict) -> dict[str, str]:
+    return {WORKER_GROUPS_ANNOTATION: ",".join(g["groupName"] for g in spec["rayClusterConfig"]["workerGroupSpecs"])}
+
+
 def ray_service_spec(serving: ServingSettings, pools: Mapping[str, GpuPoolSettings], with_token: bool) -> dict:
+    autoscales = any(b.autoscales for b in role_bounds(serving.serve_document).values())
+    cluster = {
+        "rayVersion": serving.ray_version,
+        # Ray Serve asks for replicas; KubeRay's autoscaler adds the worker pods they need.
+        "enableInTreeAutoscaling": autoscales,
+        "headGroupSpec": head_group(serving, with_token),
+        "workerGroupSpecs": [worker_group(p, serving, pools, with_token) for p in pools.values()],
+    }
+    if autoscales:
+        cluster["autoscalerOptions"] = autoscaler_options()
     return {
         "serveConfigV2": to_yaml(serving.serve_document),
         # A fixed GPU fleet cannot host a second Ray cluster during an upgrade: cluster changes
         # replace the RayService (delete first, see LlmService); serve-config changes apply in place.
         "upgradeStrategy": {"type": "None"},
-        "rayClusterConfig": {
-            "rayVersion": serving.ray_version,
-            "enableInTreeAutoscaling": False,
-            "headGroupSpec": head_group(serving, with_token),
-            "workerGroupSpecs": [worker_group(p, serving, pools, with_token) for p in pools.values()],
-        },
+        "rayClusterConfig": cluster,
     }

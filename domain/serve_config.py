@@ -52,6 +52,7 @@ class ServeOverrides:
     model_source: str | None = None
     max_model_len: int | None = None
     replicas: Mapping[str, int] | None = None
+    autoscaling: Mapping[str, dict] | None = None  # Ray Serve autoscaling_config per role (domain/scaling.py)
     kv_buffer_device: str = "cuda"  # kvBufferDevice: where NIXL's KV transfer buffers live
 
 
@@ -80,7 +81,7 @@ class PoolShape:
     instance_type: str
     gpu_model: str
     gpus_per_node: int
-    nodes: int  # nodes that run (desiredSize): nothing scales the pools by itself
+    nodes: int  # nodes that run (desiredSize): what a role of fixed replicas may use
 
 
 def load_serve_file(name: str) -> dict:
@@ -238,10 +239,21 @@ def render(
             if "autoscaling_config" in deployment:
                 raise ConfigError(f"replicas.{role}", overrides.replicas[role], f"unset: {where} autoscales {role}")
             deployment["num_replicas"] = overrides.replicas[role]
+        if overrides.autoscaling and role in overrides.autoscaling:
+            if overrides.replicas and role in overrides.replicas:
+                raise ConfigError(
+                    f"autoscaling.{role}", overrides.autoscaling[role], f"unset while replicas.{role} is set"
+                )
+            deployment.pop("num_replicas", None)  # Ray Serve refuses both
+            # The stack's fields over the file's: `autoscaling: {prefill: {maxReplicas: 5}}` changes one bound.
+            file_bounds = deployment.get("autoscaling_config", {})
+            deployment["autoscaling_config"] = {**file_bounds, **overrides.autoscaling[role]}
         replicas = deployment.get("num_replicas", 1)
         check_tensor_parallel(role, pool.instance_type, pool.gpus_per_node, engine.get("tensor_parallel_size", 1))
         gpus_per_replica = engine.get("tensor_parallel_size", 1) * engine.get("pipeline_parallel_size", 1)
-        if replicas * gpus_per_replica > pool.nodes * pool.gpus_per_node:
+        # An autoscaling role's bounds are checked against its pool's by domain/scaling.py.
+        fixed = "autoscaling_config" not in deployment
+        if fixed and replicas * gpus_per_replica > pool.nodes * pool.gpus_per_node:
             raise ConfigError(
                 f"replicas.{role}",
                 replicas,

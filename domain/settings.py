@@ -102,6 +102,7 @@ class ServingSettings:
     ready_timeout_seconds: int
     weights_s3_uris: tuple[str, ...] = ()  # s3:// model sources: the nodes get read access to them
     efa_plugin_image: str | None = None  # the EFA device plugin's image repository in this region
+    cluster_autoscaler: ChartPin | None = None  # installed when a GPU pool's min and max differ
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,19 @@ NODE_DAEMONSETS = {"aws-node": Resources(25, 0), "kube-proxy": Resources(100, 0)
 # (GCS, dashboard, Serve controller; no Ray tasks: num-cpus 0).
 OPERATOR_REQUESTS = Resources(100, 512)
 HEAD_REQUESTS = Resources(2000, 8192)
-SYSTEM_PODS = {"coredns": Resources(200, 140), "kuberay-operator": OPERATOR_REQUESTS, "ray-head": HEAD_REQUESTS}
+# With autoscaling on, the head pod also runs KubeRay's autoscaler sidecar (KubeRay v1.7.0 common/pod.go
+# BuildAutoscalerContainer default: 500m / 512Mi), and the system node the Cluster Autoscaler (its
+# chart sets no requests; 100m / 600Mi as in its AWS example, cloudprovider/aws/examples/
+# cluster-autoscaler-autodiscover.yaml).
+RAY_AUTOSCALER_REQUESTS = Resources(500, 512)
+CLUSTER_AUTOSCALER_REQUESTS = Resources(100, 600)
+SYSTEM_PODS = {
+    "coredns": Resources(200, 140),
+    "kuberay-operator": OPERATOR_REQUESTS,
+    "ray-head": HEAD_REQUESTS,
+    "ray-autoscaler": RAY_AUTOSCALER_REQUESTS,
+    "cluster-autoscaler": CLUSTER_AUTOSCALER_REQUESTS,
+}
 
 
 def system_node_room(spec: InstanceSpec) -> tuple[Resources, Resources]:

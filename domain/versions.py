@@ -27,6 +27,11 @@ KUBERAY_CHART = ("https://ray-project.github.io/kuberay-helm/", "kuberay-operato
 NVIDIA_PLUGIN_CHART = ("https://nvidia.github.io/k8s-device-plugin", "nvidia-device-plugin", "0.18.2")
 # eks-charts versions carry a leading "v" (stable/aws-efa-k8s-device-plugin/Chart.yaml).
 EFA_PLUGIN_CHART = ("https://aws.github.io/eks-charts", "aws-efa-k8s-device-plugin", "v0.5.30")
+# kubernetes/autoscaler tag cluster-autoscaler-chart-9.59.0 (appVersion 1.35.0). Its image is picked
+# per Kubernetes minor: the Cluster Autoscaler README asks for the release matching the cluster's minor
+# (newest patch tags of each minor in that repository).
+CLUSTER_AUTOSCALER_CHART = ("https://kubernetes.github.io/autoscaler", "cluster-autoscaler", "9.59.0")
+CLUSTER_AUTOSCALER_IMAGE_TAGS = {"1.34": "v1.34.5", "1.35": "v1.35.2", "1.36": "v1.36.1"}
 # The chart's image.repository is <us-west-2 registry>/eks/aws-efa-k8s-device-plugin (values.yaml); we
 # keep the path and the chart's tag, and swap the registry for the region's own.
 EFA_PLUGIN_IMAGE_REPOSITORY = "eks/aws-efa-k8s-device-plugin"

@@ -101,7 +101,12 @@ class PlanMocks(pulumi_mocks.Mocks):
             state["nodeGroup"] = self.monitor.stand_in_child(
                 "aws:eks/nodeGroup:NodeGroup",
                 args.name,
-                {"nodeGroupName": placeholder(f"eks:index:ManagedNodeGroup::{args.name}.nodeGroup.nodeGroupName")},
+                {
+                    "nodeGroupName": placeholder(f"eks:index:ManagedNodeGroup::{args.name}.nodeGroup.nodeGroupName"),
+                    "resources": [
+                        {"autoscalingGroups": [{"name": placeholder(f"{args.name} node group's Auto Scaling group")}]}
+                    ],
+                },
             )
         if not args.custom:
             return None, state

@@ -185,6 +185,8 @@ class Plan:
         lines += [f"  {i + 1:2d}. {r.type} {r.name}" for i, r in enumerate(chain)]
         if "costEstimate" in self.outputs:
             lines += ["", cost.table(self.outputs["costEstimate"])]
+            if "hourlyCostRangeUsd" in self.outputs:
+                lines.append(cost.range_line(self.outputs["hourlyCostRangeUsd"]))
         if self.warnings:
             lines += ["", "Warnings (`pulumi up` shows them too):"]
             lines += [f"  warning: {w}" for w in self.warnings]

@@ -278,8 +278,9 @@ def test_head_runs_on_the_system_node_and_fits_it(plans):
     need, offered = system_node_room(aws_facts.INSTANCE_SPECS["m7i.xlarge"])
     # m7i.xlarge: 4000m - 80m kube-reserved; 16384 MiB x 92.5% - 893 (11*58+255) - 100 eviction.
     assert offered == Resources(3920, 14162)
-    # aws-node 25m + kube-proxy 100m + CoreDNS 2 x (100m, 70Mi) + operator (100m, 512Mi) + head (2, 8Gi).
-    assert need == Resources(2425, 8844)
+    # aws-node 25m + kube-proxy 100m + CoreDNS 2 x (100m, 70Mi) + operator (100m, 512Mi) + head (2, 8Gi)
+    # + the head's autoscaler sidecar (500m, 512Mi) + the Cluster Autoscaler (100m, 600Mi).
+    assert need == Resources(3025, 9956)
     assert need.fits_in(offered)
     error, monitor = failing_run({NS + "systemNodes": {"instanceType": "m7i.large"}})
     assert "systemNodes.instanceType = 'm7i.large'" in str(error) and "room for the Ray head" in str(error)
@@ -321,7 +322,8 @@ def test_workers_are_privileged_by_default_and_can_opt_out(dev):
 def test_upgrade_and_readiness_options(dev):
     service = dev.one(RAY_SERVICE)
     assert service.inputs["spec"]["upgradeStrategy"] == {"type": "None"}
-    assert service.options["replaceOnChanges"] == ["spec.rayClusterConfig"]
+    assert "spec.rayClusterConfig.headGroupSpec" in service.options["replaceOnChanges"]
+    assert "spec.rayClusterConfig.workerGroupSpecs[*].template" in service.options["replaceOnChanges"]
     assert service.options["deleteBeforeReplace"] is True
     annotations = service.inputs["metadata"]["annotations"]
     assert annotations["pulumi.com/waitFor"] == "condition=Ready"
@@ -559,8 +561,16 @@ def test_baseline_stack_runs_the_collocated_app(plans):
 
 
 def test_serve_files_are_plain_data():
-    assert sorted(p.name for p in (ROOT / "serve_configs").iterdir()) == ["collocated.yaml", "pd-disaggregated.yaml"]
-    assert Path(ROOT / "serve_configs" / "pd-disaggregated.yaml").read_text().count("import_path") == 1
+    files = sorted(p.name for p in (ROOT / "serve_configs").iterdir())
+    assert files == [
+        "collocated.yaml",
+        "data-parallel.yaml",
+        "pd-disaggregated.yaml",
+        "pd-xpyd.yaml",
+        "tensor-parallel.yaml",
+    ]
+    for name in files:
+        assert Path(ROOT / "serve_configs" / name).read_text().count("import_path") == 1
 
 
 def efa_release(plan: Plan):

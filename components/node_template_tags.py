@@ -1,0 +1,45 @@
+"""NodeTemplateTags: the Cluster Autoscaler's picture of a node, as tags on a GPU pool's Auto Scaling
+group, so a pool at zero nodes can grow (domain/scaling.py names the tags)."""
+
+from __future__ import annotations
+
+import re
+
+import pulumi
+import pulumi_aws as aws
+
+from domain.scaling import node_template_tags
+from domain.settings import GpuPoolSettings
+
+
+def first_asg_name(resources: list) -> str:
+    """The node group's Auto Scaling group: EKS creates one per managed node group and reports it in
+    `resources[0].autoscalingGroups[0].name` (known after the node group exists)."""
+    return resources[0].autoscaling_groups[0].name
+
+
+class NodeTemplateTags(pulumi.ComponentResource):
+    """One aws.autoscaling.Tag per template tag. A managed node group's own tags stay on the EKS
+    resource and never reach its ASG, so they are set on the ASG itself, in the graph (destroyed with
+    it). Not propagated at launch: they describe nodes, they do not label instances."""
+
+    def __init__(
+        self,
+        name: str,
+        pool: GpuPoolSettings,
+        node_group: pulumi.Output[aws.eks.NodeGroup],
+        opts: pulumi.ResourceOptions,
+    ):
+        super().__init__("ray-llm-eks:node_template_tags:NodeTemplateTags", name, None, opts)
+        # ManagedNodeGroup.node_group is an Output of the NodeGroup (Output.resources is a method of Output).
+        asg_name = node_group.apply(lambda group: group.resources).apply(first_asg_name)
+        self.tags = {
+            key: aws.autoscaling.Tag(
+                f"{name}-{re.sub(r'[^A-Za-z0-9]+', '-', key.rsplit('node-template/', 1)[1])}",
+                autoscaling_group_name=asg_name,
+                tag=aws.autoscaling.TagTagArgs(key=key, value=value, propagate_at_launch=False),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            for key, value in node_template_tags(pool).items()
+        }
+        self.register_outputs({"autoscalingGroupName": asg_name})

@@ -1,0 +1,168 @@
+"""Scaling per role, across the three layers that must agree: Ray Serve replicas of the role's LLM
+deployment, the KubeRay worker group of its pool (one worker pod per GPU node), and the pool's
+managed node group (grown and shrunk by the Cluster Autoscaler).
+
+A role whose serve config (or the stack's `autoscaling` key) sets `autoscaling_config` scales;
+its node bounds follow from its replica bounds when the stack leaves them out, and are checked
+against them when it sets them, so a bound that one layer could never reach fails before any
+resource is declared, naming both sides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from domain.errors import ConfigError
+from domain.placement import GPU_TAINT, gpu_labels
+from domain.pool_use import nodes_used
+from domain.serve_config import llm_configs_by_role
+from domain.settings import GpuPoolSettings
+
+# Stack key `autoscaling`: {role: {...}} in the stack's spelling -> Ray Serve AutoscalingConfig field.
+AUTOSCALING_FIELDS = {
+    "minReplicas": "min_replicas",
+    "initialReplicas": "initial_replicas",
+    "maxReplicas": "max_replicas",
+    "targetOngoingRequests": "target_ongoing_requests",
+    "downscaleDelayS": "downscale_delay_s",
+    "upscaleDelayS": "upscale_delay_s",
+}
+# Ray Serve 2.58 AutoscalingConfig defaults (ray/serve/config.py): min_replicas 1, max_replicas 1.
+SERVE_DEFAULT_MIN, SERVE_DEFAULT_MAX = 1, 1
+
+# Cluster Autoscaler (cloudprovider/aws/aws_manager.go, chart 9.59.0 / CA 1.35): with no node in a
+# group, it builds the would-be node from these ASG tags: labels, taints (value `<value>:<Effect>`)
+# and allocatable resources. Without them a pool at zero never grows for pods that select or
+# tolerate these or ask for GPUs/EFA.
+NODE_TEMPLATE = "k8s.io/cluster-autoscaler/node-template"
+EFFECT_K8S = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
+
+
+def parse_autoscaling(raw: Any) -> dict[str, dict]:
+    """The stack's `autoscaling` value as Ray Serve autoscaling_config dicts per role."""
+    if not isinstance(raw, dict):
+        raise ConfigError("autoscaling", raw, f"a mapping of roles to {{{', '.join(AUTOSCALING_FIELDS)}}}")
+    configs = {}
+    for role, fields in raw.items():
+        key = f"autoscaling.{role}"
+        if not isinstance(fields, dict) or not fields:
+            raise ConfigError(key, fields, f"a mapping with fields {list(AUTOSCALING_FIELDS)}")
+        config = {}
+        for name, value in fields.items():
+            if name not in AUTOSCALING_FIELDS:
+                raise ConfigError(f"{key}.{name}", value, f"unknown field; allowed fields: {list(AUTOSCALING_FIELDS)}")
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            whole = name.endswith("Replicas")
+            if not number or value < 0 or (whole and not isinstance(value, int)):
+                raise ConfigError(f"{key}.{name}", value, "a whole number, 0 or more" if whole else "a number >= 0")
+            config[AUTOSCALING_FIELDS[name]] = value
+        configs[role] = config
+    return configs
+
+
+@dataclass(frozen=True)
+class ReplicaBounds:
+    """Replicas of one role's LLM deployment (fixed: min == initial == max)."""
+
+    min: int
+    initial: int
+    max: int
+    autoscales: bool
+    gpus_per_replica: int
+    where: str  # how the message names the replica side
+
+
+def replica_bounds(role: str, config: dict) -> ReplicaBounds:
+    engine = config.get("engine_kwargs") or {}
+    gpus = engine.get("tensor_parallel_size", 1) * engine.get("pipeline_parallel_size", 1)
+    deployment = config.get("deployment_config") or {}
+    auto = deployment.get("autoscaling_config")
+    if auto is None:
+        n = deployment.get("num_replicas", 1)
+        return ReplicaBounds(n, n, n, False, gpus, f"{role} num_replicas = {n}")
+    low, high = auto.get("min_replicas", SERVE_DEFAULT_MIN), auto.get("max_replicas", SERVE_DEFAULT_MAX)
+    initial = auto.get("initial_replicas", low)
+    if not low <= initial <= high:
+        raise ConfigError(
+            f"autoscaling.{role}",
+            {"minReplicas": low, "initialReplicas": initial, "maxReplicas": high},
+            "minReplicas <= initialReplicas <= maxReplicas (Ray Serve refuses otherwise)",
+        )
+    where = f"{role} autoscaling min_replicas {low} .. max_replicas {high}"
+    return ReplicaBounds(low, initial, high, True, gpus, where)
+
+
+def role_bounds(document: dict) -> dict[str, ReplicaBounds]:
+    return {role: replica_bounds(role, c) for role, c in llm_configs_by_role(document, "rendered").items()}
+
+
+def _nodes(replicas: int, bounds: ReplicaBounds, pool: GpuPoolSettings) -> int:
+    return nodes_used(replicas, bounds.gpus_per_replica, pool.spec.gpus)
+
+
+def reconcile_pool(pool: GpuPoolSettings, bounds: ReplicaBounds, given: frozenset[str]) -> GpuPoolSettings:
+    """The pool's node bounds for its role's replica bounds: derived where the stack leaves them
+    out (`given` is what gpuPools.<role> sets), refused where they disagree."""
+    key, nodes = f"gpuPools.{pool.role}", pool.nodes
+    if not bounds.autoscales:
+        if nodes.desired_size < 1:
+            raise ConfigError(
+                f"{key}.desiredSize",
+                nodes.desired_size,
+                f"1 or more: {bounds.where} runs on it (it does not autoscale)",
+            )
+        return pool
+    low, initial, high = (_nodes(n, bounds, pool) for n in (bounds.min, bounds.initial, bounds.max))
+    per = f"{bounds.gpus_per_replica} GPU(s) per replica, {pool.spec.gpus} per {nodes.instance_type}"
+    min_size = nodes.min_size if "minSize" in given else low
+    max_size = nodes.max_size if "maxSize" in given else high
+    if max_size < high:
+        raise ConfigError(
+            f"{key}.maxSize",
+            max_size,
+            f"at least {high}: {bounds.where} needs {high} node(s) at max ({per}); "
+            f"raise maxSize or lower autoscaling.{pool.role}.maxReplicas",
+        )
+    if min_size > low:
+        raise ConfigError(
+            f"{key}.minSize",
+            min_size,
+            f"at most {low}: {bounds.where} uses {low} node(s) at min ({per}); more would keep GPUs idle "
+            f"that the Cluster Autoscaler may not remove; lower minSize or raise autoscaling.{pool.role}.minReplicas",
+        )
+    desired = nodes.desired_size if "desiredSize" in given else min(max(initial, min_size), max_size)
+    if not min_size <= desired <= max_size:
+        sizes = {"minSize": min_size, "desiredSize": desired, "maxSize": max_size}
+        raise ConfigError(key, sizes, "minSize <= desiredSize <= maxSize")
+    return replace(pool, nodes=replace(nodes, min_size=min_size, desired_size=desired, max_size=max_size))
+
+
+def reconcile_pools(
+    pools: Mapping[str, GpuPoolSettings], document: dict, pools_raw: Mapping[str, Any]
+) -> dict[str, GpuPoolSettings]:
+    bounds = role_bounds(document)
+    return {
+        role: reconcile_pool(pool, bounds[role], frozenset(pools_raw.get(role) or ())) for role, pool in pools.items()
+    }
+
+
+def pool_scales(pool: GpuPoolSettings) -> bool:
+    """The Cluster Autoscaler may change this pool's size."""
+    return pool.nodes.min_size < pool.nodes.max_size
+
+
+def autoscaler_needed(pools: Mapping[str, GpuPoolSettings]) -> bool:
+    return any(pool_scales(p) for p in pools.values())
+
+
+def node_template_tags(pool: GpuPoolSettings) -> dict[str, str]:
+    """ASG tags that describe a node of this pool to the Cluster Autoscaler when the pool has none:
+    the labels our pods select, the GPU taint they tolerate, and the devices they request."""
+    tags = {f"{NODE_TEMPLATE}/label/{k}": v for k, v in gpu_labels(pool.role).items()}
+    tags[f"{NODE_TEMPLATE}/taint/{GPU_TAINT['key']}"] = f"{GPU_TAINT['value']}:{EFFECT_K8S[GPU_TAINT['effect']]}"
+    tags[f"{NODE_TEMPLATE}/resources/nvidia.com/gpu"] = str(pool.spec.gpus)
+    if pool.efa:
+        tags[f"{NODE_TEMPLATE}/resources/vpc.amazonaws.com/efa"] = str(pool.spec.network_cards)
+    return tags
