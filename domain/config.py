@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from domain import aws_facts, config_keys, model_fit, prices, scaling, serve_config, sizing, versions
+from domain import aws_facts, config_keys, model_fit, prices, roles, scaling, serve_config, sizing, versions
 from domain.errors import PROJECT, ConfigError
 from domain.settings import (
     GPU_ROLES,
@@ -324,10 +324,10 @@ def _gpu_pools(raw: _Raw, network: NetworkSettings, version: str) -> dict[str, G
     ami = _ami_pin(raw)
     pools = {}
     for role, pool_raw in pools_raw.items():
-        if role not in GPU_ROLES:
-            raise ConfigError(f"gpuPools.{role}", pool_raw, f"a pool role from {list(GPU_ROLES)}")
-        nodes = _node_pool(f"gpuPools.{role}", pool_raw, default_disk=100)
-        pool = GpuPoolSettings(role, nodes, network.gpu_availability_zone, version, ami)
+        serves = roles.pool_serves(role, pool_raw)
+        sizes = {k: v for k, v in pool_raw.items() if k != "serves"}
+        nodes = _node_pool(f"gpuPools.{role}", sizes, default_disk=100)
+        pool = GpuPoolSettings(role, nodes, network.gpu_availability_zone, version, ami, serves)
         spec = _gpu_instance_type(f"gpuPools.{role}.instanceType", nodes.instance_type, need_efa=pool.efa)
         if not spec.nvme_gb:
             raise ConfigError(
@@ -416,10 +416,7 @@ def _s3_uri(key: str, uri: str) -> str:
 def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings]) -> ServingSettings:
     image, ray_version, vllm_version = _image(raw, region)
     name = raw.text("serveConfig", "pd-disaggregated")
-    shapes = {
-        role: serve_config.PoolShape(p.nodes.instance_type, p.spec.gpu_model, p.spec.gpus, p.nodes.desired_size)
-        for role, p in pools.items()
-    }
+    shapes = roles.role_shapes(pools)
     spec_raw = raw.structured("modelSpec", dict, None)
     own_spec = model_fit.spec_from_config(spec_raw) if spec_raw is not None else None
     document = serve_config.render(
@@ -429,12 +426,10 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings]) -> Se
         vllm_version,
         lambda model_id, source: model_fit.model_spec(model_id, source, own_spec),
     )
-    model_fit.check_fit(
-        document,
-        {role: p.nodes.instance_type for role, p in pools.items()},
-        {role for role, p in pools.items() if p.efa},
-        own_spec,
-    )
+    efa_roles = {p.app_role for p in pools.values() if p.efa}
+    for pool in pools.values():  # every pool of a role must fit the role's engine
+        types = {p.app_role: p.nodes.instance_type for p in pools.values()} | {pool.app_role: pool.nodes.instance_type}
+        model_fit.check_fit(document, types, efa_roles, own_spec)
 
     sources = {
         role: (c.get("model_loading_config") or {}).get("model_source") or ""

@@ -23,11 +23,12 @@ def idle_node_warnings(document: dict, pools: Mapping[str, GpuPoolSettings]) -> 
     """One line per pool that runs more nodes than the rendered serve config's replicas use."""
     warnings = []
     for role, config in sorted(llm_configs_by_role(document, "rendered").items()):
-        pool = pools[role]
+        mine = [p for p in pools.values() if p.app_role == role]
         engine = config.get("engine_kwargs") or {}
         deployment = config.get("deployment_config") or {}
-        if "autoscaling_config" in deployment:
-            continue  # replicas vary: spare nodes are the room they scale into
+        if "autoscaling_config" in deployment or len(mine) != 1:
+            continue  # replicas vary, or Ray spreads them over several pools: spare nodes are room
+        (pool,) = mine
         replicas = deployment.get("num_replicas", 1)
         per_replica = engine.get("tensor_parallel_size", 1) * engine.get("pipeline_parallel_size", 1)
         used = nodes_used(replicas, per_replica, pool.spec.gpus)

@@ -153,7 +153,7 @@ def worker_group(
         "rayStartParams": {"object-store-memory": str(object_store_bytes(size))},
         # KubeRay 1.7 group-level `resources` (CRD workerGroupSpecs[].resources) becomes
         # `ray start --resources`: the same as rayStartParams.resources, without JSON in a string.
-        "resources": {role_resource(pool.role): str(spec.gpus)},
+        "resources": {role_resource(pool.app_role): str(spec.gpus)},
         "template": {
             "metadata": {"annotations": dict(NOT_EVICTABLE)},
             "spec": {

@@ -123,14 +123,14 @@ def reconcile_pool(pool: GpuPoolSettings, bounds: ReplicaBounds, given: frozense
             f"{key}.maxSize",
             max_size,
             f"at least {high}: {bounds.where} needs {high} node(s) at max ({per}); "
-            f"raise maxSize or lower autoscaling.{pool.role}.maxReplicas",
+            f"raise maxSize or lower autoscaling.{pool.app_role}.maxReplicas",
         )
     if min_size > low:
         raise ConfigError(
             f"{key}.minSize",
             min_size,
-            f"at most {low}: {bounds.where} uses {low} node(s) at min ({per}); more would keep GPUs idle "
-            f"that the Cluster Autoscaler may not remove; lower minSize or raise autoscaling.{pool.role}.minReplicas",
+            f"at most {low}: {bounds.where} uses {low} node(s) at min ({per}); more would keep GPUs idle that "
+            f"the Cluster Autoscaler may not remove; lower minSize or raise autoscaling.{pool.app_role}.minReplicas",
         )
     desired = nodes.desired_size if "desiredSize" in given else min(max(initial, min_size), max_size)
     if not min_size <= desired <= max_size:
@@ -139,13 +139,49 @@ def reconcile_pool(pool: GpuPoolSettings, bounds: ReplicaBounds, given: frozense
     return replace(pool, nodes=replace(nodes, min_size=min_size, desired_size=desired, max_size=max_size))
 
 
+def check_shared_role(pools: list[GpuPoolSettings], bounds: ReplicaBounds, pools_raw: Mapping[str, Any]) -> None:
+    """Several pools run one role (Ray places its replicas on any of them): their bounds are the
+    stack's to set, and together they must hold max replicas and not exceed min replicas."""
+    names = [p.role for p in pools]
+    for pool in pools:
+        missing = [k for k in ("minSize", "maxSize") if k not in (pools_raw.get(pool.role) or {})]
+        if bounds.autoscales and missing:
+            raise ConfigError(
+                f"gpuPools.{pool.role}.{missing[0]}", None, f"set: pools {names} share role {pool.app_role}"
+            )
+
+    def replicas_on(size: str) -> int:
+        return sum(getattr(p.nodes, size) * (p.spec.gpus // bounds.gpus_per_replica) for p in pools)
+
+    if replicas_on("max_size") < bounds.max:
+        raise ConfigError(
+            f"gpuPools.{names[0]}.maxSize",
+            {n: p.nodes.max_size for n, p in zip(names, pools, strict=True)},
+            f"room for {bounds.max} replica(s) in pools {names} together: {bounds.where} "
+            f"(they hold {replicas_on('max_size')} at maxSize)",
+        )
+    if bounds.autoscales and replicas_on("min_size") > bounds.min:
+        raise ConfigError(
+            f"gpuPools.{names[0]}.minSize",
+            {n: p.nodes.min_size for n, p in zip(names, pools, strict=True)},
+            f"room for at most {bounds.min} replica(s) in pools {names} together at minSize: {bounds.where} "
+            "(more keeps GPUs idle)",
+        )
+
+
 def reconcile_pools(
     pools: Mapping[str, GpuPoolSettings], document: dict, pools_raw: Mapping[str, Any]
 ) -> dict[str, GpuPoolSettings]:
     bounds = role_bounds(document)
-    return {
-        role: reconcile_pool(pool, bounds[role], frozenset(pools_raw.get(role) or ())) for role, pool in pools.items()
-    }
+    reconciled = dict(pools)
+    for role, role_bound in bounds.items():
+        mine = [p for p in pools.values() if p.app_role == role]
+        if len(mine) > 1:
+            check_shared_role(mine, role_bound, pools_raw)
+            continue
+        (pool,) = mine
+        reconciled[pool.role] = reconcile_pool(pool, role_bound, frozenset(pools_raw.get(pool.role) or ()))
+    return reconciled
 
 
 def pool_scales(pool: GpuPoolSettings) -> bool:

@@ -79,7 +79,7 @@ class PoolShape:
     """What the renderer needs to know about the GPU pool a role runs on."""
 
     instance_type: str
-    gpu_model: str
+    gpu_model: str | None  # None: the role's pools have different GPUs (no accelerator_type then)
     gpus_per_node: int
     nodes: int  # nodes that run (desiredSize): what a role of fixed replicas may use
 
@@ -263,7 +263,8 @@ def render(
         model = model_facts(loading.get("model_id", ""), loading.get("model_source") or loading.get("model_id", ""))
         _apply_family(config, role, where, model)
         _kv_buffer(config, role, where, overrides.kv_buffer_device, model)
-        config["accelerator_type"] = pool.gpu_model
+        if pool.gpu_model is not None:  # the pool resource pins the role either way
+            config["accelerator_type"] = pool.gpu_model
         # One bundle per GPU worker, each asking for this pool's custom resource: Ray can never
         # place a prefill engine on a decode node (both offer GPU and accelerator_type:L4).
         # A replica larger than one node spans nodes only through pipeline parallelism (tensor

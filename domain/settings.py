@@ -63,11 +63,17 @@ class ClusterSettings:
 
 @dataclass(frozen=True)
 class GpuPoolSettings:
-    role: str
+    role: str  # the pool's name: node group, node label `role`, Ray worker group
     nodes: NodePoolSettings
     availability_zone: str
     kubernetes_version: str
     ami: AmiPin
+    serves: str | None = None  # the serve config's role it runs, when it is not the pool's name
+
+    @property
+    def app_role(self) -> str:
+        """The serve config's role (prefill, decode, collocated) this pool's workers run."""
+        return self.serves or self.role
 
     @property
     def spec(self) -> aws_facts.InstanceSpec:
@@ -76,7 +82,7 @@ class GpuPoolSettings:
     @property
     def efa(self) -> bool:
         """PD pools move the KV cache over EFA; the collocated baseline does not need it."""
-        return self.role in PD_ROLES
+        return self.app_role in PD_ROLES
 
 
 @dataclass(frozen=True)

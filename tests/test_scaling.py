@@ -213,3 +213,51 @@ def test_cost_range_counts_every_pool_at_min_desired_and_max(xpyd):
         INSTANCE_USD_PER_HOUR["us-east-1"]["g6.8xlarge"] + 100 * EBS_GP3_USD_PER_GB_MONTH["us-east-1"] / HOURS_PER_MONTH
     )
     assert usd["max"] == pytest.approx(usd["desired"] + extra, abs=0.001)
+
+
+SECOND_DECODE_POOL = {
+    "prefill": {"instanceType": "g6.8xlarge"},
+    "decode": {"instanceType": "g6.8xlarge", "minSize": 1, "maxSize": 1},
+    "decode-l40s": {"instanceType": "g6e.8xlarge", "serves": "decode", "minSize": 0, "maxSize": 1},
+}
+
+
+def test_a_second_pool_for_a_role_is_a_stack_change():
+    """A decode pool on L40S next to the L4 one: its own node group and worker group, offering the
+    decode resource, so Ray places decode replicas on either; no accelerator_type (GPUs differ)."""
+    plan = run_program("xpyd", {NS + "gpuPools": SECOND_DECODE_POOL})
+    mng = plan.one(MNG, "decode-l40s-gpu").inputs
+    assert mng["instanceTypes"] == ["g6e.8xlarge"] and mng["labels"]["role"] == "decode-l40s"
+    assert mng["enableEfaSupport"] is True  # it runs a PD role: KV cache over EFA
+    groups = {g["groupName"]: g for g in cluster_spec(plan)["workerGroupSpecs"]}
+    assert {n: g["resources"] for n, g in groups.items()} == {
+        "prefill": {"pool_prefill": "1"},
+        "decode": {"pool_decode": "1"},
+        "decode-l40s": {"pool_decode": "1"},
+    }
+    assert groups["decode-l40s"]["template"]["spec"]["nodeSelector"] == {"role": "decode-l40s"}
+    doc = yaml.safe_load(plan.one(RAY_SERVICE).inputs["spec"]["serveConfigV2"])["applications"][0]["args"]
+    assert "accelerator_type" not in doc["decode_config"] and doc["prefill_config"]["accelerator_type"] == "L4"
+    assert doc["decode_config"]["placement_group_config"]["bundle_per_worker"] == {"GPU": 1, "pool_decode": 1}
+
+
+def _pools(**change) -> dict:
+    return {NS + "gpuPools": {**SECOND_DECODE_POOL, **change}}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (_pools(**{"decode-l40s": {"instanceType": "g6e.8xlarge", "serves": "decode"}}), "decode-l40s.minSize = None"),
+        (
+            {**_pools(), NS + "autoscaling": {"decode": {"maxReplicas": 3}}},
+            "room for 3 replica(s) in pools ['decode', 'decode-l40s'] together",
+        ),
+        (_pools(**{"decode-l40s": {"instanceType": "g6e.8xlarge"}}), "or a pool that sets `serves: <role>`"),
+        (_pools(**{"decode-l40s": {**SECOND_DECODE_POOL["decode-l40s"], "serves": "decoder"}}), "decode-l40s.serves"),
+    ],
+)
+def test_pools_sharing_a_role_are_checked_together(overrides, message):
+    error, monitor = failing_run(overrides, stack="xpyd")
+    assert message in str(error), str(error)
+    assert monitor.registrations == []
