@@ -16,7 +16,7 @@ REHEARSAL_VENV ?= $(HOME)/.cache/ray-llm-eks/rehearsal-venv-$(shell sha256sum $(
 URL ?= http://localhost:8000
 
 .PHONY: test e2e e2e-full plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
-	rehearse-mistakes smoke bench
+	rehearse-mistakes smoke bench policy
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
 	@echo "Installing the pinned Python requirements into $(VENV) (Pulumi SDKs, Ray for its serve schemas, pytest, ruff: about 1 GB, a few minutes the first time; later runs reuse it)..."
@@ -71,6 +71,11 @@ e2e: $(VENV)/.installed
 e2e-full: $(VENV)/.installed
 	$(BIN)/python -m e2e.build
 	$(BIN)/python -m e2e.run
+
+# The policy pack's rules (policy/rules.py) over the offline plan: exit 1 naming each violated policy.
+# With the Pulumi CLI the same rules run as CrossGuard: `pulumi preview --policy-pack policy`.
+policy: $(VENV)/.installed
+	$(BIN)/python -m offline.policy_check --stack $(STACK)
 
 plan: $(VENV)/.installed
 	$(BIN)/python -m offline.plan --stack $(STACK) --out $(OUT)

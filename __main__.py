@@ -44,7 +44,7 @@ if mode.existing_cluster:
     provider, nodes = target.provider, []
 else:
     network = Network("net", settings.network, settings.region)
-    cluster = Cluster("eks", settings.cluster, network, settings.region)
+    cluster = Cluster("eks", settings.cluster, network, settings.region, hardening=settings.hardening)
     pools = {role: GpuNodePool(role, pool, cluster, network) for role, pool in settings.gpu_pools.items()}
     provider, nodes = cluster.provider, [cluster.system_nodes, *pools.values()]
     if serving.weights_s3_uris:  # weights mirrored in S3: the nodes may read them before any worker starts
@@ -85,6 +85,7 @@ service = LlmService(
     # The operator outlives the RayService (its finalizer), and so do the plugins and nodes it runs on.
     pulumi.ResourceOptions(providers=[provider], depends_on=[*installed, *nodes]),
     wait_for_ready=mode.wait_for_ready,
+    hardening=settings.hardening,
 )
 
 pulumi.export("region", settings.region)

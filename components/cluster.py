@@ -14,6 +14,7 @@ import pulumi_kubernetes as k8s
 
 from components.network import Network
 from domain import aws_facts
+from domain.hardening import ENVIRONMENT_TAG, HardeningSettings
 from domain.placement import SYSTEM_LABELS
 from domain.settings import ClusterSettings, NodePoolSettings
 
@@ -101,8 +102,10 @@ class Cluster(pulumi.ComponentResource):
         network: Network,
         region: str,
         opts: pulumi.ResourceOptions | None = None,
+        hardening: HardeningSettings | None = None,
     ):
         super().__init__("ray-llm-eks:cluster:Cluster", name, None, opts)
+        hardening = hardening or HardeningSettings()
         child = pulumi.ResourceOptions(parent=self)
         self.name = settings.name
         partition = aws_facts.region_partition(region)
@@ -145,6 +148,11 @@ class Cluster(pulumi.ComponentResource):
             enabled_cluster_log_types=list(settings.log_types),
             encryption_config_key_arn=self.secrets_key.arn,
             create_oidc_provider=True,
+            # The VPC CNI add-on's network policy agent (its configurationValues enableNetworkPolicy):
+            # without it NetworkPolicy objects are accepted and ignored.
+            vpc_cni_options=eks.VpcCniOptionsArgs(enable_network_policy=hardening.network_policies),
+            # The policy pack reads the environment here (policy/rules.py, api-endpoint-restricted).
+            cluster_tags={ENVIRONMENT_TAG: hardening.environment},
             # The whole network (NAT routes included) first: nodes need egress to join and pull
             # images; on destroy the cluster goes before the routes it relies on.
             opts=pulumi.ResourceOptions(parent=self, depends_on=[network, self.log_group, self.node_role]),

@@ -8,6 +8,9 @@ from collections.abc import Mapping
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.network_policies import NamespaceNetworkPolicies
+from domain.hardening import HardeningSettings
+from domain.network_policies import network_policies
 from domain.ray_service import (
     HEAD_PORTS,
     HF_TOKEN_KEY,
@@ -44,6 +47,7 @@ class LlmService(pulumi.ComponentResource):
         hf_token: pulumi.Output[str] | None,
         opts: pulumi.ResourceOptions,
         wait_for_ready: bool = True,
+        hardening: HardeningSettings | None = None,
     ):
         super().__init__("ray-llm-eks:llm_service:LlmService", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
@@ -51,6 +55,15 @@ class LlmService(pulumi.ComponentResource):
             f"{name}-namespace", metadata=k8s.meta.v1.ObjectMetaArgs(name=serving.namespace), opts=child
         )
         waits_for = [namespace]
+        hardening = hardening or HardeningSettings()
+        if hardening.network_policies:  # before any Ray pod exists
+            waits_for.append(
+                NamespaceNetworkPolicies(
+                    f"{name}-network-policies",
+                    network_policies(serving.namespace, hardening),
+                    pulumi.ResourceOptions(parent=self, depends_on=[namespace]),
+                )
+            )
         if hf_token is not None:
             waits_for.append(
                 k8s.core.v1.Secret(

@@ -18,6 +18,7 @@ from typing import Any
 
 from domain import aws_facts, config_keys, model_fit, prices, roles, scaling, serve_config, sizing, versions
 from domain.errors import PROJECT, ConfigError
+from domain.hardening import load_hardening
 from domain.settings import (
     GPU_ROLES,
     KUBERAY_NAMESPACE,
@@ -502,6 +503,13 @@ def load_settings(get: Getter, stack: str, region: str | None) -> Settings:
     # Node bounds of autoscaling roles follow their replicas (domain/scaling.py), or must agree with them.
     pools = scaling.reconcile_pools(pools, serving.serve_document, raw.structured("gpuPools", dict, {}))
     price_overrides = prices.price_overrides(raw.structured("prices", dict, None))
+    hardening = load_hardening(
+        raw.text,
+        lambda key: raw.structured(key, list, None),
+        raw.boolean,
+        public_cidrs_set=raw.text("endpointPublicAccessCidrs") is not None,
+        public_cidrs=cluster.public_access_cidrs,
+    )
     return Settings(
         region=region,
         stack=stack,
@@ -510,6 +518,7 @@ def load_settings(get: Getter, stack: str, region: str | None) -> Settings:
         gpu_pools=pools,
         serving=serving,
         prices=price_overrides,
+        hardening=hardening,
     )
 
 

@@ -58,6 +58,9 @@ def head_group(serving: ServingSettings, with_token: bool) -> dict:
         "image": serving.image,
         "ports": [{"name": n, "containerPort": p} for n, p in HEAD_PORTS.items()],
         "resources": _resources(HEAD_REQUESTS),
+        # Not runAsNonRoot: the serving image's user cannot be inspected here (DESIGN notes); the head
+        # needs no privilege, so it can never gain one.
+        "securityContext": {"allowPrivilegeEscalation": False, "seccompProfile": {"type": "RuntimeDefault"}},
     }
     if with_token:
         head["env"] = [_token_env()]
@@ -110,7 +113,8 @@ def cache_permissions(image: str) -> dict:
         "name": "cache-permissions",
         "image": image,
         "command": ["chmod", "1777", MODEL_CACHE_MOUNT],
-        "securityContext": {"runAsUser": 0},
+        # root owns the hostPath; chmod by its owner needs no capability.
+        "securityContext": {"runAsUser": 0, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         "resources": _resources(INIT_REQUESTS),
         "volumeMounts": [{"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT}],
     }
@@ -142,7 +146,13 @@ def worker_group(
         devices["vpc.amazonaws.com/efa"] = spec.network_cards  # pulumi-eks: one EFA interface per card
     # NIXL registers the KV buffers with the EFA device (pinned memory, device files): privileged is
     # what the reference deployment ran; without it, IPC_LOCK lifts the memlock limit at least.
-    security = {"privileged": True} if serving.privileged_workers else {"capabilities": {"add": ["IPC_LOCK"]}}
+    # A pool without EFA (the collocated baseline) registers nothing with a device: no privilege at all.
+    if not pool.efa:
+        security = {"allowPrivilegeEscalation": False}
+    elif serving.privileged_workers:
+        security = {"privileged": True}
+    else:
+        security = {"capabilities": {"add": ["IPC_LOCK"]}}
     return {
         "groupName": pool.role,
         "replicas": pool.nodes.desired_size,

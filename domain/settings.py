@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from domain import aws_facts, serve_config
+from domain.hardening import HardeningSettings
 from domain.prices import NO_PRICE_OVERRIDES, PriceOverrides
 
 KUBERAY_NAMESPACE = "kuberay-system"
@@ -121,3 +122,4 @@ class Settings:
     gpu_pools: Mapping[str, GpuPoolSettings] = field(default_factory=dict)
     prices: PriceOverrides = NO_PRICE_OVERRIDES
     hf_token: Any = None  # pulumi.Output[str] (secret) when hfToken is set; never a plain str
+    hardening: HardeningSettings = field(default_factory=HardeningSettings)  # domain/hardening.py

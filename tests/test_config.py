@@ -198,8 +198,11 @@ def test_defaults_fill_what_a_stack_leaves_out():
     values = {
         "gpuPools": '{"prefill": {"instanceType": "g6.8xlarge"}, "decode": {"instanceType": "g6.12xlarge"}}',
         "gpuAmiId": "ami-0123456789abcdef0",
+        # Required in the default environment (production): domain/hardening.py
+        "endpointPublicAccessCidrs": '["198.51.100.0/24"]',
     }
     settings = load_settings(values.get, "qa", "eu-west-1")
+    assert settings.hardening.environment == "production" and settings.hardening.network_policies
     assert settings.cluster.name == "ray-llm-qa"
     assert settings.network.availability_zones == ("eu-west-1a", "eu-west-1b")
     assert settings.network.gpu_availability_zone == "eu-west-1a"

@@ -1,0 +1,61 @@
+"""The stack's security switches (README, Security): the environment it runs in, NetworkPolicies and
+who may reach the serve port. Safe by default; hardening that differs between environments keys
+on the `environment` setting, never on the stack's name (users copy `dev` under other names)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from domain.errors import ConfigError
+
+ENVIRONMENTS = ("dev", "staging", "production")
+DEV_LIKE = ("dev",)  # the public API endpoint may stay open to the internet only here
+ENVIRONMENT_TAG = "ray-llm-eks:environment"  # on the EKS cluster; policy/rules.py reads it
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+@dataclass(frozen=True)
+class HardeningSettings:
+    environment: str = "production"
+    network_policies: bool = True  # default-deny ingress in the Ray namespace, the VPC CNI enforcing it
+    serve_client_namespaces: tuple[str, ...] = ()  # namespaces whose pods may call the serve port
+
+    @property
+    def dev_like(self) -> bool:
+        return self.environment in DEV_LIKE
+
+
+def load_hardening(
+    text: Callable[[str], str | None],
+    structured_list: Callable[[str], list | None],
+    flag: Callable[[str, bool], bool],
+    public_cidrs_set: bool,
+    public_cidrs: tuple[str, ...],
+) -> HardeningSettings:
+    """Check the switches; outside a dev-like environment the public API endpoint must be limited to
+    networks the stack lists (and the machine running `pulumi up` must be inside them)."""
+    environment = text("environment") or "production"
+    if environment not in ENVIRONMENTS:
+        raise ConfigError("environment", environment, f"one of {list(ENVIRONMENTS)}")
+    if environment not in DEV_LIKE:
+        if not public_cidrs_set:
+            raise ConfigError(
+                "endpointPublicAccessCidrs",
+                None,
+                f"required in environment {environment!r}: the networks (CIDRs) that may reach the Kubernetes API, "
+                "including the machine that runs `pulumi up`",
+            )
+        opened = [c for c in public_cidrs if c.endswith("/0")]
+        if opened:
+            raise ConfigError(
+                "endpointPublicAccessCidrs",
+                opened,
+                f"not open to the whole internet in environment {environment!r} (allowed only in {list(DEV_LIKE)})",
+            )
+    namespaces = structured_list("serveClientNamespaces") or []
+    for namespace in namespaces:
+        if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
+            raise ConfigError("serveClientNamespaces", namespace, "Kubernetes namespace names (DNS-1123 labels)")
+    return HardeningSettings(environment, flag("networkPolicies", True), tuple(namespaces))

@@ -1,0 +1,408 @@
+"""The stack's guardrails as plain functions over resources (standard library only).
+
+The same functions run in two places: `pulumi preview --policy-pack policy` (policy/__main__.py wraps
+them in pulumi-policy's classes) and `make policy STACK=<stack>` (offline/policy_check.py feeds them
+the offline plan's recorded resources). A resource is what the program registers: type token, name,
+URN, inputs in Pulumi's camelCase, and the URNs it depends on. pulumi-eks's components appear with
+their own inputs offline (their children are invisible under mocks); under the CLI the rules also
+read the AWS resources those components create (cluster, launch template, VPC CNI add-on).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# What offline/plan writes for a value that was a Pulumi secret (offline/stackfile.SECRET_TEXT).
+SECRET_MARKER = "[secret]"
+ENVIRONMENT_TAG = "ray-llm-eks:environment"  # on the EKS cluster, from the stack setting `environment`
+DEV_ENVIRONMENTS = ("dev",)  # the only environment whose API endpoint may be open to the internet
+PD_ROLES = ("prefill", "decode")  # node pool roles whose pods move the KV cache over EFA
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+SERVE_PORT = 8000  # Ray Serve's HTTP proxy: the only Ray port reachable from outside the namespace
+
+EKS_CLUSTER = "eks:index:Cluster"
+MANAGED_NODE_GROUP = "eks:index:ManagedNodeGroup"
+AWS_EKS_CLUSTER = "aws:eks/cluster:Cluster"
+AWS_NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+AWS_LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+AWS_SUBNET = "aws:ec2/subnet:Subnet"
+AWS_ADDON = "aws:eks/addon:Addon"
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+RAY_SERVICE = "kubernetes:ray.io/v1:RayService"
+NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+K8S_SERVICE = "kubernetes:core/v1:Service"
+K8S_SECRET = "kubernetes:core/v1:Secret"
+# Kubernetes kinds whose spec.template is a pod template (type token -> path to the pod spec).
+WORKLOADS = {
+    "kubernetes:apps/v1:Deployment": ("spec", "template", "spec"),
+    "kubernetes:apps/v1:DaemonSet": ("spec", "template", "spec"),
+    "kubernetes:apps/v1:StatefulSet": ("spec", "template", "spec"),
+    "kubernetes:batch/v1:Job": ("spec", "template", "spec"),
+    "kubernetes:core/v1:Pod": ("spec",),
+}
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One registered resource, as both the offline plan and CrossGuard can describe it."""
+
+    type: str
+    name: str
+    urn: str
+    props: Mapping[str, Any]
+    dependencies: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Violation:
+    policy: str
+    resource: Resource | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.resource.type} {self.resource.name}: " if self.resource else ""
+        return f"policy {self.policy} (mandatory): {where}{self.message}"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One mandatory rule. `per_resource` rules see one resource at a time (CrossGuard runs them
+    before each resource is created); the others need the whole stack."""
+
+    name: str
+    description: str
+    per_resource: Callable[[Resource], list[str]] | None = None
+    whole_stack: Callable[[list[Resource]], list[tuple[Resource | None, str]]] | None = None
+    tags: tuple[str, ...] = field(default=())
+
+    def check(self, resources: Iterable[Resource]) -> list[Violation]:
+        resources = list(resources)
+        found = []
+        if self.per_resource is not None:
+            for resource in resources:
+                found += [Violation(self.name, resource, m) for m in self.per_resource(resource)]
+        if self.whole_stack is not None:
+            found += [Violation(self.name, r, m) for r, m in self.whole_stack(resources)]
+        return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _get(value: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
+def _true(value: Any) -> bool:
+    return value is True or (isinstance(value, str) and value.lower() == "true")
+
+
+def pod_specs(resource: Resource) -> list[tuple[str, Mapping]]:
+    """Every pod spec a Kubernetes object declares, with a label saying where it is."""
+    if resource.type in WORKLOADS:
+        spec = _get(resource.props, *WORKLOADS[resource.type])
+        return [("pod", spec)] if isinstance(spec, Mapping) else []
+    if resource.type == RAY_SERVICE:
+        cluster = _get(resource.props, "spec", "rayClusterConfig") or {}
+        found = [("head group", _get(cluster, "headGroupSpec", "template", "spec"))]
+        for group in cluster.get("workerGroupSpecs") or []:
+            found.append((f"worker group {group.get('groupName')}", _get(group, "template", "spec")))
+        return [(label, spec) for label, spec in found if isinstance(spec, Mapping)]
+    return []
+
+
+def _containers(spec: Mapping) -> list[Mapping]:
+    return [c for key in ("initContainers", "containers") for c in spec.get(key) or [] if isinstance(c, Mapping)]
+
+
+def _pod_requests_efa(spec: Mapping) -> bool:
+    return any(EFA_RESOURCE in (_get(c, "resources", "limits") or {}) for c in spec.get("containers") or [])
+
+
+# ---------------------------------------------------------------------------------------------
+# Nodes
+
+
+def _imdsv2(r: Resource) -> list[str]:
+    if r.type == MANAGED_NODE_GROUP and not _true(r.props.get("enableIMDSv2")):
+        return ["enableIMDSv2 must be true (instance metadata only with session tokens, hop limit 2)"]
+    if r.type == AWS_LAUNCH_TEMPLATE and _get(r.props, "metadataOptions", "httpTokens") != "required":
+        return ["metadataOptions.httpTokens must be 'required' (IMDSv2)"]
+    return []
+
+
+def _private_nodes(r: Resource) -> list[str]:
+    if r.type == EKS_CLUSTER and r.props.get("nodeAssociatePublicIpAddress") is not False:
+        return ["nodeAssociatePublicIpAddress must be false (nodes live in private subnets)"]
+    if r.type == AWS_SUBNET and _true(r.props.get("mapPublicIpOnLaunch")):
+        return ["mapPublicIpOnLaunch must be false (no instance gets a public IP on launch)"]
+    interfaces = (r.props.get("networkInterfaces") or []) if r.type == AWS_LAUNCH_TEMPLATE else []
+    if any(_true(n.get("associatePublicIpAddress")) for n in interfaces):
+        return ["a network interface asks for a public IP address"]
+    return []
+
+
+def _gpu_pools_efa_one_zone(resources: list[Resource]) -> list[tuple[Resource | None, str]]:
+    """PD pools only: the collocated baseline moves no KV cache between nodes (DESIGN notes)."""
+    found: list[tuple[Resource | None, str]] = []
+    subnets: dict[str, Any] = {}
+    for r in resources:
+        role = _get(r.props, "labels", "role")
+        if r.type not in (MANAGED_NODE_GROUP, AWS_NODE_GROUP) or role not in PD_ROLES:
+            continue
+        subnet_ids = r.props.get("subnetIds") or []
+        if len(subnet_ids) != 1:
+            found.append(
+                (r, f"PD pool {role} must use exactly one subnet (EFA cannot leave it), has {len(subnet_ids)}")
+            )
+        else:
+            subnets[role] = subnet_ids[0]
+        if r.type == MANAGED_NODE_GROUP:
+            if not _true(r.props.get("enableEfaSupport")):
+                found.append((r, f"PD pool {role} must set enableEfaSupport (NIXL moves the KV cache over EFA)"))
+            if not r.props.get("placementGroupAvailabilityZone"):
+                found.append((r, f"PD pool {role} must set placementGroupAvailabilityZone (one zone)"))
+    if len(set(map(str, subnets.values()))) > 1:
+        found.append((None, f"PD pools must share one subnet in one zone, found {dict(sorted(subnets.items()))}"))
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Control plane
+
+
+def _open_cidr(cidrs: Any) -> list[str]:
+    opened = []
+    for cidr in cidrs or []:
+        try:
+            if ipaddress.ip_network(str(cidr), strict=False).prefixlen == 0:
+                opened.append(str(cidr))
+        except ValueError:
+            continue
+    return opened
+
+
+def _api_endpoint(r: Resource) -> list[str]:
+    if r.type == EKS_CLUSTER:
+        cidrs, public = r.props.get("publicAccessCidrs"), r.props.get("endpointPublicAccess")
+        tags = r.props.get("clusterTags")
+    elif r.type == AWS_EKS_CLUSTER:
+        vpc = r.props.get("vpcConfig") or {}
+        cidrs, public, tags = vpc.get("publicAccessCidrs"), vpc.get("endpointPublicAccess"), r.props.get("tags")
+    else:
+        return []
+    environment = _get(tags, ENVIRONMENT_TAG)
+    if public is False or environment in DEV_ENVIRONMENTS:
+        return []
+    if cidrs is None:
+        return [
+            f"the public API endpoint needs publicAccessCidrs outside {list(DEV_ENVIRONMENTS)} (EKS opens it to all)"
+        ]
+    opened = _open_cidr(cidrs)
+    if opened:
+        return [f"the public API endpoint is open to {opened} in environment {environment!r}: list your networks"]
+    return []
+
+
+def _vpc_cni_network_policy(r: Resource) -> list[str]:
+    if r.type == EKS_CLUSTER and not _true(_get(r.props, "vpcCniOptions", "enableNetworkPolicy")):
+        return ["vpcCniOptions.enableNetworkPolicy must be true (else NetworkPolicies are not enforced)"]
+    if r.type == AWS_ADDON and r.props.get("addonName") == "vpc-cni":
+        try:
+            values = json.loads(r.props.get("configurationValues") or "{}")
+        except (TypeError, ValueError):
+            values = {}
+        if not _true(values.get("enableNetworkPolicy")):
+            return ['the vpc-cni add-on needs configurationValues {"enableNetworkPolicy": "true"}']
+    return []
+
+
+# ---------------------------------------------------------------------------------------------
+# Pods
+
+
+def _privileged_only_efa_workers(r: Resource) -> list[str]:
+    found = []
+    for where, spec in pod_specs(r):
+        for key in ("hostNetwork", "hostPID", "hostIPC"):
+            if _true(spec.get(key)):
+                found.append(f"{where}: {key} must not be set")
+        efa = r.type == RAY_SERVICE and where.startswith("worker group") and _pod_requests_efa(spec)
+        for container in _containers(spec):
+            security = container.get("securityContext") or {}
+            if _true(security.get("privileged")) and not efa:
+                found.append(
+                    f"{where}: container {container.get('name')} is privileged; only Ray workers that request "
+                    f"{EFA_RESOURCE} may be (NIXL registers GPU memory with the EFA device)"
+                )
+    if r.type == HELM_RELEASE:
+        values = json.dumps(r.props.get("values") or {})
+        if re.search(r'"(hostNetwork|privileged)": true', values):
+            found.append("chart values ask for hostNetwork or privileged containers")
+    return found
+
+
+_IMAGE_PINNED = re.compile(r"^[^@\s]+(@sha256:[0-9a-f]{64}|:[\w][\w.-]{0,127})$")
+_EXACT_VERSION = re.compile(r"^v?\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
+
+
+def _image_pinned(image: str) -> bool:
+    last = image.rsplit("/", 1)[-1]
+    return bool(_IMAGE_PINNED.match(last)) and not image.endswith(":latest")
+
+
+def _pinned(r: Resource) -> list[str]:
+    found = []
+    if r.type == HELM_RELEASE:
+        version = r.props.get("version")
+        if not isinstance(version, str) or not _EXACT_VERSION.match(version):
+            found.append(f"chart {r.props.get('chart')} must be pinned to an exact version, has {version!r}")
+        tag = _get(r.props.get("values"), "image", "tag")
+        if tag in ("latest", ""):
+            found.append(f"chart values pin image.tag to {tag!r}")
+    for where, spec in pod_specs(r):
+        for container in _containers(spec):
+            image = container.get("image")
+            if not isinstance(image, str) or not _image_pinned(image):
+                found.append(f"{where}: container {container.get('name')} image {image!r} needs an exact tag or digest")
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Network exposure
+
+
+def _load_balancer_source_ranges(r: Resource) -> list[str]:
+    if r.type != K8S_SERVICE or _get(r.props, "spec", "type") != "LoadBalancer":
+        return []
+    ranges = _get(r.props, "spec", "loadBalancerSourceRanges")
+    if not ranges:
+        return ["a Service of type LoadBalancer needs spec.loadBalancerSourceRanges"]
+    opened = _open_cidr(ranges)
+    return [f"loadBalancerSourceRanges open to {opened}"] if opened else []
+
+
+def _rule_ports(rule: Mapping) -> set:
+    return {p.get("port") for p in rule.get("ports") or [] if isinstance(p, Mapping)}
+
+
+def _ray_network_policies(resources: list[Resource]) -> list[tuple[Resource | None, str]]:
+    """In each RayService's namespace: ingress denied by default, and whatever is allowed from
+    outside the namespace (other namespaces, IP blocks, or any source) is the serve port only."""
+    found: list[tuple[Resource | None, str]] = []
+    policies = [r for r in resources if r.type == NETWORK_POLICY]
+    for service in (r for r in resources if r.type == RAY_SERVICE):
+        namespace = _get(service.props, "metadata", "namespace")
+        mine = [p for p in policies if _get(p.props, "metadata", "namespace") == namespace]
+        default_deny = any(
+            _get(p.props, "spec", "podSelector") == {}
+            and "Ingress" in (_get(p.props, "spec", "policyTypes") or [])
+            and not _get(p.props, "spec", "ingress")
+            for p in mine
+        )
+        if not default_deny:
+            found.append((service, f"namespace {namespace} has no default-deny ingress NetworkPolicy"))
+        for policy in mine:
+            for rule in _get(policy.props, "spec", "ingress") or []:
+                sources = rule.get("from") or []
+                outside = not sources or any("namespaceSelector" in s or "ipBlock" in s for s in sources)
+                ports = _rule_ports(rule)
+                if outside and (not ports or ports - {SERVE_PORT, "serve"}):
+                    found.append(
+                        (
+                            policy,
+                            f"allows ingress from outside namespace {namespace} to ports "
+                            f"{sorted(map(str, ports)) or 'all'}; only the serve port {SERVE_PORT} may be",
+                        )
+                    )
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Secrets
+
+_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_?KEY|ACCESS_KEY)", re.IGNORECASE)
+
+
+def _no_plaintext_secrets(r: Resource, secrets_marked: bool) -> list[str]:
+    """Secret values come from Pulumi secrets; pods read them through secretKeyRef, never a literal.
+    `secrets_marked`: the caller can tell a secret value from a plain one (the offline plan can;
+    CrossGuard hands the policy secrets already decrypted)."""
+    found = []
+    if r.type == K8S_SECRET and secrets_marked:
+        for key in ("data", "stringData"):
+            value = r.props.get(key)
+            if isinstance(value, Mapping):
+                plain = sorted(k for k, v in value.items() if v != SECRET_MARKER)
+                if plain:
+                    found.append(f"{key} {plain} not from a Pulumi secret (pulumi config set --secret)")
+            elif value is not None and value != SECRET_MARKER:
+                found.append(f"{key} is not a Pulumi secret")
+    for where, spec in pod_specs(r):
+        for container in _containers(spec):
+            for env in container.get("env") or []:
+                if _SECRET_NAME.search(str(env.get("name"))) and "value" in env:
+                    found.append(
+                        f"{where}: container {container.get('name')} sets {env.get('name')} as a literal; "
+                        "use valueFrom.secretKeyRef"
+                    )
+    return found
+
+
+def policies(secrets_marked: bool = True) -> list[Policy]:
+    """The pack, in the order `make policy` reports it."""
+    return [
+        Policy("nodes-require-imdsv2", "Every node uses IMDSv2 (session tokens).", per_resource=_imdsv2),
+        Policy("nodes-in-private-subnets", "No node or subnet hands out public IPs.", per_resource=_private_nodes),
+        Policy(
+            "gpu-pools-efa-one-zone",
+            "Prefill/decode GPU pools use EFA and share one subnet in one zone.",
+            whole_stack=_gpu_pools_efa_one_zone,
+        ),
+        Policy(
+            "api-endpoint-restricted",
+            "The public Kubernetes API endpoint is limited to listed CIDRs outside dev.",
+            per_resource=_api_endpoint,
+        ),
+        Policy(
+            "vpc-cni-network-policy",
+            "The VPC CNI enforces NetworkPolicies.",
+            per_resource=_vpc_cni_network_policy,
+        ),
+        Policy(
+            "ray-network-policies",
+            "Ray's namespace denies ingress by default; only the serve port is reachable from outside it.",
+            whole_stack=_ray_network_policies,
+        ),
+        Policy(
+            "privileged-only-efa-workers",
+            "Only EFA GPU workers run privileged; no pod uses the host's network, PID or IPC namespace.",
+            per_resource=_privileged_only_efa_workers,
+        ),
+        Policy("charts-and-images-pinned", "Helm charts and images are pinned exactly.", per_resource=_pinned),
+        Policy(
+            "load-balancer-source-ranges",
+            "A Service of type LoadBalancer lists its allowed source ranges.",
+            per_resource=_load_balancer_source_ranges,
+        ),
+        Policy(
+            "no-plaintext-secrets",
+            "Secrets reach Kubernetes only as Pulumi secrets, pods only through secretKeyRef.",
+            per_resource=lambda r: _no_plaintext_secrets(r, secrets_marked),
+        ),
+    ]
+
+
+def check_all(resources: Iterable[Resource], secrets_marked: bool = True) -> list[Violation]:
+    resources = list(resources)
+    return [v for policy in policies(secrets_marked) for v in policy.check(resources)]

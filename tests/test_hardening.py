@@ -1,0 +1,69 @@
+"""Hardened defaults (domain/hardening.py, domain/network_policies.py): what the dev plan declares,
+and the environment rule for the public API endpoint, refused before any resource exists."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import failing_run
+
+PROD_OPEN = {"ray-llm-eks:environment": "production"}
+
+
+def _network_policies(plan) -> dict[str, dict]:
+    return {
+        r.inputs["metadata"]["name"]: r.inputs for r in plan.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+    }
+
+
+def test_dev_plan_declares_the_network_policies_and_the_cni_agent(dev):
+    policies = _network_policies(dev)
+    assert sorted(policies) == ["default-deny-ingress", "ray-pods-to-ray-pods"]
+    deny = policies["default-deny-ingress"]
+    assert deny["metadata"]["namespace"] == "llm" and deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    cluster = dev.one("eks:index:Cluster")
+    assert cluster.inputs["vpcCniOptions"]["enableNetworkPolicy"] is True
+    assert cluster.inputs["clusterTags"] == {"ray-llm-eks:environment": "dev"}
+    # The RayService (and so every Ray pod) waits for the policies.
+    service = dev.one("kubernetes:ray.io/v1:RayService")
+    for policy in dev.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy"):
+        assert dev.depends_on(service.urn, policy.urn)
+
+
+def test_client_namespaces_reach_the_serve_port_only(dev):
+    from offline.plan import run_program
+
+    plan = run_program("dev", {"ray-llm-eks:serveClientNamespaces": ["apps", "gateway"]})
+    serve = _network_policies(plan)["serve-port-from-clients"]["spec"]["ingress"]
+    assert serve[0]["ports"] == [{"port": 8000, "protocol": "TCP"}]
+    selector = serve[0]["from"][0]["namespaceSelector"]["matchExpressions"][0]
+    assert selector["values"] == ["apps", "gateway"]
+
+
+def test_no_container_outside_efa_workers_is_privileged(plans):
+    for plan in plans.values():
+        spec = plan.one("kubernetes:ray.io/v1:RayService").inputs["spec"]["rayClusterConfig"]
+        head = spec["headGroupSpec"]["template"]["spec"]["containers"][0]
+        assert head["securityContext"]["allowPrivilegeEscalation"] is False
+        for group in spec["workerGroupSpecs"]:
+            worker = group["template"]["spec"]["containers"][0]
+            efa = "vpc.amazonaws.com/efa" in worker["resources"]["limits"]
+            assert worker["securityContext"].get("privileged", False) is efa, group["groupName"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (PROD_OPEN, "endpointPublicAccessCidrs = None: required in environment 'production'"),
+        (
+            {**PROD_OPEN, "ray-llm-eks:endpointPublicAccessCidrs": ["10.1.0.0/16", "0.0.0.0/0"]},
+            "endpointPublicAccessCidrs = ['0.0.0.0/0']: not open to the whole internet",
+        ),
+        ({"ray-llm-eks:environment": "prod"}, "environment = 'prod': one of ['dev', 'staging', 'production']"),
+        ({"ray-llm-eks:serveClientNamespaces": ["Apps"]}, "serveClientNamespaces = 'Apps'"),
+    ],
+)
+def test_unsafe_settings_fail_before_any_resource(overrides, message):
+    error, monitor = failing_run(overrides)
+    assert message in str(error)
+    assert monitor.registrations == []

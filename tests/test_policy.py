@@ -1,0 +1,173 @@
+"""The policy pack (policy/rules.py): every shipped stack passes, and each policy fails on a plan
+where exactly its guard is off (one mutation of the real dev plan, or a stack setting)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+
+from offline.plan import run_program
+from offline.policy_check import main as policy_main
+from offline.policy_check import plan_resources, violations
+from policy import rules
+from policy.crossguard import resource_validator, stack_validator
+from tests.conftest import SHIPPED_STACKS
+
+
+@pytest.mark.parametrize("stack", sorted(SHIPPED_STACKS))
+def test_shipped_stacks_pass_every_policy(plans, stack):
+    assert violations(plans[stack]) == []
+
+
+def test_make_policy_passes_dev(capsys):
+    assert policy_main(["--stack", "dev"]) == 0
+    assert f"{len(rules.policies())} policies passed" in capsys.readouterr().out
+
+
+def test_each_policy_is_one_kind_with_a_unique_name():
+    """CrossGuard refuses two policies of one name; each rule is a resource or a stack policy."""
+    names = [p.name for p in rules.policies()]
+    assert len(names) == len(set(names)) == 10
+    assert all((p.per_resource is None) != (p.whole_stack is None) for p in rules.policies())
+
+
+def _mutated(plan, type_: str, change, name: str | None = None) -> list[rules.Resource]:
+    """The plan's resources with one resource's inputs changed in place by `change(props)`."""
+    resources, hit = [], 0
+    for r in plan_resources(plan):
+        if r.type == type_ and (name is None or r.name == name) and not hit:
+            props = copy.deepcopy(dict(r.props))
+            change(props)
+            r, hit = replace(r, props=props), 1
+        resources.append(r)
+    assert hit, f"no {type_} {name} in the plan"
+    return resources
+
+
+def _failed(resources) -> set[str]:
+    return {v.policy for v in rules.check_all(resources)}
+
+
+def _ray_spec(props):
+    return props["spec"]["rayClusterConfig"]
+
+
+def _set_cni_off(props):
+    props["vpcCniOptions"]["enableNetworkPolicy"] = False
+
+
+MUTATIONS = {
+    "nodes-require-imdsv2": (rules.MANAGED_NODE_GROUP, lambda p: p.update(enableIMDSv2=False)),
+    "nodes-in-private-subnets": (rules.EKS_CLUSTER, lambda p: p.update(nodeAssociatePublicIpAddress=True)),
+    "gpu-pools-efa-one-zone": (rules.MANAGED_NODE_GROUP, lambda p: p.update(enableEfaSupport=False), "prefill-gpu"),
+    "api-endpoint-restricted": (
+        rules.EKS_CLUSTER,
+        lambda p: p.update(publicAccessCidrs=["0.0.0.0/0"], clusterTags={rules.ENVIRONMENT_TAG: "production"}),
+    ),
+    "vpc-cni-network-policy": (rules.EKS_CLUSTER, _set_cni_off),
+    "ray-network-policies": (
+        rules.NETWORK_POLICY,
+        lambda p: p["spec"].update(ingress=[{"from": [{"namespaceSelector": {}}]}]),
+        "llm-network-policies-default-deny-ingress",
+    ),
+    "privileged-only-efa-workers": (
+        rules.RAY_SERVICE,
+        lambda p: _ray_spec(p)["headGroupSpec"]["template"]["spec"]["containers"][0].update(
+            securityContext={"privileged": True}
+        ),
+    ),
+    "charts-and-images-pinned": (rules.HELM_RELEASE, lambda p: p.update(version="^1.7"), "kuberay-operator"),
+    "no-plaintext-secrets": (
+        rules.RAY_SERVICE,
+        lambda p: _ray_spec(p)["headGroupSpec"]["template"]["spec"]["containers"][0].update(
+            env=[{"name": "HF_TOKEN", "value": "hf_plain"}]
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("policy", sorted(MUTATIONS))
+def test_each_policy_fails_when_its_guard_is_off(dev, policy):
+    type_, change, *name = MUTATIONS[policy]
+    assert _failed(_mutated(dev, type_, change, *name)) == {policy}
+
+
+def test_every_policy_has_a_failing_case_here():
+    covered = {*MUTATIONS, "load-balancer-source-ranges"}  # the latter: the two tests below
+    assert covered == {p.name for p in rules.policies()}
+
+
+def test_pd_pools_in_two_subnets_fail(dev):
+    resources = _mutated(dev, rules.MANAGED_NODE_GROUP, lambda p: p.update(subnetIds=["subnet-b"]), "decode-gpu")
+    messages = [str(v) for v in rules.check_all(resources)]
+    assert any("gpu-pools-efa-one-zone" in m and "share one subnet" in m for m in messages), messages
+
+
+def test_collocated_pool_needs_no_efa(plans):
+    """The baseline's pool is not a PD pool: EFA off there is no violation (DESIGN notes)."""
+    pools = [r for r in plan_resources(plans["baseline"]) if r.type == rules.MANAGED_NODE_GROUP]
+    assert any(
+        r.props.get("labels", {}).get("role") == "collocated" and not r.props.get("enableEfaSupport") for r in pools
+    )
+    assert violations(plans["baseline"]) == []
+
+
+def test_plaintext_secret_data_fails_offline_only():
+    secret = rules.Resource(rules.K8S_SECRET, "s", "urn:s", {"stringData": {"HF_TOKEN": "hf_plain"}})
+    assert [v.policy for v in rules.check_all([secret])] == ["no-plaintext-secrets"]
+    # CrossGuard decrypts secrets before policies see them: there the check cannot tell, and is skipped.
+    assert rules.check_all([secret], secrets_marked=False) == []
+    marked = replace(secret, props={"stringData": {"HF_TOKEN": rules.SECRET_MARKER}})
+    assert rules.check_all([marked]) == []
+
+
+def test_load_balancer_without_ranges_fails(dev):
+    service = {"metadata": {"name": "open", "namespace": "llm"}, "spec": {"type": "LoadBalancer"}}
+    resources = [*plan_resources(dev), rules.Resource(rules.K8S_SERVICE, "open", "urn:open", service)]
+    assert _failed(resources) == {"load-balancer-source-ranges"}
+
+
+def test_open_load_balancer_ranges_fail():
+    service = {"spec": {"type": "LoadBalancer", "loadBalancerSourceRanges": ["10.0.0.0/8", "0.0.0.0/0"]}}
+    found = rules.check_all([rules.Resource(rules.K8S_SERVICE, "lb", "urn:lb", service)])
+    assert [v.policy for v in found] == ["load-balancer-source-ranges"]
+    assert "0.0.0.0/0" in found[0].message
+
+
+def test_vpc_cni_addon_under_the_cli():
+    """With the CLI the rules see pulumi-eks's children too: the vpc-cni add-on's configuration."""
+    on = {"addonName": "vpc-cni", "configurationValues": json.dumps({"enableNetworkPolicy": "true"})}
+    off = {"addonName": "vpc-cni", "configurationValues": json.dumps({"env": {}})}
+    assert rules.check_all([rules.Resource(rules.AWS_ADDON, "cni", "urn:cni", on)]) == []
+    found = rules.check_all([rules.Resource(rules.AWS_ADDON, "cni", "urn:cni", off)])
+    assert [v.policy for v in found] == ["vpc-cni-network-policy"]
+
+
+def test_switching_network_policies_off_in_a_stack_fails_naming_the_policies():
+    plan = run_program("dev", {"ray-llm-eks:networkPolicies": False})
+    assert {v.policy for v in violations(plan)} == {"ray-network-policies", "vpc-cni-network-policy"}
+    assert any("ray-network-policies" in str(v) and "default-deny" in str(v) for v in violations(plan))
+
+
+def test_crossguard_adapters_report_what_the_rules_find():
+    """policy/__main__.py hands these to pulumi-policy; its args carry the same fields."""
+    rule = {p.name: p for p in rules.policies()}
+    reported = []
+    group = SimpleNamespace(
+        resource_type=rules.MANAGED_NODE_GROUP, name="g", urn="urn:g", props={"enableIMDSv2": False}
+    )
+    resource_validator(rule["nodes-require-imdsv2"])(group, lambda m, urn=None: reported.append((m, urn)))
+    assert reported and "enableIMDSv2" in reported[0][0]
+
+    reported.clear()
+    service = SimpleNamespace(
+        resource_type=rules.RAY_SERVICE, name="llm", urn="urn:llm", props={"metadata": {"namespace": "llm"}}
+    )
+    stack_validator(rule["ray-network-policies"])(
+        SimpleNamespace(resources=[service]), lambda m, urn=None: reported.append((m, urn))
+    )
+    assert reported == [("namespace llm has no default-deny ingress NetworkPolicy", "urn:llm")]
