@@ -16,7 +16,7 @@ REHEARSAL_VENV ?= $(HOME)/.cache/ray-llm-eks/rehearsal-venv-$(shell sha256sum $(
 URL ?= http://localhost:8000
 
 .PHONY: test e2e e2e-full plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
-	rehearse-mistakes smoke bench policy
+	rehearse-mistakes smoke bench policy policy-sdk ingress-check
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
 	@echo "Installing the pinned Python requirements into $(VENV) (Pulumi SDKs, Ray for its serve schemas, pytest, ruff: about 1 GB, a few minutes the first time; later runs reuse it)..."
@@ -50,6 +50,10 @@ rehearse-stop: $(REHEARSAL_VENV)/.installed
 rehearse-mistakes: $(REHEARSAL_VENV)/.installed
 	$(REHEARSAL_VENV)/bin/python -m rehearsal.mistakes --stack $(STACK)
 
+# The API key check around Ray Serve LLM's real OpenAiIngress (needs vLLM: the rehearsal venv; no engine).
+ingress-check: $(REHEARSAL_VENV)/.installed
+	$(REHEARSAL_VENV)/bin/python serve_ingress/check_real_ingress.py
+
 # Prove an endpoint serves (ARGS: --metrics-url URL --expect-pd, --model, --api-key).
 smoke: $(VENV)/.installed
 	$(BIN)/python -m llmclient smoke $(URL) $(ARGS)
@@ -76,6 +80,18 @@ e2e-full: $(VENV)/.installed
 # With the Pulumi CLI the same rules run as CrossGuard: `pulumi preview --policy-pack policy`.
 policy: $(VENV)/.installed
 	$(BIN)/python -m offline.policy_check --stack $(STACK)
+
+# The pack's own venv (pulumi-policy pins protobuf 5.29; .venv has 6): also what the CLI runs it in.
+POLICY_VENV := policy/venv
+$(POLICY_VENV)/.installed: policy/requirements.txt
+	$(PYTHON) -m venv $(POLICY_VENV)
+	$(POLICY_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r policy/requirements.txt
+	touch $@
+
+# The same pack through pulumi-policy's own analyzer, fed the offline plan (no CLI).
+policy-sdk: $(VENV)/.installed $(POLICY_VENV)/.installed
+	$(BIN)/python -m offline.plan --stack $(STACK) --out $(OUT) > /dev/null
+	$(POLICY_VENV)/bin/python policy/sdk_check.py $(OUT)/resources.json
 
 plan: $(VENV)/.installed
 	$(BIN)/python -m offline.plan --stack $(STACK) --out $(OUT)

@@ -1,6 +1,7 @@
 """ray-llm-eks: wiring only. Every box is a component in components/; see README for the picture."""
 
 import os
+from dataclasses import replace
 
 import pulumi
 
@@ -12,12 +13,14 @@ from components.existing_cluster import ExistingCluster
 from components.gpu_nodes import GpuNodePool
 from components.kuberay import KubeRayOperator
 from components.llm_service import LlmService
+from components.load_balancer import InternalEndpoint, LoadBalancerController, internal_nlb_service
 from components.network import Network
 from components.weights_access import WeightsAccess
-from domain import cost, pool_use, preflight, scaling
+from domain import cost, pool_use, preflight, scaling, versions
 from domain.config import OFFLINE_PLAN_ENV, load_stack_settings
 from domain.deploy_mode import load_stack_deploy_mode
 from domain.errors import ConfigError
+from domain.settings import ChartPin
 from domain.yaml_files import YamlSyntaxError
 
 try:  # a bad value or an AWS refusal stops here, before any resource
@@ -37,6 +40,8 @@ for line in checks:
     if line.startswith("warning:"):
         pulumi.log.warn(line.removeprefix("warning: "))
 
+# The internal load balancer needs the AWS Load Balancer Controller: only on the cluster we build.
+hardening = replace(settings.hardening, internal_endpoint=False) if mode.existing_cluster else settings.hardening
 installed = []
 if mode.existing_cluster:
     # A cluster this stack did not create (README: existing-cluster mode): no AWS resource at all.
@@ -75,6 +80,16 @@ if not mode.existing_cluster and scaling.autoscaler_needed(settings.gpu_pools):
             on_system_nodes,
         )
     )
+if hardening.internal_endpoint:
+    controller = LoadBalancerController(
+        "lb-controller",
+        ChartPin(*versions.LB_CONTROLLER_CHART),
+        cluster.name,
+        settings.region,
+        network.vpc.id,
+        on_system_nodes,
+    )
+    installed.append(controller)
 if mode.install_kuberay:
     installed.append(KubeRayOperator("kuberay", serving.kuberay, on_system_nodes))
 service = LlmService(
@@ -85,8 +100,17 @@ service = LlmService(
     # The operator outlives the RayService (its finalizer), and so do the plugins and nodes it runs on.
     pulumi.ResourceOptions(providers=[provider], depends_on=[*installed, *nodes]),
     wait_for_ready=mode.wait_for_ready,
-    hardening=settings.hardening,
+    hardening=hardening,
+    keys=settings.api_keys,
 )
+if hardening.internal_endpoint:
+    # After the RayService, before it on destroy; the controller outlives the NLB it removes.
+    endpoint = InternalEndpoint(
+        "internal-endpoint",
+        internal_nlb_service(serving.namespace, serving.service_name, hardening),
+        pulumi.ResourceOptions(providers=[provider], depends_on=[service, controller]),
+    )
+    pulumi.export("internalEndpointUrl", endpoint.url)
 
 pulumi.export("region", settings.region)
 if not mode.existing_cluster:

@@ -50,5 +50,8 @@ class PulumiAwsAnswers:
     def caller_arn(self) -> str | None:
         return aws.get_caller_identity().arn
 
+    def ebs_encrypted_by_default(self) -> bool | None:
+        return aws.ebs.get_encryption_by_default().enabled
+
     def bucket_region(self, bucket: str) -> str | None:
         return aws.s3.get_bucket(bucket=bucket).bucket_region

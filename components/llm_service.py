@@ -9,6 +9,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.network_policies import NamespaceNetworkPolicies
+from domain import api_keys
 from domain.hardening import HardeningSettings
 from domain.network_policies import network_policies
 from domain.ray_service import (
@@ -48,6 +49,7 @@ class LlmService(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions,
         wait_for_ready: bool = True,
         hardening: HardeningSettings | None = None,
+        keys: pulumi.Output[str] | None = None,
     ):
         super().__init__("ray-llm-eks:llm_service:LlmService", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
@@ -74,8 +76,29 @@ class LlmService(pulumi.ComponentResource):
                     opts=child,
                 )
             )
+        # The key-checking ingress (domain/api_keys.py): its code, and the keys as a file.
+        waits_for.append(
+            k8s.core.v1.ConfigMap(
+                f"{name}-api-key-ingress",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=api_keys.CONFIG_MAP_NAME, namespace=namespace.metadata.name),
+                data=api_keys.ingress_sources(),
+                opts=child,
+            )
+        )
+        key_file = pulumi.Output.from_input(keys if keys is not None else "").apply(api_keys.key_file_content)
+        waits_for.append(
+            k8s.core.v1.Secret(
+                f"{name}-api-keys",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=api_keys.SECRET_NAME, namespace=namespace.metadata.name),
+                type="Opaque",
+                string_data={api_keys.KEYS_FILE: pulumi.Output.secret(key_file)},
+                opts=child,
+            )
+        )
 
-        spec = ray_service_spec(serving, pools, with_token=hf_token is not None)
+        spec = api_keys.keyed_ray_service_spec(
+            ray_service_spec(serving, pools, with_token=hf_token is not None), serving.serve_document
+        )
         self.ray_service = k8s.apiextensions.CustomResource(
             f"{name}-rayservice",
             api_version="ray.io/v1",
@@ -106,13 +129,13 @@ class LlmService(pulumi.ComponentResource):
         model_id = next(iter(configs.values()))["model_loading_config"]["model_id"]
         self.curl_example = (
             f"curl -s http://localhost:{SERVE_PORT}/v1/chat/completions -H 'Content-Type: application/json' "
+            '-H "Authorization: Bearer $OPENAI_API_KEY" '
             f'-d \'{{"model": "{model_id}", "messages": [{{"role": "user", "content": "Hello!"}}], "max_tokens": 64}}\''
         )
-        # Ray Serve LLM 2.58's OpenAI ingress checks no API key (ray/llm/_internal/serve/core/ingress/
-        # ingress.py has no auth); the openai client still wants a non-empty one: Ray's docs use "fake-key".
+        # The ingress checks the key (domain/api_keys.py): the client sends one of the stack's apiKeys.
         self.openai_example = (
-            "from openai import OpenAI\n\n"
-            f'client = OpenAI(base_url="http://localhost:{SERVE_PORT}/v1", api_key="fake-key")  # no key is checked\n'
+            "import os\n\nfrom openai import OpenAI\n\n"
+            f'client = OpenAI(base_url="http://localhost:{SERVE_PORT}/v1", api_key=os.environ["OPENAI_API_KEY"])\n'
             "reply = client.chat.completions.create(\n"
             f'    model="{model_id}", messages=[{{"role": "user", "content": "Hello!"}}], max_tokens=64\n'
             ")\n"

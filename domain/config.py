@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from domain import aws_facts, config_keys, model_fit, prices, roles, scaling, serve_config, sizing, versions
+from domain import api_keys, aws_facts, config_keys, model_fit, prices, roles, scaling, serve_config, sizing, versions
 from domain.errors import PROJECT, ConfigError
 from domain.hardening import load_hardening
 from domain.settings import (
@@ -427,6 +427,7 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings]) -> Se
         vllm_version,
         lambda model_id, source: model_fit.model_spec(model_id, source, own_spec),
     )
+    api_keys.check_no_own_ingress(document, f"serve_configs/{name}.yaml")
     efa_roles = {p.app_role for p in pools.values() if p.efa}
     for pool in pools.values():  # every pool of a role must fit the role's engine
         types = {p.app_role: p.nodes.instance_type for p in pools.values()} | {pool.app_role: pool.nodes.instance_type}
@@ -509,6 +510,7 @@ def load_settings(get: Getter, stack: str, region: str | None) -> Settings:
         raw.boolean,
         public_cidrs_set=raw.text("endpointPublicAccessCidrs") is not None,
         public_cidrs=cluster.public_access_cidrs,
+        vpc_cidr=network.vpc_cidr,
     )
     return Settings(
         region=region,
@@ -541,4 +543,10 @@ def load_stack_settings() -> Settings:
         if os.environ.get(OFFLINE_PLAN_ENV) != "1":
             raise error
         pulumi.log.warn(f"{error}; `make plan` goes on without it, `pulumi up` will refuse")
-    return replace(settings, hf_token=hf_token)
+    keys = project_config.get_secret("apiKeys")
+    if keys is None:  # fails closed: the ingress refuses every request while the key file is empty
+        pulumi.log.warn(
+            f"{PROJECT}:apiKeys is not set: the endpoint will refuse every request until it is "
+            "(pulumi config set --secret apiKeys <key>[,<key>...]; README, Security)"
+        )
+    return replace(settings, hf_token=hf_token, api_keys=keys)

@@ -4,6 +4,7 @@ on the `environment` setting, never on the stack's name (users copy `dev` under 
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,10 @@ class HardeningSettings:
     environment: str = "production"
     network_policies: bool = True  # default-deny ingress in the Ray namespace, the VPC CNI enforcing it
     serve_client_namespaces: tuple[str, ...] = ()  # namespaces whose pods may call the serve port
+    internal_endpoint: bool = True  # an internal NLB in front of the serve port (components/load_balancer.py)
+    endpoint_source_ranges: tuple[str, ...] = ()  # who may reach that NLB (its security group)
+    endpoint_vpc_cidr: str | None = None  # the NLB's own addresses, which reach the pods (NetworkPolicy)
+    require_ebs_encryption: bool = True  # deploy-time check of the region's EBS encryption default
 
     @property
     def dev_like(self) -> bool:
@@ -33,6 +38,7 @@ def load_hardening(
     flag: Callable[[str, bool], bool],
     public_cidrs_set: bool,
     public_cidrs: tuple[str, ...],
+    vpc_cidr: str,
 ) -> HardeningSettings:
     """Check the switches; outside a dev-like environment the public API endpoint must be limited to
     networks the stack lists (and the machine running `pulumi up` must be inside them)."""
@@ -58,4 +64,23 @@ def load_hardening(
     for namespace in namespaces:
         if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
             raise ConfigError("serveClientNamespaces", namespace, "Kubernetes namespace names (DNS-1123 labels)")
-    return HardeningSettings(environment, flag("networkPolicies", True), tuple(namespaces))
+    ranges = structured_list("endpointSourceRanges")
+    ranges = [vpc_cidr] if ranges is None else ranges  # internal NLB: the VPC (and what is peered to it)
+    if not ranges:
+        raise ConfigError("endpointSourceRanges", ranges, "at least one CIDR (who may call the internal endpoint)")
+    for cidr in ranges:
+        try:
+            network = ipaddress.ip_network(str(cidr), strict=True)
+        except ValueError:
+            raise ConfigError("endpointSourceRanges", cidr, "CIDR blocks such as 10.0.0.0/16") from None
+        if network.prefixlen == 0:
+            raise ConfigError("endpointSourceRanges", cidr, "a network narrower than the whole internet")
+    return HardeningSettings(
+        environment,
+        flag("networkPolicies", True),
+        tuple(namespaces),
+        internal_endpoint=flag("internalEndpoint", True),
+        endpoint_source_ranges=tuple(ranges),
+        endpoint_vpc_cidr=vpc_cidr,
+        require_ebs_encryption=flag("requireEbsEncryption", True),
+    )

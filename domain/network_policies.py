@@ -35,6 +35,25 @@ def network_policies(namespace: str, hardening: HardeningSettings) -> list[dict]
             },
         ),
     ]
+    if hardening.internal_endpoint and hardening.endpoint_vpc_cidr:
+        # The NLB (IP targets) reaches the pods from its own addresses in the VPC; its security group
+        # admits only endpointSourceRanges. Pods of the VPC share that range: the key check stays.
+        policies.append(
+            _policy(
+                "serve-port-from-load-balancer",
+                namespace,
+                {
+                    "podSelector": RAY_POD_SELECTOR,
+                    "policyTypes": ["Ingress"],
+                    "ingress": [
+                        {
+                            "from": [{"ipBlock": {"cidr": hardening.endpoint_vpc_cidr}}],
+                            "ports": [{"protocol": "TCP", "port": SERVE_PORT}],
+                        }
+                    ],
+                },
+            )
+        )
     if hardening.serve_client_namespaces:
         selector = {
             "matchExpressions": [

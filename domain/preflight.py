@@ -66,6 +66,9 @@ class AwsAnswers(Protocol):
     def caller_arn(self) -> str | None:
         """The ARN of the identity running `pulumi up`; None when unknown (offline)."""
 
+    def ebs_encrypted_by_default(self) -> bool | None:
+        """Whether new EBS volumes of the region are encrypted by default; None when unknown (offline)."""
+
     def bucket_region(self, bucket: str) -> str | None:
         """The region an S3 bucket lives in; None when unknown (offline)."""
 
@@ -240,6 +243,25 @@ def check_weights_bucket(settings: Settings, aws: AwsAnswers) -> list[str]:
     return report
 
 
+def check_ebs_encryption(settings: Settings, aws: AwsAnswers) -> str:
+    """Node root volumes follow the region's EBS encryption default (pulumi-eks's launch template
+    cannot set `encrypted`); the stack checks it instead of changing an account-wide setting."""
+    what = f"EBS encryption by default is on in {settings.region} (node root volumes encrypted)"
+    if not settings.hardening.require_ebs_encryption:
+        return f"skipped (requireEbsEncryption: false): {what}"
+    enabled = aws.ebs_encrypted_by_default()
+    if enabled is None:
+        return f"deferred to deploy time: {what}"
+    if not enabled:
+        raise PreflightError(
+            f"EBS encryption by default is off in {settings.region}: the nodes' root volumes would be unencrypted. "
+            "Turn it on for the region (every new EBS volume of the account there): "
+            f"aws ec2 enable-ebs-encryption-by-default --region {settings.region}; "
+            "or set ray-llm-eks:requireEbsEncryption false"
+        )
+    return f"ok: {what}"
+
+
 def run(settings: Settings, aws: AwsAnswers, day: date) -> list[str]:
     """All deploy-time checks; raises PreflightError on the first that fails."""
     return [
@@ -250,4 +272,5 @@ def run(settings: Settings, aws: AwsAnswers, day: date) -> list[str]:
         check_system_node(settings, aws),
         *check_quotas(settings, aws),
         *check_weights_bucket(settings, aws),
+        check_ebs_encryption(settings, aws),
     ]

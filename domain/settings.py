@@ -122,4 +122,5 @@ class Settings:
     gpu_pools: Mapping[str, GpuPoolSettings] = field(default_factory=dict)
     prices: PriceOverrides = NO_PRICE_OVERRIDES
     hf_token: Any = None  # pulumi.Output[str] (secret) when hfToken is set; never a plain str
+    api_keys: Any = None  # pulumi.Output[str] (secret): the endpoint's API keys (domain/api_keys.py)
     hardening: HardeningSettings = field(default_factory=HardeningSettings)  # domain/hardening.py

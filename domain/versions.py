@@ -26,6 +26,8 @@ KUBERAY_CHART = ("https://ray-project.github.io/kuberay-helm/", "kuberay-operato
 # GPU containers, which conflicts with the EFA device plugin (EKS user guide, ml/node-efa).
 NVIDIA_PLUGIN_CHART = ("https://nvidia.github.io/k8s-device-plugin", "nvidia-device-plugin", "0.18.2")
 # eks-charts versions carry a leading "v" (stable/aws-efa-k8s-device-plugin/Chart.yaml).
+# The AWS Load Balancer Controller: eks-charts stable/aws-load-balancer-controller, chart 3.5.0 = app v3.5.0.
+LB_CONTROLLER_CHART = ("https://aws.github.io/eks-charts", "aws-load-balancer-controller", "3.5.0")
 EFA_PLUGIN_CHART = ("https://aws.github.io/eks-charts", "aws-efa-k8s-device-plugin", "v0.5.30")
 # kubernetes/autoscaler tag cluster-autoscaler-chart-9.59.0 (appVersion 1.35.0). Its image is picked
 # per Kubernetes minor: the Cluster Autoscaler README asks for the release matching the cluster's minor

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -15,7 +16,10 @@ from llmclient import bench, core, smoke
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("url", help="base URL of the endpoint, e.g. http://localhost:8000")
     p.add_argument("--model", help="model id (default: the first the endpoint lists)")
-    p.add_argument("--api-key", help="bearer token, if the endpoint wants one")
+    # From the environment by default: a key on the command line shows in `ps` and shell history.
+    p.add_argument(
+        "--api-key", default=os.environ.get("OPENAI_API_KEY"), help="bearer token (default: $OPENAI_API_KEY)"
+    )
     p.add_argument("--timeout", type=float, default=core.DEFAULT_TIMEOUT, help="connect / stall timeout, s")
     p.add_argument("--deadline", type=float, default=core.DEFAULT_DEADLINE, help="one request at most, s")
 

@@ -84,6 +84,7 @@ NO_ANSWER_OFFLINE = {
     "aws:eks/getClusters:getClusters",
     "aws:index/getCallerIdentity:getCallerIdentity",
     "aws:s3/getBucket:getBucket",
+    "aws:ebs/getEncryptionByDefault:getEncryptionByDefault",
 }
 
 
@@ -108,6 +109,9 @@ class PlanMocks(pulumi_mocks.Mocks):
                     ],
                 },
             )
+        elif args.typ == "kubernetes:core/v1:Service" and (state.get("spec") or {}).get("type") == "LoadBalancer":
+            hostname = placeholder(f"{args.typ}::{args.name}.status.loadBalancer.ingress[0].hostname")
+            state["status"] = {"loadBalancer": {"ingress": [{"hostname": hostname}]}}
         if not args.custom:
             return None, state
         for out in ("arn", "name"):  # AWS assigns these when the input leaves them out

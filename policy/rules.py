@@ -1,4 +1,4 @@
-"""The stack's guardrails as plain functions over resources (standard library only).
+"""The stack's guardrails as plain functions over resources (standard library and PyYAML only).
 
 The same functions run in two places: `pulumi preview --policy-pack policy` (policy/__main__.py wraps
 them in pulumi-policy's classes) and `make policy STACK=<stack>` (offline/policy_check.py feeds them
@@ -13,9 +13,11 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import yaml  # a dependency of the pulumi SDK itself: in the program's venv and the pack's
 
 # What offline/plan writes for a value that was a Pulumi secret (offline/stackfile.SECRET_TEXT).
 SECRET_MARKER = "[secret]"
@@ -24,6 +26,7 @@ DEV_ENVIRONMENTS = ("dev",)  # the only environment whose API endpoint may be op
 PD_ROLES = ("prefill", "decode")  # node pool roles whose pods move the KV cache over EFA
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 SERVE_PORT = 8000  # Ray Serve's HTTP proxy: the only Ray port reachable from outside the namespace
+KEY_CHECKED_INGRESS = "api_key_ingress:ApiKeyIngress"  # serve_ingress/api_key_ingress.py
 
 EKS_CLUSTER = "eks:index:Cluster"
 MANAGED_NODE_GROUP = "eks:index:ManagedNodeGroup"
@@ -245,11 +248,19 @@ def _privileged_only_efa_workers(r: Resource) -> list[str]:
                     f"{where}: container {container.get('name')} is privileged; only Ray workers that request "
                     f"{EFA_RESOURCE} may be (NIXL registers GPU memory with the EFA device)"
                 )
-    if r.type == HELM_RELEASE:
-        values = json.dumps(r.props.get("values") or {})
-        if re.search(r'"(hostNetwork|privileged)": true', values):
-            found.append("chart values ask for hostNetwork or privileged containers")
+    if r.type == HELM_RELEASE and _any_true(r.props.get("values"), ("hostNetwork", "privileged")):
+        found.append("chart values ask for hostNetwork or privileged containers")
     return found
+
+
+def _any_true(value: Any, keys: tuple[str, ...]) -> bool:
+    """Whether any of `keys` is true anywhere in nested values (mappings and lists of any kind:
+    CrossGuard hands read-only proxies, not dicts)."""
+    if isinstance(value, Mapping):
+        return any((k in keys and _true(v)) or _any_true(v, keys) for k, v in value.items())
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return any(_any_true(v, keys) for v in value)
+    return False
 
 
 _IMAGE_PINNED = re.compile(r"^[^@\s]+(@sha256:[0-9a-f]{64}|:[\w][\w.-]{0,127})$")
@@ -328,6 +339,21 @@ def _ray_network_policies(resources: list[Resource]) -> list[tuple[Resource | No
     return found
 
 
+def _endpoint_requires_api_key(r: Resource) -> list[str]:
+    """Every Serve application of the RayService answers through the key-checking ingress."""
+    if r.type != RAY_SERVICE:
+        return []
+    try:
+        document = yaml.safe_load(_get(r.props, "spec", "serveConfigV2") or "") or {}
+    except yaml.YAMLError:
+        return ["spec.serveConfigV2 is not YAML"]
+    return [
+        f"application {app.get('name')} does not use the API key ingress ({KEY_CHECKED_INGRESS})"
+        for app in document.get("applications") or []
+        if _get(app, "args", "ingress_cls_config", "ingress_cls") != KEY_CHECKED_INGRESS
+    ]
+
+
 # ---------------------------------------------------------------------------------------------
 # Secrets
 
@@ -394,6 +420,11 @@ def policies(secrets_marked: bool = True) -> list[Policy]:
             "load-balancer-source-ranges",
             "A Service of type LoadBalancer lists its allowed source ranges.",
             per_resource=_load_balancer_source_ranges,
+        ),
+        Policy(
+            "endpoint-requires-api-key",
+            "Requests without a valid API key are refused by the serving ingress.",
+            per_resource=_endpoint_requires_api_key,
         ),
         Policy(
             "no-plaintext-secrets",

@@ -53,9 +53,10 @@ def test_control_plane_log_group_is_created_before_the_cluster(dev):
 
 
 def test_node_role_has_the_policies_nodes_need(dev):
-    role = dev.one("aws:iam/role:Role")
+    role = dev.one("aws:iam/role:Role", "eks-node-role")
     assert json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
-    attached = sorted(r.inputs["policyArn"] for r in dev.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment"))
+    attachments = dev.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+    attached = sorted(r.inputs["policyArn"] for r in attachments if r.name.startswith("eks-node-role"))
     assert attached == sorted(f"arn:aws:iam::aws:policy/{p}" for p in NODE_POLICIES)
     assert len(attached) == 4
     for group in dev.of_type(MNG):
@@ -224,7 +225,8 @@ def test_dependency_order(dev):
     assert dev.depends_on(provider.urn, cluster)
     chain = [r.type for r in dev.longest_chain()]
     assert chain[0] == "aws:ec2/vpc:Vpc" and chain.index(CLUSTER) < chain.index(MNG)
-    assert chain[-1] == "kubernetes:ray.io/v1:RayService"
+    # The internal NLB's Service comes last: after the RayService, before it on destroy.
+    assert chain[-2:] == ["kubernetes:ray.io/v1:RayService", "kubernetes:core/v1:Service"]
 
 
 def test_components_follow_the_conventions(dev):

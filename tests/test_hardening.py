@@ -18,7 +18,7 @@ def _network_policies(plan) -> dict[str, dict]:
 
 def test_dev_plan_declares_the_network_policies_and_the_cni_agent(dev):
     policies = _network_policies(dev)
-    assert sorted(policies) == ["default-deny-ingress", "ray-pods-to-ray-pods"]
+    assert sorted(policies) == ["default-deny-ingress", "ray-pods-to-ray-pods", "serve-port-from-load-balancer"]
     deny = policies["default-deny-ingress"]
     assert deny["metadata"]["namespace"] == "llm" and deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
     cluster = dev.one("eks:index:Cluster")
@@ -67,3 +67,22 @@ def test_unsafe_settings_fail_before_any_resource(overrides, message):
     error, monitor = failing_run(overrides)
     assert message in str(error)
     assert monitor.registrations == []
+
+
+def test_ebs_encryption_off_in_the_region_is_refused_at_deploy_time():
+    from domain import preflight
+    from tests.test_preflight import EVERYWHERE, ROOMY, aws_run
+
+    monitor, run = aws_run(EVERYWHERE, ROOMY, ebs_encrypted=False)
+    with pytest.raises(preflight.PreflightError) as caught:
+        run()
+    assert "EBS encryption by default is off in us-east-1" in str(caught.value)
+    assert "aws ec2 enable-ebs-encryption-by-default --region us-east-1" in str(caught.value)
+    assert monitor.registrations == []
+
+    _, run = aws_run(EVERYWHERE, ROOMY, ebs_encrypted=False, overrides={"ray-llm-eks:requireEbsEncryption": False})
+    assert "skipped (requireEbsEncryption: false)" in run().outputs["preflightChecks"][-1]
+    _, run = aws_run(EVERYWHERE, ROOMY)
+    assert run().outputs["preflightChecks"][-1] == (
+        "ok: EBS encryption by default is on in us-east-1 (node root volumes encrypted)"
+    )

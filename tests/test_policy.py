@@ -31,7 +31,7 @@ def test_make_policy_passes_dev(capsys):
 def test_each_policy_is_one_kind_with_a_unique_name():
     """CrossGuard refuses two policies of one name; each rule is a resource or a stack policy."""
     names = [p.name for p in rules.policies()]
-    assert len(names) == len(set(names)) == 10
+    assert len(names) == len(set(names)) == 11
     assert all((p.per_resource is None) != (p.whole_stack is None) for p in rules.policies())
 
 
@@ -81,6 +81,10 @@ MUTATIONS = {
         ),
     ),
     "charts-and-images-pinned": (rules.HELM_RELEASE, lambda p: p.update(version="^1.7"), "kuberay-operator"),
+    "endpoint-requires-api-key": (
+        rules.RAY_SERVICE,
+        lambda p: p["spec"].update(serveConfigV2=p["spec"]["serveConfigV2"].replace("api_key_ingress:", "other:")),
+    ),
     "no-plaintext-secrets": (
         rules.RAY_SERVICE,
         lambda p: _ray_spec(p)["headGroupSpec"]["template"]["spec"]["containers"][0].update(
@@ -171,3 +175,9 @@ def test_crossguard_adapters_report_what_the_rules_find():
         SimpleNamespace(resources=[service]), lambda m, urn=None: reported.append((m, urn))
     )
     assert reported == [("namespace llm has no default-deny ingress NetworkPolicy", "urn:llm")]
+
+
+def test_privileged_chart_values_fail():
+    values = {"daemonset": {"containers": [{"securityContext": {"privileged": True}}]}}
+    release = rules.Resource(rules.HELM_RELEASE, "x", "urn:x", {"version": "1.2.3", "chart": "x", "values": values})
+    assert [v.policy for v in rules.check_all([release])] == ["privileged-only-efa-workers"]

@@ -160,11 +160,15 @@ class CannedAws(PlanMocks):
         quotas: dict[str, float],
         clusters: tuple[str, ...] = (),
         caller: str = "arn:aws:sts::123456789012:assumed-role/platform/alice",
+        ebs_encrypted: bool = True,
     ):
         super().__init__()
         self.offerings, self.quotas, self.clusters, self.caller = offerings, quotas, clusters, caller
+        self.ebs_encrypted = ebs_encrypted
 
     def call(self, args):
+        if args.token == "aws:ebs/getEncryptionByDefault:getEncryptionByDefault":
+            return {"id": "us-east-1", "enabled": self.ebs_encrypted}
         if args.token == "aws:eks/getClusters:getClusters":
             return {"id": "us-east-1", "names": list(self.clusters)}
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
@@ -269,7 +273,7 @@ def test_offline_plan_defers_rather_than_passes(dev):
         "ok: only the identity that creates the cluster is admin (clusterAdmins is empty)",
         "ok: the Ray head and system pods fit one m7i.xlarge",
     ]
-    assert len(checks) == 7
+    assert len(checks) == 8
 
 
 # ---- The Kubernetes version calendar: refuse a new cluster, warn a running one
@@ -407,7 +411,7 @@ def test_weights_in_s3_give_the_nodes_read_access_to_that_prefix_only():
     configs = llm_configs_by_role(yaml.safe_load(manifest_spec(plan)["serveConfigV2"]), "dev")
     assert {c["model_loading_config"]["model_source"] for c in configs.values()} == {WEIGHTS[NS + "modelSource"]}
     assert {c["model_loading_config"]["model_id"] for c in configs.values()} == {"Qwen/Qwen3.5-9B"}
-    (policy,) = plan.of_type("aws:iam/rolePolicy:RolePolicy")
+    (policy,) = [p for p in plan.of_type("aws:iam/rolePolicy:RolePolicy") if p.name.startswith("weights")]
     assert policy.inputs["role"] == "<known after deploy: aws:iam/role:Role::eks-node-role.name>"  # the node role
     statements = json.loads(policy.inputs["policy"])["Statement"]
     assert statements == [
@@ -421,7 +425,9 @@ def test_weights_in_s3_give_the_nodes_read_access_to_that_prefix_only():
     ]
     assert plan.depends_on(plan.one("kubernetes:ray.io/v1:RayService").urn, policy.urn)
     assert "deferred to deploy time: bucket acme-models" in " ".join(plan.outputs["preflightChecks"])
-    assert run_program("dev").of_type("aws:iam/rolePolicy:RolePolicy") == []
+    assert [
+        p for p in run_program("dev").of_type("aws:iam/rolePolicy:RolePolicy") if p.name.startswith("weights")
+    ] == []
 
 
 @pytest.mark.parametrize("source", ["gs://bucket/x", "s3://Bad_Bucket/x", "https://huggingface.co/Qwen/Qwen3.5-9B"])

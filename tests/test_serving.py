@@ -60,7 +60,12 @@ def pool_of(plan: Plan, role: str):
 
 def test_dev_has_the_three_releases_pinned(dev):
     releases = {r.name: r.inputs for r in dev.of_type(RELEASE)}
-    assert set(releases) == {"kuberay-operator", "nvidia-device-plugin", "aws-efa-k8s-device-plugin"}
+    assert set(releases) == {
+        "kuberay-operator",
+        "nvidia-device-plugin",
+        "aws-efa-k8s-device-plugin",
+        "aws-load-balancer-controller",  # components/load_balancer.py
+    }
     kuberay = releases["kuberay-operator"]
     assert kuberay["chart"] == "kuberay-operator" and kuberay["version"].startswith("1.7.")
     assert kuberay["repositoryOpts"]["repo"] == "https://ray-project.github.io/kuberay-helm/"
@@ -369,9 +374,9 @@ def test_hf_token_never_appears_in_plain_text(tmp_path, capsys):
     assert canary not in written
     assert canary not in json.dumps(plan.resources_json()) + json.dumps(plan.outputs)
     assert canary not in "".join(capsys.readouterr())
-    secret = plan.one("kubernetes:core/v1:Secret")
+    secret = plan.one("kubernetes:core/v1:Secret", "llm-hf-token")
     assert secret.inputs["stringData"] == "[secret]"
-    (doc,) = [d for d in plan.manifests().values() if d.get("kind") == "Secret"]
+    (doc,) = [d for d in plan.manifests().values() if d.get("kind") == "Secret" and d["metadata"]["name"] == "hf-token"]
     assert doc["metadata"]["name"] == "hf-token" and doc["stringData"] == "[secret]"
     cluster = manifest(plan)["spec"]["rayClusterConfig"]
     token = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}}
@@ -382,7 +387,7 @@ def test_hf_token_never_appears_in_plain_text(tmp_path, capsys):
 
 
 def test_no_token_no_secret(dev):
-    assert dev.of_type("kubernetes:core/v1:Secret") == []
+    assert [s.name for s in dev.of_type("kubernetes:core/v1:Secret")] == ["llm-api-keys"]  # domain/api_keys.py
     head = manifest(dev)["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     assert "env" not in head
 
@@ -604,7 +609,7 @@ def test_node_role_trusts_ec2_amazonaws_com_in_every_partition(monkeypatch):
         NS + "rayVersion": "2.58.0",
     }
     for region, extra in (("cn-north-1", {}), ("us-gov-west-1", own_image)):  # no DLC registry in GovCloud
-        role = run_program("dev", {**region_overrides(region), **extra}).one("aws:iam/role:Role")
+        role = run_program("dev", {**region_overrides(region), **extra}).one("aws:iam/role:Role", "eks-node-role")
         principal = json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]["Principal"]
         assert principal == {"Service": "ec2.amazonaws.com"}, region  # not ec2.amazonaws.com.cn
     monkeypatch.delitem(aws_facts.EC2_SERVICE_PRINCIPAL, "aws-cn")

@@ -1,0 +1,173 @@
+"""The internal endpoint: the AWS Load Balancer Controller (Helm, IAM through EKS Pod Identity) and
+an internal Network Load Balancer Service in front of the Ray serve port. Both stay in the graph, so
+`destroy` deletes the Service (the controller, still running, removes the NLB) before the
+controller, the cluster and the VPC."""
+
+from __future__ import annotations
+
+import json
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from components.helm import helm_release
+from domain import aws_facts
+from domain.hardening import HardeningSettings
+from domain.placement import SYSTEM_LABELS
+from domain.ray_service import SERVE_PORT
+from domain.settings import ChartPin
+
+SERVICE_ACCOUNT = "aws-load-balancer-controller"
+NAMESPACE = "kube-system"
+# KubeRay labels a pod whose Serve proxy is healthy with it (ray-operator v1.7.0 utils/constant.go
+# RayClusterServingServiceLabelKey), as its own <name>-serve-svc selects.
+SERVE_POD_SELECTOR = {"ray.io/is-ray-node": "yes", "ray.io/serve": "true"}
+# The controller's own tag on what it creates (security groups, load balancers): it may change only those.
+CONTROLLER_TAG = "elbv2.k8s.aws/cluster"
+
+
+def controller_security_group_policy() -> dict:
+    """What ElasticLoadBalancingFullAccess lacks for an NLB with a security group: create the
+    group, tag it, edit and delete only groups the controller tagged."""
+    owned = {"Null": {f"aws:ResourceTag/{CONTROLLER_TAG}": "false"}}
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Action": ["ec2:CreateSecurityGroup", "ec2:DescribeAvailabilityZones", "ec2:DescribeTags"],
+                "Resource": "*",
+            },
+            {"Effect": "Allow", "Action": ["ec2:CreateTags"], "Resource": "arn:*:ec2:*:*:security-group/*"},
+            {
+                "Effect": "Allow",
+                "Action": [
+                    "ec2:AuthorizeSecurityGroupIngress",
+                    "ec2:RevokeSecurityGroupIngress",
+                    "ec2:DeleteSecurityGroup",
+                    "ec2:DeleteTags",
+                ],
+                "Resource": "*",
+                "Condition": owned,
+            },
+        ],
+    }
+
+
+def controller_values(cluster_name: str, region: str, vpc_id: pulumi.Input[str]) -> dict:
+    return {
+        "clusterName": cluster_name,
+        "region": region,
+        "vpcId": vpc_id,  # not from instance metadata: IMDSv2's hop limit is for pods we trust less
+        "serviceAccount": {"create": True, "name": SERVICE_ACCOUNT},
+        "nodeSelector": SYSTEM_LABELS,
+        # Only Services that ask for it (loadBalancerClass service.k8s.aws/nlb), not every LoadBalancer.
+        "enableServiceMutatorWebhook": False,
+    }
+
+
+class LoadBalancerController(pulumi.ComponentResource):
+    """The controller and its AWS identity: a role only EKS Pod Identity can assume, associated with
+    the chart's service account."""
+
+    def __init__(
+        self,
+        name: str,
+        pin: ChartPin,
+        cluster_name: str,
+        region: str,
+        vpc_id: pulumi.Input[str],
+        opts: pulumi.ResourceOptions,
+    ):
+        super().__init__("ray-llm-eks:load_balancer:LoadBalancerController", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        partition = aws_facts.region_partition(region)
+        # The agent that hands pods their role's credentials (EKS Pod Identity).
+        agent = aws.eks.Addon(
+            f"{name}-pod-identity-agent", cluster_name=cluster_name, addon_name="eks-pod-identity-agent", opts=child
+        )
+        self.role = aws.iam.Role(
+            f"{name}-role",
+            assume_role_policy=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": "pods.eks.amazonaws.com"},
+                            "Action": ["sts:AssumeRole", "sts:TagSession"],
+                        }
+                    ],
+                }
+            ),
+            opts=child,
+        )
+        attachment = aws.iam.RolePolicyAttachment(
+            f"{name}-elb",
+            role=self.role.name,
+            policy_arn=f"arn:{partition}:iam::aws:policy/ElasticLoadBalancingFullAccess",
+            opts=child,
+        )
+        groups = aws.iam.RolePolicy(
+            f"{name}-security-groups",
+            role=self.role.name,
+            policy=json.dumps(controller_security_group_policy()),
+            opts=child,
+        )
+        association = aws.eks.PodIdentityAssociation(
+            f"{name}-identity",
+            cluster_name=cluster_name,
+            namespace=NAMESPACE,
+            service_account=SERVICE_ACCOUNT,
+            role_arn=self.role.arn,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[agent, attachment, groups]),
+        )
+        self.release = helm_release(
+            "aws-load-balancer-controller",
+            pin,
+            NAMESPACE,
+            controller_values(cluster_name, region, vpc_id),
+            pulumi.ResourceOptions(parent=self, depends_on=[association]),
+        )
+        self.register_outputs({"roleArn": self.role.arn})
+
+
+def internal_nlb_service(namespace: str, service_name: str, hardening: HardeningSettings) -> dict:
+    """The Service manifest: internal NLB, IP targets (the pods' VPC addresses), source ranges."""
+    return {
+        "metadata": {
+            "name": f"{service_name}-internal-endpoint",
+            "namespace": namespace,
+            "annotations": {
+                "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
+                "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
+            },
+        },
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerClass": "service.k8s.aws/nlb",  # handled by the controller, not the in-tree one
+            "loadBalancerSourceRanges": list(hardening.endpoint_source_ranges),
+            "selector": SERVE_POD_SELECTOR,
+            "ports": [{"name": "serve", "port": SERVE_PORT, "targetPort": SERVE_PORT, "protocol": "TCP"}],
+        },
+    }
+
+
+class InternalEndpoint(pulumi.ComponentResource):
+    """The NLB Service; `url` is its OpenAI base URL once AWS has named the load balancer."""
+
+    def __init__(self, name: str, manifest: dict, opts: pulumi.ResourceOptions):
+        super().__init__("ray-llm-eks:load_balancer:InternalEndpoint", name, None, opts)
+        self.service = k8s.core.v1.Service(
+            name, metadata=manifest["metadata"], spec=manifest["spec"], opts=pulumi.ResourceOptions(parent=self)
+        )
+        self.url = self.service.status.apply(_base_url)
+        self.register_outputs({"url": self.url})
+
+
+def _base_url(status) -> str | None:
+    ingress = (status.load_balancer.ingress or []) if status and status.load_balancer else []
+    if not ingress:
+        return None
+    return f"http://{ingress[0].hostname or ingress[0].ip}:{SERVE_PORT}/v1"

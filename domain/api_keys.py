@@ -1,0 +1,95 @@
+"""The API key check of the serving endpoint, wired into the RayService: Ray Serve LLM's ingress is
+replaced by serve_ingress/api_key_ingress.py (`ingress_cls_config`), whose code reaches every Ray
+pod as a ConfigMap and whose keys come from a Kubernetes Secret mounted as a file (rotation without
+restarts: serve_ingress/api_keys.py). The serving rehearsal renders the stack's document without
+this step (serve_document); the RayService gets it here."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from domain.errors import ConfigError
+
+INGRESS_CLS = "api_key_ingress:ApiKeyIngress"
+SOURCES_DIR = Path(__file__).resolve().parent.parent / "serve_ingress"
+SHIPPED_MODULES = ("api_keys.py", "api_key_ingress.py")  # flat modules on the pods' PYTHONPATH
+MODULE_DIR = "/opt/ray-llm-eks/python"
+KEYS_DIR = "/etc/ray-llm-eks/api-keys"
+KEYS_FILE = "keys"  # the Secret's key: one API key per line
+SECRET_NAME = "api-keys"
+CONFIG_MAP_NAME = "api-key-ingress"
+MIN_KEY_LENGTH = 16
+
+
+def ingress_sources() -> dict[str, str]:
+    """The ConfigMap's data: the modules as they are in serve_ingress/."""
+    return {name: (SOURCES_DIR / name).read_text() for name in SHIPPED_MODULES}
+
+
+def check_no_own_ingress(document: dict, where: str) -> None:
+    """The stack sets the ingress class itself; a serve file that sets one would lose the key check."""
+    for app in document.get("applications") or []:
+        if "ingress_cls_config" in (app.get("args") or {}):
+            raise ConfigError(
+                "serveConfig", where, "no ingress_cls_config: the stack sets it (the API key check, domain/api_keys.py)"
+            )
+
+
+def with_key_check(document: dict) -> dict:
+    """The serve document with every application behind the key-checking ingress. Ray expands
+    `${PYTHONPATH}` in runtime_env env_vars from the raylet's environment (ray/_private/utils.py
+    update_envs), so the image's own PYTHONPATH, whatever it is, is kept."""
+    checked = copy.deepcopy(document)
+    for app in checked.get("applications") or []:
+        app.setdefault("args", {})["ingress_cls_config"] = {"ingress_cls": INGRESS_CLS}
+        env = app.setdefault("runtime_env", {}).setdefault("env_vars", {})
+        env["PYTHONPATH"] = f"{MODULE_DIR}:${{PYTHONPATH}}"
+        env["RAY_LLM_EKS_API_KEYS_FILE"] = f"{KEYS_DIR}/{KEYS_FILE}"
+    return checked
+
+
+def mount_key_check(pod_spec: dict) -> dict:
+    """A Ray pod template's spec with the ingress code and the keys mounted read-only into its Ray
+    container (the ingress replicas may run on any Ray node)."""
+    spec = copy.deepcopy(pod_spec)
+    spec.setdefault("volumes", []).extend(
+        [
+            {"name": "api-keys", "secret": {"secretName": SECRET_NAME}},
+            {"name": "api-key-ingress", "configMap": {"name": CONFIG_MAP_NAME}},
+        ]
+    )
+    spec["containers"][0].setdefault("volumeMounts", []).extend(
+        [
+            {"name": "api-keys", "mountPath": KEYS_DIR, "readOnly": True},
+            {"name": "api-key-ingress", "mountPath": MODULE_DIR, "readOnly": True},
+        ]
+    )
+    return spec
+
+
+def key_file_content(raw: str | None) -> str:
+    """The Secret's file from the `apiKeys` secret: keys separated by commas, spaces or newlines.
+    Runs on the decrypted value (inside an Output), so a bad key fails `pulumi up` before the
+    Secret exists; the message never shows a key."""
+    keys = [k for k in (raw or "").replace(",", " ").split() if k]
+    short = sum(len(k) < MIN_KEY_LENGTH for k in keys)
+    if short:
+        raise ConfigError(
+            "apiKeys",
+            "[secret]",
+            f"{short} key(s) shorter than {MIN_KEY_LENGTH} characters (e.g. openssl rand -hex 24)",
+        )
+    return "".join(f"{k}\n" for k in keys)
+
+
+def keyed_ray_service_spec(spec: dict, document: dict) -> dict:
+    """The RayService spec (domain/ray_service.py) behind the key check: serve document and pods."""
+    from domain.serve_config import to_yaml
+
+    keyed = copy.deepcopy(spec)
+    keyed["serveConfigV2"] = to_yaml(with_key_check(document))
+    cluster = keyed["rayClusterConfig"]
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        group["template"]["spec"] = mount_key_check(group["template"]["spec"])
+    return keyed

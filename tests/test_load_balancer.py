@@ -1,0 +1,74 @@
+"""The internal endpoint (components/load_balancer.py): an internal NLB with source ranges through the
+AWS Load Balancer Controller (Helm, EKS Pod Identity), in the graph so `destroy` removes it first."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from offline.plan import run_program
+from tests.conftest import failing_run
+
+SERVICE = "kubernetes:core/v1:Service"
+
+
+def test_dev_plan_has_an_internal_nlb_with_source_ranges(dev):
+    service = dev.one(SERVICE, "internal-endpoint")
+    meta, spec = service.inputs["metadata"], service.inputs["spec"]
+    assert meta["annotations"]["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internal"
+    assert spec["type"] == "LoadBalancer" and spec["loadBalancerClass"] == "service.k8s.aws/nlb"
+    assert spec["loadBalancerSourceRanges"] == ["10.0.0.0/16"]  # dev's VPC, the default
+    assert spec["ports"] == [{"name": "serve", "port": 8000, "protocol": "TCP", "targetPort": 8000}]
+    assert dev.outputs["internalEndpointUrl"].startswith("http://<known after deploy: ")
+
+
+def test_the_nlb_goes_before_the_controller_and_the_rayservice_on_destroy(dev):
+    service = dev.one(SERVICE, "internal-endpoint")
+    controller = dev.one("kubernetes:helm.sh/v3:Release", "aws-load-balancer-controller")
+    assert dev.depends_on(service.urn, controller.urn)
+    assert dev.depends_on(service.urn, dev.one("kubernetes:ray.io/v1:RayService").urn)
+
+
+def test_controller_is_pinned_and_gets_its_role_through_pod_identity(dev):
+    release = dev.one("kubernetes:helm.sh/v3:Release", "aws-load-balancer-controller")
+    assert (release.inputs["chart"], release.inputs["version"]) == ("aws-load-balancer-controller", "3.5.0")
+    assert release.inputs["values"]["serviceAccount"] == {"create": True, "name": "aws-load-balancer-controller"}
+    association = dev.one("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    assert (association.inputs["namespace"], association.inputs["serviceAccount"]) == (
+        "kube-system",
+        "aws-load-balancer-controller",
+    )
+    assert dev.depends_on(release.urn, association.urn)
+    role = dev.one("aws:iam/role:Role", "lb-controller-role")
+    trust = json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]
+    assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert dev.one("aws:eks/addon:Addon").inputs["addonName"] == "eks-pod-identity-agent"
+
+
+def test_pods_admit_the_nlb_on_the_serve_port_only(dev):
+    policies = {
+        r.inputs["metadata"]["name"]: r.inputs for r in dev.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+    }
+    rule = policies["serve-port-from-load-balancer"]["spec"]["ingress"]
+    assert rule == [{"from": [{"ipBlock": {"cidr": "10.0.0.0/16"}}], "ports": [{"port": 8000, "protocol": "TCP"}]}]
+
+
+def test_internal_endpoint_off_declares_no_load_balancer():
+    plan = run_program("dev", {"ray-llm-eks:internalEndpoint": False})
+    assert plan.of_type(SERVICE) == [] and plan.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation") == []
+    assert "internalEndpointUrl" not in plan.outputs
+
+
+@pytest.mark.parametrize(
+    ("ranges", "message"),
+    [
+        (["0.0.0.0/0"], "endpointSourceRanges = '0.0.0.0/0': a network narrower than the whole internet"),
+        ([], "endpointSourceRanges = []: at least one CIDR"),
+        (["10.0.0.1/16"], "endpointSourceRanges = '10.0.0.1/16': CIDR blocks"),
+    ],
+)
+def test_bad_source_ranges_fail_before_any_resource(ranges, message):
+    error, monitor = failing_run({"ray-llm-eks:endpointSourceRanges": ranges})
+    assert message in str(error)
+    assert monitor.registrations == []
