@@ -1,16 +1,24 @@
 """NetworkPolicies of the Ray namespace, as plain manifests: ingress denied by default; Ray pods
 reach each other on every port (GCS, raylet, object manager, NIXL side channels); from outside the
-namespace only the serve port, and only from the configured client namespaces. The dashboard
-(8265) and Ray client (10001) are thereby reachable only by `kubectl port-forward`, which enters
-through the kubelet, not the pod network."""
+namespace only the serve port (from the configured client namespaces and the load balancer), and
+the head's dashboard port from the KubeRay operator's namespace, which manages Serve through it.
+For people, the dashboard (8265) and Ray client (10001) are reachable only by `kubectl
+port-forward`, which enters through the kubelet, not the pod network."""
 
 from __future__ import annotations
 
 from domain.hardening import HardeningSettings
-from domain.ray_service import SERVE_PORT
+from domain.ray_service import HEAD_PORTS, SERVE_PORT
+from domain.settings import KUBERAY_NAMESPACE
 
 # KubeRay labels every pod of a RayCluster with it (ray-operator v1.7.0 common/pod.go).
 RAY_POD_SELECTOR = {"matchLabels": {"ray.io/is-ray-node": "yes"}}
+HEAD_POD_SELECTOR = {"matchLabels": {"ray.io/node-type": "head"}}  # the same file, RayNodeTypeLabelKey
+
+
+def namespace_selector(*names: str) -> dict:
+    """Namespaces by name: the API server labels every namespace kubernetes.io/metadata.name."""
+    return {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(names)}]}
 
 
 def _policy(name: str, namespace: str, spec: dict) -> dict:
@@ -34,6 +42,22 @@ def network_policies(namespace: str, hardening: HardeningSettings) -> list[dict]
                 "ingress": [{"from": [{"podSelector": RAY_POD_SELECTOR}]}],  # same namespace only
             },
         ),
+        # The KubeRay operator deploys and watches the Serve apps through the head's dashboard API
+        # (ray-operator v1.7.0 utils/dashboardclient, the head service's `dashboard` port).
+        _policy(
+            "dashboard-from-kuberay-operator",
+            namespace,
+            {
+                "podSelector": HEAD_POD_SELECTOR,
+                "policyTypes": ["Ingress"],
+                "ingress": [
+                    {
+                        "from": [{"namespaceSelector": namespace_selector(KUBERAY_NAMESPACE)}],
+                        "ports": [{"protocol": "TCP", "port": HEAD_PORTS["dashboard"]}],
+                    }
+                ],
+            },
+        ),
     ]
     if hardening.internal_endpoint and hardening.endpoint_vpc_cidr:
         # The NLB (IP targets) reaches the pods from its own addresses in the VPC; its security group
@@ -55,15 +79,7 @@ def network_policies(namespace: str, hardening: HardeningSettings) -> list[dict]
             )
         )
     if hardening.serve_client_namespaces:
-        selector = {
-            "matchExpressions": [
-                {
-                    "key": "kubernetes.io/metadata.name",  # set on every namespace by the API server
-                    "operator": "In",
-                    "values": list(hardening.serve_client_namespaces),
-                }
-            ]
-        }
+        selector = namespace_selector(*hardening.serve_client_namespaces)
         policies.append(
             _policy(
                 "serve-port-from-clients",

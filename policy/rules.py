@@ -26,6 +26,8 @@ DEV_ENVIRONMENTS = ("dev",)  # the only environment whose API endpoint may be op
 PD_ROLES = ("prefill", "decode")  # node pool roles whose pods move the KV cache over EFA
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 SERVE_PORT = 8000  # Ray Serve's HTTP proxy: the only Ray port reachable from outside the namespace
+DASHBOARD_PORT = 8265  # ...besides the head's dashboard, for the KubeRay operator only
+OPERATOR_NAMESPACE = "kuberay-system"  # domain/settings.py KUBERAY_NAMESPACE
 KEY_CHECKED_INGRESS = "api_key_ingress:ApiKeyIngress"  # serve_ingress/api_key_ingress.py
 
 EKS_CLUSTER = "eks:index:Cluster"
@@ -307,9 +309,24 @@ def _rule_ports(rule: Mapping) -> set:
     return {p.get("port") for p in rule.get("ports") or [] if isinstance(p, Mapping)}
 
 
+def _operator_only(sources: Sequence) -> bool:
+    """Every source is the KubeRay operator's namespace, selected by name and nothing else."""
+    for source in sources:
+        selector = source.get("namespaceSelector") if set(source) == {"namespaceSelector"} else None
+        expressions = (selector or {}).get("matchExpressions") or []
+        if set(selector or {}) != {"matchExpressions"} or len(expressions) != 1:
+            return False
+        (expression,) = expressions
+        named = expression.get("key") == "kubernetes.io/metadata.name" and expression.get("operator") == "In"
+        if not named or list(expression.get("values") or []) != [OPERATOR_NAMESPACE]:
+            return False
+    return bool(sources)
+
+
 def _ray_network_policies(resources: list[Resource]) -> list[tuple[Resource | None, str]]:
     """In each RayService's namespace: ingress denied by default, and whatever is allowed from
-    outside the namespace (other namespaces, IP blocks, or any source) is the serve port only."""
+    outside the namespace (other namespaces, IP blocks, or any source) is the serve port only, or
+    the dashboard port for the KubeRay operator's namespace alone (it manages Serve through it)."""
     found: list[tuple[Resource | None, str]] = []
     policies = [r for r in resources if r.type == NETWORK_POLICY]
     for service in (r for r in resources if r.type == RAY_SERVICE):
@@ -328,6 +345,8 @@ def _ray_network_policies(resources: list[Resource]) -> list[tuple[Resource | No
                 sources = rule.get("from") or []
                 outside = not sources or any("namespaceSelector" in s or "ipBlock" in s for s in sources)
                 ports = _rule_ports(rule)
+                if outside and ports and ports <= {DASHBOARD_PORT, "dashboard"} and _operator_only(sources):
+                    continue
                 if outside and (not ports or ports - {SERVE_PORT, "serve"}):
                     found.append(
                         (

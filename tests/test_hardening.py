@@ -18,7 +18,18 @@ def _network_policies(plan) -> dict[str, dict]:
 
 def test_dev_plan_declares_the_network_policies_and_the_cni_agent(dev):
     policies = _network_policies(dev)
-    assert sorted(policies) == ["default-deny-ingress", "ray-pods-to-ray-pods", "serve-port-from-load-balancer"]
+    assert sorted(policies) == [
+        "dashboard-from-kuberay-operator",
+        "default-deny-ingress",
+        "ray-pods-to-ray-pods",
+        "serve-port-from-load-balancer",
+    ]
+    # The operator manages Serve through the head's dashboard API: that port, from its namespace only.
+    operator = policies["dashboard-from-kuberay-operator"]["spec"]
+    assert operator["podSelector"] == {"matchLabels": {"ray.io/node-type": "head"}}
+    (rule,) = operator["ingress"]
+    assert rule["ports"] == [{"port": 8265, "protocol": "TCP"}]
+    assert rule["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["kuberay-system"]
     deny = policies["default-deny-ingress"]
     assert deny["metadata"]["namespace"] == "llm" and deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
     cluster = dev.one("eks:index:Cluster")

@@ -105,6 +105,16 @@ def test_every_policy_has_a_failing_case_here():
     assert covered == {p.name for p in rules.policies()}
 
 
+def test_dashboard_opened_beyond_the_operator_fails(dev):
+    def widen(props):
+        expression = props["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]
+        expression["values"] = ["kuberay-system", "default"]
+
+    resources = _mutated(dev, rules.NETWORK_POLICY, widen, "llm-network-policies-dashboard-from-kuberay-operator")
+    found = rules.check_all(resources)
+    assert [v.policy for v in found] == ["ray-network-policies"] and "['8265']" in found[0].message
+
+
 def test_pd_pools_in_two_subnets_fail(dev):
     resources = _mutated(dev, rules.MANAGED_NODE_GROUP, lambda p: p.update(subnetIds=["subnet-b"]), "decode-gpu")
     messages = [str(v) for v in rules.check_all(resources)]
