@@ -1,5 +1,6 @@
 """The key check around Ray Serve LLM's real OpenAiIngress (Ray 2.58), routed by Ray's own
-DEFAULT_ENDPOINTS: no key and a wrong key are refused, the right key is served by OpenAiIngress.
+make_fastapi_ingress and serve.ingress: no key and a wrong key are refused, the right key is
+served by OpenAiIngress.
 Needs Ray Serve LLM importable (vLLM installed): run it with the serving rehearsal's venv,
 
     $(REHEARSAL_VENV)/bin/python serve_ingress/check_real_ingress.py
@@ -25,13 +26,16 @@ def main() -> int:
         from fastapi import FastAPI
         from fastapi.testclient import TestClient
         from ray.llm._internal.serve.core.configs.openai_api_models import ModelCard
-        from ray.llm._internal.serve.core.ingress.ingress import DEFAULT_ENDPOINTS
+        from ray.llm._internal.serve.core.ingress.ingress import make_fastapi_ingress
+        from ray.serve._private.http_util import _walk_fastapi_routes
 
         card = ModelCard(id="Qwen/Qwen3.5-9B", object="model", owned_by="ray-llm-eks", permission=[], metadata={})
         ingress = ApiKeyIngress({card.id: object()}, {card.id: card})
         app = FastAPI()
-        for name, route in DEFAULT_ENDPOINTS.items():  # what make_fastapi_ingress does, minus serve.ingress
-            route(app)(getattr(ingress, name))
+        make_fastapi_ingress(ApiKeyIngress, app=app)  # Ray's routing and serve.ingress, as its builder runs them
+        # A replica injects its instance as `self`; here that dependency is overridden with ours.
+        route = next(r for r, _, _ in _walk_fastapi_routes(app) if getattr(r, "path", "") == "/v1/models")
+        app.dependency_overrides[route.endpoint.__signature__.parameters["self"].default.dependency] = lambda: ingress
         client = TestClient(app)
         results = {
             "no key": client.get("/v1/models").status_code,

@@ -42,12 +42,22 @@ def _json(status, body, headers):
 
 
 def _app(ring: KeyRing) -> tuple[FastAPI, StandInIngress]:
-    """As Ray's builder does: a subclass whose routed methods are the checked ones, then routes."""
+    """As Ray Serve LLM's make_fastapi_ingress does: a subclass whose routed methods are the checked
+    ones, routes on the class's functions, then Ray Serve's own `serve.ingress`, which rewrites each
+    route's signature to inject the replica's instance as `self`; here the instance is injected by
+    overriding that dependency, as a replica would provide it."""
+    from ray import serve
+    from ray.serve._private.http_util import _walk_fastapi_routes
+
     checked = {name: key_checked(getattr(StandInIngress, name), ring, Request, _json) for name in ("models", "chat")}
-    ingress = type("Checked", (StandInIngress,), checked)()
+    cls = type("Checked", (StandInIngress,), checked)
     app = FastAPI()
-    app.get("/v1/models")(ingress.models)
-    app.post("/v1/chat/completions")(ingress.chat)
+    app.get("/v1/models")(cls.models)
+    app.post("/v1/chat/completions")(cls.chat)
+    serve.ingress(app)(cls)
+    ingress = cls()
+    route = next(r for r, _, _ in _walk_fastapi_routes(app) if getattr(r, "path", "") == "/v1/models")
+    app.dependency_overrides[route.endpoint.__signature__.parameters["self"].default.dependency] = lambda: ingress
     return app, ingress
 
 
