@@ -15,6 +15,7 @@ from components.kuberay import KubeRayOperator
 from components.llm_service import LlmService
 from components.load_balancer import InternalEndpoint, LoadBalancerController, internal_nlb_service
 from components.network import Network
+from components.pod_identity import PodIdentityAgent
 from components.weights_access import WeightsAccess
 from domain import cost, pool_use, preflight, scaling, versions
 from domain.config import OFFLINE_PLAN_ENV, load_stack_settings
@@ -69,7 +70,10 @@ if mode.install_device_plugins:
             on_system_nodes,
         )
     )
-if not mode.existing_cluster and scaling.autoscaler_needed(settings.gpu_pools):
+autoscaled = not mode.existing_cluster and scaling.autoscaler_needed(settings.gpu_pools)
+if autoscaled or hardening.internal_endpoint:  # controllers with an AWS role: one Pod Identity agent
+    agent = PodIdentityAgent("pod-identity-agent", settings.cluster.name, on_system_nodes)
+if autoscaled:
     installed.append(
         ClusterAutoscaler(
             "cluster-autoscaler",
@@ -77,6 +81,7 @@ if not mode.existing_cluster and scaling.autoscaler_needed(settings.gpu_pools):
             settings.cluster.name,
             settings.region,
             settings.cluster.kubernetes_version,
+            agent,
             on_system_nodes,
         )
     )
@@ -87,6 +92,7 @@ if hardening.internal_endpoint:
         cluster.name,
         settings.region,
         network.vpc.id,
+        agent,
         on_system_nodes,
     )
     installed.append(controller)

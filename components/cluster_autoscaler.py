@@ -8,7 +8,7 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from components.helm import helm_release
+from components.pod_identity import ControllerRelease, pod_identity_role, release_with_role
 from domain.placement import SYSTEM_LABELS
 from domain.settings import ChartPin
 from domain.sizing import CLUSTER_AUTOSCALER_REQUESTS
@@ -17,7 +17,6 @@ from domain.versions import CLUSTER_AUTOSCALER_IMAGE_TAGS
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "cluster-autoscaler"
 # The trust principal of EKS Pod Identity; it needs both actions (EKS user guide, pod-id-role).
-POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 
 
 def autoscaler_policy(cluster_name: str) -> str:
@@ -97,44 +96,25 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         cluster_name: str,
         region: str,
         kubernetes_version: str,
+        agent: pulumi.Resource,
         opts: pulumi.ResourceOptions,
     ):
         super().__init__("ray-llm-eks:cluster_autoscaler:ClusterAutoscaler", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        agent = aws.eks.Addon(
-            f"{name}-pod-identity-agent", cluster_name=cluster_name, addon_name="eks-pod-identity-agent", opts=child
-        )
-        role = aws.iam.Role(
-            f"{name}-role",
-            assume_role_policy=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Effect": "Allow",
-                            "Principal": {"Service": POD_IDENTITY_PRINCIPAL},
-                            "Action": ["sts:AssumeRole", "sts:TagSession"],
-                        }
-                    ],
-                }
-            ),
-            opts=child,
-        )
+        role = pod_identity_role(f"{name}-role", self)
         policy = aws.iam.RolePolicy(f"{name}-policy", role=role.id, policy=autoscaler_policy(cluster_name), opts=child)
-        association = aws.eks.PodIdentityAssociation(
-            f"{name}-pod-identity",
-            cluster_name=cluster_name,
-            namespace=NAMESPACE,
-            service_account=SERVICE_ACCOUNT,
-            role_arn=role.arn,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]),
-        )
-        self.release = helm_release(
-            "cluster-autoscaler",
-            pin,
-            NAMESPACE,
-            chart_values(cluster_name, region, kubernetes_version),
-            # Credentials exist before the pod asks for them; on destroy the pod goes first.
-            pulumi.ResourceOptions(parent=self, depends_on=[agent, association]),
+        self.release = release_with_role(
+            name,
+            ControllerRelease(
+                "cluster-autoscaler",
+                pin,
+                chart_values(cluster_name, region, kubernetes_version),
+                (NAMESPACE, SERVICE_ACCOUNT),
+            ),
+            cluster_name,
+            role,
+            [policy],
+            agent,
+            self,
         )
         self.register_outputs({"roleArn": role.arn})

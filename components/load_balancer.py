@@ -11,7 +11,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from components.helm import helm_release
+from components.pod_identity import ControllerRelease, pod_identity_role, release_with_role
 from domain import aws_facts
 from domain.hardening import HardeningSettings
 from domain.placement import SYSTEM_LABELS
@@ -78,31 +78,13 @@ class LoadBalancerController(pulumi.ComponentResource):
         cluster_name: str,
         region: str,
         vpc_id: pulumi.Input[str],
+        agent: pulumi.Resource,
         opts: pulumi.ResourceOptions,
     ):
         super().__init__("ray-llm-eks:load_balancer:LoadBalancerController", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         partition = aws_facts.region_partition(region)
-        # The agent that hands pods their role's credentials (EKS Pod Identity).
-        agent = aws.eks.Addon(
-            f"{name}-pod-identity-agent", cluster_name=cluster_name, addon_name="eks-pod-identity-agent", opts=child
-        )
-        self.role = aws.iam.Role(
-            f"{name}-role",
-            assume_role_policy=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Effect": "Allow",
-                            "Principal": {"Service": "pods.eks.amazonaws.com"},
-                            "Action": ["sts:AssumeRole", "sts:TagSession"],
-                        }
-                    ],
-                }
-            ),
-            opts=child,
-        )
+        self.role = pod_identity_role(f"{name}-role", self)
         attachment = aws.iam.RolePolicyAttachment(
             f"{name}-elb",
             role=self.role.name,
@@ -115,20 +97,19 @@ class LoadBalancerController(pulumi.ComponentResource):
             policy=json.dumps(controller_security_group_policy()),
             opts=child,
         )
-        association = aws.eks.PodIdentityAssociation(
-            f"{name}-identity",
-            cluster_name=cluster_name,
-            namespace=NAMESPACE,
-            service_account=SERVICE_ACCOUNT,
-            role_arn=self.role.arn,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[agent, attachment, groups]),
-        )
-        self.release = helm_release(
-            "aws-load-balancer-controller",
-            pin,
-            NAMESPACE,
-            controller_values(cluster_name, region, vpc_id),
-            pulumi.ResourceOptions(parent=self, depends_on=[association]),
+        self.release = release_with_role(
+            name,
+            ControllerRelease(
+                "aws-load-balancer-controller",
+                pin,
+                controller_values(cluster_name, region, vpc_id),
+                (NAMESPACE, SERVICE_ACCOUNT),
+            ),
+            cluster_name,
+            self.role,
+            [attachment, groups],
+            agent,
+            self,
         )
         self.register_outputs({"roleArn": self.role.arn})
 

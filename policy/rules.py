@@ -157,14 +157,31 @@ def _private_nodes(r: Resource) -> list[str]:
     return []
 
 
+def _serve_roles(resources: list[Resource]) -> dict[str, str]:
+    """Pool name -> the serve role its Ray workers run, from the RayService's worker groups (their
+    nodeSelector `role` and the `pool_<serve role>` Ray resource they advertise)."""
+    roles = {}
+    for r in resources:
+        groups = _get(r.props, "spec", "rayClusterConfig", "workerGroupSpecs") if r.type == RAY_SERVICE else None
+        for group in groups or []:
+            pool = _get(group, "template", "spec", "nodeSelector", "role")
+            served = [k.removeprefix("pool_") for k in group.get("resources") or {} if k.startswith("pool_")]
+            if pool and served:
+                roles[pool] = served[0]
+    return roles
+
+
 def _gpu_pools_efa_one_zone(resources: list[Resource]) -> list[tuple[Resource | None, str]]:
-    """PD pools only: the collocated baseline moves no KV cache between nodes (DESIGN notes)."""
+    """PD pools only: the collocated baseline moves no KV cache between nodes (DESIGN notes). A pool
+    is a PD pool when it serves prefill or decode, whatever it is named."""
     found: list[tuple[Resource | None, str]] = []
     subnets: dict[str, Any] = {}
+    serves = _serve_roles(resources)
     for r in resources:
-        role = _get(r.props, "labels", "role")
-        if r.type not in (MANAGED_NODE_GROUP, AWS_NODE_GROUP) or role not in PD_ROLES:
+        pool = _get(r.props, "labels", "role")
+        if r.type not in (MANAGED_NODE_GROUP, AWS_NODE_GROUP) or serves.get(pool, pool) not in PD_ROLES:
             continue
+        role = pool
         subnet_ids = r.props.get("subnetIds") or []
         if len(subnet_ids) != 1:
             found.append(

@@ -72,3 +72,13 @@ def test_bad_source_ranges_fail_before_any_resource(ranges, message):
     error, monitor = failing_run({"ray-llm-eks:endpointSourceRanges": ranges})
     assert message in str(error)
     assert monitor.registrations == []
+
+
+def test_one_pod_identity_agent_serves_both_controllers(plans):
+    """EKS allows the eks-pod-identity-agent add-on once per cluster: the autoscaler and the load
+    balancer controller wait for the same one."""
+    xpyd = plans["xpyd"]
+    (agent,) = xpyd.of_type("aws:eks/addon:Addon")
+    releases = {r.name: r for r in xpyd.of_type("kubernetes:helm.sh/v3:Release")}
+    for name in ("cluster-autoscaler", "aws-load-balancer-controller"):
+        assert xpyd.depends_on(releases[name].urn, agent.urn), name

@@ -18,7 +18,7 @@ from policy.crossguard import resource_validator, stack_validator
 from tests.conftest import SHIPPED_STACKS
 
 
-@pytest.mark.parametrize("stack", sorted(SHIPPED_STACKS))
+@pytest.mark.parametrize("stack", sorted(SHIPPED_STACKS | {"dp", "tp", "xpyd"}))
 def test_shipped_stacks_pass_every_policy(plans, stack):
     assert violations(plans[stack]) == []
 
@@ -191,3 +191,18 @@ def test_privileged_chart_values_fail():
     values = {"daemonset": {"containers": [{"securityContext": {"privileged": True}}]}}
     release = rules.Resource(rules.HELM_RELEASE, "x", "urn:x", {"version": "1.2.3", "chart": "x", "values": values})
     assert [v.policy for v in rules.check_all([release])] == ["privileged-only-efa-workers"]
+
+
+def test_a_pd_pool_is_known_by_the_role_it_serves_not_its_name():
+    """Roles as data: pool `prefill-b` serving prefill (its workers advertise pool_prefill) is a PD pool."""
+    group = {"resources": {"pool_prefill": "1"}, "template": {"spec": {"nodeSelector": {"role": "prefill-b"}}}}
+    service = rules.Resource(
+        rules.RAY_SERVICE, "llm", "urn:llm", {"spec": {"rayClusterConfig": {"workerGroupSpecs": [group]}}}
+    )
+    pool = {"labels": {"role": "prefill-b"}, "subnetIds": ["subnet-a"], "placementGroupAvailabilityZone": "us-east-1a"}
+    nodes = rules.Resource(rules.MANAGED_NODE_GROUP, "prefill-b-gpu", "urn:nodes", {**pool, "enableEfaSupport": False})
+    found = [v for v in rules.check_all([service, nodes]) if v.policy == "gpu-pools-efa-one-zone"]
+    assert [v.message for v in found] == [
+        "PD pool prefill-b must set enableEfaSupport (NIXL moves the KV cache over EFA)"
+    ]
+    assert [v for v in rules.check_all([nodes]) if v.policy == "gpu-pools-efa-one-zone"] == []  # unknown role

@@ -185,7 +185,7 @@ def test_cluster_autoscaler_only_where_a_pool_scales(dev, xpyd):
     assert values["autoDiscovery"] == {"clusterName": "ray-llm-xpyd"}
     assert values["nodeSelector"] == {"role": "system"}
     assert values["extraArgs"]["skip-nodes-with-local-storage"] == "false"  # Ray workers mount an emptyDir
-    association = xpyd.one("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    association = xpyd.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "cluster-autoscaler-pod-identity")
     assert association.inputs["serviceAccount"] == values["rbac"]["serviceAccount"]["name"]
     assert association.inputs["namespace"] == release.inputs["namespace"] == "kube-system"
     role = xpyd.one("aws:iam/role:Role", "cluster-autoscaler-role")
