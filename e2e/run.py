@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import os
 import runpy
+import signal
 import sys
 import tempfile
 import time
@@ -192,7 +193,7 @@ class Stack:
         self.timeline = timeline
         self.project = work / "project"
         self.project.mkdir(parents=True)
-        # The real Pulumi.yaml: the CLI enforces its declared config keys on the e2e stack too.
+        # The real Pulumi.yaml: the CLI checks the e2e stack against it as against any other.
         (self.project / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
         self.ready_timeout: int | None = None
         self.stack = auto.create_or_select_stack(
@@ -452,9 +453,16 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
     stack.configure(cfg, kubeconfig)
 
     # 8. Destroy: the operator outlives the RayService and removes its finalizer; nothing is left.
+    # The provider waits for the object to be gone, so a destroy that completes on a RayService holding
+    # the operator's finalizer shows the operator was there to remove it.
+    before = api.get(object_path("ray.io/v1", "RayService", NS, svc))["metadata"].get("finalizers", [])
+    checks.expect(bool(before), "before destroy the RayService holds the operator's finalizer", str(before))
     res = stack.destroy()
     checks.expect(res.summary.result == "succeeded", "pulumi destroy completes")
-    checks.expect(cluster.alive("kuberay-operator"), "the KubeRay operator ran until the RayService was gone")
+    checks.expect(
+        api.get_or_none(object_path("ray.io/v1", "RayService", NS, svc)) is None and cluster.alive("kuberay-operator"),
+        f"the RayService and its finalizer {before} are gone, removed by the still running KubeRay operator",
+    )
     left = [
         f"{kind} {o['metadata'].get('namespace', '')}/{o['metadata']['name']}"
         for kind, path in (("RayService", "/apis/ray.io/v1/rayservices"), ("RayCluster", "/apis/ray.io/v1/rayclusters"))
@@ -552,6 +560,8 @@ def main() -> int:
     keep = os.environ.get("E2E_KEEP_WORKDIR") == "1"
     work = Path(tempfile.mkdtemp(prefix="ray-llm-eks-e2e-"))
     timeline.log(f"work dir {work}")
+    # A SIGTERM (CI cancelling the job) unwinds like an error, so the finally blocks stop what we started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         run(work, timeline, checks, cluster_only="--cluster-only" in sys.argv)
     except Exception:
