@@ -106,7 +106,13 @@ class LlmService(pulumi.ComponentResource):
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=serving.service_name,
                 namespace=serving.namespace,
-                annotations={**ready_annotations(serving, wait_for_ready), **worker_groups_annotation(spec)},
+                annotations={
+                    **ready_annotations(serving, wait_for_ready),
+                    **worker_groups_annotation(spec),
+                    # The KubeRay operator writes the whole RayService back when it adds its finalizer
+                    # (rayservice_controller.go, r.Update), so it co-owns our fields; our spec wins.
+                    "pulumi.com/patchForce": "true",
+                },
             ),
             spec=spec,
             opts=pulumi.ResourceOptions(

@@ -429,8 +429,10 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
         line = next((ln.strip() for ln in text.splitlines() if "timed out" in ln.lower() or "ready" in ln.lower()), "")
         timeline.log(f"up failed after {took:.0f} s: {line[:300]}")
         checks.expect("RayService" in text or svc in text, "the failure names the RayService", text[-400:])
-        checks.expect("Ready" in text and ("timed out" in text.lower() or "timeout" in text.lower()),
-                      "the failure says it timed out waiting for Ready", text[-400:])  # fmt: skip
+        # pulumi-kubernetes 4.25 words it: '"llm/llm" failed to fully initialize or become live: timed out
+        # waiting for the condition' (the condition is our pulumi.com/waitFor condition=Ready).
+        checks.expect("timed out waiting for the condition" in text and f"{NS}/{svc}" in text,
+                      "the failure says the RayService timed out waiting for its condition", text[-400:])  # fmt: skip
         checks.expect(took < SHORT_TIMEOUT + 120, f"up gave up in {took:.0f} s, not hanging")
     stack.ready_timeout = None
     cfg["ray-llm-eks:waitForReady"] = False

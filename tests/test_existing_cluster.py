@@ -239,7 +239,7 @@ def test_existing_cluster_mode_declares_no_aws_resource(fake_cluster):
     assert provider.inputs["kubeconfig"] == "[secret]"
     rs = plan.one("kubernetes:ray.io/v1:RayService")
     awaits = {k: v for k, v in rs.inputs["metadata"]["annotations"].items() if k.startswith("pulumi.com/")}
-    assert awaits == {"pulumi.com/skipAwait": "true"}
+    assert awaits == {"pulumi.com/skipAwait": "true", "pulumi.com/patchForce": "true"}
     assert rs.provider.startswith(provider.urn)
     assert fake_cluster == [(KUBECONFIG, None)]  # the checks read the cluster of the configured kubeconfig
     assert "kubeconfig" not in plan.outputs and "clusterName" not in plan.outputs
