@@ -108,6 +108,20 @@ def make_model(family: str, max_len: int) -> Path:
     return out
 
 
+def nixl_pinned_core(sys_node: Path = Path("/sys/devices/system/node/node0")) -> int:
+    """The core vLLM 0.26's NixlConnector pins a CPU engine's main thread to: the highest physical core (lowest
+    id of its hyper-thread siblings) of the first NUMA node (vllm/platforms/cpu.py discover_numa_topology)."""
+    cores = set()
+    for cpu in sys_node.glob("cpu[0-9]*"):
+        try:
+            siblings = (cpu / "topology" / "thread_siblings_list").read_text().strip()
+        except OSError:
+            siblings = cpu.name[3:]
+        ids = [int(x) for part in siblings.split(",") for x in part.split("-")[:1]]
+        cores.add(min(ids))
+    return max(cores) if cores else max(os.sched_getaffinity(0))
+
+
 # ---------------------------------------------------------------- processes
 
 
@@ -281,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     family = stand_in_family(rendered)
     model_path = make_model(family, max_len)
     port = args.port or free_port()
-    plan = substitute.plan(rendered, str(model_path), family, port)
+    plan = substitute.plan(rendered, str(model_path), family, port, nixl_core=nixl_pinned_core())
     doc = plan.document
     kind = "prefill/decode" if plan.pd else "collocated"
     say(f"Stack {args.stack}: {kind}, model {plan.model_ids[0]}; substitutions:")

@@ -26,6 +26,11 @@ FAMILY_TEXT = {
 # memory of its NUMA node (16 GiB seen here) and counts weights and the profiling run's activations
 # (~1 GiB at 2048 batched tokens) in it: 0.03 left "-0.52 GiB" for KV; 0.1 leaves ~0.6 GiB.
 CPU_MEMORY_FRACTION = 0.1
+# On a CPU, vLLM 0.26's NixlConnector pins the worker's main thread (OpenMP's first thread) to the last
+# physical core (nixl/base_worker.py, "reserve different cores for start_load_kv()"), and auto binding
+# keeps that core for OpenMP too when the machine has no more cores than vLLM reserves (2 for P/D,
+# utils/ompmultiprocessing.py): two spinning OpenMP threads then share one core. One thread, bound there.
+OMP_BIND = "VLLM_CPU_OMP_THREADS_BIND"
 MUTATIONS = {
     "swap-roles": "prefill kv_role <-> decode kv_role",
     "connector-typo": "kv_connector NixlConnector -> NixlConector on both sides",
@@ -60,8 +65,9 @@ def llm_configs(doc: dict) -> dict[str, dict]:
     return {("collocated" if i == 0 else f"collocated-{i}"): c for i, c in enumerate(configs)}
 
 
-def plan(rendered: dict, model_path: str, family: str, port: int = 8000) -> Plan:
-    """`family`: the stand-in's (stand_in()); `model_path`: where it was made."""
+def plan(rendered: dict, model_path: str, family: str, port: int = 8000, nixl_core: int = 0) -> Plan:
+    """`family`: the stand-in's (stand_in()); `model_path`: where it was made; `nixl_core`: the core vLLM's
+    NixlConnector pins each CPU engine's main thread to (rehearsal.run.nixl_pinned_core)."""
     doc = copy.deepcopy(rendered)
     subs: list[str] = []
 
@@ -125,6 +131,13 @@ def plan(rendered: dict, model_path: str, family: str, port: int = 8000) -> Plan
                 # On the CPU platform the KV cache is host memory already: no separate buffer.
                 subs.append(f"{where}.kv_transfer_config.kv_buffer_device: {kv.get('kv_buffer_device')!r} -> 'cpu'")
                 kv["kv_buffer_device"] = "cpu"
+            env = config.setdefault("runtime_env", {}).setdefault("env_vars", {})
+            old = env.get(OMP_BIND)
+            env[OMP_BIND] = str(nixl_core)
+            subs.append(
+                f"{where}.runtime_env.env_vars.{OMP_BIND}: {old!r} -> '{nixl_core}' (one OpenMP thread, on the core "
+                "vLLM's NixlConnector pins the engine's main thread to; two on one core: a forward pass took ~60 s)"
+            )
 
     return Plan(doc, subs, family, hybrid, model_ids, pd="prefill" in configs)
 

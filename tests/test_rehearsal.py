@@ -11,7 +11,7 @@ import pytest
 from domain.config import load_settings
 from offline.stackfile import load_stack
 from rehearsal import substitute
-from rehearsal.run import root_errors, stand_in_family
+from rehearsal.run import nixl_pinned_core, root_errors, stand_in_family
 
 
 def rendered(stack: str) -> dict:
@@ -22,7 +22,7 @@ def rendered(stack: str) -> dict:
 @pytest.mark.parametrize("stack", ["dev", "baseline"])
 def test_only_what_cannot_exist_on_a_cpu_changes(stack):
     doc = rendered(stack)
-    plan = substitute.plan(doc, "/models/stand-in", stand_in_family(doc), port=18000)
+    plan = substitute.plan(doc, "/models/stand-in", stand_in_family(doc), port=18000, nixl_core=3)
     assert plan.family == "qwen3_next" and plan.hybrid  # Qwen3.5: Gated DeltaNet + full attention
     assert plan.pd == (stack == "dev")
     before, after = substitute.llm_configs(doc), substitute.llm_configs(plan.document)
@@ -45,8 +45,12 @@ def test_only_what_cannot_exist_on_a_cpu_changes(stack):
                 k: v for k, v in old_kv.items() if k not in {"kv_connector_extra_config", "kv_buffer_device"}
             }
         assert engine == old_engine  # every other engine arg as rendered
-        for key in ("deployment_config", "runtime_env"):
-            assert new.get(key) == old.get(key)
+        assert new.get("deployment_config") == old.get("deployment_config")
+        env = dict(new.get("runtime_env", {}).get("env_vars", {}))
+        old_env = old.get("runtime_env", {}).get("env_vars", {})
+        if stack == "dev":  # one OpenMP thread per PD engine, on the core vLLM's NixlConnector pins it to
+            assert env.pop(substitute.OMP_BIND) == "3"
+        assert env == old_env
     app, old_app = plan.document["applications"][0], doc["applications"][0]
     assert app["import_path"] == old_app["import_path"] and app["route_prefix"] == old_app["route_prefix"]
     assert plan.document["http_options"] == {"host": "127.0.0.1", "port": 18000}
@@ -106,3 +110,15 @@ def test_the_reason_on_the_lines_after_the_exception_is_kept(tmp_path):
     )
     (error,) = root_errors(tmp_path)
     assert "1 validation error for VllmConfig | Value error, Unsupported connector type: NixlConector" in error
+
+
+def test_the_core_nixl_pins_to_is_the_last_physical_core(tmp_path):
+    # Hyper-threads 0/4, 1/5, 2/6, 3/7: vLLM names a core by its lowest sibling, so the last core is 3, not 7.
+    for cpu in range(8):
+        topology = tmp_path / f"cpu{cpu}" / "topology"
+        topology.mkdir(parents=True)
+        (topology / "thread_siblings_list").write_text(f"{cpu % 4},{cpu % 4 + 4}\n")
+    assert nixl_pinned_core(tmp_path) == 3
+    (tmp_path / "cpu8" / "topology").mkdir(parents=True)
+    (tmp_path / "cpu8" / "topology" / "thread_siblings_list").write_text("8-9\n")
+    assert nixl_pinned_core(tmp_path) == 8
