@@ -327,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
             # Ray on loopback: it resolves 127.0.0.1 to the host's network address unless told it runs
             # a single-node "Windows/OSX" cluster (ray/_private/services.py get_node_ip_address).
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            # The dashboard gives each of its module processes 30 s to start (ray/dashboard/consts.py); on 2
+            # busy cores (load 15) MetricsHead took longer and the dashboard, so the deploy API, never came up.
+            "RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT": "180",
         }
     )
     if plan.hybrid:
@@ -378,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"  smoke: {line}")
         t_first = clock.mark("smoke passed")
         if plan.pd:
-            for line in grep_logs(log_dir, r"NIXL compatibility check passed|[Tt]ransfer")[:3]:
+            for line in grep_logs(log_dir, r"NIXL compatibility check passed|Transfer plan")[:3]:
                 say(f"  NIXL: {line[:200]}")
         if args.bench:
             summary = asyncio.run(
