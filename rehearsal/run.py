@@ -348,18 +348,16 @@ def main(argv: list[str] | None = None) -> int:
     ok = False
     try:
         ray = Path(sys.executable).parent / "ray"
-        subprocess.run(
-            [
-                str(ray), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={gcs}",
-                "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--metrics-export-port={metrics}",
-                f"--num-cpus={NUM_CPUS}", f"--temp-dir={temp_dir}", "--disable-usage-stats",
-                # Ports of our own, so that another Ray on this machine (defaults) never clashes.
-                f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-                f"--runtime-env-agent-port={free_port()}", f"--node-manager-port={free_port()}",
-                f"--object-manager-port={free_port()}", f"--ray-client-server-port={free_port()}",
-            ],
-            env=env, check=True, stdout=subprocess.DEVNULL, timeout=180,
-        )  # fmt: skip
+        start = [
+            str(ray), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={gcs}",
+            "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--metrics-export-port={metrics}",
+            f"--num-cpus={NUM_CPUS}", f"--temp-dir={temp_dir}", "--disable-usage-stats",
+            # Ports of our own, so that another Ray on this machine (defaults) never clashes.
+            f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}", f"--node-manager-port={free_port()}",
+            f"--object-manager-port={free_port()}", f"--ray-client-server-port={free_port()}",
+        ]  # fmt: skip
+        start_ray(start, env, run_id, clock)
         clock.mark(f"Ray started (dashboard {dashboard}, logs {log_dir})")
         wait_dashboard(dashboard)
         http_json("PUT", f"{dashboard}/api/serve/applications/", doc, timeout=60)
@@ -433,6 +431,22 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(temp_dir, ignore_errors=True)
             else:
                 say(f"Ray logs kept in {temp_dir}")
+
+
+def start_ray(command: list[str], env: dict, run_id: str, clock: Clock, attempts: int = 2) -> None:
+    """`ray start`, once more if it fails: on 2 busy cores the raylet can miss Ray's fixed 30 s to register
+    with the GCS ("The current node timed out during startup", ray/_private/node.py)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+            reason = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        except subprocess.TimeoutExpired:
+            done, reason = None, "no answer within 180 s"
+        if done is not None and done.returncode == 0:
+            return
+        end_processes(run_id)
+        clock.mark(f"ray start failed (attempt {attempt} of {attempts}): {reason[:300]}")
+    raise RehearsalFailed(f"ray start failed {attempts} times; last: {reason[:300]}")
 
 
 def wait_dashboard(dashboard: str, cap: float = 120.0) -> None:

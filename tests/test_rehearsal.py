@@ -5,13 +5,14 @@ logs. The rehearsal itself runs real engines: `make rehearse STACK=dev|baseline`
 from __future__ import annotations
 
 import copy
+import sys
 
 import pytest
 
 from domain.config import load_settings
 from offline.stackfile import load_stack
 from rehearsal import substitute
-from rehearsal.run import nixl_pinned_core, root_errors, stand_in_family
+from rehearsal.run import Clock, RehearsalFailed, nixl_pinned_core, root_errors, stand_in_family, start_ray
 
 
 def rendered(stack: str) -> dict:
@@ -122,3 +123,19 @@ def test_the_core_nixl_pins_to_is_the_last_physical_core(tmp_path):
     (tmp_path / "cpu8" / "topology").mkdir(parents=True)
     (tmp_path / "cpu8" / "topology" / "thread_siblings_list").write_text("8-9\n")
     assert nixl_pinned_core(tmp_path) == 8
+
+
+def test_a_failed_ray_start_is_retried_then_named_in_one_line(tmp_path):
+    clock = Clock()
+    fail = [sys.executable, "-c", "import sys; print('noise', file=sys.stderr); sys.exit('Exception: node timed out')"]
+    with pytest.raises(RehearsalFailed, match=r"ray start failed 2 times; last: Exception: node timed out"):
+        start_ray(fail, {}, "no-such-run", clock)
+    assert [what for _, what in clock.events] == [
+        "ray start failed (attempt 1 of 2): Exception: node timed out",
+        "ray start failed (attempt 2 of 2): Exception: node timed out",
+    ]
+    flag = tmp_path / "tried"  # fails the first time only
+    flaky = [sys.executable, "-c", f"import pathlib, sys; p = pathlib.Path({str(flag)!r}); t = p.exists(); "
+             "p.touch(); sys.exit(0 if t else 'Exception: busy')"]  # fmt: skip
+    start_ray(flaky, {}, "no-such-run", Clock())
+    assert flag.exists()
