@@ -53,6 +53,9 @@ PREFIXES = re.compile(
     r"^(?:\(\w+ pid=\d+[^)]*\) ?)?(?:(?:ERROR|WARNING|INFO|DEBUG|CRITICAL) \d\d-\d\d [\d:]+ \[[^\]]+\] ?)?"
 )
 # A fatal engine start, as soon as it is logged (Serve itself retries the replica for minutes).
+# The headers under which a failure's cause is printed (rehearsal.mistakes looks for them).
+ENGINE_HEADER = "ENGINE ERROR (from Ray's logs, root cause first):"
+ROLE_HEADER = "KV ROLE ERROR (checked by the rehearsal before deploying: no engine reports it):"
 FATAL = re.compile(r"Engine core initialization failed|EngineCore failed to start|Traceback \(most recent call last\)")
 
 
@@ -306,6 +309,11 @@ def main(argv: list[str] | None = None) -> int:
         say("  - process env: AMX hidden from vLLM's CPU platform (rehearsal/amx_hidden/sitecustomize.py)")
     for mutation in args.mutate:
         say(f"  ! {substitute.mutate(doc, mutation)}")
+    if wrong_roles := substitute.role_mistakes(doc):
+        say(f"\nREHEARSAL FAILED: kv_role on the wrong side\n{ROLE_HEADER}")
+        for line in wrong_roles:
+            say(f"  {line}")
+        return 1
     clock.mark("serve config rendered and substituted; stand-in model ready")
 
     run_id = uuid.uuid4().hex[:12]
@@ -466,7 +474,7 @@ def report_errors(log_dir: Path) -> None:
     if not errors:
         say(f"(no exception found in Ray's logs at {log_dir})")
         return
-    say("ENGINE ERROR (from Ray's logs, root cause first):")
+    say(ENGINE_HEADER)
     for line in errors:
         say(f"  {line[:1500]}")
 

@@ -31,6 +31,8 @@ CPU_MEMORY_FRACTION = 0.1
 # keeps that core for OpenMP too when the machine has no more cores than vLLM reserves (2 for P/D,
 # utils/ompmultiprocessing.py): two spinning OpenMP threads then share one core. One thread, bound there.
 OMP_BIND = "VLLM_CPU_OMP_THREADS_BIND"
+# kv_role each side of a PD app may have (kv_both: deprecated for NixlConnector, nixl/connector.py:122).
+ROLES = {"prefill": {"kv_producer", "kv_both"}, "decode": {"kv_consumer", "kv_both"}}
 MUTATIONS = {
     "swap-roles": "prefill kv_role <-> decode kv_role",
     "connector-typo": "kv_connector NixlConnector -> NixlConector on both sides",
@@ -140,6 +142,25 @@ def plan(rendered: dict, model_path: str, family: str, port: int = 8000, nixl_co
             )
 
     return Plan(doc, subs, family, hybrid, model_ids, pd="prefill" in configs)
+
+
+def role_mistakes(doc: dict) -> list[str]:
+    """kv_role on the wrong side of a PD app, one line each. No engine reports it: vLLM 0.26's NixlConnector
+    serves either way; kv_role only makes a consumer defer freeing blocks a load may race with under async
+    scheduling (v1/core/sched/scheduler.py:148-154), vLLM's default on GPUs and off on the CPU."""
+    configs = llm_configs(doc)
+    if "prefill" not in configs:
+        return []
+    lines = []
+    for role, allowed in ROLES.items():
+        kv = configs[role].get("engine_kwargs", {}).get("kv_transfer_config") or {}
+        if kv.get("kv_role") not in allowed:
+            lines.append(
+                f"{role}.engine_kwargs.kv_transfer_config.kv_role = {kv.get('kv_role')!r}: the {role} side must "
+                f"be {' or '.join(sorted(allowed))} (no engine reports this; on GPUs the decode side would lose "
+                "its deferred block frees under async scheduling)"
+            )
+    return lines
 
 
 def mutate(doc: dict, mutation: str) -> str:

@@ -74,6 +74,16 @@ def test_mutations_change_the_pd_config(mutation):
     assert doc != before
 
 
+def test_swapped_roles_are_named_though_no_engine_reports_them():
+    doc = substitute.plan(rendered("dev"), "/m", "qwen3_next").document
+    assert substitute.role_mistakes(doc) == []
+    substitute.mutate(doc, "swap-roles")
+    prefill, decode = substitute.role_mistakes(doc)
+    assert prefill.startswith("prefill.engine_kwargs.kv_transfer_config.kv_role = 'kv_consumer': the prefill side")
+    assert decode.startswith("decode.engine_kwargs.kv_transfer_config.kv_role = 'kv_producer': the decode side")
+    assert substitute.role_mistakes(substitute.plan(rendered("baseline"), "/m", "qwen3_next").document) == []
+
+
 def test_mutations_need_a_pd_app():
     doc = substitute.plan(rendered("baseline"), "/m", "qwen3_next").document
     with pytest.raises(ValueError, match="prefill/decode"):
