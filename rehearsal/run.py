@@ -41,11 +41,12 @@ NUM_CPUS = 8  # Ray's logical CPUs, above the 2 real cores: ingress + prefill + 
 POLL = 2.0  # seconds between status polls
 # A first PD request on 2 busy cores (NIXL handshake, then the transfer) can take tens of seconds.
 SMOKE_TIMEOUT = 180.0
-# Exception lines that only wrap the real error (the engine's own message is logged before them).
+# Exception lines that only wrap the real error (the engine's own message is logged before them), or Ray's
+# own symptoms of it (GetTimeoutError: a replica's call waited on an engine that never came up).
 WRAPPERS = re.compile(
     r"Engine core initialization failed|See root cause above|EngineDeadError|RayTaskError|ActorDiedError|"
     r"DeploymentUnavailableError|RayActorError|ActorUnavailableError|failed to start \d+ times|"
-    r"KeyboardInterrupt|CancelledError|asyncio\.exceptions"
+    r"KeyboardInterrupt|CancelledError|asyncio\.exceptions|GetTimeoutError"
 )
 EXC_LINE = re.compile(r"^((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)\b(?:\(\w+\))?:? ?.*)$")
 # Prefixes before a logged line: Ray's "(Worker pid=1) " and vLLM's "ERROR 11-30 14:23:51 [file.py:901] ".
@@ -56,6 +57,8 @@ PREFIXES = re.compile(
 # The headers under which a failure's cause is printed (rehearsal.mistakes looks for them).
 ENGINE_HEADER = "ENGINE ERROR (from Ray's logs, root cause first):"
 ROLE_HEADER = "KV ROLE ERROR (checked by the rehearsal before deploying: no engine reports it):"
+# What vLLM's NIXL connector logs when a KV read fails (nixl/base_worker.py _log_failure).
+NIXL_FAILURE = r"NIXL transfer failure: "
 FATAL = re.compile(r"Engine core initialization failed|EngineCore failed to start|Traceback \(most recent call last\)")
 
 
@@ -192,7 +195,12 @@ def root_errors(log_dir: Path, limit: int = 3) -> list[str]:
                         message += " | " + more.strip()
                     found.setdefault(message, (order, path.name))
                     break
-    ranked = sorted(found.items(), key=lambda kv: (bool(WRAPPERS.search(kv[0])), kv[1][0]))
+    # Engines log through Ray's workers (worker-*.out/err); Ray's own daemons come after them (a dashboard
+    # port clash on a busy machine is not what failed the rehearsal).
+    ranked = sorted(
+        found.items(),
+        key=lambda kv: (bool(WRAPPERS.search(kv[0])), not kv[1][1].startswith("worker-"), kv[1][0]),
+    )
     return [f"{msg}    [{where}]" for msg, (_, where) in ranked[:limit]]
 
 
@@ -386,6 +394,10 @@ def main(argv: list[str] | None = None) -> int:
         for line in result.lines:
             say(f"  smoke: {line}")
         t_first = clock.mark("smoke passed")
+        if plan.pd and (failed := grep_logs(log_dir, NIXL_FAILURE)):
+            # vLLM then recomputes the prompt on the decode engine (kv_load_failure_policy "recompute"):
+            # the answers come, but nothing went through NIXL.
+            raise RehearsalFailed(f"the decode engine recomputed the prompt: {PREFIXES.sub('', failed[0], count=1)}")
         if plan.pd:
             for line in grep_logs(log_dir, r"NIXL compatibility check passed|Transfer plan")[:3]:
                 say(f"  NIXL: {line[:200]}")

@@ -111,6 +111,21 @@ def test_the_engine_error_is_found_under_its_wrappers(tmp_path):
     assert "Engine core initialization failed" in errors[1]
 
 
+def test_an_engine_error_comes_before_ray_daemons_and_timeouts(tmp_path):
+    (tmp_path / "dashboard.log").write_text("Traceback (most recent call last):\nOSError: [Errno 98] Address in use\n")
+    (tmp_path / "worker-1.err").write_text(
+        "Traceback (most recent call last):\nray.exceptions.GetTimeoutError: Get timed out: some object(s) not ready.\n"
+    )
+    (tmp_path / "worker-2.err").write_text(
+        "(Worker pid=7) ERROR 11-30 17:56:32 [base_worker.py:832] NIXL transfer failure: handshake_failed\n"
+        "(Worker pid=7) Traceback (most recent call last):\n"
+        "(Worker pid=7) AssertionError: HMA does not support different remote block size yet\n"
+    )
+    errors = root_errors(tmp_path)
+    assert errors[0].startswith("AssertionError: HMA does not support different remote block size yet")
+    assert errors[1].startswith("OSError: [Errno 98]") and "GetTimeoutError" in errors[2]
+
+
 def test_the_reason_on_the_lines_after_the_exception_is_kept(tmp_path):
     (tmp_path / "worker-5.err").write_text(
         "Traceback (most recent call last):\n"
