@@ -41,11 +41,12 @@ NUM_CPUS = 8  # Ray's logical CPUs, above the 2 real cores: ingress + prefill + 
 POLL = 2.0  # seconds between status polls
 # A first PD request on 2 busy cores (NIXL handshake, then the transfer) can take tens of seconds.
 SMOKE_TIMEOUT = 180.0
-# Exception lines that only wrap the real error (the engine's own message is logged before them).
+# Exception lines that only wrap the real error (the engine's own message is logged before them), or Ray's
+# own symptoms of it (GetTimeoutError: a replica's call waited on an engine that never came up).
 WRAPPERS = re.compile(
     r"Engine core initialization failed|See root cause above|EngineDeadError|RayTaskError|ActorDiedError|"
     r"DeploymentUnavailableError|RayActorError|ActorUnavailableError|failed to start \d+ times|"
-    r"KeyboardInterrupt|CancelledError|asyncio\.exceptions"
+    r"KeyboardInterrupt|CancelledError|asyncio\.exceptions|GetTimeoutError"
 )
 EXC_LINE = re.compile(r"^((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)\b(?:\(\w+\))?:? ?.*)$")
 # Prefixes before a logged line: Ray's "(Worker pid=1) " and vLLM's "ERROR 11-30 14:23:51 [file.py:901] ".
@@ -53,6 +54,11 @@ PREFIXES = re.compile(
     r"^(?:\(\w+ pid=\d+[^)]*\) ?)?(?:(?:ERROR|WARNING|INFO|DEBUG|CRITICAL) \d\d-\d\d [\d:]+ \[[^\]]+\] ?)?"
 )
 # A fatal engine start, as soon as it is logged (Serve itself retries the replica for minutes).
+# The headers under which a failure's cause is printed (rehearsal.mistakes looks for them).
+ENGINE_HEADER = "ENGINE ERROR (from Ray's logs, root cause first):"
+ROLE_HEADER = "KV ROLE ERROR (checked by the rehearsal before deploying: no engine reports it):"
+# What vLLM's NIXL connector logs when a KV read fails (nixl/base_worker.py _log_failure).
+NIXL_FAILURE = r"NIXL transfer failure: "
 FATAL = re.compile(r"Engine core initialization failed|EngineCore failed to start|Traceback \(most recent call last\)")
 
 
@@ -106,6 +112,20 @@ def make_model(family: str, max_len: int) -> Path:
         [sys.executable, str(ROOT / "rehearsal" / "tiny_model.py"), family, str(out), str(max_len)], check=True
     )
     return out
+
+
+def nixl_pinned_core(sys_node: Path = Path("/sys/devices/system/node/node0")) -> int:
+    """The core vLLM 0.26's NixlConnector pins a CPU engine's main thread to: the highest physical core (lowest
+    id of its hyper-thread siblings) of the first NUMA node (vllm/platforms/cpu.py discover_numa_topology)."""
+    cores = set()
+    for cpu in sys_node.glob("cpu[0-9]*"):
+        try:
+            siblings = (cpu / "topology" / "thread_siblings_list").read_text().strip()
+        except OSError:
+            siblings = cpu.name[3:]
+        ids = [int(x) for part in siblings.split(",") for x in part.split("-")[:1]]
+        cores.add(min(ids))
+    return max(cores) if cores else max(os.sched_getaffinity(0))
 
 
 # ---------------------------------------------------------------- processes
@@ -175,7 +195,12 @@ def root_errors(log_dir: Path, limit: int = 3) -> list[str]:
                         message += " | " + more.strip()
                     found.setdefault(message, (order, path.name))
                     break
-    ranked = sorted(found.items(), key=lambda kv: (bool(WRAPPERS.search(kv[0])), kv[1][0]))
+    # Engines log through Ray's workers (worker-*.out/err); Ray's own daemons come after them (a dashboard
+    # port clash on a busy machine is not what failed the rehearsal).
+    ranked = sorted(
+        found.items(),
+        key=lambda kv: (bool(WRAPPERS.search(kv[0])), not kv[1][1].startswith("worker-"), kv[1][0]),
+    )
     return [f"{msg}    [{where}]" for msg, (_, where) in ranked[:limit]]
 
 
@@ -281,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     family = stand_in_family(rendered)
     model_path = make_model(family, max_len)
     port = args.port or free_port()
-    plan = substitute.plan(rendered, str(model_path), family, port)
+    plan = substitute.plan(rendered, str(model_path), family, port, nixl_core=nixl_pinned_core())
     doc = plan.document
     kind = "prefill/decode" if plan.pd else "collocated"
     say(f"Stack {args.stack}: {kind}, model {plan.model_ids[0]}; substitutions:")
@@ -292,6 +317,11 @@ def main(argv: list[str] | None = None) -> int:
         say("  - process env: AMX hidden from vLLM's CPU platform (rehearsal/amx_hidden/sitecustomize.py)")
     for mutation in args.mutate:
         say(f"  ! {substitute.mutate(doc, mutation)}")
+    if wrong_roles := substitute.role_mistakes(doc):
+        say(f"\nREHEARSAL FAILED: kv_role on the wrong side\n{ROLE_HEADER}")
+        for line in wrong_roles:
+            say(f"  {line}")
+        return 1
     clock.mark("serve config rendered and substituted; stand-in model ready")
 
     run_id = uuid.uuid4().hex[:12]
@@ -313,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
             # Ray on loopback: it resolves 127.0.0.1 to the host's network address unless told it runs
             # a single-node "Windows/OSX" cluster (ray/_private/services.py get_node_ip_address).
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            # The dashboard gives each of its module processes 30 s to start (ray/dashboard/consts.py); on 2
+            # busy cores (load 15) MetricsHead took longer and the dashboard, so the deploy API, never came up.
+            "RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT": "180",
         }
     )
     if plan.hybrid:
@@ -331,18 +364,16 @@ def main(argv: list[str] | None = None) -> int:
     ok = False
     try:
         ray = Path(sys.executable).parent / "ray"
-        subprocess.run(
-            [
-                str(ray), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={gcs}",
-                "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--metrics-export-port={metrics}",
-                f"--num-cpus={NUM_CPUS}", f"--temp-dir={temp_dir}", "--disable-usage-stats",
-                # Ports of our own, so that another Ray on this machine (defaults) never clashes.
-                f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-                f"--runtime-env-agent-port={free_port()}", f"--node-manager-port={free_port()}",
-                f"--object-manager-port={free_port()}", f"--ray-client-server-port={free_port()}",
-            ],
-            env=env, check=True, stdout=subprocess.DEVNULL, timeout=180,
-        )  # fmt: skip
+        start = [
+            str(ray), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={gcs}",
+            "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--metrics-export-port={metrics}",
+            f"--num-cpus={NUM_CPUS}", f"--temp-dir={temp_dir}", "--disable-usage-stats",
+            # Ports of our own, so that another Ray on this machine (defaults) never clashes.
+            f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}", f"--node-manager-port={free_port()}",
+            f"--object-manager-port={free_port()}", f"--ray-client-server-port={free_port()}",
+        ]  # fmt: skip
+        start_ray(start, env, run_id, clock)
         clock.mark(f"Ray started (dashboard {dashboard}, logs {log_dir})")
         wait_dashboard(dashboard)
         http_json("PUT", f"{dashboard}/api/serve/applications/", doc, timeout=60)
@@ -363,8 +394,12 @@ def main(argv: list[str] | None = None) -> int:
         for line in result.lines:
             say(f"  smoke: {line}")
         t_first = clock.mark("smoke passed")
+        if plan.pd and (failed := grep_logs(log_dir, NIXL_FAILURE)):
+            # vLLM then recomputes the prompt on the decode engine (kv_load_failure_policy "recompute"):
+            # the answers come, but nothing went through NIXL.
+            raise RehearsalFailed(f"the decode engine recomputed the prompt: {PREFIXES.sub('', failed[0], count=1)}")
         if plan.pd:
-            for line in grep_logs(log_dir, r"NIXL compatibility check passed|[Tt]ransfer")[:3]:
+            for line in grep_logs(log_dir, r"NIXL compatibility check passed|Transfer plan")[:3]:
                 say(f"  NIXL: {line[:200]}")
         if args.bench:
             summary = asyncio.run(
@@ -418,6 +453,22 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"Ray logs kept in {temp_dir}")
 
 
+def start_ray(command: list[str], env: dict, run_id: str, clock: Clock, attempts: int = 2) -> None:
+    """`ray start`, once more if it fails: on 2 busy cores the raylet can miss Ray's fixed 30 s to register
+    with the GCS ("The current node timed out during startup", ray/_private/node.py)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+            reason = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        except subprocess.TimeoutExpired:
+            done, reason = None, "no answer within 180 s"
+        if done is not None and done.returncode == 0:
+            return
+        end_processes(run_id)
+        clock.mark(f"ray start failed (attempt {attempt} of {attempts}): {reason[:300]}")
+    raise RehearsalFailed(f"ray start failed {attempts} times; last: {reason[:300]}")
+
+
 def wait_dashboard(dashboard: str, cap: float = 120.0) -> None:
     end = time.monotonic() + cap
     while True:
@@ -435,7 +486,7 @@ def report_errors(log_dir: Path) -> None:
     if not errors:
         say(f"(no exception found in Ray's logs at {log_dir})")
         return
-    say("ENGINE ERROR (from Ray's logs, root cause first):")
+    say(ENGINE_HEADER)
     for line in errors:
         say(f"  {line[:1500]}")
 

@@ -26,6 +26,13 @@ FAMILY_TEXT = {
 # memory of its NUMA node (16 GiB seen here) and counts weights and the profiling run's activations
 # (~1 GiB at 2048 batched tokens) in it: 0.03 left "-0.52 GiB" for KV; 0.1 leaves ~0.6 GiB.
 CPU_MEMORY_FRACTION = 0.1
+# On a CPU, vLLM 0.26's NixlConnector pins the worker's main thread (OpenMP's first thread) to the last
+# physical core (nixl/base_worker.py, "reserve different cores for start_load_kv()"), and auto binding
+# keeps that core for OpenMP too when the machine has no more cores than vLLM reserves (2 for P/D,
+# utils/ompmultiprocessing.py): two spinning OpenMP threads then share one core. One thread, bound there.
+OMP_BIND = "VLLM_CPU_OMP_THREADS_BIND"
+# kv_role each side of a PD app may have (kv_both: deprecated for NixlConnector, nixl/connector.py:122).
+ROLES = {"prefill": {"kv_producer", "kv_both"}, "decode": {"kv_consumer", "kv_both"}}
 MUTATIONS = {
     "swap-roles": "prefill kv_role <-> decode kv_role",
     "connector-typo": "kv_connector NixlConnector -> NixlConector on both sides",
@@ -60,8 +67,9 @@ def llm_configs(doc: dict) -> dict[str, dict]:
     return {("collocated" if i == 0 else f"collocated-{i}"): c for i, c in enumerate(configs)}
 
 
-def plan(rendered: dict, model_path: str, family: str, port: int = 8000) -> Plan:
-    """`family`: the stand-in's (stand_in()); `model_path`: where it was made."""
+def plan(rendered: dict, model_path: str, family: str, port: int = 8000, nixl_core: int = 0) -> Plan:
+    """`family`: the stand-in's (stand_in()); `model_path`: where it was made; `nixl_core`: the core vLLM's
+    NixlConnector pins each CPU engine's main thread to (rehearsal.run.nixl_pinned_core)."""
     doc = copy.deepcopy(rendered)
     subs: list[str] = []
 
@@ -125,8 +133,34 @@ def plan(rendered: dict, model_path: str, family: str, port: int = 8000) -> Plan
                 # On the CPU platform the KV cache is host memory already: no separate buffer.
                 subs.append(f"{where}.kv_transfer_config.kv_buffer_device: {kv.get('kv_buffer_device')!r} -> 'cpu'")
                 kv["kv_buffer_device"] = "cpu"
+            env = config.setdefault("runtime_env", {}).setdefault("env_vars", {})
+            old = env.get(OMP_BIND)
+            env[OMP_BIND] = str(nixl_core)
+            subs.append(
+                f"{where}.runtime_env.env_vars.{OMP_BIND}: {old!r} -> '{nixl_core}' (one OpenMP thread, on the core "
+                "vLLM's NixlConnector pins the engine's main thread to; two on one core: a forward pass took ~60 s)"
+            )
 
     return Plan(doc, subs, family, hybrid, model_ids, pd="prefill" in configs)
+
+
+def role_mistakes(doc: dict) -> list[str]:
+    """kv_role on the wrong side of a PD app, one line each. No engine reports it: vLLM 0.26's NixlConnector
+    serves either way; kv_role only makes a consumer defer freeing blocks a load may race with under async
+    scheduling (v1/core/sched/scheduler.py:148-154), vLLM's default on GPUs and off on the CPU."""
+    configs = llm_configs(doc)
+    if "prefill" not in configs:
+        return []
+    lines = []
+    for role, allowed in ROLES.items():
+        kv = configs[role].get("engine_kwargs", {}).get("kv_transfer_config") or {}
+        if kv.get("kv_role") not in allowed:
+            lines.append(
+                f"{role}.engine_kwargs.kv_transfer_config.kv_role = {kv.get('kv_role')!r}: the {role} side must "
+                f"be {' or '.join(sorted(allowed))} (no engine reports this; on GPUs the decode side would lose "
+                "its deferred block frees under async scheduling)"
+            )
+    return lines
 
 
 def mutate(doc: dict, mutation: str) -> str:

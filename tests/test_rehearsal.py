@@ -5,13 +5,14 @@ logs. The rehearsal itself runs real engines: `make rehearse STACK=dev|baseline`
 from __future__ import annotations
 
 import copy
+import sys
 
 import pytest
 
 from domain.config import load_settings
 from offline.stackfile import load_stack
 from rehearsal import substitute
-from rehearsal.run import root_errors, stand_in_family
+from rehearsal.run import Clock, RehearsalFailed, nixl_pinned_core, root_errors, stand_in_family, start_ray
 
 
 def rendered(stack: str) -> dict:
@@ -22,7 +23,7 @@ def rendered(stack: str) -> dict:
 @pytest.mark.parametrize("stack", ["dev", "baseline"])
 def test_only_what_cannot_exist_on_a_cpu_changes(stack):
     doc = rendered(stack)
-    plan = substitute.plan(doc, "/models/stand-in", stand_in_family(doc), port=18000)
+    plan = substitute.plan(doc, "/models/stand-in", stand_in_family(doc), port=18000, nixl_core=3)
     assert plan.family == "qwen3_next" and plan.hybrid  # Qwen3.5: Gated DeltaNet + full attention
     assert plan.pd == (stack == "dev")
     before, after = substitute.llm_configs(doc), substitute.llm_configs(plan.document)
@@ -45,8 +46,12 @@ def test_only_what_cannot_exist_on_a_cpu_changes(stack):
                 k: v for k, v in old_kv.items() if k not in {"kv_connector_extra_config", "kv_buffer_device"}
             }
         assert engine == old_engine  # every other engine arg as rendered
-        for key in ("deployment_config", "runtime_env"):
-            assert new.get(key) == old.get(key)
+        assert new.get("deployment_config") == old.get("deployment_config")
+        env = dict(new.get("runtime_env", {}).get("env_vars", {}))
+        old_env = old.get("runtime_env", {}).get("env_vars", {})
+        if stack == "dev":  # one OpenMP thread per PD engine, on the core vLLM's NixlConnector pins it to
+            assert env.pop(substitute.OMP_BIND) == "3"
+        assert env == old_env
     app, old_app = plan.document["applications"][0], doc["applications"][0]
     assert app["import_path"] == old_app["import_path"] and app["route_prefix"] == old_app["route_prefix"]
     assert plan.document["http_options"] == {"host": "127.0.0.1", "port": 18000}
@@ -67,6 +72,16 @@ def test_mutations_change_the_pd_config(mutation):
     before = copy.deepcopy(doc)
     assert mutation in substitute.mutate(doc, mutation)
     assert doc != before
+
+
+def test_swapped_roles_are_named_though_no_engine_reports_them():
+    doc = substitute.plan(rendered("dev"), "/m", "qwen3_next").document
+    assert substitute.role_mistakes(doc) == []
+    substitute.mutate(doc, "swap-roles")
+    prefill, decode = substitute.role_mistakes(doc)
+    assert prefill.startswith("prefill.engine_kwargs.kv_transfer_config.kv_role = 'kv_consumer': the prefill side")
+    assert decode.startswith("decode.engine_kwargs.kv_transfer_config.kv_role = 'kv_producer': the decode side")
+    assert substitute.role_mistakes(substitute.plan(rendered("baseline"), "/m", "qwen3_next").document) == []
 
 
 def test_mutations_need_a_pd_app():
@@ -96,6 +111,21 @@ def test_the_engine_error_is_found_under_its_wrappers(tmp_path):
     assert "Engine core initialization failed" in errors[1]
 
 
+def test_an_engine_error_comes_before_ray_daemons_and_timeouts(tmp_path):
+    (tmp_path / "dashboard.log").write_text("Traceback (most recent call last):\nOSError: [Errno 98] Address in use\n")
+    (tmp_path / "worker-1.err").write_text(
+        "Traceback (most recent call last):\nray.exceptions.GetTimeoutError: Get timed out: some object(s) not ready.\n"
+    )
+    (tmp_path / "worker-2.err").write_text(
+        "(Worker pid=7) ERROR 11-30 17:56:32 [base_worker.py:832] NIXL transfer failure: handshake_failed\n"
+        "(Worker pid=7) Traceback (most recent call last):\n"
+        "(Worker pid=7) AssertionError: HMA does not support different remote block size yet\n"
+    )
+    errors = root_errors(tmp_path)
+    assert errors[0].startswith("AssertionError: HMA does not support different remote block size yet")
+    assert errors[1].startswith("OSError: [Errno 98]") and "GetTimeoutError" in errors[2]
+
+
 def test_the_reason_on_the_lines_after_the_exception_is_kept(tmp_path):
     (tmp_path / "worker-5.err").write_text(
         "Traceback (most recent call last):\n"
@@ -106,3 +136,31 @@ def test_the_reason_on_the_lines_after_the_exception_is_kept(tmp_path):
     )
     (error,) = root_errors(tmp_path)
     assert "1 validation error for VllmConfig | Value error, Unsupported connector type: NixlConector" in error
+
+
+def test_the_core_nixl_pins_to_is_the_last_physical_core(tmp_path):
+    # Hyper-threads 0/4, 1/5, 2/6, 3/7: vLLM names a core by its lowest sibling, so the last core is 3, not 7.
+    for cpu in range(8):
+        topology = tmp_path / f"cpu{cpu}" / "topology"
+        topology.mkdir(parents=True)
+        (topology / "thread_siblings_list").write_text(f"{cpu % 4},{cpu % 4 + 4}\n")
+    assert nixl_pinned_core(tmp_path) == 3
+    (tmp_path / "cpu8" / "topology").mkdir(parents=True)
+    (tmp_path / "cpu8" / "topology" / "thread_siblings_list").write_text("8-9\n")
+    assert nixl_pinned_core(tmp_path) == 8
+
+
+def test_a_failed_ray_start_is_retried_then_named_in_one_line(tmp_path):
+    clock = Clock()
+    fail = [sys.executable, "-c", "import sys; print('noise', file=sys.stderr); sys.exit('Exception: node timed out')"]
+    with pytest.raises(RehearsalFailed, match=r"ray start failed 2 times; last: Exception: node timed out"):
+        start_ray(fail, {}, "no-such-run", clock)
+    assert [what for _, what in clock.events] == [
+        "ray start failed (attempt 1 of 2): Exception: node timed out",
+        "ray start failed (attempt 2 of 2): Exception: node timed out",
+    ]
+    flag = tmp_path / "tried"  # fails the first time only
+    flaky = [sys.executable, "-c", f"import pathlib, sys; p = pathlib.Path({str(flag)!r}); t = p.exists(); "
+             "p.touch(); sys.exit(0 if t else 'Exception: busy')"]  # fmt: skip
+    start_ray(flaky, {}, "no-such-run", Clock())
+    assert flag.exists()
