@@ -15,8 +15,8 @@ REHEARSAL_REQS := rehearsal/requirements.txt
 REHEARSAL_VENV ?= $(HOME)/.cache/ray-llm-eks/rehearsal-venv-$(shell sha256sum $(REHEARSAL_REQS) | cut -c1-12)
 URL ?= http://localhost:8000
 
-.PHONY: test e2e e2e-full plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
-	rehearse-mistakes smoke bench policy policy-sdk ingress-check
+.PHONY: test e2e e2e-cluster plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
+	rehearse-mistakes smoke bench policy policy-sdk ingress-check rehearsal-venv
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
 	@echo "Installing the pinned Python requirements into $(VENV) (Pulumi SDKs, Ray for its serve schemas, pytest, ruff: about 1 GB, a few minutes the first time; later runs reuse it)..."
@@ -37,6 +37,9 @@ $(REHEARSAL_VENV)/.installed:
 	$(PYTHON) -m venv $(REHEARSAL_VENV)
 	$(REHEARSAL_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r $(REHEARSAL_REQS)
 	touch $@
+
+# The rehearsal's venv alone (CI installs it while the e2e's Go binaries build).
+rehearsal-venv: $(REHEARSAL_VENV)/.installed
 
 # The stack's serve config, run for real on this machine's CPU (see README). ARGS: --keep, --bench FILE,
 # --mutate swap-roles|connector-typo|block-size-mismatch.
@@ -65,16 +68,16 @@ bench: $(VENV)/.installed
 	else $(BIN)/python -m llmclient bench $(URL) $(ARGS); fi
 
 # The in-cluster half for real (README: make e2e): binaries built from Go modules once into
-# ~/.cache/ray-llm-eks/e2e, run on 127.0.0.1 only. `make e2e` runs the part verified end to end so
-# far (control plane, KubeRay operator, scheduling checks);
-# `make e2e-full` adds the Pulumi CLI and provider and runs the program through `pulumi up`/`destroy`.
+# ~/.cache/ray-llm-eks/e2e, run on 127.0.0.1 only: the control plane, the KubeRay operator, and our
+# program through the Pulumi CLI and Kubernetes provider (`pulumi up`/`destroy`).
+# `make e2e-cluster` skips the Pulumi half (no Pulumi CLI or provider to build).
 e2e: $(VENV)/.installed
-	$(BIN)/python -m e2e.build etcd kube kuberay-operator
-	$(BIN)/python -m e2e.run --cluster-only
-
-e2e-full: $(VENV)/.installed
 	$(BIN)/python -m e2e.build
 	$(BIN)/python -m e2e.run
+
+e2e-cluster: $(VENV)/.installed
+	$(BIN)/python -m e2e.build etcd kube kuberay-operator
+	$(BIN)/python -m e2e.run --cluster-only
 
 # The policy pack's rules (policy/rules.py) over the offline plan: exit 1 naming each violated policy.
 # With the Pulumi CLI the same rules run as CrossGuard: `pulumi preview --policy-pack policy`.
