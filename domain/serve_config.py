@@ -115,6 +115,13 @@ def llm_configs_by_role(doc: dict, where: str) -> dict[str, dict]:
     return {COLLOCATED_ROLE: configs[0]}
 
 
+# kv_role each side of a PD app may have. No engine refuses a swapped pair: vLLM 0.26's NixlConnector
+# serves either way (it reads kv_role only to warn that kv_both is deprecated, nixl/connector.py:122), but
+# on GPUs the consumer defers freeing blocks a KV load may still read under async scheduling, vLLM's default
+# there (v1/core/sched/scheduler.py:148-154): a swapped pair frees them early on decode.
+PD_KV_ROLES = {"prefill": ("kv_producer", "kv_both"), "decode": ("kv_consumer", "kv_both")}
+
+
 def check_application(doc: dict, where: str, vllm_version: str | None) -> None:
     """The rules Ray and vLLM would enforce only on the cluster."""
     app = the_application(doc, where)
@@ -135,9 +142,19 @@ def check_application(doc: dict, where: str, vllm_version: str | None) -> None:
         if ids["prefill"] != ids["decode"]:
             raise ConfigError("serveConfig", f"{where}: model_id {ids}", "the same model_id for prefill and decode")
         for role, config in configs.items():
-            if not (config.get("engine_kwargs") or {}).get("kv_transfer_config"):
+            kv_transfer = (config.get("engine_kwargs") or {}).get("kv_transfer_config")
+            if not kv_transfer:
                 raise ConfigError(
                     "serveConfig", f"{where}: {role} engine_kwargs.kv_transfer_config", "required on both PD sides"
+                )
+            kv_role, allowed = kv_transfer.get("kv_role"), PD_KV_ROLES.get(role, ())
+            swapped = kv_role in {r for roles in PD_KV_ROLES.values() for r in roles} - set(allowed)
+            if allowed and swapped:  # a value vLLM does not know is named by the engine-argument check below
+                raise ConfigError(
+                    "serveConfig",
+                    f"{where}: {role} engine_kwargs.kv_transfer_config.kv_role: {kv_role!r}",
+                    f"{' or '.join(allowed)} on the {role} side (vLLM serves a swapped pair, but on GPUs "
+                    "decode would then free KV blocks a transfer may still read)",
                 )
     for role, config in configs.items():
         if "placement_group_config" in config:

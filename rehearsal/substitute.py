@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
+from domain import serve_config
+
 # Stand-in per model family of domain/model_families.py: the same layer kinds as the real model, in a
 # class vLLM 0.26 serves as text. Qwen3.5 is registered by vLLM 0.26 only as the multimodal
 # Qwen3_5ForConditionalGeneration; Qwen3-Next (Qwen3NextForCausalLM) has the same Gated DeltaNet +
@@ -31,8 +33,8 @@ CPU_MEMORY_FRACTION = 0.1
 # keeps that core for OpenMP too when the machine has no more cores than vLLM reserves (2 for P/D,
 # utils/ompmultiprocessing.py): two spinning OpenMP threads then share one core. One thread, bound there.
 OMP_BIND = "VLLM_CPU_OMP_THREADS_BIND"
-# kv_role each side of a PD app may have (kv_both: deprecated for NixlConnector, nixl/connector.py:122).
-ROLES = {"prefill": {"kv_producer", "kv_both"}, "decode": {"kv_consumer", "kv_both"}}
+# kv_role each side of a PD app may have (why: domain/serve_config.py, PD_KV_ROLES).
+ROLES = {role: set(allowed) for role, allowed in serve_config.PD_KV_ROLES.items()}
 MUTATIONS = {
     "swap-roles": "prefill kv_role <-> decode kv_role",
     "connector-typo": "kv_connector NixlConnector -> NixlConector on both sides",

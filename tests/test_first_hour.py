@@ -93,6 +93,15 @@ def test_engine_argument_value_vllm_would_refuse(project, capsys, role, change, 
         assert text in err, err
 
 
+def test_swapped_kv_roles_fail_the_plan(project, capsys):
+    """No engine refuses a swapped pair (the PD rehearsal served one), so the plan does."""
+    edit_pd(project, "prefill", **{"kv_transfer_config.kv_role": "kv_consumer"})
+    edit_pd(project, "decode", **{"kv_transfer_config.kv_role": "kv_producer"})
+    err = plan_fails(project, capsys)
+    assert f"serve_configs/{PD}: prefill engine_kwargs.kv_transfer_config.kv_role: 'kv_consumer'" in err, err
+    assert "kv_producer or kv_both on the prefill side" in err, err
+
+
 def test_memory_share_above_one_fails_before_the_fit_check(project, capsys):
     """The fit check would pass *because* of 1.5 (more memory than the GPU has): it never gets there."""
     edit_pd(project, "prefill", gpu_memory_utilization=1.5)
