@@ -29,7 +29,7 @@ PRICES_AS_OF = {
     "us-west-2": "2025-05-28",  # p4d/p5: 2026-08-26
     "eu-west-1": "2025-05-28",  # p4d: 2026-08-26
 }
-_GPU_US = {
+_US_EAST_1 = {
     "g6.8xlarge": 2.0144,
     "g6.12xlarge": 4.6016,
     "g6.16xlarge": 3.3968,
@@ -42,9 +42,6 @@ _GPU_US = {
     "g5.48xlarge": 16.288,
     "p4d.24xlarge": 21.95764,
     "p5.48xlarge": 55.04,
-}
-_US_EAST_1 = {
-    **_GPU_US,
     "g5.xlarge": 1.006,
     "g6.24xlarge": 6.6752,
     "g6.xlarge": 0.8048,
