@@ -9,10 +9,14 @@ OUT ?= plan-$(STACK)
 # Local file state backend, used unless PULUMI_BACKEND_URL is set or `pulumi login` was done before.
 STATE_DIR ?= $(HOME)/.pulumi-ray-llm-eks
 
+# Everything heavy we build lives outside the checkout, under one root (rehearsal/run.py and e2e/build.py read
+# the same variable), so a cold run can be measured with an empty one.
+CACHE_DIR ?= $(or $(RAY_LLM_EKS_CACHE),$(HOME)/.cache/ray-llm-eks)
+
 # The serving rehearsal's own venv (vLLM for the CPU, torch, Ray: ~7 GB), outside the repo, named by
 # the hash of its pinned requirements so a change of pins builds a new one.
 REHEARSAL_REQS := rehearsal/requirements.txt
-REHEARSAL_VENV ?= $(HOME)/.cache/ray-llm-eks/rehearsal-venv-$(shell sha256sum $(REHEARSAL_REQS) | cut -c1-12)
+REHEARSAL_VENV ?= $(CACHE_DIR)/rehearsal-venv-$(shell sha256sum $(REHEARSAL_REQS) | cut -c1-12)
 URL ?= http://localhost:8000
 
 .PHONY: test e2e e2e-cluster plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \

@@ -37,8 +37,11 @@ def _read_botocore_facts() -> dict:
 
 def facts_cache_file() -> Path:
     """One file per botocore version, so an upgrade of botocore reads its own models again."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "ray-llm-eks" / f"botocore-facts-{version('botocore')}.json"
+    root = (
+        os.environ.get("RAY_LLM_EKS_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ray-llm-eks"
+    )
+    return Path(root) / f"botocore-facts-{version('botocore')}.json"
 
 
 @cache

@@ -2,7 +2,7 @@
 the KubeRay operator, the Pulumi CLI and the Pulumi Kubernetes provider.
 
 Everything is built from the Go module proxy into a cache OUTSIDE the repository
-(``$RAY_LLM_EKS_E2E_CACHE``, default ``~/.cache/ray-llm-eks/e2e``), one directory per
+(``$RAY_LLM_EKS_E2E_CACHE``, default ``$RAY_LLM_EKS_CACHE/e2e``, itself ``~/.cache/ray-llm-eks``), one directory per
 component and version, stamped with a hash of what built it; a second run is a no-op.
 Go's own caches (GOMODCACHE, GOCACHE) are left where Go puts them (``go env``).
 
@@ -113,7 +113,9 @@ COMPONENTS: tuple[Component, ...] = (
 
 def cache_root() -> Path:
     env = os.environ.get("RAY_LLM_EKS_E2E_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "ray-llm-eks" / "e2e"
+    if env:
+        return Path(env)
+    return Path(os.environ.get("RAY_LLM_EKS_CACHE") or Path.home() / ".cache" / "ray-llm-eks") / "e2e"
 
 
 def component_dir(c: Component) -> Path:

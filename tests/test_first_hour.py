@@ -453,6 +453,7 @@ def test_a_mistake_costs_under_two_seconds_of_cpu_from_a_fresh_process(project):
 
 def test_botocore_facts_are_read_once_per_botocore_version(tmp_path, monkeypatch):
     """The cache file holds exactly what botocore's models say, and a later run reads the file."""
+    monkeypatch.delenv("RAY_LLM_EKS_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     aws_facts._botocore_facts.cache_clear()
     fresh = aws_facts._read_botocore_facts()
