@@ -21,8 +21,10 @@ SERVICE_ACCOUNT = "cluster-autoscaler"
 
 def autoscaler_policy(cluster_name: str) -> str:
     """The Cluster Autoscaler README's "full features" policy (cloudprovider/aws/README.md, chart
-    9.59.0), with the two writing actions limited to ASGs EKS tagged as this cluster's own (EKS tags
-    a managed node group's ASG k8s.io/cluster-autoscaler/<cluster>=owned)."""
+    9.59.0), with the two writing actions limited to ASGs carrying this cluster's discovery tag key.
+    EKS tags a managed node group's resources for the autoscaler (EKS user guide, managed node
+    groups); the autoscaler discovers by the key alone, so the condition asks for the key, whatever
+    its value ("owned" in the dumps we found, not in a primary source)."""
     return json.dumps(
         {
             "Version": "2012-10-17",
@@ -47,9 +49,7 @@ def autoscaler_policy(cluster_name: str) -> str:
                     "Effect": "Allow",
                     "Action": ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"],
                     "Resource": "*",
-                    "Condition": {
-                        "StringEquals": {f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "owned"}
-                    },
+                    "Condition": {"Null": {f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "false"}},
                 },
             ],
         }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -195,6 +197,24 @@ def test_cluster_autoscaler_only_where_a_pool_scales(dev, xpyd):
     assert association.urn in waits and xpyd.one(MNG, "eks-system").urn in waits
     # The RayService outlives it on destroy, like the operator.
     assert release.urn in xpyd.waits_for(xpyd.one(RAY_SERVICE).urn)
+
+
+def test_cluster_autoscaler_resizes_only_this_clusters_groups(xpyd):
+    """Only the describe calls are account-wide; resizing needs this cluster's discovery tag key."""
+    (policy,) = [r for r in xpyd.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == "cluster-autoscaler-policy"]
+    statements = json.loads(policy.inputs["policy"])["Statement"]
+    writes = [s for s in statements if "autoscaling:SetDesiredCapacity" in s["Action"]]
+    assert writes == [
+        {
+            "Effect": "Allow",
+            "Action": ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"],
+            "Resource": "*",
+            "Condition": {"Null": {"aws:ResourceTag/k8s.io/cluster-autoscaler/ray-llm-xpyd": "false"}},
+        }
+    ]
+    assert all(
+        a.split(":")[1].startswith(("Describe", "Get")) for s in statements if s not in writes for a in s["Action"]
+    )
 
 
 def test_gpu_pods_are_never_evicted_by_the_cluster_autoscaler(xpyd):
