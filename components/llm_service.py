@@ -119,7 +119,7 @@ class LlmService(pulumi.ComponentResource):
                 parent=self,
                 depends_on=waits_for,
                 # Cluster changes need the GPUs of the running cluster: delete it first, then create.
-                # Worker bounds (scaling) are applied in place, as KubeRay does.
+                # Worker bounds too: KubeRay never passes them to a running cluster (domain/ray_service.py).
                 replace_on_changes=replacement_paths(spec),
                 delete_before_replace=True,
             ),

@@ -206,20 +206,29 @@ def autoscaler_options() -> dict:
     }
 
 
-# KubeRay v1.7.0 leaves these out of its RayCluster hash (utils/util.go
-# GenerateHashWithoutReplicasAndWorkersToDelete) and applies them to the running cluster in place.
-IN_PLACE_WORKER_FIELDS = ("replicas", "minReplicas", "maxReplicas")
+# KubeRay (v1.6.2 and v1.7.0) updates a running RayCluster from its RayService only when its cluster
+# hash changes (rayservice_controller.go shouldUpdateCluster), and that hash leaves worker replicas,
+# minReplicas and maxReplicas out (utils/util.go GenerateHashWithoutReplicasAndWorkersToDelete): a
+# bound changed in place reaches the RayService, never the RayCluster whose bounds Ray's autoscaler
+# reads (make e2e shows it). Only `replicas` may change in place, and only where KubeRay's autoscaler
+# owns it (a new initial count matters only to a new cluster).
+AUTOSCALER_OWNED_WORKER_FIELDS = ("replicas",)
 WORKER_GROUPS_ANNOTATION = "ray-llm-eks/worker-groups"
 
 
+def in_place_worker_fields(cluster: dict) -> tuple[str, ...]:
+    return AUTOSCALER_OWNED_WORKER_FIELDS if cluster.get("enableInTreeAutoscaling") else ()
+
+
 def replacement_paths(spec: dict) -> list[str]:
-    """What replaces the RayService (delete first): every field of `rayClusterConfig` KubeRay would
-    need a new cluster for, but not the worker bounds the autoscaler and a scaling change move.
-    Pulumi replaces when one of these paths contains a changed path (engine applyReplaceOnChanges,
-    PropertyPath.Contains), so a worker group added or removed is caught by the annotation instead."""
+    """What replaces the RayService (delete first): every field of `rayClusterConfig`, worker bounds
+    included, since KubeRay passes none of them to a running cluster; only the replica count its
+    autoscaler owns stays out. Pulumi replaces when one of these paths contains a changed path (engine
+    applyReplaceOnChanges, PropertyPath.Contains), so a worker group added or removed is caught by
+    the annotation instead."""
     cluster = spec["rayClusterConfig"]
     paths = [f"spec.rayClusterConfig.{k}" for k in cluster if k != "workerGroupSpecs"]
-    worker_keys = {k for group in cluster["workerGroupSpecs"] for k in group} - set(IN_PLACE_WORKER_FIELDS)
+    worker_keys = {k for group in cluster["workerGroupSpecs"] for k in group} - set(in_place_worker_fields(cluster))
     paths += [f"spec.rayClusterConfig.workerGroupSpecs[*].{k}" for k in sorted(worker_keys)]
     return [*paths, f'metadata.annotations["{WORKER_GROUPS_ANNOTATION}"]']
 

@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from domain.ray_service import IN_PLACE_WORKER_FIELDS
+from domain.ray_service import AUTOSCALER_OWNED_WORKER_FIELDS
 from domain.scaling import NODE_TEMPLATE
 from offline.plan import Plan, run_program
 from tests.conftest import failing_run
@@ -105,8 +105,8 @@ def _replaced_by(patterns: list[str], path: tuple) -> bool:
 
 
 def test_a_max_replicas_change_touches_only_its_role(xpyd):
-    """Prefill max 4 -> 5: prefill's deployment, worker group and node bounds change, nothing of decode,
-    and the RayService is updated in place (KubeRay applies worker bounds without a new cluster)."""
+    """Prefill max 4 -> 5: prefill's deployment, worker group and node bounds change, nothing of decode;
+    the RayService is replaced (KubeRay passes no worker bound to a running RayCluster: make e2e)."""
     wider = run_program("xpyd", {NS + "autoscaling": {"prefill": {"maxReplicas": 5}}})
     before = {r.urn: r for r in xpyd.registrations}
     after = {r.urn: r for r in wider.registrations}
@@ -126,18 +126,22 @@ def test_a_max_replicas_change_touches_only_its_role(xpyd):
     prefill = [g["groupName"] for g in rs_before["spec"]["rayClusterConfig"]["workerGroupSpecs"]].index("prefill")
     assert cluster_paths == {("workerGroupSpecs", prefill, "maxReplicas")}
     patterns = wider.one(RAY_SERVICE).options["replaceOnChanges"]
-    assert not _replaced_by(patterns, ("spec", "rayClusterConfig", "workerGroupSpecs", prefill, "maxReplicas"))
+    assert _replaced_by(patterns, ("spec", "rayClusterConfig", "workerGroupSpecs", prefill, "maxReplicas"))
 
 
-def test_replacement_covers_what_kuberay_rebuilds_and_spares_worker_bounds(xpyd):
+def test_replacement_covers_every_cluster_field_but_the_autoscalers_replica_count(xpyd, dev):
     patterns = xpyd.one(RAY_SERVICE).options["replaceOnChanges"]
     spec = cluster_spec(xpyd)
-    for field in IN_PLACE_WORKER_FIELDS:
-        assert not _replaced_by(patterns, ("spec", "rayClusterConfig", "workerGroupSpecs", 0, field))
-    # Every other field we render is in KubeRay's cluster hash: a change needs a new cluster.
+    assert AUTOSCALER_OWNED_WORKER_FIELDS == ("replicas",)
+    assert not _replaced_by(patterns, ("spec", "rayClusterConfig", "workerGroupSpecs", 0, "replicas"))
+    # Every other field we render, worker bounds included, reaches a running cluster only through a new one.
     for path in _flatten({"spec": {"rayClusterConfig": spec}}):
-        if not (len(path) > 4 and path[4] in IN_PLACE_WORKER_FIELDS):
+        if path[-1] != "replicas":
             assert _replaced_by(patterns, path), path
+    # Without KubeRay's autoscaler nothing owns `replicas`, and KubeRay ignores its change: it replaces.
+    assert cluster_spec(dev)["enableInTreeAutoscaling"] is False
+    dev_patterns = dev.one(RAY_SERVICE).options["replaceOnChanges"]
+    assert _replaced_by(dev_patterns, ("spec", "rayClusterConfig", "workerGroupSpecs", 0, "replicas"))
     # A worker group added or removed shows as a new list element, which no field path contains:
     assert _replaced_by(patterns, ("metadata", "annotations", "ray-llm-eks/worker-groups"))
     assert xpyd.one(RAY_SERVICE).inputs["metadata"]["annotations"]["ray-llm-eks/worker-groups"] == "prefill,decode"
