@@ -325,18 +325,35 @@ class LocalCluster:
     def _nodes(self, shapes: list[NodeShape]) -> None:
         for i, shape in enumerate(shapes):
             node, status = node_object(shape, i)
-            self.api.request("POST", "/api/v1/nodes", node)
-            self.api.request("PATCH", f"/api/v1/nodes/{shape.name}/status", {"status": status},
-                             "application/strategic-merge-patch+json")  # fmt: skip
-            self.node_names.append(shape.name)
+            self.add_node({**node, "status": status})
         self.log(f"registered nodes {self.node_names}")
+
+    def add_node(self, node: dict) -> None:
+        """Register a Node (its status patched in, as a kubelet does) and keep it Ready from now on."""
+        name = node["metadata"]["name"]
+        status = {"conditions": [ready_condition()], **node["status"]}
+        self.api.request("POST", "/api/v1/nodes", {k: v for k, v in node.items() if k != "status"})
+        self.api.request("PATCH", f"/api/v1/nodes/{name}/status", {"status": status},
+                         "application/strategic-merge-patch+json")  # fmt: skip
+        self.node_names.append(name)
+
+    def remove_node(self, name: str) -> None:
+        """Take a node out (no pod may be on it: none is evicted)."""
+        self.node_names.remove(name)
+        self.api.request("DELETE", f"/api/v1/nodes/{name}")
 
     # -- what a kubelet would do -------------------------------------------------------------
 
     def _heartbeat(self) -> None:
-        for name in self.node_names:
-            self.api.request("PATCH", f"/api/v1/nodes/{name}/status", {"status": {"conditions": [ready_condition()]}},
-                             "application/strategic-merge-patch+json")  # fmt: skip
+        for name in list(self.node_names):  # the e2e adds and removes nodes meanwhile
+            try:
+                self.api.request("PATCH", f"/api/v1/nodes/{name}/status",
+                                 {"status": {"conditions": [ready_condition()]}},
+                                 "application/strategic-merge-patch+json")  # fmt: skip
+            except KubeError as e:
+                if e.status == 404 and name not in self.node_names:
+                    continue  # removed since the copy
+                raise
             path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
             spec = {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now_micro()}
             lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",

@@ -8,6 +8,9 @@ Pulumi CLI talks to this process's language server, so no `pulumi-language-pytho
 needed (the Go module proxy serves no version of that module), and no aws/eks plugin either
 (the engine loads a provider only when a resource of it is registered).
 
+After the seed stack (Pulumi.dev.yaml) and its destroy, the xpyd stack shows scaling: a worker asked
+for as Ray's autoscaler asks, and the node the Cluster Autoscaler would add (e2e/scale_up.py).
+
 Usage: python -m e2e.run [--cluster-only]   (after `python -m e2e.build`; `make e2e` runs both)
 --cluster-only: no Pulumi; only the control plane, the operator and the scheduling checks.
 """
@@ -22,7 +25,6 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,12 +38,20 @@ from domain.kube_client import KubeClient  # noqa: E402
 from domain.ray_service import ray_service_spec  # noqa: E402
 from e2e import build  # noqa: E402
 from e2e.cluster import LocalCluster, node_shapes  # noqa: E402
+from e2e.observe import object_path, ray_cluster_of, wait_for, wait_for_gone, wait_scheduled  # noqa: E402
+from e2e.scale_up import ScaleUp  # noqa: E402
 
 STACK = "e2e"
 BASE_STACK_FILE = REPO / "Pulumi.dev.yaml"  # the seed deployment: 1 system node, prefill + decode
+SCALING_STACK_FILE = REPO / "Pulumi.xpyd.yaml"  # prefill and decode autoscale, each with its own bounds
+EXISTING_CLUSTER = {
+    "ray-llm-eks:existingCluster": True,
+    "ray-llm-eks:installKubeRay": False,  # Helm charts cannot be fetched here; the harness runs KubeRay
+    "ray-llm-eks:installDevicePlugins": False,  # the harness's nodes advertise GPU and EFA themselves
+    "ray-llm-eks:waitForReady": False,  # fake pods never run Ray: the RayService never turns Ready
+}
 NS = "llm"  # the stack's namespace (default)
 SHORT_TIMEOUT = 20  # test-only serviceReadyTimeoutSeconds (the stack minimum is 600)
-POLL = 0.5
 
 
 class Timeline:
@@ -82,91 +92,11 @@ class Checks:
         return condition
 
 
-def wait_for(what: str, probe: Callable[[], object], timeout: float) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not seen within {timeout:.0f} s")
-        time.sleep(POLL)
-
-
-# -- what the cluster shows -----------------------------------------------------------------------
-
-
-def pods_of(api: KubeClient, ns: str, cluster_name: str) -> list[dict]:
-    return api.get(f"/api/v1/namespaces/{ns}/pods?labelSelector=ray.io/cluster={cluster_name}")["items"]
-
-
-def ray_cluster_of(api: KubeClient, ns: str, service: str) -> dict | None:
-    items = api.get(f"/apis/ray.io/v1/namespaces/{ns}/rayclusters")["items"]
-    owned = [c for c in items if any(o.get("name") == service for o in c["metadata"].get("ownerReferences", []))]
-    return owned[0] if owned else None
-
-
-def scheduling_problems(api: KubeClient, pods: list[dict], node_labels: dict[str, dict]) -> list[str]:
-    """Why pods are not where they belong: Unschedulable (with the scheduler's reason), unbound, or
-    bound to a node of the wrong pool. The head belongs on role=system, each worker on its group's role."""
-    problems = []
-    for pod in pods:
-        name = pod["metadata"]["name"]
-        for cond in pod.get("status", {}).get("conditions", []):
-            if cond["type"] == "PodScheduled" and cond["status"] == "False":
-                problems.append(f"pod {name} is {cond.get('reason')}: {cond.get('message')}")
-                break
-        else:
-            node = pod["spec"].get("nodeName")
-            if not node:
-                problems.append(f"pod {name} is not bound to a node yet")
-                continue
-            labels = pod["metadata"].get("labels", {})
-            want = "system" if labels.get("ray.io/node-type") == "head" else labels.get("ray.io/group")
-            if node_labels.get(node, {}).get("role") != want:
-                problems.append(
-                    f"pod {name} landed on {node} (role={node_labels.get(node, {}).get('role')}), not role={want}"
-                )
-    return problems
-
-
-def wait_scheduled(api: KubeClient, ns: str, service: str, expect_workers: dict[str, int], nodes: dict, timeout: float):
-    """Wait until the operator made the RayCluster and its pods and the scheduler judged every pod.
-    Returns (raycluster, pods, problems); problems is [] when all sit on the right pools."""
-    deadline = time.monotonic() + timeout
-    last: tuple = (None, [], ["no RayCluster yet"])
-    while time.monotonic() < deadline:
-        rc = ray_cluster_of(api, ns, service)
-        if rc is not None:
-            pods = [p for p in pods_of(api, ns, rc["metadata"]["name"]) if not p["metadata"].get("deletionTimestamp")]
-            groups: dict[str, int] = {}
-            heads = 0
-            for p in pods:
-                labels = p["metadata"].get("labels", {})
-                if labels.get("ray.io/node-type") == "head":
-                    heads += 1
-                else:
-                    groups[labels.get("ray.io/group", "?")] = groups.get(labels.get("ray.io/group", "?"), 0) + 1
-            problems = scheduling_problems(api, pods, nodes)
-            judged = all("not bound" not in p for p in problems)
-            last = (
-                rc,
-                pods,
-                problems
-                if heads == 1 and groups == expect_workers
-                else [f"pods so far: head {heads}, workers {groups}"],
-            )
-            if heads == 1 and groups == expect_workers and judged:
-                return last
-        time.sleep(POLL)
-    return last
-
-
 # -- the stack --------------------------------------------------------------------------------
 
 
-def base_config() -> dict:
-    return yaml.safe_load(BASE_STACK_FILE.read_text())["config"]
+def base_config(stack_file: Path = BASE_STACK_FILE) -> dict:
+    return yaml.safe_load(stack_file.read_text())["config"]
 
 
 def settings_from(cfg: dict):
@@ -279,12 +209,6 @@ def state_input_spec(stack, type_token: str) -> dict:
     return spec
 
 
-def object_path(api_version: str, kind: str, ns: str | None, name: str) -> str:
-    plural = kind.lower() + "s" if not kind.endswith("y") else kind.lower()[:-1] + "ies"  # the kinds we create
-    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-    return f"{base}/namespaces/{ns}/{plural}/{name}" if ns else f"{base}/{plural}/{name}"
-
-
 def missing_fields(sent, live, path="spec") -> list[str]:
     """Fields we sent that the API server did not keep (pruned by the CRD's structural schema)."""
     if isinstance(sent, dict):
@@ -349,13 +273,7 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
     os.environ.update(env)  # the Automation API finds `pulumi` on PATH
     kubeconfig = cluster.kubeconfig.read_text()
     stack = Stack(work, env, timeline)
-    cfg = {
-        **cfg,
-        "ray-llm-eks:existingCluster": True,
-        "ray-llm-eks:installKubeRay": False,  # Helm charts cannot be fetched here; the harness runs KubeRay
-        "ray-llm-eks:installDevicePlugins": False,  # the harness's nodes advertise GPU and EFA themselves
-        "ray-llm-eks:waitForReady": False,  # fake pods never run Ray: the RayService never turns Ready
-    }
+    cfg = {**cfg, **EXISTING_CLUSTER}
     stack.configure(cfg, kubeconfig)
     workers = {r: p.nodes.desired_size for r, p in settings.gpu_pools.items()}
     svc = settings.serving.service_name
@@ -487,13 +405,13 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
     # (on the now empty nodes, so nothing else competes for them).
     negative_cases(api, settings, nodes, timeline, checks)
 
-
-def wait_for_gone(api: KubeClient, path: str, timeout: float) -> bool:
-    try:
-        wait_for(path, lambda: api.get_or_none(path) is None, timeout)
-        return True
-    except TimeoutError:
-        return False
+    # 10. Scaling (issue 11) on the emptied cluster, same (now empty) stack: see e2e/scale_up.py.
+    scaling = {**base_config(SCALING_STACK_FILE), **EXISTING_CLUSTER}
+    timeline.log(
+        "scaling: REAL Pulumi engine + our program, API server, KubeRay operator, scheduler, our ASG tags; "
+        "EMULATED the Ray autoscaler's patch and the Cluster Autoscaler's new node (README, Scaling end to end)"
+    )
+    ScaleUp(stack, cluster, scaling, settings_from(scaling), kubeconfig, timeline.log, checks).run()
 
 
 def negative_cases(api: KubeClient, settings, nodes: dict, timeline: Timeline, checks: Checks) -> None:
