@@ -35,9 +35,10 @@ def ray_autoscaler_patch(raycluster: dict, group: str, replicas: int) -> list[di
 
 
 def unschedulable_counts(message: str) -> tuple[int, dict[str, int]]:
-    """The scheduler's FitError message as (nodes, {reason: how many nodes gave it}), e.g.
-    '0/7 nodes are available: 2 Insufficient cpu, 5 node(s) didn't match ... . preemption: ...'."""
-    found = re.match(r"0/(\d+) nodes are available: (.*)", message.split(". preemption:")[0].rstrip("."))
+    """The scheduler's FitError message as (nodes, {reason: how many nodes gave it}), e.g. (1.35)
+    '0/4 nodes are available: 2 Insufficient cpu, 2 node(s) didn't match ... . no new claims to
+    deallocate, preemption: ...': its first sentence (a reason holds dots, never ". ")."""
+    found = re.match(r"0/(\d+) nodes are available: (.*)", message.split(". ", 1)[0].rstrip("."))
     if not found:
         raise ValueError(f"not a scheduler FitError message: {message!r}")
     counts = {}
@@ -88,6 +89,12 @@ class ScaleUp:
             return
         self.add_template_nodes(rc, pending)
         self.change_max_replicas(rc)
+
+    def operator_reconciles(self) -> int:
+        """RayService reconciles the KubeRay operator has logged (each after reconcileRayCluster)."""
+        log = (self.cluster.dir / "logs" / "kuberay-operator.log").read_text(errors="replace")
+        mine = f'"RayService": {{"name":"{self.svc}","namespace":"{self.ns}"}}'
+        return sum(1 for line in log.splitlines() if "Reconciling the Serve applications for" in line and mine in line)
 
     def node_labels(self) -> dict[str, dict]:
         return {n["metadata"]["name"]: n["metadata"]["labels"] for n in self.api.get("/api/v1/nodes")["items"]}
@@ -262,12 +269,10 @@ class ScaleUp:
             ],
             JSON_PATCH,
         )
-        generation = self.api.get(path)["metadata"]["generation"]
-        wait_for(
-            "the operator to observe the RayService",
-            lambda: self.api.get(path).get("status", {}).get("observedGeneration", 0) >= generation,
-            60,
-        )
+        # The operator never reaches its status update here (it stops at "The head Pod is not ready"),
+        # so status.observedGeneration stays put: two reconciles logged after the patch show it saw it.
+        seen = self.operator_reconciles()
+        wait_for("two RayService reconciles after the patch", lambda: self.operator_reconciles() >= seen + 2, 60)
         kept = self.api.get(f"/apis/ray.io/v1/namespaces/{self.ns}/rayclusters/{rc['metadata']['name']}")
         self.checks.expect(
             _bounds(kept)[self.grow][1] == old_max,

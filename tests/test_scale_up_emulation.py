@@ -66,10 +66,11 @@ def test_ray_autoscaler_patch_is_rays_own_and_capped_at_max():
 
 
 def test_scheduler_message_is_counted_per_reason():
-    message = (
+    message = (  # as kube-scheduler 1.35 wrote it in make e2e
         "0/6 nodes are available: 2 Insufficient nvidia.com/gpu, 3 Insufficient vpc.amazonaws.com/efa, "
-        "3 node(s) didn't match Pod's node affinity/selector. preemption: 0/6 nodes are available: "
-        "2 No preemption victims found for incoming pod, 4 Preemption is not helpful for scheduling."
+        "3 node(s) didn't match Pod's node affinity/selector. no new claims to deallocate, preemption: 0/6 "
+        "nodes are available: 2 No preemption victims found for incoming pod, 4 Preemption is not helpful for "
+        "scheduling."
     )
     assert unschedulable_counts(message) == (
         6,
