@@ -18,6 +18,7 @@ import shutil
 import sys
 import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -247,6 +248,41 @@ class _Warnings(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+@contextmanager
+def _without_source_positions():
+    """The SDK attaches to every registration a source position built from a full traceback of the
+    caller's stack (for the Pulumi Cloud console); the mock monitor never reads it, and under pytest's
+    deep stack it was a quarter of a plan's CPU (cProfile). The function is private: an SDK without
+    it keeps its own behaviour."""
+    from pulumi.runtime import resource as sdk_resource
+    from pulumi.runtime.proto import source_pb2
+
+    original = getattr(sdk_resource, "_get_stack_trace", None)
+    if original is None:
+        yield
+        return
+    sdk_resource._get_stack_trace = source_pb2.StackTrace  # an empty trace: no source position
+    try:
+        yield
+    finally:
+        sdk_resource._get_stack_trace = original
+
+
+_ERRORS_RAISED: set[str] = set()  # root messages of the errors run_program raised in this process
+
+
+def _quiet_leftovers_of_failed_runs(loop, context) -> None:
+    """A run that fails mid-registration leaves futures holding its error (every output of the resource
+    that failed: 890 for one pulumi-eks refusal); when they are collected, asyncio logs each as "never
+    retrieved" with a formatted traceback (2 s of CPU in pytest, measured). run_program raised that
+    error already; anything else goes to asyncio's own handler."""
+    error = context.get("exception")
+    leftover = error is not None and "never retrieved" in context.get("message", "")
+    if leftover and root_message(error) in _ERRORS_RAISED:
+        return
+    loop.default_exception_handler(context)
+
+
 def run_program(
     stack: str,
     overrides: dict | None = None,
@@ -263,7 +299,7 @@ def run_program(
     import pulumi
     from pulumi.runtime import settings as pulumi_settings
     from pulumi.runtime.stack import run_pulumi_func
-    from pulumi.runtime.sync_await import _sync_await
+    from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
     from offline.mocks import PlanMocks, RecordingMonitor
 
@@ -275,25 +311,32 @@ def run_program(
     logger = logging.getLogger(f"{__name__}.{id(warnings)}")
     logger.propagate = False
     logger.addHandler(warnings)
-    pulumi_settings.ROOT.set(None)  # a fresh root stack per run
-    pulumi.runtime.set_mocks(mocks, project=config.project, stack=stack, preview=False, monitor=monitor, logger=logger)
-    pulumi.runtime.set_all_config(config.values, sorted(config.secret_keys))
-    pulumi_settings.SETTINGS.rpc_manager.clear()
-    # A run that failed mid-registration leaves unfinished outputs behind; the next run would wait
-    # for them and re-raise their error.
-    with pulumi_settings.SETTINGS.lock:
-        pulumi_settings.SETTINGS.outputs.clear()
-    previous = os.environ.get(OFFLINE_PLAN_ENV)
-    if offline_plan is not None:
-        os.environ[OFFLINE_PLAN_ENV] = "1" if offline_plan else "0"
-    try:
-        _sync_await(run_pulumi_func(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__")))
-    finally:
-        if previous is None:
-            os.environ.pop(OFFLINE_PLAN_ENV, None)
-        else:
-            os.environ[OFFLINE_PLAN_ENV] = previous
-        logger.removeHandler(warnings)
+    with _without_source_positions():  # from set_mocks on, which registers the root stack
+        pulumi_settings.ROOT.set(None)  # a fresh root stack per run
+        pulumi.runtime.set_mocks(
+            mocks, project=config.project, stack=stack, preview=False, monitor=monitor, logger=logger
+        )
+        pulumi.runtime.set_all_config(config.values, sorted(config.secret_keys))
+        pulumi_settings.SETTINGS.rpc_manager.clear()
+        # A run that failed mid-registration leaves unfinished outputs behind; the next run would wait
+        # for them and re-raise their error.
+        with pulumi_settings.SETTINGS.lock:
+            pulumi_settings.SETTINGS.outputs.clear()
+        previous = os.environ.get(OFFLINE_PLAN_ENV)
+        if offline_plan is not None:
+            os.environ[OFFLINE_PLAN_ENV] = "1" if offline_plan else "0"
+        _ensure_event_loop().set_exception_handler(_quiet_leftovers_of_failed_runs)
+        try:
+            _sync_await(run_pulumi_func(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__")))
+        except Exception as err:
+            _ERRORS_RAISED.add(root_message(err))
+            raise
+        finally:
+            if previous is None:
+                os.environ.pop(OFFLINE_PLAN_ENV, None)
+            else:
+                os.environ[OFFLINE_PLAN_ENV] = previous
+            logger.removeHandler(warnings)
     exported = pulumi_settings.get_root_resource().outputs
     outputs = {name: _resolve(value) for name, value in exported.items()}
     return Plan(stack, monitor.registrations, outputs, time.perf_counter() - started, warnings.lines)

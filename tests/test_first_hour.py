@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import resource
-import shutil
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import yaml
 from domain import aws_facts, engine_args, serve_config
 from offline import plan as plan_cli
 from offline.stackfile import ROOT
+from tests.conftest import copy_project
 
 NS = "ray-llm-eks:"
 PD = "pd-disaggregated.yaml"
@@ -28,7 +28,7 @@ PD = "pd-disaggregated.yaml"
 def project(tmp_path: Path, monkeypatch) -> Path:
     """A copy of the project (stack files, serve files, program) that `make plan` reads instead."""
     root = tmp_path / "project"
-    shutil.copytree(ROOT, root, ignore=shutil.ignore_patterns(".venv", ".git", "plan-*", "__pycache__", ".*cache"))
+    copy_project(ROOT, root)
     monkeypatch.setattr(plan_cli, "ROOT", root)
     monkeypatch.setattr(serve_config, "SERVE_CONFIG_DIR", root / "serve_configs")
     return root
