@@ -17,11 +17,10 @@ from components.load_balancer import InternalEndpoint, LoadBalancerController, i
 from components.network import Network
 from components.pod_identity import PodIdentityAgent
 from components.weights_access import WeightsAccess
-from domain import cost, pool_use, preflight, scaling, versions
+from domain import cost, pool_use, preflight, scaling
 from domain.config import OFFLINE_PLAN_ENV, load_stack_settings
 from domain.deploy_mode import load_stack_deploy_mode
 from domain.errors import ConfigError
-from domain.settings import ChartPin
 from domain.yaml_files import YamlSyntaxError
 
 try:  # a bad value or an AWS refusal stops here, before any resource
@@ -88,7 +87,7 @@ if autoscaled:
 if hardening.internal_endpoint:
     controller = LoadBalancerController(
         "lb-controller",
-        ChartPin(*versions.LB_CONTROLLER_CHART),
+        serving.lb_controller,
         cluster.name,
         settings.region,
         network.vpc.id,

@@ -472,6 +472,7 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings]) -> Se
         nvidia_plugin=_chart(raw, "nvidiaDevicePluginVersion", versions.NVIDIA_PLUGIN_CHART),
         efa_plugin=_chart(raw, "efaDevicePluginVersion", versions.EFA_PLUGIN_CHART),
         cluster_autoscaler=_chart(raw, "clusterAutoscalerVersion", versions.CLUSTER_AUTOSCALER_CHART),
+        lb_controller=_chart(raw, "loadBalancerControllerVersion", versions.LB_CONTROLLER_CHART),
         privileged_workers=raw.boolean("privilegedWorkers", True),
         ready_timeout_seconds=timeout,
         weights_s3_uris=weights_s3,

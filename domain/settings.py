@@ -110,6 +110,7 @@ class ServingSettings:
     weights_s3_uris: tuple[str, ...] = ()  # s3:// model sources: the nodes get read access to them
     efa_plugin_image: str | None = None  # the EFA device plugin's image repository in this region
     cluster_autoscaler: ChartPin | None = None  # installed when a GPU pool's min and max differ
+    lb_controller: ChartPin | None = None  # the AWS Load Balancer Controller (internalEndpoint)
 
 
 @dataclass(frozen=True)

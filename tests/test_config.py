@@ -132,6 +132,12 @@ INVALID = {
         "user/a",
         "distinct ARNs",
     ),
+    "unpinned load balancer controller chart": (
+        {NS + "loadBalancerControllerVersion": "latest"},
+        "loadBalancerControllerVersion",
+        "latest",
+        "an exact version of the aws-load-balancer-controller chart",
+    ),
     "unknown EKS version": ({NS + "kubernetesVersion": "1.99"}, "kubernetesVersion", "1.99", "one of"),
     "system disk too small for the serving image": (
         {NS + "systemNodes": {"instanceType": "m7i.xlarge", "diskSizeGiB": 80}},

@@ -30,6 +30,12 @@ def test_the_nlb_goes_before_the_controller_and_the_rayservice_on_destroy(dev):
     assert dev.depends_on(service.urn, dev.one("kubernetes:ray.io/v1:RayService").urn)
 
 
+def test_controller_chart_version_is_set_from_the_stack_like_the_other_charts():
+    plan = run_program("dev", {"ray-llm-eks:loadBalancerControllerVersion": "3.4.1"})
+    release = plan.one("kubernetes:helm.sh/v3:Release", "aws-load-balancer-controller")
+    assert release.inputs["version"] == "3.4.1"
+
+
 def test_controller_is_pinned_and_gets_its_role_through_pod_identity(dev):
     release = dev.one("kubernetes:helm.sh/v3:Release", "aws-load-balancer-controller")
     assert (release.inputs["chart"], release.inputs["version"]) == ("aws-load-balancer-controller", "3.5.0")
