@@ -71,7 +71,9 @@ if mode.install_device_plugins:
     )
 autoscaled = not mode.existing_cluster and scaling.autoscaler_needed(settings.gpu_pools)
 if autoscaled or hardening.internal_endpoint:  # controllers with an AWS role: one Pod Identity agent
-    agent = PodIdentityAgent("pod-identity-agent", settings.cluster.name, on_system_nodes)
+    agent = PodIdentityAgent(
+        "pod-identity-agent", settings.cluster.name, settings.cluster.kubernetes_version, on_system_nodes
+    )
 if autoscaled:
     installed.append(
         ClusterAutoscaler(

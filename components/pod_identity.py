@@ -12,6 +12,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.helm import helm_release
+from domain import versions
 from domain.settings import ChartPin
 
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
@@ -20,12 +21,17 @@ POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 class PodIdentityAgent(pulumi.ComponentResource):
     """The eks-pod-identity-agent add-on: one per cluster, so every controller waits for this one."""
 
-    def __init__(self, name: str, cluster_name: str, opts: pulumi.ResourceOptions):
+    def __init__(self, name: str, cluster_name: str, kubernetes_version: str, opts: pulumi.ResourceOptions):
         super().__init__("ray-llm-eks:pod_identity:PodIdentityAgent", name, None, opts)
+        # EKS's default version of the add-on for this minor (domain/versions.py says why not a table).
+        default = aws.eks.get_addon_version_output(
+            addon_name=versions.POD_IDENTITY_AGENT_ADDON, kubernetes_version=kubernetes_version, most_recent=False
+        )
         self.addon = aws.eks.Addon(
             name,
             cluster_name=cluster_name,
-            addon_name="eks-pod-identity-agent",
+            addon_name=versions.POD_IDENTITY_AGENT_ADDON,
+            addon_version=default.version,
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({})

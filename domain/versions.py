@@ -29,6 +29,11 @@ NVIDIA_PLUGIN_CHART = ("https://nvidia.github.io/k8s-device-plugin", "nvidia-dev
 # The AWS Load Balancer Controller: eks-charts stable/aws-load-balancer-controller, chart 3.5.0 = app v3.5.0.
 LB_CONTROLLER_CHART = ("https://aws.github.io/eks-charts", "aws-load-balancer-controller", "3.5.0")
 EFA_PLUGIN_CHART = ("https://aws.github.io/eks-charts", "aws-efa-k8s-device-plugin", "v0.5.30")
+# EKS add-on of the Pod Identity agent. No source we can name lists its version per Kubernetes minor
+# (eksctl, terraform-aws-eks and the EKS docs leave it to `aws eks describe-addon-versions`), so it is
+# resolved at deploy time to EKS's default version for the cluster's minor (aws.eks.getAddonVersion,
+# mostRecent false): never unset, never newer than EKS's default; offline it is a placeholder.
+POD_IDENTITY_AGENT_ADDON = "eks-pod-identity-agent"
 # kubernetes/autoscaler tag cluster-autoscaler-chart-9.59.0 (appVersion 1.35.0). Its image is picked
 # per Kubernetes minor: the Cluster Autoscaler README asks for the release matching the cluster's minor
 # (newest patch tags of each minor in that repository).

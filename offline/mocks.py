@@ -119,6 +119,9 @@ class PlanMocks(pulumi_mocks.Mocks):
         return _id_for(args.typ, args.name), state
 
     def call(self, args: pulumi_mocks.MockCallArgs):
+        if args.token == "aws:eks/getAddonVersion:getAddonVersion":  # EKS's default for the minor
+            what = f"default {args.args['addonName']} version for Kubernetes {args.args['kubernetesVersion']}"
+            return {**args.args, "version": placeholder(what), "id": placeholder(args.token)}
         if args.token == "aws:ssm/getParameter:getParameter":
             return {**args.args, "value": placeholder(f"ssm parameter {args.args['name']}"), "type": "String"}
         if args.token in NO_ANSWER_OFFLINE:

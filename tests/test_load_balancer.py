@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from offline.mocks import placeholder
 from offline.plan import run_program
 from tests.conftest import failing_run
 
@@ -78,6 +79,13 @@ def test_bad_source_ranges_fail_before_any_resource(ranges, message):
     error, monitor = failing_run({"ray-llm-eks:endpointSourceRanges": ranges})
     assert message in str(error)
     assert monitor.registrations == []
+
+
+def test_pod_identity_agent_version_is_ekss_default_for_the_clusters_minor(dev):
+    """Pinned at deploy time (no source lists it per minor): a placeholder offline, never left unset."""
+    for plan, minor in ((dev, "1.35"), (run_program("dev", {"ray-llm-eks:kubernetesVersion": "1.36"}), "1.36")):
+        version = plan.one("aws:eks/addon:Addon").inputs.get("addonVersion")
+        assert version == placeholder(f"default eks-pod-identity-agent version for Kubernetes {minor}")
 
 
 def test_one_pod_identity_agent_serves_both_controllers(plans):
