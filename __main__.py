@@ -109,6 +109,7 @@ service = LlmService(
     wait_for_ready=mode.wait_for_ready,
     hardening=hardening,
     keys=settings.api_keys,
+    operator_namespace=mode.operator_namespace,
 )
 if hardening.internal_endpoint:
     # After the RayService, before it on destroy; the controller outlives the NLB it removes.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from domain.cluster_checks import ClusterMismatch, check_cluster
+from domain.cluster_checks import ClusterMismatch, check_cluster, check_operator_namespace
 from domain.deploy_mode import DeployMode, check_kubeconfig, environment_kubeconfig
 from domain.kube_client import KubeClient
 from domain.ray_service import ray_service_spec
@@ -21,6 +21,8 @@ def verify_cluster(text: str, base_dir: str, mode: DeployMode, settings: Setting
     mismatches = check_cluster(
         api, spec, settings.gpu_pools, devices=not mode.install_device_plugins, crd=not mode.install_kuberay
     )
+    if mode.kuberay_namespace is not None:  # set by the stack: a typo would lock the operator out
+        mismatches += check_operator_namespace(api, mode.kuberay_namespace)
     if mismatches:
         raise ClusterMismatch(mismatches)
 

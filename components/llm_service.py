@@ -22,7 +22,7 @@ from domain.ray_service import (
     worker_groups_annotation,
 )
 from domain.serve_config import llm_configs_by_role
-from domain.settings import GpuPoolSettings, ServingSettings
+from domain.settings import KUBERAY_NAMESPACE, GpuPoolSettings, ServingSettings
 
 
 def ready_annotations(serving: ServingSettings, wait_for_ready: bool) -> dict[str, str]:
@@ -50,6 +50,7 @@ class LlmService(pulumi.ComponentResource):
         wait_for_ready: bool = True,
         hardening: HardeningSettings | None = None,
         keys: pulumi.Output[str] | None = None,
+        operator_namespace: str = KUBERAY_NAMESPACE,
     ):
         super().__init__("ray-llm-eks:llm_service:LlmService", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
@@ -62,7 +63,7 @@ class LlmService(pulumi.ComponentResource):
             waits_for.append(
                 NamespaceNetworkPolicies(
                     f"{name}-network-policies",
-                    network_policies(serving.namespace, hardening),
+                    network_policies(serving.namespace, hardening, operator_namespace),
                     pulumi.ResourceOptions(parent=self, depends_on=[namespace]),
                 )
             )

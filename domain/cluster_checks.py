@@ -156,6 +156,14 @@ def check_crd(crd: dict | None, spec: dict, api_version: str = "v1") -> list[str
     return []
 
 
+def check_operator_namespace(api: ApiReader, namespace: str) -> list[str]:
+    """The namespace the NetworkPolicies open the Ray dashboard to exists (a typo there would lock the
+    cluster's own KubeRay operator out of the head: the RayService would never turn Ready)."""
+    if api.get_or_none(f"/api/v1/namespaces/{namespace}") is None:
+        return [f"KubeRay operator namespace {namespace} does not exist (kuberayNamespace)"]
+    return []
+
+
 def check_cluster(
     api: ApiReader, spec: dict, pools: Mapping[str, GpuPoolSettings], *, devices: bool = True, crd: bool = True
 ) -> list[str]:

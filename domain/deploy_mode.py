@@ -8,20 +8,23 @@ Keys (all in the ray-llm-eks namespace, listed in domain/data/config_keys.yaml):
   kubeContext           the kubeconfig context to use (default: its current-context)
   installKubeRay        false: the cluster runs KubeRay already (only with existingCluster)
   installDevicePlugins  false: the cluster runs the NVIDIA and EFA device plugins already (only with existingCluster)
+  kuberayNamespace      where that cluster's KubeRay operator runs (only with installKubeRay: false)
   waitForReady          false: `up` ends once the RayService is accepted, without waiting for Ready
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from domain.errors import ConfigError
+from domain.settings import KUBERAY_NAMESPACE
 
-EXISTING_ONLY = ("kubeconfig", "kubeContext", "installKubeRay", "installDevicePlugins")
+EXISTING_ONLY = ("kubeconfig", "kubeContext", "installKubeRay", "installDevicePlugins", "kuberayNamespace")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,12 @@ class DeployMode:
     wait_for_ready: bool = True
     kube_context: str | None = None
     kubeconfig_configured: bool = False  # the `kubeconfig` key is set (its value is a secret, read apart)
+    kuberay_namespace: str | None = None  # as the stack sets it (an existing cluster's KubeRay elsewhere)
+
+    @property
+    def operator_namespace(self) -> str:
+        """The KubeRay operator's namespace: its pods reach the Ray head's dashboard."""
+        return self.kuberay_namespace or KUBERAY_NAMESPACE
 
 
 def _boolean(get, key: str, default: bool) -> bool:
@@ -55,13 +64,25 @@ def load_deploy_mode(get) -> DeployMode:
     context = get("kubeContext")
     if context is not None and not context.strip():
         raise ConfigError("kubeContext", context, "a context name of the kubeconfig, or unset")
+    install_kuberay = _boolean(get, "installKubeRay", True)
+    operator_namespace = get("kuberayNamespace")
+    if operator_namespace is not None:
+        if install_kuberay:
+            raise ConfigError(
+                "kuberayNamespace",
+                operator_namespace,
+                f"only with installKubeRay: false (ours runs in {KUBERAY_NAMESPACE})",
+            )
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", operator_namespace):
+            raise ConfigError("kuberayNamespace", operator_namespace, "a namespace name (DNS-1123 label)")
     return DeployMode(
         existing_cluster=existing,
-        install_kuberay=_boolean(get, "installKubeRay", True),
+        install_kuberay=install_kuberay,
         install_device_plugins=_boolean(get, "installDevicePlugins", True),
         wait_for_ready=_boolean(get, "waitForReady", True),
         kube_context=context,
         kubeconfig_configured=get("kubeconfig") is not None,
+        kuberay_namespace=operator_namespace,
     )
 
 

@@ -21,16 +21,19 @@ def namespace_selector(*names: str) -> dict:
     return {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(names)}]}
 
 
-def _policy(name: str, namespace: str, spec: dict) -> dict:
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec,
-    }
+def _policy(name: str, namespace: str, spec: dict, annotations: dict | None = None) -> dict:
+    metadata = {"name": name, "namespace": namespace} | ({"annotations": annotations} if annotations else {})
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": metadata, "spec": spec}
 
 
-def network_policies(namespace: str, hardening: HardeningSettings) -> list[dict]:
+# Names the operator's namespace on the policy that opens the dashboard to it, for the policy pack
+# (policy/rules.py keeps the same name): an existing cluster may run KubeRay elsewhere.
+OPERATOR_NAMESPACE_ANNOTATION = "ray-llm-eks/kuberay-operator-namespace"
+
+
+def network_policies(
+    namespace: str, hardening: HardeningSettings, operator_namespace: str = KUBERAY_NAMESPACE
+) -> list[dict]:
     policies = [
         _policy("default-deny-ingress", namespace, {"podSelector": {}, "policyTypes": ["Ingress"]}),
         _policy(
@@ -52,11 +55,12 @@ def network_policies(namespace: str, hardening: HardeningSettings) -> list[dict]
                 "policyTypes": ["Ingress"],
                 "ingress": [
                     {
-                        "from": [{"namespaceSelector": namespace_selector(KUBERAY_NAMESPACE)}],
+                        "from": [{"namespaceSelector": namespace_selector(operator_namespace)}],
                         "ports": [{"protocol": "TCP", "port": HEAD_PORTS["dashboard"]}],
                     }
                 ],
             },
+            {OPERATOR_NAMESPACE_ANNOTATION: operator_namespace},
         ),
     ]
     if hardening.internal_endpoint and hardening.endpoint_vpc_cidr:

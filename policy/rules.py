@@ -28,6 +28,9 @@ EFA_RESOURCE = "vpc.amazonaws.com/efa"
 SERVE_PORT = 8000  # Ray Serve's HTTP proxy: the only Ray port reachable from outside the namespace
 DASHBOARD_PORT = 8265  # ...besides the head's dashboard, for the KubeRay operator only
 OPERATOR_NAMESPACE = "kuberay-system"  # domain/settings.py KUBERAY_NAMESPACE
+# An existing cluster's KubeRay may run elsewhere (kuberayNamespace): the program names it on the policy
+# that opens the dashboard (domain/network_policies.py OPERATOR_NAMESPACE_ANNOTATION).
+OPERATOR_NAMESPACE_ANNOTATION = "ray-llm-eks/kuberay-operator-namespace"
 KEY_CHECKED_INGRESS = "api_key_ingress:ApiKeyIngress"  # serve_ingress/api_key_ingress.py
 
 EKS_CLUSTER = "eks:index:Cluster"
@@ -326,7 +329,7 @@ def _rule_ports(rule: Mapping) -> set:
     return {p.get("port") for p in rule.get("ports") or [] if isinstance(p, Mapping)}
 
 
-def _operator_only(sources: Sequence) -> bool:
+def _operator_only(sources: Sequence, operator_namespace: str) -> bool:
     """Every source is the KubeRay operator's namespace, selected by name and nothing else."""
     for source in sources:
         selector = source.get("namespaceSelector") if set(source) == {"namespaceSelector"} else None
@@ -335,7 +338,7 @@ def _operator_only(sources: Sequence) -> bool:
             return False
         (expression,) = expressions
         named = expression.get("key") == "kubernetes.io/metadata.name" and expression.get("operator") == "In"
-        if not named or list(expression.get("values") or []) != [OPERATOR_NAMESPACE]:
+        if not named or list(expression.get("values") or []) != [operator_namespace]:
             return False
     return bool(sources)
 
@@ -358,11 +361,18 @@ def _ray_network_policies(resources: list[Resource]) -> list[tuple[Resource | No
         if not default_deny:
             found.append((service, f"namespace {namespace} has no default-deny ingress NetworkPolicy"))
         for policy in mine:
+            annotations = _get(policy.props, "metadata", "annotations") or {}
+            operator_namespace = annotations.get(OPERATOR_NAMESPACE_ANNOTATION, OPERATOR_NAMESPACE)
             for rule in _get(policy.props, "spec", "ingress") or []:
                 sources = rule.get("from") or []
                 outside = not sources or any("namespaceSelector" in s or "ipBlock" in s for s in sources)
                 ports = _rule_ports(rule)
-                if outside and ports and ports <= {DASHBOARD_PORT, "dashboard"} and _operator_only(sources):
+                if (
+                    outside
+                    and ports
+                    and ports <= {DASHBOARD_PORT, "dashboard"}
+                    and _operator_only(sources, operator_namespace)
+                ):
                     continue
                 if outside and (not ports or ports - {SERVE_PORT, "serve"}):
                     found.append(

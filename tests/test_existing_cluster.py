@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,9 @@ from domain.errors import ConfigError
 from domain.ray_service import ray_service_spec
 from e2e.cluster import node_object, node_shapes
 from offline.plan import run_program
+from offline.policy_check import plan_resources
 from offline.stackfile import SecretValue, load_stack
+from policy import rules
 
 NS = "ray-llm-eks:"
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,14 +79,17 @@ def rayservice_crd() -> dict:
 
 
 class FakeApi:
-    def __init__(self, nodes, crd):
-        self.nodes, self.crd = nodes, crd
+    def __init__(self, nodes, crd, namespaces=("default", "kube-system", "kuberay-system")):
+        self.nodes, self.crd, self.namespaces = nodes, crd, namespaces
 
     def get(self, path):
         assert path == "/api/v1/nodes"
         return {"items": self.nodes}
 
     def get_or_none(self, path):
+        if path.startswith("/api/v1/namespaces/"):
+            name = path.rsplit("/", 1)[1]
+            return {"metadata": {"name": name}} if name in self.namespaces else None
         assert path.endswith("/customresourcedefinitions/rayservices.ray.io")
         return self.crd
 
@@ -101,10 +107,24 @@ def test_deploy_mode_defaults_wait_and_install_everything():
     )
 
 
-@pytest.mark.parametrize("key", ["installKubeRay", "installDevicePlugins", "kubeContext", "kubeconfig"])
+@pytest.mark.parametrize(
+    "key", ["installKubeRay", "installDevicePlugins", "kubeContext", "kubeconfig", "kuberayNamespace"]
+)
 def test_existing_cluster_keys_need_existing_cluster(key):
     with pytest.raises(ConfigError, match=f"ray-llm-eks:{key} .*only with existingCluster: true"):
         load_deploy_mode({key: "false"}.get)
+
+
+@pytest.mark.parametrize(
+    ("values", "rule"),
+    [
+        ({"installKubeRay": "true"}, "'ray-system': only with installKubeRay: false (ours runs in kuberay-system)"),
+        ({"installKubeRay": "false", "kuberayNamespace": "Ray_System"}, "'Ray_System': a namespace name"),
+    ],
+)
+def test_kuberay_namespace_needs_the_clusters_own_kuberay_and_a_valid_name(values, rule):
+    with pytest.raises(ConfigError, match=re.escape(f"ray-llm-eks:kuberayNamespace = {rule}")):
+        load_deploy_mode(({"existingCluster": "true", "kuberayNamespace": "ray-system"} | values).get)
 
 
 def test_kubeconfig_value_is_never_printed():
@@ -135,6 +155,7 @@ def test_new_keys_are_declared():
         "installKubeRay",
         "installDevicePlugins",
         "waitForReady",
+        "kuberayNamespace",
     ):
         assert key in declared, key
     assert declared["kubeconfig"].get("secret") is True
@@ -223,7 +244,7 @@ def fake_cluster(monkeypatch, seed):
         @classmethod
         def from_kubeconfig(cls, text, base_dir=".", context=None):
             seen.append((text, context))
-            return FakeApi(seed_nodes(settings), rayservice_crd())
+            return FakeApi(seed_nodes(settings), rayservice_crd(), ("kube-system", "kuberay-system", "ray-system"))
 
     monkeypatch.setattr(existing_cluster, "KubeClient", Client)
     return seen
@@ -249,6 +270,32 @@ def test_existing_cluster_can_still_install_kuberay_and_plugins(fake_cluster):
     plan = run_program("dev", {NS + "existingCluster": True, NS + "kubeconfig": SecretValue(KUBECONFIG)})
     releases = sorted(r.name for r in plan.of_type("kubernetes:helm.sh/v3:Release"))
     assert releases == ["aws-efa-k8s-device-plugin", "kuberay-operator", "nvidia-device-plugin"]
+
+
+def test_kuberay_elsewhere_opens_the_dashboard_to_that_namespace_and_passes_the_policy_pack(fake_cluster):
+    plan = run_program("dev", {**EXISTING, NS + "kuberayNamespace": "ray-system"})
+    policy = plan.one(
+        "kubernetes:networking.k8s.io/v1:NetworkPolicy", "llm-network-policies-dashboard-from-kuberay-operator"
+    )
+    source = policy.inputs["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]
+    assert source["values"] == ["ray-system"]
+    assert rules.check_all(plan_resources(plan)) == []  # the pack reads the namespace the program names
+
+
+def test_a_kuberay_namespace_the_cluster_lacks_is_named(monkeypatch, seed):
+    settings, _ = seed
+
+    class Client:
+        @classmethod
+        def from_kubeconfig(cls, text, base_dir=".", context=None):
+            return FakeApi(seed_nodes(settings), rayservice_crd())
+
+    monkeypatch.setattr(existing_cluster, "KubeClient", Client)
+    values = {"existingCluster": "true", "installKubeRay": "false", "kuberayNamespace": "ray-sytem"}
+    with pytest.raises(ClusterMismatch, match="KubeRay operator namespace ray-sytem does not exist"):
+        existing_cluster.verify_cluster(KUBECONFIG, ".", load_deploy_mode(values.get), settings)
+    elsewhere = load_deploy_mode((values | {"kuberayNamespace": "kube-system"}).get)
+    existing_cluster.verify_cluster(KUBECONFIG, ".", elsewhere, settings)  # a namespace the cluster has
 
 
 def test_a_mismatched_cluster_fails_naming_the_mismatch(monkeypatch, seed):

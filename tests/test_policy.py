@@ -211,10 +211,11 @@ def test_a_pd_pool_is_known_by_the_role_it_serves_not_its_name():
 def test_the_packs_own_facts_agree_with_the_program():
     """The pack keeps its facts to itself (it runs in its own venv, standard library only), so it can
     judge the program independently; here they must still say the same as the program's."""
-    from domain import hardening, ray_service, settings
+    from domain import hardening, network_policies, ray_service, settings
 
     assert rules.DEV_ENVIRONMENTS == hardening.DEV_LIKE
     assert rules.PD_ROLES == settings.PD_ROLES
     assert rules.OPERATOR_NAMESPACE == settings.KUBERAY_NAMESPACE
+    assert rules.OPERATOR_NAMESPACE_ANNOTATION == network_policies.OPERATOR_NAMESPACE_ANNOTATION
     assert rules.SERVE_PORT == ray_service.SERVE_PORT
     assert ray_service.HEAD_PORTS["dashboard"] == rules.DASHBOARD_PORT
