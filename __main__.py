@@ -33,7 +33,7 @@ except (ConfigError, YamlSyntaxError, preflight.PreflightError) as error:
         raise
     raise pulumi.RunError(str(error)) from None  # the CLI prints it as one line, no stack trace
 serving = settings.serving
-estimate = cost.estimate(settings, settings.prices)
+estimate = cost.estimate(settings, settings.prices, existing_cluster=mode.existing_cluster)
 for warning in pool_use.idle_node_warnings(serving.serve_document, settings.gpu_pools):
     pulumi.log.warn(warning)  # GPUs paid for and unused: said at `pulumi up` and in `make plan`
 for line in checks:
@@ -136,4 +136,6 @@ pulumi.export("openaiPythonExample", service.openai_example)  # after the port-f
 pulumi.export("dashboardPortForwardCommand", service.dashboard_port_forward)
 pulumi.export("estimatedHourlyCostUsd", estimate.usd_per_hour)
 pulumi.export("costEstimate", estimate.as_output())
-pulumi.export("hourlyCostRangeUsd", cost.cost_range(settings, settings.prices))  # pools at min / desired / max
+pulumi.export(
+    "hourlyCostRangeUsd", cost.cost_range(settings, settings.prices, mode.existing_cluster)
+)  # pools at min / desired / max

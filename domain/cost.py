@@ -30,10 +30,22 @@ class CostLine:
         return None if self.unit_usd_per_hour is None else self.quantity * self.unit_usd_per_hour
 
 
+# On a cluster this stack did not create, what it does not buy and so does not price (README).
+NOT_PRICED_ON_AN_EXISTING_CLUSTER = (
+    "EKS control plane",
+    "NAT gateways and their IPv4 addresses",
+    "system nodes (the Ray head takes part of one)",
+    "EBS root volumes",
+    "KMS key",
+)
+
+
 @dataclass(frozen=True)
 class CostEstimate:
     region: str
     lines: tuple[CostLine, ...]
+    scope: str = "everything this stack creates"
+    not_priced: tuple[str, ...] = ()  # said by name, never guessed
 
     @property
     def unknown(self) -> list[str]:
@@ -61,12 +73,17 @@ class CostEstimate:
             ],
             "usdPerHour": self.usd_per_hour,
             "unknownPrices": self.unknown,
+            "scope": self.scope,
+            "notPriced": list(self.not_priced),
         }
 
 
 def table(estimate: dict) -> str:
     """The `costEstimate` stack output as a table (printed by `make plan`)."""
     rows = [f"Estimated cost while running, {estimate['region']} on-demand (prices of {estimate['pricesAsOf']}):"]
+    rows.append(f"  prices: {estimate['scope']}")
+    if estimate["notPriced"]:
+        rows.append(f"  not priced (the existing cluster's own): {', '.join(estimate['notPriced'])}")
     for line in estimate["lines"]:
         unit, cost = line["unitUsdPerHour"], line["usdPerHour"]
         priced = "unknown price" if unit is None else f"{unit:>10.6g} = {cost:8.4f} $/h"
@@ -88,9 +105,11 @@ def _count(nodes, size: str) -> int:
     return {"min": nodes.min_size, "desired": nodes.desired_size, "max": nodes.max_size}[size]
 
 
-def cost_range(settings: Settings, overrides: PriceOverrides) -> dict[str, float | None]:
+def cost_range(
+    settings: Settings, overrides: PriceOverrides, existing_cluster: bool = False
+) -> dict[str, float | None]:
     """$/h with every pool at its minSize, desiredSize and maxSize: what autoscaling can cost."""
-    return {size: estimate(settings, overrides, size).usd_per_hour for size in SIZES}
+    return {size: estimate(settings, overrides, size, existing_cluster).usd_per_hour for size in SIZES}
 
 
 def range_line(usd: dict[str, float | None]) -> str:
@@ -100,9 +119,24 @@ def range_line(usd: dict[str, float | None]) -> str:
     return "  range: " + ", ".join(f"at {size} {usd[size]:.2f} $/h" for size in SIZES) + " (every pool at that size)"
 
 
-def estimate(settings: Settings, overrides: PriceOverrides, size: str = "desired") -> CostEstimate:
+def estimate(
+    settings: Settings, overrides: PriceOverrides, size: str = "desired", existing_cluster: bool = False
+) -> CostEstimate:
+    """What the stack's cluster costs; on an existing cluster only the GPU nodes its Ray workers occupy
+    (one worker per node, sized to it), naming what it leaves out."""
     region = settings.region
     instance_prices = {**INSTANCE_USD_PER_HOUR.get(region, {}), **overrides.instances}
+    if existing_cluster:
+        lines = [
+            CostLine(
+                f"{role} nodes {p.nodes.instance_type}",
+                _count(p.nodes, size),
+                instance_prices.get(p.nodes.instance_type),
+            )
+            for role, p in settings.gpu_pools.items()
+        ]
+        scope = "the existing cluster's GPU nodes that the Ray workers occupy (one worker per node)"
+        return CostEstimate(region, tuple(lines), scope, NOT_PRICED_ON_AN_EXISTING_CLUSTER)
     nat = overrides.nat_gateway_per_hour
     nat = NAT_GATEWAY_USD_PER_HOUR.get(region) if nat is None else nat
     gp3 = overrides.ebs_gp3_per_gb_month

@@ -266,6 +266,25 @@ def test_existing_cluster_mode_declares_no_aws_resource(fake_cluster):
     assert "kubeconfig" not in plan.outputs and "clusterName" not in plan.outputs
 
 
+def test_existing_cluster_cost_prices_only_the_gpu_nodes_its_workers_occupy_and_names_the_rest(fake_cluster, dev):
+    plan = run_program("dev", EXISTING)
+    estimate = plan.outputs["costEstimate"]
+    assert [(x["item"], x["quantity"]) for x in estimate["lines"]] == [
+        ("prefill nodes g6.8xlarge", 1),
+        ("decode nodes g6.8xlarge", 1),
+    ]
+    dev_lines = {x["item"]: x["usdPerHour"] for x in dev.outputs["costEstimate"]["lines"]}
+    assert estimate["usdPerHour"] == round(dev_lines["prefill nodes g6.8xlarge"] * 2, 4)
+    assert (
+        "EKS control plane" in estimate["notPriced"]
+        and "NAT gateways and their IPv4 addresses" in estimate["notPriced"]
+    )
+    printed = plan.summary()
+    assert "prices: the existing cluster's GPU nodes that the Ray workers occupy" in printed
+    assert "not priced (the existing cluster's own): EKS control plane, NAT gateways" in printed
+    assert dev.outputs["costEstimate"]["notPriced"] == [] and "EKS control plane (standard support)" in dev_lines
+
+
 def test_existing_cluster_can_still_install_kuberay_and_plugins(fake_cluster):
     plan = run_program("dev", {NS + "existingCluster": True, NS + "kubeconfig": SecretValue(KUBECONFIG)})
     releases = sorted(r.name for r in plan.of_type("kubernetes:helm.sh/v3:Release"))
