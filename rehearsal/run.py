@@ -39,7 +39,6 @@ from rehearsal.verify import http_json
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("RAY_LLM_EKS_CACHE", Path.home() / ".cache" / "ray-llm-eks"))
 MARKER = "RAY_LLM_EKS_REHEARSAL"  # env var every process of one rehearsal inherits: how we find them
-NUM_CPUS = 8  # Ray's logical CPUs, above the 2 real cores: ingress + prefill + decode replicas schedule
 POLL = 2.0  # seconds between status polls
 IDLE_WINDOW = 5.0  # seconds of CPU sampling with no request in flight, once every replica runs
 # A first PD request on 2 busy cores (NIXL handshake, then the transfer) can take tens of seconds.
@@ -327,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "serve-config.yaml").write_text(yaml.safe_dump(doc, sort_keys=False, width=120))
     gcs, dash, metrics = free_port(), free_port(), free_port()
+    # Ray's logical CPUs, above the 2 real cores, so that every replica schedules (the scale demo's one more).
+    cpus = topology.logical_cpus(doc, {args.scale_demo: 1} if args.scale_demo else None)
     env = dict(os.environ)
     env.update(
         {
@@ -367,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         start = [
             str(ray), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={gcs}",
             "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--metrics-export-port={metrics}",
-            f"--num-cpus={NUM_CPUS}", f"--temp-dir={temp_dir}", "--disable-usage-stats",
+            f"--num-cpus={cpus}", f"--temp-dir={temp_dir}", "--disable-usage-stats",
             # Ports of our own, so that another Ray on this machine (defaults) never clashes.
             f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
             f"--runtime-env-agent-port={free_port()}", f"--node-manager-port={free_port()}",

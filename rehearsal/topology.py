@@ -176,3 +176,16 @@ def scaled_alone(start: dict[str, int], now: dict[str, int], role: str) -> list[
     problems = [] if now.get(role, 0) > start.get(role, 0) else [f"{role}: target stayed {now.get(role, 0)}"]
     return problems + [f"{other}: target moved {start[other]} -> {now.get(other, 0)}" for other in sorted(start)
                        if other != role and now.get(other, 0) != start[other]]  # fmt: skip
+
+
+def logical_cpus(doc: dict, extra: dict[str, int] | None = None, floor: int = 8) -> int:
+    """Ray CPUs to declare on this node so every engine schedules (they are a count, not cores): Ray Serve LLM
+    asks 1 CPU for each replica actor merged with one CPU bundle per TP rank (ray/llm/_internal/serve/core/
+    server/llm_server.py get_deployment_options), plus the ingress and one to spare. `extra`: more replicas."""
+    need = 2
+    for role, config in llm_configs(doc).items():
+        key = role.split("-")[0]
+        tp = int((config.get("engine_kwargs") or {}).get("tensor_parallel_size", 1))
+        replicas = _start_replicas(config.get("deployment_config") or {}) + (extra or {}).get(key, 0)
+        need += replicas * (1 + tp)
+    return max(floor, need)

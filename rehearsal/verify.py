@@ -75,11 +75,8 @@ async def serve_every_replica(
 def replica_log(log_dir: Path, replica: dict) -> str:
     """What a replica's process and the engine processes it spawned wrote (they inherit its stdout/stderr:
     Ray's logs/worker-<worker_id>-<job>-<pid>.out/.err)."""
-    texts = []
-    for path in sorted(log_dir.glob(f"worker-{replica.get('worker_id')}-*")):
-        if path.suffix in {".out", ".err"}:
-            texts.append(path.read_text(errors="replace"))
-    return "\n".join(texts)
+    paths = {*log_dir.glob(f"worker-{replica.get('worker_id')}-*"), *log_dir.glob(f"worker-*-{replica.get('pid')}.*")}
+    return "\n".join(p.read_text(errors="replace") for p in sorted(paths) if p.suffix in {".out", ".err"})
 
 
 def kv_sources(log_dir: Path, running: dict[str, list[dict]]) -> tuple[dict[str, str | None], Counter[str]]:

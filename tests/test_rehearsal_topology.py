@@ -213,3 +213,11 @@ def test_the_scale_demo_needs_a_role_that_can_grow():
         substitute.scale_demo(rendered("dev"), "decode")
     with pytest.raises(ValueError, match="no such role here"):
         substitute.scale_demo(rendered("dp"), "decode")
+
+
+def test_ray_is_given_cpus_for_every_engine_and_the_scale_demos_one_more():
+    doc = rendered("xpyd")  # 3 engines at start, each 1 CPU for the replica actor + 1 per TP rank, + ingress + 1
+    assert topology.logical_cpus(doc, floor=0) == 8
+    assert topology.logical_cpus(doc, {"decode": 1}, floor=0) == 10
+    assert topology.logical_cpus(rendered("tp"), floor=0) == 7  # one replica over 4 ranks
+    assert topology.logical_cpus(rendered("baseline")) == 8  # never below the floor
