@@ -400,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         for line in result.lines:
             say(f"  smoke: {line}")
         t_first = clock.mark("smoke passed")
+        if plan.pd:
+            check_nixl(log_dir)
         metrics_url = f"http://127.0.0.1:{metrics}/metrics"
         concurrency = max([2, *(len(reps) for reps in running.values())])
         spread, loaded, per_process = measure_threads(
@@ -422,13 +424,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"rank {rank} {seconds:.2f} s" for rank, seconds in sorted(ranks.items())))  # fmt: skip
             if lazy := topology.idle_ranks(ranks, tp):
                 raise RehearsalFailed(f"tensor parallel {tp}: {'; '.join(lazy)}")
-        if plan.pd and (failed := grep_logs(log_dir, NIXL_FAILURE)):
-            # vLLM then recomputes the prompt on the decode engine (kv_load_failure_policy "recompute"):
-            # the answers come, but nothing went through NIXL.
-            raise RehearsalFailed(f"the decode engine recomputed the prompt: {PREFIXES.sub('', failed[0], count=1)}")
         kv = verify.kv_sources(log_dir, running) if plan.pd else ({}, Counter())
-        if plan.pd and (unread := topology.prefills_not_read(*kv)):
-            raise RehearsalFailed(f"KV not transferred from every prefill replica: {'; '.join(unread)}")
+        if plan.pd:
+            check_nixl(log_dir)  # again: the later requests reached the other prefill replicas
+            if unread := topology.prefills_not_read(*kv):
+                raise RehearsalFailed(f"KV not transferred from every prefill replica: {'; '.join(unread)}")
         if args.scale_demo:
             role = args.scale_demo
             streams = 2 * max(topology.expected_replicas(doc).values())
@@ -527,6 +527,13 @@ def prepare(args) -> substitute.Plan | None:
             say(f"  {line}")
         return None
     return plan
+
+
+def check_nixl(log_dir: Path) -> None:
+    """A KV read that failed: vLLM then recomputes the prompt on the decode engine (kv_load_failure_policy
+    "recompute"), so the answers come though nothing went through NIXL."""
+    if failed := grep_logs(log_dir, NIXL_FAILURE):
+        raise RehearsalFailed(f"the decode engine recomputed the prompt: {PREFIXES.sub('', failed[0], count=1)}")
 
 
 def check_replicas(doc: dict, application: dict) -> dict[str, list[dict]]:
