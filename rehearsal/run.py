@@ -432,12 +432,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.scale_demo:
             role = args.scale_demo
             streams = 2 * max(topology.expected_replicas(doc).values())
-            start, now, new_ready = asyncio.run(
-                scale_demo.run(url, plan.model_ids[0], dashboard, app, role, streams, clock.mark, args.ready_timeout)
+            (start, now), held, _ = measure_threads(
+                run_id, scale_demo.hold_until_scaled(url, plan.model_ids[0], dashboard, app, role, streams, clock.mark)
             )
+            for line in cpu_threads.describe(held):
+                say(f"  busy thread ({streams} held streams): {line}")
+            if pairs := cpu_threads.pinned_pairs(held):
+                raise RehearsalFailed(f"two busy threads of one engine on one core (held streams): {pairs[0]}")
             if problems := topology.scaled_alone(start, now, role):
                 raise RehearsalFailed(f"scale demo: {'; '.join(problems)} (targets {start} -> {now})")
-            if new_ready is None:
+            wait = scale_demo.wait_running(dashboard, app, role, now[role], clock.mark, args.ready_timeout)
+            if asyncio.run(wait) is None:
                 raise RehearsalFailed(f"scale demo: Serve raised {role} to {now[role]} but it did not run in time")
         if args.bench:
             summary = asyncio.run(

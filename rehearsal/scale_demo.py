@@ -16,9 +16,9 @@ DECISION_CAP = 240.0
 MAX_TOKENS = 2048  # with ignore_eos, minutes per stream on this CPU; prompt + this stays within max_model_len
 
 
-async def run(url: str, model: str, dashboard: str, app: str, role: str, streams: int, mark, ready_cap: float):
-    """Returns (targets at start, targets once raised, seconds since start when the new replica ran, or None).
-    `mark(text) -> seconds` prints a timeline line."""
+async def hold_until_scaled(url: str, model: str, dashboard: str, app: str, role: str, streams: int, mark):
+    """Hold `streams` long streamed requests until Serve's targets move (or DECISION_CAP), then cancel them.
+    Returns (targets at start, targets at the end). `mark(text) -> seconds` prints a timeline line."""
     api = core.client(url, timeout=300.0)
     start = topology.targets(verify.application(dashboard, app))
     mark(f"scale demo: targets {start}; holding {streams} streams for {role}")
@@ -40,11 +40,15 @@ async def run(url: str, model: str, dashboard: str, app: str, role: str, streams
             task.cancel()
         await asyncio.gather(*held, return_exceptions=True)
     mark(f"scale demo: targets {now} after {time.monotonic() - t0:.0f} s of held streams (streams cancelled)")
-    if topology.scaled_alone(start, now, role):
-        return start, now, None
-    while time.monotonic() - t0 < DECISION_CAP + ready_cap:
+    return start, now
+
+
+async def wait_running(dashboard: str, app: str, role: str, replicas: int, mark, cap: float) -> float | None:
+    """Seconds since the rehearsal's start when `role` runs `replicas` RUNNING replicas; None after `cap` s."""
+    end = time.monotonic() + cap
+    while time.monotonic() < end:
         running = topology.running_replicas(verify.application(dashboard, app))
-        if len(running.get(role, [])) >= now[role]:
-            return start, now, mark(f"scale demo: {role} runs {len(running[role])} replicas")
+        if len(running.get(role, [])) >= replicas:
+            return mark(f"scale demo: {role} runs {len(running[role])} replicas")
         await asyncio.sleep(2.0)
-    return start, now, None
+    return None
