@@ -122,12 +122,17 @@ _COUNTER = re.compile(r"^ray_serve_deployment_request_counter(?:_total)?\{([^}]*
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
+def request_counters(metrics_text: str) -> list[tuple[dict[str, str], float]]:
+    """Each series of Serve's request counter: its labels (deployment, replica, application, route), its value."""
+    return [(dict(_LABEL.findall(labels)), float(value)) for labels, value in _COUNTER.findall(metrics_text)]
+
+
 def deployment_requests(metrics_url: str, timeout: float = 10.0) -> dict[str, float]:
     """deployment name -> requests it handled so far, summed over replicas and routes."""
     with urllib.request.urlopen(metrics_url, timeout=timeout) as response:
         text = response.read().decode()
     counts: dict[str, float] = {}
-    for labels, value in _COUNTER.findall(text):
-        name = dict(_LABEL.findall(labels)).get("deployment", "")
-        counts[name] = counts.get(name, 0.0) + float(value)
+    for labels, value in request_counters(text):
+        name = labels.get("deployment", "")
+        counts[name] = counts.get(name, 0.0) + value
     return counts

@@ -24,6 +24,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -32,13 +33,14 @@ from domain import model_fit
 from domain.config import load_settings
 from llmclient import bench, smoke
 from offline.stackfile import load_stack
-from rehearsal import substitute
+from rehearsal import cpu_threads, scale_demo, substitute, topology, verify
+from rehearsal.verify import http_json
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("RAY_LLM_EKS_CACHE", Path.home() / ".cache" / "ray-llm-eks"))
 MARKER = "RAY_LLM_EKS_REHEARSAL"  # env var every process of one rehearsal inherits: how we find them
-NUM_CPUS = 8  # Ray's logical CPUs, above the 2 real cores: ingress + prefill + decode replicas schedule
 POLL = 2.0  # seconds between status polls
+IDLE_WINDOW = 5.0  # seconds of CPU sampling with no request in flight, once every replica runs
 # A first PD request on 2 busy cores (NIXL handshake, then the transfer) can take tens of seconds.
 SMOKE_TIMEOUT = 180.0
 # Exception lines that only wrap the real error (the engine's own message is logged before them), or Ray's
@@ -76,9 +78,14 @@ class Clock:
     def __init__(self):
         self.start = time.monotonic()
         self.events: list[tuple[float, str]] = []
+        self.loads: list[float] = []  # 1-minute load average, sampled at each event and status poll
+
+    def now(self) -> float:
+        self.loads.append(os.getloadavg()[0])
+        return time.monotonic() - self.start
 
     def mark(self, what: str) -> float:
-        t = time.monotonic() - self.start
+        t = self.now()
         self.events.append((t, what))
         say(f"[{t:7.1f} s] {what}")
         return t
@@ -106,17 +113,21 @@ def stand_in_family(doc: dict) -> str:
     return substitute.stand_in(spec.family.name if spec.family else None, spec.hybrid)
 
 
+def model_dir(family: str) -> Path:
+    return CACHE / "rehearsal-models" / family
+
+
 def make_model(family: str, max_len: int) -> Path:
-    out = CACHE / "rehearsal-models" / family
+    out = model_dir(family)
     subprocess.run(
         [sys.executable, str(ROOT / "rehearsal" / "tiny_model.py"), family, str(out), str(max_len)], check=True
     )
     return out
 
 
-def nixl_pinned_core(sys_node: Path = Path("/sys/devices/system/node/node0")) -> int:
-    """The core vLLM 0.26's NixlConnector pins a CPU engine's main thread to: the highest physical core (lowest
-    id of its hyper-thread siblings) of the first NUMA node (vllm/platforms/cpu.py discover_numa_topology)."""
+def physical_cores(sys_node: Path = Path("/sys/devices/system/node/node0")) -> tuple[int, ...]:
+    """The physical cores of the first NUMA node, each named by the lowest id of its hyper-thread siblings
+    (as vllm/platforms/cpu.py discover_numa_topology names them)."""
     cores = set()
     for cpu in sys_node.glob("cpu[0-9]*"):
         try:
@@ -125,7 +136,13 @@ def nixl_pinned_core(sys_node: Path = Path("/sys/devices/system/node/node0")) ->
             siblings = cpu.name[3:]
         ids = [int(x) for part in siblings.split(",") for x in part.split("-")[:1]]
         cores.add(min(ids))
-    return max(cores) if cores else max(os.sched_getaffinity(0))
+    return tuple(sorted(cores)) or tuple(sorted(os.sched_getaffinity(0)))
+
+
+def nixl_pinned_core(sys_node: Path = Path("/sys/devices/system/node/node0")) -> int:
+    """The core vLLM 0.26's NixlConnector pins a CPU engine's main thread to: the highest physical core of the
+    first NUMA node (nixl/base_worker.py:382-395)."""
+    return max(physical_cores(sys_node))
 
 
 # ---------------------------------------------------------------- processes
@@ -233,47 +250,33 @@ def grep_logs(log_dir: Path, pattern: str) -> list[str]:
 # ---------------------------------------------------------------- Serve REST API
 
 
-def http_json(method: str, url: str, body: dict | None = None, timeout: float = 30.0) -> dict:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # loopback only
-        raw = response.read()
-    return json.loads(raw) if raw else {}
-
-
-def role_of(deployment: str) -> str:
-    low = deployment.lower()
-    if "prefill" in low:
-        return "prefill"
-    if "decode" in low:
-        return "decode"
-    if "ingress" in low:
-        return "ingress"
-    return "collocated"
-
-
 class RehearsalFailed(RuntimeError):
     pass
 
 
-def wait_ready(dashboard: str, app: str, clock: Clock, log_dir: Path, cap: float) -> dict[str, float]:
-    """Poll Serve until the app runs; returns role -> seconds to healthy. Fails fast on an engine error."""
+def wait_ready(
+    dashboard: str, app: str, clock: Clock, log_dir: Path, cap: float, replica_ready: dict[str, float] | None = None
+) -> dict[str, float]:
+    """Poll Serve until the app runs; returns role -> seconds to healthy, and fills `replica_ready` (replica
+    id -> seconds to RUNNING). Fails fast on an engine error."""
     healthy: dict[str, float] = {}
+    replica_ready = {} if replica_ready is None else replica_ready
     seen: dict[str, str] = {}
     end = time.monotonic() + cap
     while True:
-        try:
-            status = http_json("GET", f"{dashboard}/api/serve/applications/", timeout=10)
-        except (urllib.error.URLError, OSError, ValueError):
-            status = {}
-        application = (status.get("applications") or {}).get(app) or {}
+        application = verify.application(dashboard, app)
         for name, dep in (application.get("deployments") or {}).items():
             state = dep.get("status", "?")
             if seen.get(name) != state:
                 seen[name] = state
                 t = clock.mark(f"deployment {name}: {state}")
                 if state == "HEALTHY":
-                    healthy.setdefault(role_of(name), t)
+                    healthy.setdefault(topology.role_of(name), t)
+            for replica in dep.get("replicas") or []:
+                if replica.get("state") == "RUNNING" and replica["replica_id"] not in replica_ready:
+                    rid = replica["replica_id"]
+                    replica_ready[rid] = clock.mark(f"replica {name} {rid}: RUNNING")
+        clock.now()
         app_state = application.get("status")
         if app_state == "RUNNING":
             return healthy
@@ -297,31 +300,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="leave it running (stop: make rehearse-stop)")
     parser.add_argument("--bench", type=Path, help="after the smoke, a short bench saved to this JSON file")
     parser.add_argument("--port", type=int, default=0, help="HTTP port of the endpoint (default: a free one)")
+    parser.add_argument(
+        "--scale-demo", metavar="ROLE", help="lower ROLE's target_ongoing_requests, hold streams, see Serve scale it"
+    )
     args = parser.parse_args(argv)
 
     clock = Clock()
-    rendered = rendered_document(args.stack)
-    configs = substitute.llm_configs(rendered)
-    max_len = max(int(c.get("engine_kwargs", {}).get("max_model_len", 4096)) for c in configs.values())
-    family = stand_in_family(rendered)
-    model_path = make_model(family, max_len)
-    port = args.port or free_port()
-    plan = substitute.plan(rendered, str(model_path), family, port, nixl_core=nixl_pinned_core())
-    doc = plan.document
-    kind = "prefill/decode" if plan.pd else "collocated"
-    say(f"Stack {args.stack}: {kind}, model {plan.model_ids[0]}; substitutions:")
-    for line in plan.substitutions:
-        say(f"  - {line}")
-    say("  - Ray: one node on 127.0.0.1, CPUs only (NIXL side channel on 127.0.0.1; UCX picks its transports)")
-    if plan.hybrid:
-        say("  - process env: AMX hidden from vLLM's CPU platform (rehearsal/amx_hidden/sitecustomize.py)")
-    for mutation in args.mutate:
-        say(f"  ! {substitute.mutate(doc, mutation)}")
-    if wrong_roles := substitute.role_mistakes(doc):
-        say(f"\nREHEARSAL FAILED: kv_role on the wrong side\n{ROLE_HEADER}")
-        for line in wrong_roles:
-            say(f"  {line}")
+    try:
+        plan = prepare(args)
+    except substitute.CannotRehearse as exc:
+        say(f"REHEARSAL REFUSED (not on this machine): {exc}")
+        return 2
+    except KeyboardInterrupt:  # a child (the stand-in's build) may still be ending: nothing else had started
+        say("\ninterrupted while preparing the serve config and the stand-in model (no Ray process had started)")
+        return 130
+    if plan is None:
         return 1
+    doc = plan.document
     clock.mark("serve config rendered and substituted; stand-in model ready")
 
     run_id = uuid.uuid4().hex[:12]
@@ -331,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "serve-config.yaml").write_text(yaml.safe_dump(doc, sort_keys=False, width=120))
     gcs, dash, metrics = free_port(), free_port(), free_port()
+    # Ray's logical CPUs, above the 2 real cores, so that every replica schedules (the scale demo's one more).
+    cpus = topology.logical_cpus(doc, {args.scale_demo: 1} if args.scale_demo else None)
     env = dict(os.environ)
     env.update(
         {
@@ -352,9 +349,13 @@ def main(argv: list[str] | None = None) -> int:
         env["PYTHONPATH"] = os.pathsep.join(
             filter(None, [str(ROOT / "rehearsal" / "amx_hidden"), env.get("PYTHONPATH")])
         )
+    if plan.pd:
+        logging_config = run_dir / "vllm-logging.json"
+        logging_config.write_text(json.dumps(topology.vllm_logging_config(), indent=1))
+        env["VLLM_LOGGING_CONFIG_PATH"] = str(logging_config)
     log_dir = temp_dir / "session_latest" / "logs"
     dashboard = f"http://127.0.0.1:{dash}"
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://127.0.0.1:{doc['http_options']['port']}"
     stopped = False
 
     def on_signal(signum, _frame):
@@ -367,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         start = [
             str(ray), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={gcs}",
             "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--metrics-export-port={metrics}",
-            f"--num-cpus={NUM_CPUS}", f"--temp-dir={temp_dir}", "--disable-usage-stats",
+            f"--num-cpus={cpus}", f"--temp-dir={temp_dir}", "--disable-usage-stats",
             # Ports of our own, so that another Ray on this machine (defaults) never clashes.
             f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
             f"--runtime-env-agent-port={free_port()}", f"--node-manager-port={free_port()}",
@@ -379,8 +380,13 @@ def main(argv: list[str] | None = None) -> int:
         http_json("PUT", f"{dashboard}/api/serve/applications/", doc, timeout=60)
         t_deploy = clock.mark("serve config submitted")
         app = doc["applications"][0]["name"]
-        healthy = wait_ready(dashboard, app, clock, log_dir, args.ready_timeout)
+        replica_ready: dict[str, float] = {}
+        healthy = wait_ready(dashboard, app, clock, log_dir, args.ready_timeout, replica_ready)
         clock.mark(f"application {app} RUNNING at {url}")
+        running = check_replicas(doc, verify.application(dashboard, app))
+        counts = ", ".join(f"{role} {len(reps)}" for role, reps in running.items())
+        clock.mark(f"RUNNING replicas per role as the serve config asks: {counts}")
+        quiet = measure_threads(run_id, asyncio.sleep(IDLE_WINDOW))
         result = asyncio.run(
             smoke.run(
                 url,
@@ -394,13 +400,50 @@ def main(argv: list[str] | None = None) -> int:
         for line in result.lines:
             say(f"  smoke: {line}")
         t_first = clock.mark("smoke passed")
-        if plan.pd and (failed := grep_logs(log_dir, NIXL_FAILURE)):
-            # vLLM then recomputes the prompt on the decode engine (kv_load_failure_policy "recompute"):
-            # the answers come, but nothing went through NIXL.
-            raise RehearsalFailed(f"the decode engine recomputed the prompt: {PREFIXES.sub('', failed[0], count=1)}")
         if plan.pd:
-            for line in grep_logs(log_dir, r"NIXL compatibility check passed|Transfer plan")[:3]:
-                say(f"  NIXL: {line[:200]}")
+            check_nixl(log_dir)
+        metrics_url = f"http://127.0.0.1:{metrics}/metrics"
+        concurrency = max([2, *(len(reps) for reps in running.values())])
+        spread, loaded, per_process = measure_threads(
+            run_id, verify.serve_every_replica(url, plan.model_ids[0], metrics_url, running, concurrency)
+        )
+        served, sent, errors = spread
+        clock.mark(f"{sent} more requests, {concurrency} at a time; requests per replica so far: {served}")
+        if errors:
+            raise RehearsalFailed(f"{len(errors)} of {sent} requests failed; first: {errors[0]}")
+        if unserved := topology.idle_replicas(running, served):
+            raise RehearsalFailed(f"after {sent} requests, replicas that served none: {', '.join(unserved)}")
+        for window, busy in (("idle", quiet[1]), ("under load", loaded)):
+            for line in cpu_threads.describe(busy):
+                say(f"  busy thread ({window}): {line}")
+            if pairs := cpu_threads.pinned_pairs(busy):
+                raise RehearsalFailed(f"two busy threads of one engine on one core ({window}): {pairs[0]}")
+        if (tp := topology.tensor_parallel_size(doc)) > 1:
+            ranks = topology.rank_seconds(per_process)
+            clock.mark("CPU seconds per TP rank during those requests: " + ", ".join(
+                f"rank {rank} {seconds:.2f} s" for rank, seconds in sorted(ranks.items())))  # fmt: skip
+            if lazy := topology.idle_ranks(ranks, tp):
+                raise RehearsalFailed(f"tensor parallel {tp}: {'; '.join(lazy)}")
+        kv = verify.kv_sources(log_dir, running) if plan.pd else ({}, Counter())
+        if plan.pd:
+            check_nixl(log_dir)  # again: the later requests reached the other prefill replicas
+            if unread := topology.prefills_not_read(*kv):
+                raise RehearsalFailed(f"KV not transferred from every prefill replica: {'; '.join(unread)}")
+        if args.scale_demo:
+            role = args.scale_demo
+            streams = 2 * max(topology.expected_replicas(doc).values())
+            (start, now), held, _ = measure_threads(
+                run_id, scale_demo.hold_until_scaled(url, plan.model_ids[0], dashboard, app, role, streams, clock.mark)
+            )
+            for line in cpu_threads.describe(held):
+                say(f"  busy thread ({streams} held streams): {line}")
+            if pairs := cpu_threads.pinned_pairs(held):
+                raise RehearsalFailed(f"two busy threads of one engine on one core (held streams): {pairs[0]}")
+            if problems := topology.scaled_alone(start, now, role):
+                raise RehearsalFailed(f"scale demo: {'; '.join(problems)} (targets {start} -> {now})")
+            wait = scale_demo.wait_running(dashboard, app, role, now[role], clock.mark, args.ready_timeout)
+            if asyncio.run(wait) is None:
+                raise RehearsalFailed(f"scale demo: Serve raised {role} to {now[role]} but it did not run in time")
         if args.bench:
             summary = asyncio.run(
                 bench.run(
@@ -421,11 +464,14 @@ def main(argv: list[str] | None = None) -> int:
             if summary["failed"]:
                 raise RehearsalFailed(f"bench: {summary['failed']} requests failed")
         say("\nTimeline (seconds since start):")
-        for role, t in sorted(healthy.items(), key=lambda kv: kv[1]):
-            if role != "ingress":
-                say(f"  engine {role:<10} ready after {t - t_deploy:6.1f} s from deploy")
+        for line in role_lines(healthy, running, replica_ready, served, kv, t_deploy):
+            say(f"  {line}")
         say(f"  first token (streamed smoke) {result.ttft:.3f} s after sending")
-        say(f"  total                        {t_first:6.1f} s")
+        say(f"  smoke passed                 {t_first:6.1f} s")
+        say(f"  total                        {clock.now():6.1f} s")
+        loads = clock.loads
+        say(f"  load average (1 min) during the run: min {min(loads):.1f}, mean {sum(loads) / len(loads):.1f}, "
+            f"max {max(loads):.1f} ({len(loads)} samples)")  # fmt: skip
         ok = True
         if args.keep:
             (CACHE / "rehearsal-runs" / "running").write_text(f"{run_id} {url} {temp_dir}\n")
@@ -451,6 +497,85 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(temp_dir, ignore_errors=True)
             else:
                 say(f"Ray logs kept in {temp_dir}")
+
+
+def prepare(args) -> substitute.Plan | None:
+    """Render, substitute (printed), build the stand-in: nothing runs yet. None: a kv_role mistake (printed)."""
+    rendered = rendered_document(args.stack)
+    configs = substitute.llm_configs(rendered)
+    max_len = max(int(c.get("engine_kwargs", {}).get("max_model_len", 4096)) for c in configs.values())
+    family = stand_in_family(rendered)
+    port = args.port or free_port()
+    cores = physical_cores()
+    plan = substitute.plan(rendered, str(model_dir(family)), family, port, nixl_core=max(cores), cores=cores)
+    make_model(family, max_len)
+    kind = "prefill/decode" if plan.pd else "collocated"
+    say(f"Stack {args.stack}: {kind}, model {plan.model_ids[0]}; substitutions:")
+    for line in plan.substitutions:
+        say(f"  - {line}")
+    say("  - Ray: one node on 127.0.0.1, CPUs only (NIXL side channel on 127.0.0.1; UCX picks its transports)")
+    if plan.hybrid:
+        say("  - process env: AMX hidden from vLLM's CPU platform (rehearsal/amx_hidden/sitecustomize.py)")
+    if plan.pd:
+        say(f"  - process env: VLLM_LOGGING_CONFIG_PATH (vLLM's format, plus DEBUG for {topology.PULL_WORKER_LOGGER}"
+            ": it names the prefill engine of each KV read)")  # fmt: skip
+    for mutation in args.mutate:
+        say(f"  ! {substitute.mutate(plan.document, mutation)}")
+    if args.scale_demo:
+        try:
+            say(f"  - {substitute.scale_demo(plan.document, args.scale_demo)}")
+        except ValueError as exc:
+            raise substitute.CannotRehearse(str(exc)) from None
+    if wrong_roles := substitute.role_mistakes(plan.document):
+        say(f"\nREHEARSAL FAILED: kv_role on the wrong side\n{ROLE_HEADER}")
+        for line in wrong_roles:
+            say(f"  {line}")
+        return None
+    return plan
+
+
+def check_nixl(log_dir: Path) -> None:
+    """A KV read that failed: vLLM then recomputes the prompt on the decode engine (kv_load_failure_policy
+    "recompute"), so the answers come though nothing went through NIXL."""
+    if failed := grep_logs(log_dir, NIXL_FAILURE):
+        raise RehearsalFailed(f"the decode engine recomputed the prompt: {PREFIXES.sub('', failed[0], count=1)}")
+
+
+def check_replicas(doc: dict, application: dict) -> dict[str, list[dict]]:
+    """RUNNING replicas per LLM role (Serve's REST API); fails unless each role runs what the config asks."""
+    running = topology.running_replicas(application)
+    if mismatches := topology.replica_mismatches(topology.expected_replicas(doc), running):
+        raise RehearsalFailed("replicas per role: " + "; ".join(mismatches))
+    return running
+
+
+def measure_threads(run_id: str, work) -> tuple:
+    """Run the coroutine `work`, sampling this rehearsal's threads around it: (its result, busy threads,
+    CPU seconds per process)."""
+    before, start = cpu_threads.sample(our_pids(run_id)), time.monotonic()
+    result = asyncio.run(work)
+    after = cpu_threads.sample(our_pids(run_id))
+    elapsed = time.monotonic() - start
+    return result, cpu_threads.busy(before, after, elapsed), cpu_threads.process_seconds(before, after)
+
+
+def role_lines(healthy, running, replica_ready, served, kv, t_deploy) -> list[str]:
+    """Per role: when its engines were ready, each replica's ready time and requests, KV reads per prefill."""
+    engines, reads = kv
+    lines = []
+    for role, t in sorted(healthy.items(), key=lambda item: item[1]):
+        if role == "ingress":
+            continue
+        replicas = running.get(role, [])
+        lines.append(f"engine {role:<10} ready after {t - t_deploy:6.1f} s from deploy; {len(replicas)} replica(s):")
+        for r in replicas:
+            rid = r["replica_id"]
+            line = f"    {rid}: RUNNING {replica_ready.get(rid, t) - t_deploy:6.1f} s, served {served.get(rid, 0):g}"
+            if role == "prefill":
+                engine = engines.get(rid)
+                line += f", KV read by decode {reads.get(engine or '', 0)} time(s) (engine {engine})"
+            lines.append(line)
+    return lines
 
 
 def start_ray(command: list[str], env: dict, run_id: str, clock: Clock, attempts: int = 2) -> None:

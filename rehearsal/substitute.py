@@ -35,6 +35,18 @@ CPU_MEMORY_FRACTION = 0.1
 OMP_BIND = "VLLM_CPU_OMP_THREADS_BIND"
 # kv_role each side of a PD app may have (why: domain/serve_config.py, PD_KV_ROLES).
 ROLES = {role: set(allowed) for role, allowed in serve_config.PD_KV_ROLES.items()}
+# Tensor parallelism on the CPU (vLLM 0.26): Ray Serve LLM runs a CPU engine with vLLM's multiprocessing executor
+# (ray/llm/_internal/serve/engines/vllm/vllm_models.py:148-149), one Worker process per rank, joined by vLLM's CPU
+# communicator (device_communicators/cpu_communicator.py, shared memory). Auto OpenMP binding wants one NUMA
+# node per rank (utils/ompmultiprocessing.py:215-222, an assert): with one node, ranks are bound by hand, one
+# physical core each, so no core runs two ranks' threads (issue 9's rule).
+MIN_TP = 2
+
+
+class CannotRehearse(ValueError):
+    """The topology needs what this machine lacks (one line: what, and why)."""
+
+
 MUTATIONS = {
     "swap-roles": "prefill kv_role <-> decode kv_role",
     "connector-typo": "kv_connector NixlConnector -> NixlConector on both sides",
@@ -69,9 +81,17 @@ def llm_configs(doc: dict) -> dict[str, dict]:
     return {("collocated" if i == 0 else f"collocated-{i}"): c for i, c in enumerate(configs)}
 
 
-def plan(rendered: dict, model_path: str, family: str, port: int = 8000, nixl_core: int = 0) -> Plan:
+def plan(
+    rendered: dict,
+    model_path: str,
+    family: str,
+    port: int = 8000,
+    nixl_core: int = 0,
+    cores: tuple[int, ...] = (0, 1),
+) -> Plan:
     """`family`: the stand-in's (stand_in()); `model_path`: where it was made; `nixl_core`: the core vLLM's
-    NixlConnector pins each CPU engine's main thread to (rehearsal.run.nixl_pinned_core)."""
+    NixlConnector pins each CPU engine's main thread to (rehearsal.run.nixl_pinned_core); `cores`: this
+    machine's physical cores (rehearsal.run.physical_cores)."""
     doc = copy.deepcopy(rendered)
     subs: list[str] = []
 
@@ -123,7 +143,15 @@ def plan(rendered: dict, model_path: str, family: str, port: int = 8000, nixl_co
             )
             engine["mamba_ssm_cache_dtype"] = "float32"
 
+        subs += _tensor_parallel_here(where, config, cores)
+
         kv = engine.get("kv_transfer_config")
+        if kv is not None and int(engine.get("tensor_parallel_size", 1)) > 1:
+            raise CannotRehearse(
+                f"{where}: prefill/decode with tensor_parallel_size > 1 on the CPU: vLLM's NixlConnector pins every "
+                "rank's main thread to the same last core (vllm/distributed/kv_transfer/kv_connector/v1/nixl/"
+                "base_worker.py:382-395)"
+            )
         if kv is not None:
             extra = kv.setdefault("kv_connector_extra_config", {})
             backends = extra.get("backends")
@@ -146,6 +174,36 @@ def plan(rendered: dict, model_path: str, family: str, port: int = 8000, nixl_co
     return Plan(doc, subs, family, hybrid, model_ids, pd="prefill" in configs)
 
 
+def _tensor_parallel_here(where: str, config: dict, cores: tuple[int, ...]) -> list[str]:
+    """TP degree at most the physical cores, each rank bound to its own core; refused below MIN_TP cores."""
+    engine = config["engine_kwargs"]
+    tp = int(engine.get("tensor_parallel_size", 1))
+    if tp < 2:
+        return []
+    if len(cores) < MIN_TP:
+        raise CannotRehearse(
+            f"{where}.engine_kwargs.tensor_parallel_size = {tp}: this machine has {len(cores)} physical core(s); "
+            f"tensor parallelism on the CPU needs one per rank, at least {MIN_TP} (vLLM's auto OpenMP binding "
+            "asserts one NUMA node per rank: vllm/utils/ompmultiprocessing.py:215-222)"
+        )
+    subs = []
+    here = min(tp, len(cores))
+    if here != tp:
+        subs.append(
+            f"{where}.engine_kwargs.tensor_parallel_size: {tp} -> {here} (one rank per physical core, {len(cores)} "
+            "here; the ranks still shard every layer and all-reduce through vLLM's CPU communicator)"
+        )
+        engine["tensor_parallel_size"] = here
+    env = config.setdefault("runtime_env", {}).setdefault("env_vars", {})
+    bind = "|".join(str(c) for c in cores[:here])
+    subs.append(
+        f"{where}.runtime_env.env_vars.{OMP_BIND}: {env.get(OMP_BIND)!r} -> {bind!r} (one OpenMP thread per rank, "
+        "each on its own core; auto binding needs one NUMA node per rank, this machine has one)"
+    )
+    env[OMP_BIND] = bind
+    return subs
+
+
 def role_mistakes(doc: dict) -> list[str]:
     """kv_role on the wrong side of a PD app, one line each. No engine reports it: vLLM 0.26's NixlConnector
     serves either way; kv_role only makes a consumer defer freeing blocks a load may race with under async
@@ -163,6 +221,24 @@ def role_mistakes(doc: dict) -> list[str]:
                 "its deferred block frees under async scheduling)"
             )
     return lines
+
+
+def scale_demo(doc: dict, role: str, target: float = 1) -> str:
+    """Lower `role`'s target_ongoing_requests so a few held streams make Serve scale that role up (the
+    --scale-demo substitution). Returns the printed line; ValueError where the role cannot scale up."""
+    configs = llm_configs(doc)
+    if role not in configs:
+        raise ValueError(f"--scale-demo {role}: no such role here; roles: {', '.join(configs)}")
+    deployment = configs[role].get("deployment_config") or {}
+    scaling = deployment.get("autoscaling_config")
+    if not scaling or int(scaling.get("max_replicas", 1)) <= int(scaling.get("min_replicas", 1)):
+        raise ValueError(f"--scale-demo {role}: {role} has no autoscaling range (min_replicas < max_replicas)")
+    old = scaling.get("target_ongoing_requests")
+    scaling["target_ongoing_requests"] = target
+    return (
+        f"{role}.deployment_config.autoscaling_config.target_ongoing_requests: {old!r} -> {target!r} "
+        "(--scale-demo: a few held streams exceed it)"
+    )
 
 
 def mutate(doc: dict, mutation: str) -> str:

@@ -127,4 +127,7 @@ def make(family: str, out: Path, max_len: int) -> Path:
 
 
 if __name__ == "__main__":
-    print(make(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])))
+    try:
+        print(make(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])))
+    except KeyboardInterrupt:  # Ctrl-C reaches this child too: rehearsal.run says it in one line
+        sys.exit(130)

@@ -1,0 +1,88 @@
+"""The rehearsal's live checks of a topology, against a running Ray on loopback: replicas per role from Serve's
+REST API, requests until every LLM replica has served one (Ray's per-replica counters), and which prefill
+replicas the decode engine read KV from (engine logs). The judging is rehearsal.topology's (pure)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+from llmclient import core
+from rehearsal import topology
+
+PROMPT = [{"role": "user", "content": "Count from one to ten."}]
+METRICS_WAIT = 15.0  # s: Serve pushes every 0.1 s, Ray's agent exports every 2 s (RAY_metrics_report_interval_ms)
+
+
+def http_json(method: str, url: str, body: dict | None = None, timeout: float = 30.0) -> dict:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:  # loopback only
+        raw = response.read()
+    return json.loads(raw) if raw else {}
+
+
+def application(dashboard: str, app: str) -> dict:
+    """The app's ApplicationDetails (Serve's REST API), {} while the dashboard does not answer."""
+    try:
+        status = http_json("GET", f"{dashboard}/api/serve/applications/", timeout=10)
+    except (urllib.error.URLError, OSError, ValueError):
+        return {}
+    return (status.get("applications") or {}).get(app) or {}
+
+
+def served_so_far(metrics_url: str) -> dict[str, float]:
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:  # loopback only
+        return topology.requests_per_replica(response.read().decode())
+
+
+async def serve_every_replica(
+    url: str,
+    model: str,
+    metrics_url: str,
+    running: dict[str, list[dict]],
+    concurrency: int,
+    max_rounds: int = 8,
+) -> tuple[dict[str, float], int, list[str]]:
+    """Rounds of `concurrency` streamed requests until every RUNNING LLM replica has served one (Serve's
+    router picks 2 random replicas and the shorter queue, so a few rounds suffice) or `max_rounds` ran.
+    Returns (replica -> requests so far, requests sent, errors)."""
+    api = core.client(url, timeout=120.0)
+    sent, errors = 0, []
+    served: dict[str, float] = {}
+    for _ in range(max_rounds):
+        results = await asyncio.gather(
+            *(core.stream_chat(api, model, PROMPT, 8, deadline=240.0) for _ in range(concurrency))
+        )
+        sent += len(results)
+        errors += [r.error for r in results if not r.ok]
+        end = time.monotonic() + METRICS_WAIT
+        while True:
+            served = served_so_far(metrics_url)
+            if not topology.idle_replicas(running, served) or time.monotonic() > end:
+                break
+            await asyncio.sleep(1.0)
+        if not topology.idle_replicas(running, served) or errors:
+            break
+    return served, sent, errors
+
+
+def replica_log(log_dir: Path, replica: dict) -> str:
+    """What a replica's process and the engine processes it spawned wrote (they inherit its stdout/stderr:
+    Ray's logs/worker-<worker_id>-<job>-<pid>.out/.err)."""
+    paths = {*log_dir.glob(f"worker-{replica.get('worker_id')}-*"), *log_dir.glob(f"worker-*-{replica.get('pid')}.*")}
+    return "\n".join(p.read_text(errors="replace") for p in sorted(paths) if p.suffix in {".out", ".err"})
+
+
+def kv_sources(log_dir: Path, running: dict[str, list[dict]]) -> tuple[dict[str, str | None], Counter[str]]:
+    """(prefill replica id -> its NIXL engine id, remote engine id -> KV reads made by the decode replicas)."""
+    engines = {r["replica_id"]: topology.engine_id(replica_log(log_dir, r)) for r in running.get("prefill", [])}
+    reads: Counter[str] = Counter()
+    for replica in running.get("decode", []):
+        reads += topology.kv_reads(replica_log(log_dir, replica))
+    return engines, reads
