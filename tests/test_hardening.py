@@ -7,6 +7,12 @@ import pytest
 
 from tests.conftest import failing_run
 
+# Imported at collection, not inside a test after plans ran: importing a test module parses it (pytest's
+# assertion rewrite). Inside a test it failed once with "SystemError: AST constructor recursion depth
+# mismatch": likely a collection during the parse ran a failed plan's leftover future, whose logged
+# traceback is parsed too (3.11's caret anchors), and CPython 3.11 keeps one AST depth counter.
+from tests.test_preflight import EVERYWHERE, ROOMY, aws_run
+
 PROD_OPEN = {"ray-llm-eks:environment": "production"}
 
 
@@ -82,7 +88,6 @@ def test_unsafe_settings_fail_before_any_resource(overrides, message):
 
 def test_ebs_encryption_off_in_the_region_is_refused_at_deploy_time():
     from domain import preflight
-    from tests.test_preflight import EVERYWHERE, ROOMY, aws_run
 
     monitor, run = aws_run(EVERYWHERE, ROOMY, ebs_encrypted=False)
     with pytest.raises(preflight.PreflightError) as caught:
