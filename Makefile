@@ -28,9 +28,11 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
 	touch $@
 
+# lint-imports: the layers hold (pyproject.toml [tool.importlinter], docs/architecture.md).
 test: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest
 
 # No file prerequisite: the venv's name carries the hash of the requirements (a fresh clone's newer
@@ -128,7 +130,7 @@ passphrase:
 # modelSpec for a model outside domain/model_fit.py's table, from its config.json (a local file).
 model-spec: $(VENV)/.installed
 	@[ -n "$(CONFIG)" ] || { echo "usage: make model-spec CONFIG=path/to/config.json"; exit 2; }
-	@$(BIN)/python -m domain.model_spec_helper $(CONFIG)
+	@$(BIN)/python -m tools.model_spec $(CONFIG)
 
 # Logs in and creates the stack (or selects it): a new stack on the local backend gets the passphrase
 # secrets provider; on Pulumi Cloud, its default. Run it before setting secrets such as hfToken.
@@ -145,4 +147,4 @@ destroy: $(VENV)/.installed login passphrase
 	pulumi destroy --stack $(STACK)
 
 clean:
-	rm -rf $(VENV) plan-*/ .pytest_cache .ruff_cache
+	rm -rf $(VENV) plan-*/ .pytest_cache .ruff_cache .import_linter_cache

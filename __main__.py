@@ -1,11 +1,11 @@
 """ray-llm-eks: wiring only. Every box is a component in components/; see README for the picture."""
 
-import os
 from dataclasses import replace
 
 import pulumi
 
-from components.aws_answers import PulumiAwsAnswers
+from adapters import environment, stack
+from adapters.aws_answers import PulumiAwsAnswers
 from components.cluster import Cluster
 from components.cluster_autoscaler import ClusterAutoscaler
 from components.device_plugins import DevicePlugins
@@ -17,21 +17,23 @@ from components.load_balancer import InternalEndpoint, LoadBalancerController, i
 from components.network import Network
 from components.pod_identity import PodIdentityAgent
 from components.weights_access import WeightsAccess
-from domain import cost, pool_use, preflight, scaling
-from domain.config import OFFLINE_PLAN_ENV, load_stack_settings
-from domain.deploy_mode import load_stack_deploy_mode
+from domain import config, cost, pool_use, preflight, scaling
 from domain.errors import ConfigError
 from domain.yaml_files import YamlSyntaxError
 
 try:  # a bad value or an AWS refusal stops here, before any resource
-    settings = load_stack_settings()  # typed and validated
-    mode, kubeconfig = load_stack_deploy_mode()
+    stack_config = stack.running_stack()
+    settings = stack.load_settings(stack_config)  # typed and validated
+    mode = stack.load_deploy_mode(stack_config)
+    for line in config.secret_checks(settings, deploying=stack.deploying()):
+        pulumi.log.warn(line)
     # AWS offerings, quotas, version calendar: only for the cluster this stack builds.
-    checks = [] if mode.existing_cluster else preflight.run(settings, PulumiAwsAnswers(), preflight.today())
+    checks = [] if mode.existing_cluster else preflight.run(settings, PulumiAwsAnswers(), environment.today())
 except (ConfigError, YamlSyntaxError, preflight.PreflightError) as error:
-    if OFFLINE_PLAN_ENV in os.environ:  # `make plan` and the tests want the typed error
+    if environment.offline_plan_set():  # `make plan` and the tests want the typed error
         raise
     raise pulumi.RunError(str(error)) from None  # the CLI prints it as one line, no stack trace
+secrets = stack.stack_secrets()  # Pulumi secret Outputs, apart from Settings
 serving = settings.serving
 estimate = cost.estimate(settings, settings.prices, existing_cluster=mode.existing_cluster)
 for warning in pool_use.idle_node_warnings(serving.serve_document, settings.gpu_pools):
@@ -45,7 +47,7 @@ hardening = replace(settings.hardening, internal_endpoint=False) if mode.existin
 installed = []
 if mode.existing_cluster:
     # A cluster this stack did not create (README: existing-cluster mode): no AWS resource at all.
-    target = ExistingCluster("existing-cluster", mode, settings, kubeconfig)
+    target = ExistingCluster("existing-cluster", mode, settings, secrets.kubeconfig)
     provider, nodes = target.provider, []
 else:
     network = Network("net", settings.network, settings.region)
@@ -103,12 +105,12 @@ service = LlmService(
     "llm",
     serving,
     settings.gpu_pools,
-    settings.hf_token,
+    secrets.hf_token,
     # The operator outlives the RayService (its finalizer), and so do the plugins and nodes it runs on.
     pulumi.ResourceOptions(providers=[provider], depends_on=[*installed, *nodes]),
     wait_for_ready=mode.wait_for_ready,
     hardening=hardening,
-    keys=settings.api_keys,
+    keys=secrets.api_keys,
     operator_namespace=mode.operator_namespace,
 )
 if hardening.internal_endpoint:

@@ -12,8 +12,8 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
+from adapters import botocore_facts
 from components.network import Network
-from domain import aws_facts
 from domain.hardening import ENVIRONMENT_TAG, HardeningSettings
 from domain.placement import SYSTEM_LABELS
 from domain.settings import ClusterSettings, NodePoolSettings
@@ -39,7 +39,7 @@ class NodeRole(pulumi.ComponentResource):
 
     def __init__(self, name: str, region: str, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ray-llm-eks:cluster:NodeRole", name, None, opts)
-        partition = aws_facts.region_partition(region)
+        partition = botocore_facts.load().region_partition(region)
         self.role = aws.iam.Role(
             name,
             assume_role_policy=json.dumps(
@@ -48,7 +48,7 @@ class NodeRole(pulumi.ComponentResource):
                     "Statement": [
                         {
                             "Effect": "Allow",
-                            "Principal": {"Service": aws_facts.ec2_service_principal(region)},
+                            "Principal": {"Service": botocore_facts.load().ec2_service_principal(region)},
                             "Action": "sts:AssumeRole",
                         }
                     ],
@@ -108,7 +108,7 @@ class Cluster(pulumi.ComponentResource):
         hardening = hardening or HardeningSettings()
         child = pulumi.ResourceOptions(parent=self)
         self.name = settings.name
-        partition = aws_facts.region_partition(region)
+        partition = botocore_facts.load().region_partition(region)
 
         # EKS creates /aws/eks/<name>/cluster itself when logging is on and never deletes it;
         # declared here first, it has a retention period and `destroy` removes it.

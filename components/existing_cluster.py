@@ -6,9 +6,9 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
+from adapters.kube_client import KubeClient, environment_kubeconfig
 from domain.cluster_checks import ClusterMismatch, check_cluster, check_operator_namespace
-from domain.deploy_mode import DeployMode, check_kubeconfig, environment_kubeconfig
-from domain.kube_client import KubeClient
+from domain.deploy_mode import DeployMode, check_kubeconfig
 from domain.ray_service import ray_service_spec
 from domain.settings import Settings
 
@@ -17,7 +17,7 @@ def verify_cluster(text: str, base_dir: str, mode: DeployMode, settings: Setting
     """Read the cluster behind the kubeconfig `text`; raise ClusterMismatch naming every mismatch."""
     check_kubeconfig(text, mode.kube_context)
     api = KubeClient.from_kubeconfig(text, base_dir, mode.kube_context)
-    spec = ray_service_spec(settings.serving, settings.gpu_pools, with_token=settings.hf_token is not None)
+    spec = ray_service_spec(settings.serving, settings.gpu_pools, with_token=settings.hf_token_set)
     mismatches = check_cluster(
         api, spec, settings.gpu_pools, devices=not mode.install_device_plugins, crd=not mode.install_kuberay
     )

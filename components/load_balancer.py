@@ -11,8 +11,8 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from adapters import botocore_facts
 from components.pod_identity import ControllerRelease, pod_identity_role, release_with_role
-from domain import aws_facts
 from domain.hardening import HardeningSettings
 from domain.placement import SYSTEM_LABELS
 from domain.ray_service import SERVE_PORT
@@ -83,7 +83,7 @@ class LoadBalancerController(pulumi.ComponentResource):
     ):
         super().__init__("ray-llm-eks:load_balancer:LoadBalancerController", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        partition = aws_facts.region_partition(region)
+        partition = botocore_facts.load().region_partition(region)
         self.role = pod_identity_role(f"{name}-role", self)
         attachment = aws.iam.RolePolicyAttachment(
             f"{name}-elb",

@@ -7,7 +7,7 @@ import ipaddress
 import pulumi
 import pulumi_aws as aws
 
-from domain import aws_facts
+from adapters import botocore_facts
 from domain.settings import NetworkSettings
 
 
@@ -106,7 +106,9 @@ class Network(pulumi.ComponentResource):
 
         # Image layers (ECR) and model files come from S3: a gateway endpoint keeps them off the
         # NAT gateway's per-GB charge. It is free.
-        s3_prefix = "cn.com.amazonaws" if aws_facts.region_partition(region) == "aws-cn" else "com.amazonaws"
+        s3_prefix = (
+            "cn.com.amazonaws" if botocore_facts.load().region_partition(region) == "aws-cn" else "com.amazonaws"
+        )
         aws.ec2.VpcEndpoint(
             f"{name}-s3",
             vpc_id=self.vpc.id,

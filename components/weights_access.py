@@ -9,7 +9,7 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from domain import aws_facts
+from adapters import botocore_facts
 
 
 def bucket_and_prefix(uri: str) -> tuple[str, str]:
@@ -50,7 +50,7 @@ class WeightsAccess(pulumi.ComponentResource):
         self.policy = aws.iam.RolePolicy(
             name,
             role=role.name,
-            policy=read_policy(uris, aws_facts.region_partition(region)),
+            policy=read_policy(uris, botocore_facts.load().region_partition(region)),
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({})

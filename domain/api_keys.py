@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+from domain import packaged
 from domain.errors import ConfigError
 
 INGRESS_CLS = "api_key_ingress:ApiKeyIngress"
@@ -24,7 +25,7 @@ MIN_KEY_LENGTH = 16
 
 def ingress_sources() -> dict[str, str]:
     """The ConfigMap's data: the modules as they are in serve_ingress/."""
-    return {name: (SOURCES_DIR / name).read_text() for name in SHIPPED_MODULES}
+    return {name: packaged.read_text(SOURCES_DIR / name) for name in SHIPPED_MODULES}
 
 
 def check_no_own_ingress(document: dict, where: str) -> None:

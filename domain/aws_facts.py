@@ -1,109 +1,58 @@
-"""Facts about AWS that the config checks need, read from botocore's own API models and from a
-small, sourced table of instance hardware (botocore knows instance *names*, not their GPUs).
+"""Facts about AWS that the config checks need: a small, sourced table of instance hardware
+(botocore knows instance *names*, not their GPUs), per-region tables, and BotocoreFacts, the values
+read from botocore's own API models (loaded and cached by adapters/botocore_facts.py).
 
-Nothing here calls AWS: it is all data shipped in packages or in this file, so `make plan` and the
-tests can reject a wrong value without credentials.
+Nothing here calls AWS or reads a file, so `make plan` and the tests can reject a wrong value
+without credentials.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from dataclasses import dataclass
-from functools import cache
-from importlib.metadata import version
-from pathlib import Path
 
 
-def _read_botocore_facts() -> dict:
-    """What the checks read from botocore's models. Loading the EC2 model alone takes ~0.5 s."""
-    import botocore.loaders  # here, not at the top: a cached read never imports botocore
+@dataclass(frozen=True)
+class Partition:
+    """One AWS partition as botocore's endpoint data lists it."""
 
-    loader = botocore.loaders.Loader()
-    ec2, eks, logs = (loader.load_service_model(name, "service-2")["shapes"] for name in ("ec2", "eks", "logs"))
-    # CloudWatch Logs lists retention periods in the `Days` shape's prose, not as an enum.
-    retention = logs["Days"]["documentation"].split("Possible values are:")[1].split("</p>")[0]
-    return {
-        "ec2_instance_types": sorted(ec2["InstanceType"]["enum"]),
-        "eks_log_types": list(eks["LogType"]["enum"]),
-        "log_retention_days": [int(n) for n in re.findall(r"\d+", retention)],
-        "partitions": [
-            {"partition": p["partition"], "dnsSuffix": p["dnsSuffix"], "regions": sorted(p["regions"])}
-            for p in loader.load_data("endpoints")["partitions"]
-        ],
-    }
+    name: str  # aws, aws-cn, aws-us-gov, ...
+    dns_suffix: str
+    regions: frozenset[str]
 
 
-def facts_cache_file() -> Path:
-    """One file per botocore version, so an upgrade of botocore reads its own models again."""
-    root = (
-        os.environ.get("RAY_LLM_EKS_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ray-llm-eks"
-    )
-    return Path(root) / f"botocore-facts-{version('botocore')}.json"
+@dataclass(frozen=True)
+class BotocoreFacts:
+    """What the config checks read from botocore's API models and endpoint data, as plain values.
+    adapters/botocore_facts.py loads (and caches) them; nothing here reads a file."""
 
+    ec2_instance_types: frozenset[str]  # botocore `ec2` `InstanceType` enum
+    eks_log_types: tuple[str, ...]  # botocore `eks` `LogType` enum
+    log_retention_days: tuple[int, ...]  # botocore `logs` `Days` shape (listed in its prose)
+    partitions: tuple[Partition, ...]
 
-@cache
-def _botocore_facts() -> dict:
-    """botocore's facts, read once per botocore version and kept beside the other caches: a config
-    mistake is then reported in well under a second."""
-    path = facts_cache_file()
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        pass
-    facts = _read_botocore_facts()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(facts))
-        tmp.replace(path)  # atomic: a concurrent reader sees the old file or the whole new one
-    except OSError:
-        pass  # a read-only home only costs the next run the same half second
-    return facts
+    def region_partition(self, region: str) -> str | None:
+        """The partition a region belongs to; None for a region botocore does not list."""
+        return next((p.name for p in self.partitions if region in p.regions), None)
 
+    def known_regions(self) -> list[str]:
+        return sorted(r for p in self.partitions for r in p.regions)
 
-@cache
-def ec2_instance_types() -> frozenset[str]:
-    """Every instance type name the EC2 API model knows (botocore `ec2` `InstanceType` enum)."""
-    return frozenset(_botocore_facts()["ec2_instance_types"])
+    def partition_dns_suffix(self, region: str) -> str:
+        for partition in self.partitions:
+            if region in partition.regions:
+                return partition.dns_suffix
+        raise KeyError(region)
 
+    def ec2_service_principal(self, region: str) -> str | None:
+        return EC2_SERVICE_PRINCIPAL.get(self.region_partition(region) or "")
 
-@cache
-def eks_log_types() -> tuple[str, ...]:
-    """Control-plane log types the EKS API accepts (botocore `eks` `LogType` enum)."""
-    return tuple(_botocore_facts()["eks_log_types"])
-
-
-@cache
-def log_retention_days() -> tuple[int, ...]:
-    """Retention periods CloudWatch Logs accepts (botocore's `logs` model, `Days` shape)."""
-    return tuple(_botocore_facts()["log_retention_days"])
-
-
-def _partitions() -> list[dict]:
-    return _botocore_facts()["partitions"]
-
-
-def region_partition(region: str) -> str | None:
-    """The partition (`aws`, `aws-cn`, `aws-us-gov`, ...) a region belongs to, from botocore's
-    endpoint data; None for a region botocore does not list."""
-    for partition in _partitions():
-        if region in partition["regions"]:
-            return partition["partition"]
-    return None
-
-
-def known_regions() -> list[str]:
-    return sorted(r for p in _partitions() for r in p["regions"])
-
-
-def partition_dns_suffix(region: str) -> str:
-    for partition in _partitions():
-        if region in partition["regions"]:
-            return partition["dnsSuffix"]
-    raise KeyError(region)
+    def eks_addon_registry(self, region: str) -> str | None:
+        """`<account>.dkr.ecr.<region>.<dns suffix>` of the EKS add-on images in this region."""
+        account = EKS_ADDON_REGISTRY_ACCOUNTS.get(region)
+        if account is None or self.region_partition(region) is None:
+            return None
+        return f"{account}.dkr.ecr.{region}.{self.partition_dns_suffix(region)}"
 
 
 # EC2's service principal for an instance role's trust policy, per partition. Not `ec2.<dnsSuffix>`:
@@ -115,10 +64,6 @@ EC2_SERVICE_PRINCIPAL = {
     partition: "ec2.amazonaws.com"
     for partition in ("aws", "aws-cn", "aws-us-gov", "aws-iso", "aws-iso-b", "aws-iso-e", "aws-iso-f", "aws-eusc")
 }
-
-
-def ec2_service_principal(region: str) -> str | None:
-    return EC2_SERVICE_PRINCIPAL.get(region_partition(region) or "")
 
 
 # ECR registry account of the Amazon EKS add-on images, by region (the EKS user guide's "Amazon
@@ -180,14 +125,6 @@ EKS_ADDON_REGISTRY_ACCOUNTS = {
     "eu-isoe-west-1": "249663109785",
     "eusc-de-east-1": "877088126301",
 }
-
-
-def eks_addon_registry(region: str) -> str | None:
-    """`<account>.dkr.ecr.<region>.<dns suffix>` of the EKS add-on images in this region."""
-    account = EKS_ADDON_REGISTRY_ACCOUNTS.get(region)
-    if account is None or region_partition(region) is None:
-        return None
-    return f"{account}.dkr.ecr.{region}.{partition_dns_suffix(region)}"
 
 
 INSTANCE_TYPE_PATTERN = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")

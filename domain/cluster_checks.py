@@ -1,6 +1,6 @@
 """Existing-cluster mode: check, at deploy time, what the stack relies on in a cluster it did not
 create, and name each mismatch (pool labels and taints, GPU/EFA resources advertised, room for
-each pod, the KubeRay CRD). Pulumi-free: it reads the API through domain.kube_client (or any
+each pod, the KubeRay CRD). Pulumi-free: it reads the API through the client it is given (adapters.kube_client, or any
 object with the same `get`/`get_or_none`), so tests hand it canned API answers."""
 
 from __future__ import annotations

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
-from domain import api_keys, aws_facts, config_keys, model_fit, prices, roles, scaling, serve_config, sizing, versions
+from domain import api_keys, aws_facts, model_fit, prices, roles, scaling, serve_config, sizing, versions
+from domain.aws_facts import BotocoreFacts
 from domain.errors import PROJECT, ConfigError
 from domain.hardening import load_hardening
 from domain.settings import (
@@ -101,16 +100,16 @@ def _fields(key: str, raw: Any, allowed: Mapping[str, type], required: tuple[str
 # Checks shared by several keys
 
 
-def _instance_type(key: str, value: str) -> str:
+def _instance_type(key: str, value: str, facts: BotocoreFacts) -> str:
     if not aws_facts.INSTANCE_TYPE_PATTERN.match(value):
         raise ConfigError(key, value, "an EC2 instance type such as g6.8xlarge (family.size)")
-    if value not in aws_facts.ec2_instance_types():
+    if value not in facts.ec2_instance_types:
         raise ConfigError(key, value, "an instance type the EC2 API knows (botocore's InstanceType list)")
     return value
 
 
-def _gpu_instance_type(key: str, value: str, need_efa: bool = True) -> aws_facts.InstanceSpec:
-    _instance_type(key, value)
+def _gpu_instance_type(key: str, value: str, facts: BotocoreFacts, need_efa: bool = True) -> aws_facts.InstanceSpec:
+    _instance_type(key, value, facts)
     spec = aws_facts.INSTANCE_SPECS.get(value)
     efa_gpu = sorted(t for t, s in aws_facts.INSTANCE_SPECS.items() if s.gpus and s.efa)
     if spec is None:
@@ -127,7 +126,7 @@ def _gpu_instance_type(key: str, value: str, need_efa: bool = True) -> aws_facts
 _POOL_FIELDS = {"instanceType": str, "minSize": int, "desiredSize": int, "maxSize": int, "diskSizeGiB": int}
 
 
-def _node_pool(key: str, raw: Any, default_disk: int) -> NodePoolSettings:
+def _node_pool(key: str, raw: Any, default_disk: int, facts: BotocoreFacts) -> NodePoolSettings:
     raw = _fields(key, raw, _POOL_FIELDS, required=("instanceType",))
     desired = raw.get("desiredSize", max(raw.get("minSize", 1), 1))
     pool = NodePoolSettings(
@@ -137,7 +136,7 @@ def _node_pool(key: str, raw: Any, default_disk: int) -> NodePoolSettings:
         max_size=raw.get("maxSize", desired),
         disk_size_gib=raw.get("diskSizeGiB", default_disk),
     )
-    _instance_type(f"{key}.instanceType", pool.instance_type)
+    _instance_type(f"{key}.instanceType", pool.instance_type, facts)
     for name, value in (("minSize", pool.min_size), ("desiredSize", pool.desired_size), ("maxSize", pool.max_size)):
         if value < 0:
             raise ConfigError(f"{key}.{name}", value, "a count of 0 or more")
@@ -215,12 +214,12 @@ def _kubernetes_version(raw: _Raw) -> str:
 _PRINCIPAL_ARN = re.compile(r"arn:(?P<partition>[a-z-]+):iam::\d{12}:(role|user)/[\w+=,.@/-]{1,512}")
 
 
-def _cluster_admins(raw: _Raw, region: str) -> tuple[str, ...]:
+def _cluster_admins(raw: _Raw, region: str, facts: BotocoreFacts) -> tuple[str, ...]:
     """IAM principals that get cluster-admin access entries (teammates, CI). The identity that runs
     the first `up` is admin already (pulumi-eks bootstrapClusterCreatorAdminPermissions) and must not
     be listed again: EKS refuses a second access entry for it (checked at deploy time)."""
     arns = raw.structured("clusterAdmins", list, [])
-    partition = aws_facts.region_partition(region)
+    partition = facts.region_partition(region)
     for arn in arns:
         match = _PRINCIPAL_ARN.fullmatch(arn) if isinstance(arn, str) else None
         if match is None or match["partition"] != partition:
@@ -235,7 +234,7 @@ def _cluster_admins(raw: _Raw, region: str) -> tuple[str, ...]:
     return tuple(arns)
 
 
-def _cluster(raw: _Raw, name: str, region: str, vpc_cidr: str) -> ClusterSettings:
+def _cluster(raw: _Raw, name: str, region: str, vpc_cidr: str, facts: BotocoreFacts) -> ClusterSettings:
     public_cidrs = raw.structured("endpointPublicAccessCidrs", list, ["0.0.0.0/0"])
     if not public_cidrs:
         raise ConfigError("endpointPublicAccessCidrs", public_cidrs, "at least one CIDR (pulumi reaches the API)")
@@ -250,19 +249,20 @@ def _cluster(raw: _Raw, name: str, region: str, vpc_cidr: str) -> ClusterSetting
         raise ConfigError("serviceCidr", str(service), f"a block that does not overlap vpcCidr {vpc_cidr}")
 
     log_types = raw.structured("clusterLogTypes", list, ["api", "audit", "authenticator"])
-    allowed_logs = aws_facts.eks_log_types()
+    allowed_logs = facts.eks_log_types
     for log_type in log_types:
         if log_type not in allowed_logs:
             raise ConfigError("clusterLogTypes", log_type, f"EKS log types {list(allowed_logs)}")
 
     retention = raw.integer("clusterLogRetentionDays", 30)
-    if retention not in aws_facts.log_retention_days():
-        raise ConfigError("clusterLogRetentionDays", retention, f"one of {list(aws_facts.log_retention_days())}")
+    if retention not in facts.log_retention_days:
+        raise ConfigError("clusterLogRetentionDays", retention, f"one of {list(facts.log_retention_days)}")
 
     system = _node_pool(
         "systemNodes",
         raw.structured("systemNodes", dict, {"instanceType": "m7i.xlarge", "desiredSize": 1}),
         default_disk=sizing.SYSTEM_DISK_GIB,  # the Ray head pulls the serving image: domain/sizing.py
+        facts=facts,
     )
     if system.disk_size_gib < sizing.SYSTEM_DISK_MIN_GIB:
         raise ConfigError(
@@ -276,7 +276,7 @@ def _cluster(raw: _Raw, name: str, region: str, vpc_cidr: str) -> ClusterSetting
     return ClusterSettings(
         name=name,
         kubernetes_version=_kubernetes_version(raw),
-        admin_principal_arns=_cluster_admins(raw, region),
+        admin_principal_arns=_cluster_admins(raw, region, facts),
         public_access_cidrs=tuple(public_cidrs),
         service_cidr=str(service),
         log_types=tuple(log_types),
@@ -318,7 +318,7 @@ def _ami_pin(raw: _Raw) -> AmiPin:
     return AmiPin(release_version=release, ami_id=ami_id)
 
 
-def _gpu_pools(raw: _Raw, network: NetworkSettings, version: str) -> dict[str, GpuPoolSettings]:
+def _gpu_pools(raw: _Raw, network: NetworkSettings, version: str, facts: BotocoreFacts) -> dict[str, GpuPoolSettings]:
     pools_raw = raw.structured("gpuPools", dict, None)
     if not pools_raw:
         raise ConfigError("gpuPools", pools_raw, f"a mapping of GPU pools by role, roles from {list(GPU_ROLES)}")
@@ -327,9 +327,9 @@ def _gpu_pools(raw: _Raw, network: NetworkSettings, version: str) -> dict[str, G
     for role, pool_raw in pools_raw.items():
         serves = roles.pool_serves(role, pool_raw)
         sizes = {k: v for k, v in pool_raw.items() if k != "serves"}
-        nodes = _node_pool(f"gpuPools.{role}", sizes, default_disk=100)
+        nodes = _node_pool(f"gpuPools.{role}", sizes, default_disk=100, facts=facts)
         pool = GpuPoolSettings(role, nodes, network.gpu_availability_zone, version, ami, serves)
-        spec = _gpu_instance_type(f"gpuPools.{role}.instanceType", nodes.instance_type, need_efa=pool.efa)
+        spec = _gpu_instance_type(f"gpuPools.{role}.instanceType", nodes.instance_type, facts, need_efa=pool.efa)
         if not spec.nvme_gb:
             raise ConfigError(
                 f"gpuPools.{role}.instanceType",
@@ -347,7 +347,7 @@ def _chart(raw: _Raw, key: str, pin: tuple[str, str, str]) -> ChartPin:
     return ChartPin(pin[0], pin[1], version)
 
 
-def _image(raw: _Raw, region: str) -> tuple[str, str, str | None]:
+def _image(raw: _Raw, region: str, facts: BotocoreFacts) -> tuple[str, str, str | None]:
     """Image, its Ray version and its vLLM version (None for your own image: engine_kwargs are then
     checked by vLLM only). The AWS Ray LLM DLC by default, its versions from a table."""
     image, ray_version = raw.text("image"), raw.text("rayVersion")
@@ -372,7 +372,7 @@ def _image(raw: _Raw, region: str) -> tuple[str, str, str | None]:
             "or set image and rayVersion to an image you host",
         )
     dlc = versions.DLC_IMAGES[tag]
-    registry = f"{account}.dkr.ecr.{region}.{aws_facts.partition_dns_suffix(region)}"
+    registry = f"{account}.dkr.ecr.{region}.{facts.partition_dns_suffix(region)}"
     return f"{registry}/{versions.DLC_REPOSITORY}:{tag}", dlc.ray, dlc.vllm
 
 
@@ -414,8 +414,8 @@ def _s3_uri(key: str, uri: str) -> str:
     return uri
 
 
-def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings]) -> ServingSettings:
-    image, ray_version, vllm_version = _image(raw, region)
+def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings], facts: BotocoreFacts) -> ServingSettings:
+    image, ray_version, vllm_version = _image(raw, region, facts)
     name = raw.text("serveConfig", "pd-disaggregated")
     shapes = roles.role_shapes(pools)
     spec_raw = raw.structured("modelSpec", dict, None)
@@ -454,7 +454,7 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings]) -> Se
     timeout = raw.integer("serviceReadyTimeoutSeconds", 3600)
     if not 600 <= timeout <= 14400:
         raise ConfigError("serviceReadyTimeoutSeconds", timeout, "600 to 14400 (image pull + weights + engine start)")
-    efa_registry = aws_facts.eks_addon_registry(region)
+    efa_registry = facts.eks_addon_registry(region)
     if efa_registry is None and any(p.efa for p in pools.values()):
         raise ConfigError(
             "aws:region",
@@ -480,17 +480,19 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings]) -> Se
     )
 
 
-def load_settings(get: Getter, stack: str, region: str | None) -> Settings:
-    """Build and check the whole Settings from raw stack values (`get(key)` -> str or None)."""
+def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFacts) -> Settings:
+    """Build and check the whole Settings from raw stack values (`get(key)` -> str or None; a secret
+    key's value is only a marker: Settings records whether it is set, never what it is) and
+    botocore's facts. adapters/stack.py is the one caller outside tests."""
     raw = _Raw(get)
-    if region is None or aws_facts.region_partition(region) is None:
-        raise ConfigError("aws:region", region, f"an AWS region botocore knows, e.g. {aws_facts.known_regions()[:4]}")
-    if aws_facts.ec2_service_principal(region) is None:
+    if region is None or facts.region_partition(region) is None:
+        raise ConfigError("aws:region", region, f"an AWS region botocore knows, e.g. {facts.known_regions()[:4]}")
+    if facts.ec2_service_principal(region) is None:
         raise ConfigError(
             "aws:region",
             region,
             f"a region of a partition whose EC2 service principal we know {sorted(aws_facts.EC2_SERVICE_PRINCIPAL)} "
-            f"(the node role's trust policy); {region} is in {aws_facts.region_partition(region)}",
+            f"(the node role's trust policy); {region} is in {facts.region_partition(region)}",
         )
 
     name = raw.text("clusterName", f"ray-llm-{stack}")
@@ -499,9 +501,9 @@ def load_settings(get: Getter, stack: str, region: str | None) -> Settings:
         raise ConfigError("clusterName", name, "1-100 letters, digits, '-' or '_', starting with a letter")
 
     network = _network(raw, region, name)
-    cluster = _cluster(raw, name, region, network.vpc_cidr)
-    pools = _gpu_pools(raw, network, cluster.kubernetes_version)
-    serving = _serving(raw, region, pools)
+    cluster = _cluster(raw, name, region, network.vpc_cidr, facts)
+    pools = _gpu_pools(raw, network, cluster.kubernetes_version, facts)
+    serving = _serving(raw, region, pools, facts)
     # Node bounds of autoscaling roles follow their replicas (domain/scaling.py), or must agree with them.
     pools = scaling.reconcile_pools(pools, serving.serve_document, raw.structured("gpuPools", dict, {}))
     price_overrides = prices.price_overrides(raw.structured("prices", dict, None))
@@ -522,32 +524,24 @@ def load_settings(get: Getter, stack: str, region: str | None) -> Settings:
         serving=serving,
         prices=price_overrides,
         hardening=hardening,
+        hf_token_set=get("hfToken") is not None,
+        api_keys_set=get("apiKeys") is not None,
     )
 
 
-# Set to 1 by `make plan` (offline/plan.py) while it runs the program: what only deploying needs
-# (the Hugging Face token) is then a warning instead of an error.
-OFFLINE_PLAN_ENV = "RAY_LLM_EKS_OFFLINE_PLAN"
-
-
-def load_stack_settings() -> Settings:
-    """Settings of the running Pulumi stack (the program's single config read)."""
-    import pulumi
-
-    config_keys.refuse_unknown_in_running_stack()
-    project_config = pulumi.Config(PROJECT)
-    settings = load_settings(project_config.get, pulumi.get_stack(), pulumi.Config("aws").get("region"))
-    hf_token = project_config.get_secret("hfToken")
+def secret_checks(settings: Settings, deploying: bool) -> list[str]:
+    """What the stack's secrets decide before deploying: a gated model without hfToken is refused
+    (a warning while only planning), an endpoint without apiKeys is warned about. Returns warnings."""
+    warnings = []
     gated = model_fit.gated_models(settings.serving.serve_document)
-    if hf_token is None and gated:
+    if not settings.hf_token_set and gated:
         error = ConfigError("hfToken", None, f"set it (pulumi config set --secret hfToken hf_...): {gated[0]} is gated")
-        if os.environ.get(OFFLINE_PLAN_ENV) != "1":
+        if deploying:
             raise error
-        pulumi.log.warn(f"{error}; `make plan` goes on without it, `pulumi up` will refuse")
-    keys = project_config.get_secret("apiKeys")
-    if keys is None:  # fails closed: the ingress refuses every request while the key file is empty
-        pulumi.log.warn(
+        warnings.append(f"{error}; `make plan` goes on without it, `pulumi up` will refuse")
+    if not settings.api_keys_set:  # fails closed: the ingress refuses every request while the key file is empty
+        warnings.append(
             f"{PROJECT}:apiKeys is not set: the endpoint will refuse every request until it is "
             "(pulumi config set --secret apiKeys <key>[,<key>...]; README, Security)"
         )
-    return replace(settings, hf_token=hf_token, api_keys=keys)
+    return warnings

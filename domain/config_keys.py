@@ -8,7 +8,7 @@ import functools
 from collections.abc import Iterable
 from pathlib import Path
 
-from domain import yaml_files
+from domain import packaged
 from domain.errors import PROJECT, ConfigError
 
 KEYS_FILE = Path(__file__).resolve().parent / "data" / "config_keys.yaml"
@@ -17,7 +17,12 @@ KEYS_FILE = Path(__file__).resolve().parent / "data" / "config_keys.yaml"
 @functools.cache
 def declared() -> dict[str, dict]:
     """Key -> {type, items, secret, description}, as the file lists them."""
-    return yaml_files.load(KEYS_FILE)
+    return packaged.load_yaml(KEYS_FILE)
+
+
+def secret_keys() -> frozenset[str]:
+    """Keys whose values are secrets (hfToken, apiKeys, kubeconfig): never handed to domain/."""
+    return frozenset(k for k, d in declared().items() if isinstance(d, dict) and d.get("secret"))
 
 
 def refuse_unknown(full_keys: Iterable[str]) -> None:
@@ -26,10 +31,3 @@ def refuse_unknown(full_keys: Iterable[str]) -> None:
     unknown = [k for k in unknown if k not in declared()]
     if unknown:
         raise ConfigError(unknown[0], "[set]", f"not a key of this project; the keys are in {KEYS_FILE.name}")
-
-
-def refuse_unknown_in_running_stack() -> None:
-    """The same check on the config the Pulumi engine handed to this program."""
-    from pulumi.runtime import config as runtime_config
-
-    refuse_unknown([*runtime_config.CONFIG.get(), *runtime_config.get_config_env()])

@@ -4,7 +4,7 @@ the RayService to turn Ready.
 
 Keys (all in the ray-llm-eks namespace, listed in domain/data/config_keys.yaml):
   existingCluster       true: skip the VPC, EKS and node groups; deploy onto the cluster of `kubeconfig`
-  kubeconfig            (secret) that cluster's kubeconfig; unset: the environment's (KUBECONFIG or ~/.kube/config)
+  kubeconfig            (secret) that cluster's kubeconfig; unset: the environment's (adapters/kube_client.py)
   kubeContext           the kubeconfig context to use (default: its current-context)
   installKubeRay        false: the cluster runs KubeRay already (only with existingCluster)
   installDevicePlugins  false: the cluster runs the NVIDIA and EFA device plugins already (only with existingCluster)
@@ -14,14 +14,13 @@ Keys (all in the ray-llm-eks namespace, listed in domain/data/config_keys.yaml):
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import yaml
 
 from domain.errors import ConfigError
+from domain.facts import SECRET_MARKER
 from domain.settings import KUBERAY_NAMESPACE
 
 EXISTING_ONLY = ("kubeconfig", "kubeContext", "installKubeRay", "installDevicePlugins", "kuberayNamespace")
@@ -53,13 +52,13 @@ def _boolean(get, key: str, default: bool) -> bool:
 
 
 def load_deploy_mode(get) -> DeployMode:
-    """`get(key)` -> raw string or None (a secret key's presence is enough here)."""
+    """`get(key)` -> raw string or None (a secret key reads as SECRET_MARKER: its presence is enough)."""
     existing = _boolean(get, "existingCluster", False)
     if not existing:
         for key in EXISTING_ONLY:
             if get(key) is not None:
                 raise ConfigError(
-                    key, get(key) if key != "kubeconfig" else "[secret]", "only with existingCluster: true"
+                    key, get(key) if key != "kubeconfig" else SECRET_MARKER, "only with existingCluster: true"
                 )
     context = get("kubeContext")
     if context is not None and not context.strip():
@@ -91,37 +90,11 @@ def check_kubeconfig(text: str, context: str | None) -> None:
     try:
         config = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError("kubeconfig", "[secret]", f"a kubeconfig in YAML ({str(e).splitlines()[0]})") from None
+        raise ConfigError("kubeconfig", SECRET_MARKER, f"a kubeconfig in YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(config, dict) or not config.get("clusters") or not config.get("contexts"):
-        raise ConfigError("kubeconfig", "[secret]", "a kubeconfig with clusters and contexts")
+        raise ConfigError("kubeconfig", SECRET_MARKER, "a kubeconfig with clusters and contexts")
     names = [c.get("name") for c in config["contexts"]]
     wanted = context or config.get("current-context")
     if wanted not in names:
         key = "kubeContext" if context else "kubeconfig"
-        raise ConfigError(key, context or "[secret]", f"a context of the kubeconfig: {names}")
-
-
-def environment_kubeconfig() -> tuple[str, str]:
-    """(text, folder) of the kubeconfig the environment names: the first file of KUBECONFIG, or
-    ~/.kube/config, as kubectl and the Pulumi Kubernetes provider read it."""
-    first = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
-    path = Path(first).expanduser() if first else Path.home() / ".kube" / "config"
-    if not path.is_file():
-        raise ConfigError(
-            "kubeconfig",
-            None,
-            f"set it (pulumi config set --secret kubeconfig < FILE) or KUBECONFIG; {path} is missing",
-        )
-    return path.read_text(), str(path.parent)
-
-
-def load_stack_deploy_mode():
-    """(DeployMode, kubeconfig secret Output or None) of the running Pulumi stack."""
-    import pulumi
-
-    from domain.errors import PROJECT
-
-    config = pulumi.Config(PROJECT)
-    secret = config.get_secret("kubeconfig")
-    mode = load_deploy_mode(lambda key: "[secret]" if key == "kubeconfig" and secret is not None else config.get(key))
-    return mode, secret
+        raise ConfigError(key, context or SECRET_MARKER, f"a context of the kubeconfig: {names}")

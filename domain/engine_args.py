@@ -10,11 +10,11 @@ own checks (model fit) and Ray read it as a number too.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
+from domain import packaged
 from domain.errors import ConfigError
 
 VLLM_ARGS_FILE = Path(__file__).resolve().parent / "data" / "vllm_engine_args.json"
@@ -33,7 +33,7 @@ _TYPE_WORDS = {
 @cache
 def vllm_arguments() -> dict:
     """vLLM engine argument names and value specs for one vLLM version."""
-    return json.loads(VLLM_ARGS_FILE.read_text())
+    return packaged.load_json(VLLM_ARGS_FILE)
 
 
 def json_type(value) -> str:

@@ -1,7 +1,8 @@
 """`modelSpec` for a model outside domain/model_fit.py's table, filled from its Hugging Face
-`config.json` (a local file: nothing is downloaded), naming what must still be given by hand.
+`config.json`, naming what must still be given by hand (tools/model_spec.py reads the files:
 
     make model-spec CONFIG=path/to/config.json      # prints the YAML to paste into Pulumi.<stack>.yaml
+).
 
 Derived: weightDtype (torch_dtype / dtype, or the quantization), kvLayers (attention layers; of
 `layer_types` only the attention ones), kvHeads, headDim, maxContext (max_position_embeddings),
@@ -12,10 +13,6 @@ anything else (MoE, hybrid, multimodal towers) must be given, e.g. from the mode
 """
 
 from __future__ import annotations
-
-import json
-import sys
-from pathlib import Path
 
 from domain.model_fit import DTYPE_BYTES
 
@@ -59,9 +56,10 @@ def _dense_parameters(c: dict) -> int:
     return layers * per_layer + embeddings + hidden
 
 
-def spec_from_hf_config(path: Path) -> tuple[dict, dict[str, str]]:
-    """(modelSpec fields derived, {field: why it must still be given})."""
-    config = _text_config(json.loads(path.read_text()))
+def spec_from_hf_config(raw_config: dict, index: dict | None = None) -> tuple[dict, dict[str, str]]:
+    """(modelSpec fields derived, {field: why it must still be given}) from a parsed config.json and,
+    when there is one beside it, the parsed model.safetensors.index.json."""
+    config = _text_config(raw_config)
     spec: dict = {}
     missing: dict[str, str] = {}
 
@@ -71,8 +69,7 @@ def spec_from_hf_config(path: Path) -> tuple[dict, dict[str, str]]:
     else:
         missing["weightDtype"] = why
 
-    index = path.parent / "model.safetensors.index.json"
-    total_size = json.loads(index.read_text()).get("metadata", {}).get("total_size") if index.exists() else None
+    total_size = (index or {}).get("metadata", {}).get("total_size")
     if total_size and dtype:
         spec["parameters"] = int(total_size / DTYPE_BYTES[dtype])
     elif config.get("model_type") in DENSE_DECODERS and not config.get("num_experts"):
@@ -131,25 +128,3 @@ def as_yaml(spec: dict, missing: dict[str, str], source: str) -> str:
         else:
             lines.append(f"    {name}: REQUIRED  # {missing[name]}")
     return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: make model-spec CONFIG=path/to/config.json", file=sys.stderr)
-        return 2
-    path = Path(args[0])
-    try:
-        spec, missing = spec_from_hf_config(path)
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        print(f"error: {path}: cannot read a Hugging Face config.json ({type(err).__name__}: {err})", file=sys.stderr)
-        return 2
-    print(as_yaml(spec, missing, str(path)), end="")
-    if missing:
-        print(f"still to give by hand: {', '.join(f for f in FIELD_ORDER if f in missing)}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,14 +2,13 @@
 declared: are the instance types offered where the pools put them, and does the account's
 On-Demand vCPU quota cover the pools at their maximum size?
 
-The AWS answers come through Pulumi data sources (components/aws_answers.py). Offline (`make
+The AWS answers come through Pulumi data sources (adapters/aws_answers.py). Offline (`make
 plan`) the mocks give no answer (None, which AWS never returns for these fields), and the checks
 say they were deferred to deploy time instead of pretending to pass.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -154,12 +153,6 @@ def check_quotas(settings: Settings, aws: AwsAnswers) -> list[str]:
             f"ok: {quota.name} ({quota.code}) {need} <= {limit:g} vCPUs (instances already running count too)"
         )
     return report
-
-
-def today() -> date:
-    """Deploy day; RAY_LLM_EKS_TODAY=YYYY-MM-DD pins it (reproducible plans and tests)."""
-    pinned = os.environ.get("RAY_LLM_EKS_TODAY")
-    return date.fromisoformat(pinned) if pinned else date.today()
 
 
 def check_kubernetes_support(settings: Settings, aws: AwsAnswers, day: date) -> str:

@@ -17,7 +17,7 @@ from typing import Protocol
 
 import yaml
 
-from domain import engine_args, yaml_files
+from domain import engine_args, packaged
 from domain.errors import ConfigError
 from domain.model_families import FAMILY_ENGINE_KEYS, FAMILY_ENV_KEYS, ModelFamily
 
@@ -41,7 +41,7 @@ def role_resource(role: str) -> str:
 
 
 def serve_config_names() -> list[str]:
-    return sorted(p.stem for p in SERVE_CONFIG_DIR.glob("*.yaml"))
+    return packaged.names(SERVE_CONFIG_DIR, ".yaml")
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def load_serve_file(name: str) -> dict:
     path = SERVE_CONFIG_DIR / f"{name}.yaml"
     if not path.exists():
         raise ConfigError("serveConfig", name, f"a file in serve_configs/: {serve_config_names()}")
-    return yaml_files.load(path)
+    return packaged.load_yaml(path)
 
 
 def the_application(doc: dict, where: str) -> dict:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from domain import aws_facts, serve_config
 from domain.hardening import HardeningSettings
@@ -122,6 +121,8 @@ class Settings:
     serving: ServingSettings
     gpu_pools: Mapping[str, GpuPoolSettings] = field(default_factory=dict)
     prices: PriceOverrides = NO_PRICE_OVERRIDES
-    hf_token: Any = None  # pulumi.Output[str] (secret) when hfToken is set; never a plain str
-    api_keys: Any = None  # pulumi.Output[str] (secret): the endpoint's API keys (domain/api_keys.py)
     hardening: HardeningSettings = field(default_factory=HardeningSettings)  # domain/hardening.py
+    # Whether the stack sets its secrets; their values reach the components apart from Settings
+    # (adapters/stack.py StackSecrets), so no secret is ever inside a Settings.
+    hf_token_set: bool = False
+    api_keys_set: bool = False  # the endpoint's API keys (domain/api_keys.py)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from domain.kube_client import KubeClient
+from adapters.kube_client import KubeClient
 
 POLL = 0.5
 

@@ -33,8 +33,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from domain import cluster_checks, config  # noqa: E402
-from domain.kube_client import KubeClient  # noqa: E402
+from adapters import stack as stack_adapter  # noqa: E402
+from adapters.kube_client import KubeClient  # noqa: E402
+from domain import cluster_checks  # noqa: E402
 from domain.ray_service import ray_service_spec  # noqa: E402
 from e2e import build  # noqa: E402
 from e2e.cluster import LocalCluster, node_shapes  # noqa: E402
@@ -99,18 +100,11 @@ def base_config(stack_file: Path = BASE_STACK_FILE) -> dict:
     return yaml.safe_load(stack_file.read_text())["config"]
 
 
-def settings_from(cfg: dict):
-    def get(key: str):
-        v = cfg.get(f"ray-llm-eks:{key}")
-        if v is None:
-            return None
-        if isinstance(v, (dict, list)):
-            import json
-
-            return json.dumps(v)
-        return str(v).lower() if isinstance(v, bool) else str(v)
-
-    return config.load_settings(get, STACK, cfg["aws:region"])
+def settings_of(stack_file: Path, overrides: dict | None = None):
+    """The Settings our program derives from a stack file's config, deployed as the e2e stack."""
+    name = stack_file.name.removeprefix("Pulumi.").removesuffix(".yaml")
+    config = stack_adapter.stack_file(name, REPO, overrides)
+    return stack_adapter.load_settings(replace(config, stack=STACK))
 
 
 class Stack:
@@ -137,19 +131,17 @@ class Stack:
     def _program(self) -> None:
         if self.ready_timeout is not None:
             # Test-only: a timeout shorter than the stack minimum (600 s), so the timeout path runs in seconds.
-            import domain.config as dc
+            real = stack_adapter.load_settings
 
-            real = dc.load_stack_settings
-
-            def shorter():
-                s = real()
+            def shorter(config):
+                s = real(config)
                 return replace(s, serving=replace(s.serving, ready_timeout_seconds=self.ready_timeout))
 
-            dc.load_stack_settings = shorter
+            stack_adapter.load_settings = shorter
             try:
                 runpy.run_path(str(REPO / "__main__.py"), run_name="__main__")
             finally:
-                dc.load_stack_settings = real
+                stack_adapter.load_settings = real
         else:
             runpy.run_path(str(REPO / "__main__.py"), run_name="__main__")
 
@@ -234,7 +226,7 @@ def run(work: Path, timeline: Timeline, checks: Checks, cluster_only: bool = Fal
         if name in needed and not (d / ".built").is_file():
             raise SystemExit(f"e2e: {name} is not built under {d}: run `python -m e2e.build` (make e2e does)")
     cfg = base_config()
-    settings = settings_from(cfg)
+    settings = settings_of(BASE_STACK_FILE)
     pools = {r: (p.nodes.instance_type, p.nodes.desired_size, p.efa) for r, p in settings.gpu_pools.items()}
     sysn = settings.cluster.system_nodes
     shapes = node_shapes(sysn.instance_type, sysn.desired_size, pools)
@@ -411,7 +403,9 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
         "scaling: REAL Pulumi engine + our program, API server, KubeRay operator, scheduler, our ASG tags; "
         "EMULATED the Ray autoscaler's patch and the Cluster Autoscaler's new node (README, Scaling end to end)"
     )
-    ScaleUp(stack, cluster, scaling, settings_from(scaling), kubeconfig, timeline.log, checks).run()
+    ScaleUp(
+        stack, cluster, scaling, settings_of(SCALING_STACK_FILE, EXISTING_CLUSTER), kubeconfig, timeline.log, checks
+    ).run()
 
 
 def negative_cases(api: KubeClient, settings, nodes: dict, timeline: Timeline, checks: Checks) -> None:

@@ -13,8 +13,8 @@ from google.protobuf import json_format
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime.proto import resource_pb2
 
+from adapters.stackfile import SECRET_TEXT
 from offline import eks_rules
-from offline.stackfile import SECRET_TEXT
 
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"

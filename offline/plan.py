@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from domain import config as domain_config
+from adapters import stack as stack_adapter
+from adapters.environment import OFFLINE_PLAN_ENV
+from adapters.stackfile import ROOT, SECRET_TEXT
 from domain import cost
-from domain.config import OFFLINE_PLAN_ENV
-from offline.stackfile import ROOT, SECRET_TEXT, load_stack
 
 if TYPE_CHECKING:
     from offline.mocks import RecordingMonitor, Registration
@@ -304,7 +304,7 @@ def run_program(
     from offline.mocks import PlanMocks, RecordingMonitor
 
     started = time.perf_counter()
-    config = load_stack(stack, root, overrides)
+    config = stack_adapter.stack_file(stack, root, overrides)
     monitor = monitor or RecordingMonitor(PlanMocks())
     mocks = monitor.mocks
     warnings = _Warnings()
@@ -351,9 +351,7 @@ def root_message(err: Exception) -> str:
 def precheck(stack: str, root: Path = ROOT) -> None:
     """The stack file and every setting checked as the program will check them, before Pulumi is
     imported: a mistake costs a second, not the SDKs' import time."""
-    config = load_stack(stack, root)
-    values = config.values
-    domain_config.load_settings(lambda key: values.get(f"{config.project}:{key}"), stack, values.get("aws:region"))
+    stack_adapter.load_settings(stack_adapter.stack_file(stack, root))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from adapters.stackfile import ROOT
 from offline.plan import Plan, precheck, root_message, run_program
-from offline.stackfile import ROOT
 from policy.rules import Resource, Violation, check_all, policies
 
 

@@ -29,10 +29,9 @@ from pathlib import Path
 
 import yaml
 
-from domain import model_fit
-from domain.config import load_settings
+from adapters import stack as stack_adapter
+from domain import model_fit, serve_config
 from llmclient import bench, smoke
-from offline.stackfile import load_stack
 from rehearsal import cpu_threads, scale_demo, substitute, topology, verify
 from rehearsal.verify import http_json
 
@@ -95,18 +94,12 @@ class Clock:
 
 
 def rendered_document(stack: str) -> dict:
-    values = load_stack(stack).values
-
-    def get(key: str):
-        return values.get(key if ":" in key else f"ray-llm-eks:{key}")
-
-    settings = load_settings(get, stack, values.get("aws:region"))
-    return settings.serving.serve_document
+    return stack_adapter.load_settings(stack_adapter.stack_file(stack)).serving.serve_document
 
 
 def stand_in_family(doc: dict) -> str:
     """The stand-in for the served model's family (domain/model_fit.py's table), or by its layer kinds."""
-    loading = next(iter(substitute.llm_configs(doc).values()))["model_loading_config"]
+    loading = next(iter(serve_config.llm_configs_by_role(doc, "rehearsal").values()))["model_loading_config"]
     spec = model_fit.KNOWN_MODELS.get(loading.get("model_source")) or model_fit.KNOWN_MODELS.get(loading["model_id"])
     if spec is None:
         return substitute.stand_in(None, False)
@@ -502,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
 def prepare(args) -> substitute.Plan | None:
     """Render, substitute (printed), build the stand-in: nothing runs yet. None: a kv_role mistake (printed)."""
     rendered = rendered_document(args.stack)
-    configs = substitute.llm_configs(rendered)
+    configs = serve_config.llm_configs_by_role(rendered, "rehearsal")
     max_len = max(int(c.get("engine_kwargs", {}).get("max_model_len", 4096)) for c in configs.values())
     family = stand_in_family(rendered)
     port = args.port or free_port()

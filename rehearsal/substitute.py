@@ -72,15 +72,6 @@ def stand_in(family: str | None, hybrid: bool) -> str:
     return "qwen3_next" if hybrid else "llama"
 
 
-def llm_configs(doc: dict) -> dict[str, dict]:
-    """role -> LLM config of the one application (prefill/decode, or collocated[-N])."""
-    args = doc["applications"][0].get("args") or {}
-    if "prefill_config" in args or "decode_config" in args:
-        return {"prefill": args["prefill_config"], "decode": args["decode_config"]}
-    configs = args.get("llm_configs") or []
-    return {("collocated" if i == 0 else f"collocated-{i}"): c for i, c in enumerate(configs)}
-
-
 def plan(
     rendered: dict,
     model_path: str,
@@ -103,7 +94,7 @@ def plan(
         subs.append(f"http_options.port: {http.get('port')!r} -> {port} (a free port here)")
         http["port"] = port
 
-    configs = llm_configs(doc)
+    configs = serve_config.llm_configs_by_role(doc, "rehearsal")
     hybrid = family in HYBRID_FAMILIES
     model_ids = []
     for role, config in configs.items():
@@ -208,7 +199,7 @@ def role_mistakes(doc: dict) -> list[str]:
     """kv_role on the wrong side of a PD app, one line each. No engine reports it: vLLM 0.26's NixlConnector
     serves either way; kv_role only makes a consumer defer freeing blocks a load may race with under async
     scheduling (v1/core/sched/scheduler.py:148-154), vLLM's default on GPUs and off on the CPU."""
-    configs = llm_configs(doc)
+    configs = serve_config.llm_configs_by_role(doc, "rehearsal")
     if "prefill" not in configs:
         return []
     lines = []
@@ -226,7 +217,7 @@ def role_mistakes(doc: dict) -> list[str]:
 def scale_demo(doc: dict, role: str, target: float = 1) -> str:
     """Lower `role`'s target_ongoing_requests so a few held streams make Serve scale that role up (the
     --scale-demo substitution). Returns the printed line; ValueError where the role cannot scale up."""
-    configs = llm_configs(doc)
+    configs = serve_config.llm_configs_by_role(doc, "rehearsal")
     if role not in configs:
         raise ValueError(f"--scale-demo {role}: no such role here; roles: {', '.join(configs)}")
     deployment = configs[role].get("deployment_config") or {}
@@ -243,7 +234,7 @@ def scale_demo(doc: dict, role: str, target: float = 1) -> str:
 
 def mutate(doc: dict, mutation: str) -> str:
     """Inject a mistake that only an engine catches (tests of the failure path). Returns what changed."""
-    configs = llm_configs(doc)
+    configs = serve_config.llm_configs_by_role(doc, "rehearsal")
     if "prefill" not in configs:
         raise ValueError(f"--mutate {mutation}: needs a prefill/decode app")
     pre = configs["prefill"]["engine_kwargs"]

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from domain.serve_config import llm_configs_by_role
 from llmclient import core
-from rehearsal.substitute import llm_configs
 
 LLM_ROLES = ("prefill", "decode", "collocated")
 # vLLM 0.26's NIXL worker names its engine at start (nixl/base_worker.py, "Initializing NIXL worker %s"); Ray
@@ -46,7 +46,7 @@ def _start_replicas(deployment_config: dict) -> int:
 def expected_replicas(doc: dict) -> dict[str, int]:
     """role -> replicas at start, from the serve config as deployed (several collocated models add up)."""
     expected: dict[str, int] = {}
-    for role, config in llm_configs(doc).items():
+    for role, config in llm_configs_by_role(doc, "rehearsal").items():
         key = role.split("-")[0]
         expected[key] = expected.get(key, 0) + _start_replicas(config.get("deployment_config") or {})
     return expected
@@ -144,7 +144,10 @@ _TP_RANK = re.compile(r"::Worker\S*_TP(\d+)\b")
 
 def tensor_parallel_size(doc: dict) -> int:
     """The largest tensor_parallel_size among the LLM configs (1: no tensor parallelism)."""
-    return max(int((c.get("engine_kwargs") or {}).get("tensor_parallel_size", 1)) for c in llm_configs(doc).values())
+    return max(
+        int((c.get("engine_kwargs") or {}).get("tensor_parallel_size", 1))
+        for c in llm_configs_by_role(doc, "rehearsal").values()
+    )
 
 
 def rank_seconds(process_seconds: dict[str, float]) -> dict[int, float]:
@@ -183,7 +186,7 @@ def logical_cpus(doc: dict, extra: dict[str, int] | None = None, floor: int = 8)
     asks 1 CPU for each replica actor merged with one CPU bundle per TP rank (ray/llm/_internal/serve/core/
     server/llm_server.py get_deployment_options), plus the ingress and one to spare. `extra`: more replicas."""
     need = 2
-    for role, config in llm_configs(doc).items():
+    for role, config in llm_configs_by_role(doc, "rehearsal").items():
         key = role.split("-")[0]
         tp = int((config.get("engine_kwargs") or {}).get("tensor_parallel_size", 1))
         replicas = _start_replicas(config.get("deployment_config") or {}) + (extra or {}).get(key, 0)

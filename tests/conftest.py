@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from adapters.stackfile import stack_names
 from offline.mocks import PlanMocks, RecordingMonitor
 from offline.plan import Plan, run_program
-from offline.stackfile import stack_names
 
 STACKS = stack_names()  # every stack file, the user's own included: tests over STACKS hold for any valid one
 SHIPPED_STACKS = {"baseline", "dev", "prod"}  # tests may assert more about these

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from adapters import botocore_facts
 from domain.config import load_settings
 from domain.errors import ConfigError
 from tests.conftest import failing_run
@@ -207,7 +208,7 @@ def test_defaults_fill_what_a_stack_leaves_out():
         # Required in the default environment (production): domain/hardening.py
         "endpointPublicAccessCidrs": '["198.51.100.0/24"]',
     }
-    settings = load_settings(values.get, "qa", "eu-west-1")
+    settings = load_settings(values.get, "qa", "eu-west-1", botocore_facts.load())
     assert settings.hardening.environment == "production" and settings.hardening.network_policies
     assert settings.cluster.name == "ray-llm-qa"
     assert settings.network.availability_zones == ("eu-west-1a", "eu-west-1b")

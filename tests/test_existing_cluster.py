@@ -12,16 +12,16 @@ import pytest
 import yaml
 
 import components.existing_cluster as existing_cluster
+from adapters import stack
+from adapters.stackfile import SecretValue
 from domain import config_keys
 from domain.cluster_checks import ClusterMismatch, check_cluster, check_crd
-from domain.config import load_settings
 from domain.deploy_mode import check_kubeconfig, load_deploy_mode
 from domain.errors import ConfigError
 from domain.ray_service import ray_service_spec
 from e2e.cluster import node_object, node_shapes
 from offline.plan import run_program
 from offline.policy_check import plan_resources
-from offline.stackfile import SecretValue, load_stack
 from policy import rules
 
 NS = "ray-llm-eks:"
@@ -44,13 +44,7 @@ EXISTING = {
 
 
 def dev_settings():
-    config = load_stack("dev")
-
-    def get(key):
-        v = config.values.get(NS + key)
-        return v
-
-    return load_settings(get, "dev", config.values["aws:region"])
+    return stack.load_settings(stack.stack_file("dev"))
 
 
 def seed_nodes(settings, mutate=None) -> list[dict]:

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from domain import aws_facts, engine_args, serve_config
+from adapters import botocore_facts
+from adapters.stackfile import ROOT
+from domain import engine_args, serve_config
 from offline import plan as plan_cli
-from offline.stackfile import ROOT
 from tests.conftest import copy_project
 
 NS = "ray-llm-eks:"
@@ -296,18 +297,16 @@ LLAMA_31_8B = LLAMA_2_7B | {
 }
 
 
-def _spec(tmp_path: Path, config: dict):
+def _spec(config: dict):
     from domain.model_spec_helper import spec_from_hf_config
 
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    return spec_from_hf_config(path)
+    return spec_from_hf_config(config)
 
 
 def test_model_spec_from_config_matches_the_table(tmp_path):
     from domain.model_fit import KNOWN_MODELS
 
-    spec, missing = _spec(tmp_path, LLAMA_31_8B)
+    spec, missing = _spec(LLAMA_31_8B)
     known = KNOWN_MODELS["meta-llama/Llama-3.1-8B-Instruct"]
     assert missing == {}
     assert spec["parameters"] == 8_030_261_248 and abs(spec["parameters"] - known.parameters) / known.parameters < 1e-3
@@ -316,8 +315,8 @@ def test_model_spec_from_config_matches_the_table(tmp_path):
 
 
 def test_model_spec_helper_output_plans(tmp_path, capsys):
-    from domain.model_spec_helper import main
     from offline.plan import run_program
+    from tools.model_spec import main
 
     (tmp_path / "config.json").write_text(json.dumps(LLAMA_2_7B))
     assert main([str(tmp_path / "config.json")]) == 0
@@ -328,7 +327,7 @@ def test_model_spec_helper_output_plans(tmp_path, capsys):
 
 
 def test_model_spec_helper_names_what_it_cannot_derive(tmp_path, capsys):
-    from domain.model_spec_helper import main
+    from tools.model_spec import main
 
     hybrid = {"model_type": "qwen3_next", "layer_types": ["linear_attention"] * 3 + ["full_attention"]}
     (tmp_path / "config.json").write_text(json.dumps(hybrid | {"num_attention_heads": 16, "head_dim": 256}))
@@ -455,17 +454,17 @@ def test_botocore_facts_are_read_once_per_botocore_version(tmp_path, monkeypatch
     """The cache file holds exactly what botocore's models say, and a later run reads the file."""
     monkeypatch.delenv("RAY_LLM_EKS_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    aws_facts._botocore_facts.cache_clear()
-    fresh = aws_facts._read_botocore_facts()
-    assert aws_facts._botocore_facts() == fresh
-    assert aws_facts.facts_cache_file().parent == tmp_path / "ray-llm-eks"
-    assert json.loads(aws_facts.facts_cache_file().read_text()) == fresh
+    botocore_facts.load.cache_clear()
+    fresh = botocore_facts.read_botocore()
+    assert botocore_facts.load() == botocore_facts.as_facts(fresh)
+    assert botocore_facts.cache_file().parent == tmp_path / "ray-llm-eks"
+    assert json.loads(botocore_facts.cache_file().read_text()) == fresh
     assert "p5.48xlarge" in fresh["ec2_instance_types"] and 3653 in fresh["log_retention_days"]
 
     def botocore_must_not_be_read():
         raise AssertionError("read botocore again although its facts are cached")
 
-    monkeypatch.setattr(aws_facts, "_read_botocore_facts", botocore_must_not_be_read)
-    aws_facts._botocore_facts.cache_clear()
-    assert aws_facts._botocore_facts() == fresh
-    aws_facts._botocore_facts.cache_clear()
+    monkeypatch.setattr(botocore_facts, "read_botocore", botocore_must_not_be_read)
+    botocore_facts.load.cache_clear()
+    assert botocore_facts.load() == botocore_facts.as_facts(fresh)
+    botocore_facts.load.cache_clear()

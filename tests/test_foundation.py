@@ -11,12 +11,12 @@ import re
 import pulumi_eks as eks
 import pytest
 
+from adapters.stackfile import load_stack
 from components.cluster import NODE_POLICIES, access_entry_name
 from domain.placement import LOCAL_NVME_ROOT
 from offline import eks_rules
 from offline.mocks import is_placeholder
 from offline.plan import Plan, root_message, run_program
-from offline.stackfile import load_stack
 
 CLUSTER = "eks:index:Cluster"
 MNG = "eks:index:ManagedNodeGroup"

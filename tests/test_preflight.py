@@ -9,13 +9,13 @@ import re
 import pytest
 import yaml
 
+from adapters.stackfile import ROOT, SecretValue
 from domain import aws_facts, model_fit, preflight, prices
 from domain.errors import ConfigError
 from domain.model_fit import GIB, MIB, Engine, budget, check_role
 from domain.serve_config import llm_configs_by_role
 from offline.mocks import PlanMocks, RecordingMonitor
 from offline.plan import run_program
-from offline.stackfile import ROOT, SecretValue
 from tests.conftest import SHIPPED_STACKS, failing_run, region_overrides
 
 NS = "ray-llm-eks:"

@@ -9,15 +9,14 @@ import sys
 
 import pytest
 
-from domain.config import load_settings
-from offline.stackfile import load_stack
+from adapters import stack as stack_adapter
+from domain.serve_config import llm_configs_by_role
 from rehearsal import substitute
 from rehearsal.run import Clock, RehearsalFailed, nixl_pinned_core, root_errors, stand_in_family, start_ray
 
 
 def rendered(stack: str) -> dict:
-    values = load_stack(stack).values
-    return load_settings(lambda k: values.get(f"ray-llm-eks:{k}"), stack, values["aws:region"]).serving.serve_document
+    return stack_adapter.load_settings(stack_adapter.stack_file(stack)).serving.serve_document
 
 
 @pytest.mark.parametrize("stack", ["dev", "baseline"])
@@ -26,7 +25,7 @@ def test_only_what_cannot_exist_on_a_cpu_changes(stack):
     plan = substitute.plan(doc, "/models/stand-in", stand_in_family(doc), port=18000, nixl_core=3)
     assert plan.family == "qwen3_next" and plan.hybrid  # Qwen3.5: Gated DeltaNet + full attention
     assert plan.pd == (stack == "dev")
-    before, after = substitute.llm_configs(doc), substitute.llm_configs(plan.document)
+    before, after = llm_configs_by_role(doc, "rehearsal"), llm_configs_by_role(plan.document, "rehearsal")
     assert before.keys() == after.keys()
     for role, old in before.items():
         new = copy.deepcopy(after[role])

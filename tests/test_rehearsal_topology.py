@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from domain.config import load_settings
-from offline.stackfile import load_stack
+from adapters import stack as stack_adapter
 from rehearsal import cpu_threads, run, substitute, topology, verify
 
 
 def rendered(stack: str) -> dict:
-    values = load_stack(stack).values
-    return load_settings(lambda k: values.get(f"ray-llm-eks:{k}"), stack, values["aws:region"]).serving.serve_document
+    return stack_adapter.load_settings(stack_adapter.stack_file(stack)).serving.serve_document
 
 
 @pytest.mark.parametrize(

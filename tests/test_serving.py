@@ -10,6 +10,7 @@ import jsonschema
 import pytest
 import yaml
 
+from adapters.stackfile import ROOT, SecretValue
 from domain import aws_facts, versions
 from domain.errors import ConfigError
 from domain.placement import LOCAL_NVME_ROOT
@@ -17,7 +18,6 @@ from domain.ray_service import MODEL_CACHE_HOST_PATH
 from domain.serve_config import role_resource
 from domain.sizing import NODE_DAEMONSETS, Resources, allocatable, gpu_node_daemonsets, system_node_room, total
 from offline.plan import Plan, run_program
-from offline.stackfile import ROOT, SecretValue
 from tests.conftest import STACKS, failing_run, region_overrides
 
 RAY_SERVICE = "kubernetes:ray.io/v1:RayService"

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from adapters.stackfile import PROJECT_SCHEMA, ROOT, StackFileError, load_project, load_stack, stack_names
 from domain import config_keys
 from domain.errors import ConfigError
 from offline import plan as plan_cli
 from offline.mocks import PlanMocks, RecordingMonitor
-from offline.stackfile import PROJECT_SCHEMA, ROOT, StackFileError, load_project, load_stack, stack_names
 from tests.conftest import copy_project
 
 SHARED_SCHEMAS = ROOT.parent / "shared" / "schemas"
@@ -82,13 +82,13 @@ def test_the_running_program_refuses_a_key_it_does_not_read(monkeypatch):
     """The CLI passes undeclared keys through, so the program itself refuses them at `pulumi up`."""
     from pulumi.runtime import config as runtime_config
 
-    from domain.config_keys import refuse_unknown_in_running_stack
+    from adapters import stack
 
     runtime_config.set_all_config({"ray-llm-eks:vpcCidr": "10.0.0.0/16", "aws:profile": "work"})
-    refuse_unknown_in_running_stack()
+    assert stack.running_stack().values == {"ray-llm-eks:vpcCidr": "10.0.0.0/16", "aws:profile": "work"}
     runtime_config.set_all_config({"ray-llm-eks:vpcCidr": "10.0.0.0/16", "ray-llm-eks:vpcCdir": "10.0.0.0/16"})
     with pytest.raises(ConfigError, match="ray-llm-eks:vpcCdir = '\\[set\\]': not a key of this project"):
-        refuse_unknown_in_running_stack()
+        stack.load_settings(stack.running_stack())
     runtime_config.set_all_config({})
 
 
@@ -171,6 +171,7 @@ def test_plan_command_fails_with_one_clear_message(tmp_path, capsys, monkeypatch
 
 def test_declared_keys_are_exactly_the_keys_the_program_reads():
     """domain/data/config_keys.yaml, domain/config.py and README agree on the config keys."""
+    from adapters import botocore_facts
     from domain.config import load_settings
     from domain.deploy_mode import load_deploy_mode
 
@@ -181,10 +182,10 @@ def test_declared_keys_are_exactly_the_keys_the_program_reads():
         asked.add(key)
         return values.get(f"ray-llm-eks:{key}")
 
-    load_settings(get, "dev", "us-east-1")
+    load_settings(get, "dev", "us-east-1", botocore_facts.load())
     load_deploy_mode(get)
     declared = set(config_keys.declared())
-    assert asked | {"hfToken", "apiKeys"} == declared  # secrets, read in load_stack_settings
+    assert asked == declared
     readme = (ROOT / "README.md").read_text()
     assert [key for key in sorted(declared) if f"`{key}`" not in readme] == []
 

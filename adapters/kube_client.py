@@ -21,6 +21,9 @@ from typing import Any
 
 import yaml
 
+from adapters import environment
+from domain.errors import ConfigError
+
 
 class KubeError(RuntimeError):
     """An API call that failed; `status` is the HTTP status (0 when the server was not reached)."""
@@ -138,3 +141,15 @@ def _exec_token(spec: dict) -> str:
     if out.returncode != 0:
         raise KubeError(0, f"kubeconfig exec {spec['command']} failed: {out.stderr.strip()[:300]}")
     return json.loads(out.stdout)["status"]["token"]
+
+
+def environment_kubeconfig() -> tuple[str, str]:
+    """(text, folder) of the kubeconfig the environment names (adapters.environment.kubeconfig_path)."""
+    path = environment.kubeconfig_path()
+    if not path.is_file():
+        raise ConfigError(
+            "kubeconfig",
+            None,
+            f"set it (pulumi config set --secret kubeconfig < FILE) or KUBECONFIG; {path} is missing",
+        )
+    return path.read_text(), str(path.parent)

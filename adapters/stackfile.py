@@ -13,8 +13,9 @@ from pathlib import Path
 import jsonschema
 
 from domain import config_keys, yaml_files
+from domain.facts import SECRET_MARKER
 
-SECRET_TEXT = "[secret]"
+SECRET_TEXT = SECRET_MARKER  # what a secret value reads as anywhere outside Pulumi
 ROOT = Path(__file__).resolve().parent.parent
 # Vendored copy of Pulumi's project-file schema (tests check it against ../shared/schemas).
 PROJECT_SCHEMA = ROOT / "offline" / "schemas" / "pulumi-project.schema.json"
@@ -40,6 +41,17 @@ class StackConfig:
     secret_keys: frozenset[str]
 
 
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _load_yaml(path: Path):
+    return yaml_files.parse(path.read_text(), _shown(path))
+
+
 def provider_namespaces(root: Path = ROOT) -> list[str]:
     """Config namespaces besides the project's that a stack may set: `pulumi` (the engine's own, e.g.
     pulumi:tags) and one per provider package the program installs (pulumi-aws -> aws)."""
@@ -53,7 +65,7 @@ def project_schema() -> dict:
 
 
 def load_project(root: Path = ROOT) -> dict:
-    project = yaml_files.load(root / "Pulumi.yaml")
+    project = _load_yaml(root / "Pulumi.yaml")
     errors = sorted(jsonschema.Draft202012Validator(project_schema()).iter_errors(project), key=str)
     if errors:
         where = "/".join(str(p) for p in errors[0].absolute_path)
@@ -100,7 +112,7 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
     path = root / f"Pulumi.{stack}.yaml"
     if not path.exists():
         raise StackFileError(f"no stack file {path.name}; stacks: {stack_names(root)}")
-    doc = yaml_files.load(path) or {}
+    doc = _load_yaml(path) or {}
     config = dict(doc.get("config") or {})
     for key, value in (overrides or {}).items():
         if value is None:

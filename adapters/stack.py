@@ -1,0 +1,94 @@
+"""The one way from a stack to Settings, for every caller: the running program (Pulumi's config),
+`make plan`, the rehearsals, the e2e and the tests (a Pulumi.<stack>.yaml read as the CLI reads it).
+
+    config = stack_file("dev")            # or running_stack() inside the Pulumi program
+    settings = load_settings(config)      # typed and validated, or one ConfigError
+    mode = load_deploy_mode(config)
+
+A secret key's value never reaches domain/: it reads as SECRET_MARKER, and Settings records only
+whether it is set. The running program gets the secrets themselves as Pulumi Outputs from
+stack_secrets(), and hands them to the components that need them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from adapters import botocore_facts, environment, stackfile
+from adapters.stackfile import ROOT, StackConfig
+from domain import config, config_keys
+from domain.deploy_mode import DeployMode
+from domain.deploy_mode import load_deploy_mode as _deploy_mode
+from domain.errors import PROJECT
+from domain.facts import SECRET_MARKER
+from domain.settings import Settings
+
+
+def stack_file(stack: str, root: Path = ROOT, overrides: Mapping[str, Any] | None = None) -> StackConfig:
+    """A stack file's config as the Pulumi CLI would hand it to the program (secrets as markers)."""
+    return stackfile.load_stack(stack, root, dict(overrides) if overrides is not None else None)
+
+
+def running_stack() -> StackConfig:
+    """The config the Pulumi engine handed to this program (the CLI, the Automation API or mocks)."""
+    import pulumi
+    from pulumi.runtime import config as runtime_config
+
+    # The SDK has no public way to list the config it was given: the CLI's language host passes it in
+    # PULUMI_CONFIG (public get_config_env), but the Automation API's inline programs and the mocks
+    # set the private CONFIG context variable (pulumi 3.272.0, pulumi/runtime/config.py set_all_config).
+    # Listed in UPGRADING.md.
+    keys = {*runtime_config.CONFIG.get(), *runtime_config.get_config_env()}
+    values = {key: str(value) for key in keys if (value := runtime_config.get_config(key)) is not None}
+    secrets = frozenset(k for k in values if runtime_config.is_config_secret(k))
+    return StackConfig(PROJECT, pulumi.get_stack(), values, secrets)
+
+
+def _getter(config_: StackConfig):
+    """`get(key)` over the stack's values; a key the table declares secret reads as SECRET_MARKER."""
+    secret = config_keys.secret_keys()
+
+    def get(key: str) -> str | None:
+        value = config_.values.get(key if ":" in key else f"{config_.project}:{key}")
+        return SECRET_MARKER if value is not None and key in secret else value
+
+    return get
+
+
+def load_settings(config_: StackConfig) -> Settings:
+    """The stack's Settings: every key known, every value checked (ConfigError on the first bad one)."""
+    config_keys.refuse_unknown(config_.values)
+    get = _getter(config_)
+    return config.load_settings(get, config_.stack, get("aws:region"), botocore_facts.load())
+
+
+def load_deploy_mode(config_: StackConfig) -> DeployMode:
+    return _deploy_mode(_getter(config_))
+
+
+@dataclass(frozen=True)
+class StackSecrets:
+    """The running stack's secrets, as Pulumi secret Outputs (None where unset)."""
+
+    hf_token: Any = None
+    api_keys: Any = None
+    kubeconfig: Any = None
+
+
+def stack_secrets() -> StackSecrets:
+    import pulumi
+
+    project_config = pulumi.Config(PROJECT)
+    return StackSecrets(
+        hf_token=project_config.get_secret("hfToken"),
+        api_keys=project_config.get_secret("apiKeys"),
+        kubeconfig=project_config.get_secret("kubeconfig"),
+    )
+
+
+def deploying() -> bool:
+    """`pulumi up`/`preview`, as opposed to `make plan` (which only warns about what deploying needs)."""
+    return not environment.offline_plan()
