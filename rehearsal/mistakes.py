@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from rehearsal.run import ENGINE_HEADER, ROLE_HEADER, WRAPPERS
+from rehearsal.logs import ENGINE_HEADER, ROLE_HEADER, WRAPPERS
 from rehearsal.substitute import MUTATIONS
 
 

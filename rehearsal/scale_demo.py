@@ -16,10 +16,12 @@ DECISION_CAP = 240.0
 MAX_TOKENS = 2048  # with ignore_eos, minutes per stream on this CPU; prompt + this stays within max_model_len
 
 
-async def hold_until_scaled(url: str, model: str, dashboard: str, app: str, role: str, streams: int, mark):
+async def hold_until_scaled(
+    url: str, model: str, dashboard: str, app: str, role: str, streams: int, mark, api_key: str | None = None
+):
     """Hold `streams` long streamed requests until Serve's targets move (or DECISION_CAP), then cancel them.
     Returns (targets at start, targets at the end). `mark(text) -> seconds` prints a timeline line."""
-    api = core.client(url, timeout=300.0)
+    api = core.client(url, api_key, timeout=300.0)
     start = topology.targets(verify.application(dashboard, app))
     mark(f"scale demo: targets {start}; holding {streams} streams for {role}")
     long = {"ignore_eos": True}

@@ -36,23 +36,28 @@ def application(dashboard: str, app: str) -> dict:
     return (status.get("applications") or {}).get(app) or {}
 
 
-def served_so_far(metrics_url: str) -> dict[str, float]:
-    with urllib.request.urlopen(metrics_url, timeout=10) as response:  # loopback only
-        return topology.requests_per_replica(response.read().decode())
+def served_so_far(metrics_urls: list[str]) -> dict[str, float]:
+    """replica id -> requests so far, over every Ray node's metrics (each exports its own replicas)."""
+    served: dict[str, float] = {}
+    for url in metrics_urls:
+        with urllib.request.urlopen(url, timeout=10) as response:  # loopback only
+            served.update(topology.requests_per_replica(response.read().decode()))
+    return served
 
 
 async def serve_every_replica(
     url: str,
     model: str,
-    metrics_url: str,
+    metrics_urls: list[str],
     running: dict[str, list[dict]],
     concurrency: int,
     max_rounds: int = 8,
+    api_key: str | None = None,
 ) -> tuple[dict[str, float], int, list[str]]:
     """Rounds of `concurrency` streamed requests until every RUNNING LLM replica has served one (Serve's
     router picks 2 random replicas and the shorter queue, so a few rounds suffice) or `max_rounds` ran.
     Returns (replica -> requests so far, requests sent, errors)."""
-    api = core.client(url, timeout=120.0)
+    api = core.client(url, api_key, timeout=120.0)
     sent, errors = 0, []
     served: dict[str, float] = {}
     for _ in range(max_rounds):
@@ -63,7 +68,7 @@ async def serve_every_replica(
         errors += [r.error for r in results if not r.ok]
         end = time.monotonic() + METRICS_WAIT
         while True:
-            served = served_so_far(metrics_url)
+            served = served_so_far(metrics_urls)
             if not topology.idle_replicas(running, served) or time.monotonic() > end:
                 break
             await asyncio.sleep(1.0)

@@ -12,7 +12,10 @@ import pytest
 from adapters import stack as stack_adapter
 from domain.serve_config import llm_configs_by_role
 from rehearsal import substitute
-from rehearsal.run import Clock, RehearsalFailed, nixl_pinned_core, root_errors, stand_in_family, start_ray
+from rehearsal.context import Clock, RehearsalFailed
+from rehearsal.logs import root_errors
+from rehearsal.prepare import nixl_pinned_core, stand_in_family
+from rehearsal.ray_cluster import start_ray
 
 
 def rendered(stack: str) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from adapters import stack as stack_adapter
-from rehearsal import cpu_threads, run, substitute, topology, verify
+from rehearsal import cpu_threads, prepare, run, substitute, topology, verify
 
 
 def rendered(stack: str) -> dict:
@@ -171,7 +171,7 @@ def test_cpu_lists_in_the_kernels_format():
 
 
 def test_ctrl_c_while_preparing_prints_one_line_and_exits_130(monkeypatch, capsys):
-    def interrupted(_args):
+    def interrupted(*_):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(run, "prepare", interrupted)
@@ -184,8 +184,8 @@ def test_ctrl_c_while_preparing_prints_one_line_and_exits_130(monkeypatch, capsy
 
 
 def test_a_stack_this_machine_cannot_rehearse_is_refused_in_one_line(monkeypatch, capsys):
-    monkeypatch.setattr(run, "physical_cores", lambda: (0,))
-    monkeypatch.setattr(run, "make_model", lambda *_: pytest.fail("no model is built for a refused stack"))
+    monkeypatch.setattr(prepare, "physical_cores", lambda: (0,))
+    monkeypatch.setattr(prepare, "make_model", lambda *_: pytest.fail("no model is built for a refused stack"))
     assert run.main(["--stack", "tp"]) == 2
     (line,) = capsys.readouterr().out.strip().splitlines()
     assert line.startswith("REHEARSAL REFUSED (not on this machine): collocated.engine_kwargs.tensor_parallel_size = 4")

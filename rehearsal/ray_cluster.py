@@ -1,0 +1,155 @@
+"""Phase 2 of a rehearsal: Ray on this machine, on loopback, with ports and a temp dir of its own. One node,
+or several on one host (the GPU layout: prefill's node first, decode's node once prefill is healthy)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rehearsal.context import Clock, RehearsalFailed
+from rehearsal.processes import end_processes, free_port
+from rehearsal.verify import http_json
+
+# The dashboard gives each of its module processes 30 s to start (ray/dashboard/consts.py); on 2 busy cores
+# (load 15) MetricsHead took longer and the dashboard, so the deploy API, never came up.
+DASHBOARD_MODULE_WAIT = "180"
+
+
+@dataclass
+class Node:
+    """One Ray node of the rehearsal. `after_role`: started once that role's deployment is HEALTHY (vLLM
+    profiles the free memory of the whole device, so two engines on one GPU start one after the other)."""
+
+    name: str
+    cpus: int
+    gpus: int | None = None  # None: Ray's own count (0 on a machine without GPUs)
+    resources: dict[str, float] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # this node's processes only (CUDA_VISIBLE_DEVICES, ...)
+    after_role: str | None = None
+    metrics_port: int = 0
+    started: bool = False
+
+
+@dataclass
+class Cluster:
+    nodes: list[Node]
+    temp_dir: Path
+    gcs_port: int
+    dashboard_port: int
+    env: dict[str, str]  # every node's processes
+
+    @property
+    def dashboard(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.temp_dir / "session_latest" / "logs"
+
+    @property
+    def metrics_urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{n.metrics_port}/metrics" for n in self.nodes]
+
+    def later(self) -> dict[str, Node]:
+        """role -> the node that waits for it."""
+        return {n.after_role: n for n in self.nodes if n.after_role and not n.started}
+
+
+def cluster(nodes: list[Node], run_id: str, env: dict[str, str]) -> Cluster:
+    for node in nodes:
+        node.metrics_port = free_port()
+    # Ray's session dir holds unix sockets: keep the path short.
+    return Cluster(nodes, Path(f"/tmp/rllm-{run_id}"), free_port(), free_port(), env)
+
+
+def _own_ports() -> list[str]:
+    """Ports of our own, so that another Ray on this machine (defaults) never clashes."""
+    return [
+        f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}", f"--node-manager-port={free_port()}",
+        f"--object-manager-port={free_port()}",
+    ]  # fmt: skip
+
+
+def node_command(c: Cluster, node: Node, head: bool) -> list[str]:
+    ray = str(Path(sys.executable).parent / "ray")
+    command = [ray, "start", "--node-ip-address=127.0.0.1", f"--num-cpus={node.cpus}", "--disable-usage-stats",
+               f"--metrics-export-port={node.metrics_port}", *_own_ports()]  # fmt: skip
+    if node.gpus is not None:
+        command.append(f"--num-gpus={node.gpus}")
+    if node.resources:
+        command.append(f"--resources={json.dumps(node.resources, sort_keys=True)}")
+    if head:
+        command += [
+            "--head", f"--port={c.gcs_port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={c.dashboard_port}",
+            f"--temp-dir={c.temp_dir}", f"--ray-client-server-port={free_port()}",
+        ]  # fmt: skip
+    else:
+        command.append(f"--address=127.0.0.1:{c.gcs_port}")
+    return command
+
+
+def start_node(c: Cluster, node: Node, run_id: str, clock: Clock) -> None:
+    head = node is c.nodes[0]
+    env = {**c.env, **node.env}
+    if not head:
+        # A second node refused to join with it set (seen on the GPU machine); --node-ip-address is explicit.
+        env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+    start_ray(node_command(c, node, head), env, run_id, clock)
+    node.started = True
+
+
+def start_ray(command: list[str], env: dict, run_id: str, clock: Clock, attempts: int = 2) -> None:
+    """`ray start`, once more if it fails: on 2 busy cores the raylet can miss Ray's fixed 30 s to register
+    with the GCS ("The current node timed out during startup", ray/_private/node.py)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+            reason = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        except subprocess.TimeoutExpired:
+            done, reason = None, "no answer within 180 s"
+        if done is not None and done.returncode == 0:
+            return
+        end_processes(run_id)
+        clock.mark(f"ray start failed (attempt {attempt} of {attempts}): {reason[:300]}")
+    raise RehearsalFailed(f"ray start failed {attempts} times; last: {reason[:300]}")
+
+
+def wait_dashboard(dashboard: str, cap: float = 120.0) -> None:
+    end = time.monotonic() + cap
+    while True:
+        try:
+            http_json("GET", f"{dashboard}/api/serve/applications/", timeout=5)
+            return
+        except (urllib.error.URLError, OSError, ValueError):
+            if time.monotonic() > end:
+                raise RehearsalFailed(f"Ray dashboard not answering at {dashboard} within {cap:g} s") from None
+            time.sleep(1.0)
+
+
+def base_environment(run_id: str) -> dict[str, str]:
+    """What every process of the rehearsal gets, on any target."""
+    from rehearsal.processes import MARKER
+
+    env = dict(os.environ)
+    env.update(
+        {
+            MARKER: run_id,
+            "HF_HUB_OFFLINE": "1",  # no hub: the weights are local
+            "TRANSFORMERS_OFFLINE": "1",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_metrics_report_interval_ms": "2000",  # metrics show the smoke's requests within seconds
+            "PYTHONUNBUFFERED": "1",
+            # Ray on loopback: it resolves 127.0.0.1 to the host's network address unless told it runs
+            # a single-node "Windows/OSX" cluster (ray/_private/services.py get_node_ip_address).
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            "RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT": DASHBOARD_MODULE_WAIT,
+        }
+    )
+    return env
