@@ -20,7 +20,7 @@ REHEARSAL_VENV ?= $(CACHE_DIR)/rehearsal-venv-$(shell sha256sum $(REHEARSAL_REQS
 URL ?= http://localhost:8000
 
 .PHONY: test e2e e2e-cluster plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
-	rehearse-mistakes smoke bench policy policy-sdk ingress-check rehearsal-venv
+	rehearse-mistakes smoke bench policy policy-sdk ingress-check rehearsal-venv check-upstream
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
 	@echo "Installing the pinned Python requirements into $(VENV) (Pulumi SDKs, Ray for its serve schemas, pytest, ruff: about 1 GB, a few minutes the first time; later runs reuse it)..."
@@ -126,6 +126,12 @@ passphrase:
 		echo "Set PULUMI_CONFIG_PASSPHRASE or PULUMI_CONFIG_PASSPHRASE_FILE first (it encrypts this stack's secrets)."; \
 		exit 1; \
 	fi
+
+# Every copy of upstream behaviour and private API in UPGRADING.md, re-checked against the pinned
+# artefacts (wheels from PyPI, Go modules from the Go module proxy: network and `go` needed); prints
+# what is checked by hand. ARGS: --record (after re-reading), --only ID.
+check-upstream: $(VENV)/.installed
+	$(BIN)/python tools/check_upstream.py $(ARGS)
 
 # modelSpec for a model outside domain/model_fit.py's table, from its config.json (a local file).
 model-spec: $(VENV)/.installed

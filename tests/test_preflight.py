@@ -365,8 +365,8 @@ def test_complete_regions_price_every_instance_type_we_know():
         assert [t for t in aws_facts.INSTANCE_SPECS if t not in table] == [], region
         assert region in prices.NAT_GATEWAY_USD_PER_HOUR and region in prices.EBS_GP3_USD_PER_GB_MONTH
         assert region in prices.PRICES_AS_OF
-    readme = (ROOT / "README.md").read_text()
-    listed = re.search(r"complete prices for ([^.]*)\.", readme).group(1)
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    listed = re.search(r"complete prices for ([^.]*)\.", doc).group(1)
     assert sorted(re.findall(r"`([a-z]{2}-[a-z]+-\d)`", listed)) == sorted(prices.COMPLETE_REGIONS)
 
 

