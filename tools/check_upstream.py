@@ -107,6 +107,12 @@ def entry_problems(entries: list[Entry], root: Path = ROOT) -> list[str]:
                     f"{entry.id}: `{text}` is no longer in {file}: the pin moved; re-check this entry "
                     f"against the new version and update UPGRADING.md"
                 )
+        for named in re.findall(r"`([\w./-]+/[\w.-]+\.(?:py|json|yaml|go|txt))`", entry.fields.get("Ours", "")):
+            if not (root / named).exists():
+                problems.append(f"{entry.id}: names {named}, which does not exist")
+        for named, name in re.findall(r"`([\w./-]+\.py)` `([\w.]+)`", entry.fields.get("Ours", "")):
+            if (root / named).exists() and name.split(".")[-1] not in (root / named).read_text():
+                problems.append(f"{entry.id}: names {name} in {named}, which has no such name")
         if entry.automatic and entry.id not in CHECKS:
             problems.append(f"{entry.id}: says {AUTOMATIC} but tools/check_upstream.py has no check for it")
     problems += [f"{name}: checked here but not an entry of UPGRADING.md" for name in CHECKS if name not in seen]
