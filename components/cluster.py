@@ -14,7 +14,8 @@ import pulumi_kubernetes as k8s
 
 from adapters import botocore_facts
 from components.network import Network
-from domain.hardening import ENVIRONMENT_TAG, HardeningSettings
+from domain.facts import ENVIRONMENT_TAG
+from domain.hardening import HardeningSettings
 from domain.placement import SYSTEM_LABELS
 from domain.settings import ClusterSettings, NodePoolSettings
 

@@ -6,8 +6,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.helm import helm_release
+from domain.facts import KUBERAY_NAMESPACE
 from domain.placement import SYSTEM_LABELS
-from domain.settings import KUBERAY_NAMESPACE, ChartPin
+from domain.settings import ChartPin
 from domain.sizing import OPERATOR_REQUESTS
 
 NAMESPACE = KUBERAY_NAMESPACE

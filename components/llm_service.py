@@ -10,19 +10,18 @@ import pulumi_kubernetes as k8s
 
 from components.network_policies import NamespaceNetworkPolicies
 from domain import api_keys
+from domain.facts import HEAD_PORTS, KUBERAY_NAMESPACE, SERVE_PORT
 from domain.hardening import HardeningSettings
 from domain.network_policies import network_policies
 from domain.ray_service import (
-    HEAD_PORTS,
     HF_TOKEN_KEY,
     HF_TOKEN_SECRET,
-    SERVE_PORT,
     ray_service_spec,
     replacement_paths,
     worker_groups_annotation,
 )
 from domain.serve_config import llm_configs_by_role
-from domain.settings import KUBERAY_NAMESPACE, GpuPoolSettings, ServingSettings
+from domain.settings import GpuPoolSettings, ServingSettings
 
 
 def ready_annotations(serving: ServingSettings, wait_for_ready: bool) -> dict[str, str]:

@@ -13,9 +13,9 @@ import pulumi_kubernetes as k8s
 
 from adapters import botocore_facts
 from components.pod_identity import ControllerRelease, pod_identity_role, release_with_role
+from domain.facts import SERVE_PORT
 from domain.hardening import HardeningSettings
 from domain.placement import SYSTEM_LABELS
-from domain.ray_service import SERVE_PORT
 from domain.settings import ChartPin
 
 SERVICE_ACCOUNT = "aws-load-balancer-controller"

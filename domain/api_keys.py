@@ -11,8 +11,9 @@ from pathlib import Path
 
 from domain import packaged
 from domain.errors import ConfigError
+from domain.facts import KEY_CHECKED_INGRESS
 
-INGRESS_CLS = "api_key_ingress:ApiKeyIngress"
+INGRESS_CLS = KEY_CHECKED_INGRESS
 SOURCES_DIR = Path(__file__).resolve().parent.parent / "serve_ingress"
 SHIPPED_MODULES = ("api_keys.py", "api_key_ingress.py")  # flat modules on the pods' PYTHONPATH
 MODULE_DIR = "/opt/ray-llm-eks/python"

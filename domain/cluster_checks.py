@@ -8,12 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
+from domain.facts import EFA_RESOURCE, GPU_RESOURCE
 from domain.placement import GPU_NODE_SELECTOR, GPU_TAINT, SYSTEM_LABELS
 from domain.settings import GpuPoolSettings
 
 RAYSERVICE_CRD = "rayservices.ray.io"
-GPU_RESOURCE = "nvidia.com/gpu"
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
 # Kubernetes spells the taint effect NoSchedule; the EKS node-group API spells it NO_SCHEDULE.
 _K8S_EFFECT = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
 

@@ -17,10 +17,9 @@ from typing import Any
 from domain import api_keys, aws_facts, model_fit, prices, roles, scaling, serve_config, sizing, versions
 from domain.aws_facts import BotocoreFacts
 from domain.errors import PROJECT, ConfigError
+from domain.facts import EXACT_CHART_VERSION, GPU_ROLES, KUBERAY_NAMESPACE
 from domain.hardening import load_hardening
 from domain.settings import (
-    GPU_ROLES,
-    KUBERAY_NAMESPACE,
     NAT_MODES,
     AmiPin,
     ChartPin,
@@ -342,7 +341,7 @@ def _gpu_pools(raw: _Raw, network: NetworkSettings, version: str, facts: Botocor
 
 def _chart(raw: _Raw, key: str, pin: tuple[str, str, str]) -> ChartPin:
     version = raw.text(key, pin[2])
-    if not re.fullmatch(r"v?\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?", version):
+    if not re.fullmatch(EXACT_CHART_VERSION, version):
         raise ConfigError(key, version, f"an exact version of the {pin[1]} chart, such as {pin[2]}")
     return ChartPin(pin[0], pin[1], version)
 

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 import yaml
 
 from domain.errors import ConfigError
-from domain.facts import SECRET_MARKER
-from domain.settings import KUBERAY_NAMESPACE
+from domain.facts import KUBERAY_NAMESPACE, SECRET_MARKER
 
 EXISTING_ONLY = ("kubeconfig", "kubeContext", "installKubeRay", "installDevicePlugins", "kuberayNamespace")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-PROJECT = "ray-llm-eks"
+from domain.facts import PROJECT
 
 
 class ConfigError(ValueError):

@@ -1,10 +1,49 @@
-"""Facts the program and its policy pack share, each written once. Standard library only: the policy
-pack imports this module in its own venv (policy/venv) and under the Pulumi CLI."""
+"""Facts the program and its policy pack share, each written once: names, ports, roles, markers.
+Standard library only, and importing nothing: the policy pack imports this module in its own venv
+(policy/venv) and under the Pulumi CLI, where only its own requirements are installed."""
 
 from __future__ import annotations
 
-PROJECT = "ray-llm-eks"  # the config namespace, the type tokens' package, the tag prefix
+PROJECT = "ray-llm-eks"  # the config namespace and the type tokens' package
 
 # What a Pulumi secret reads as anywhere outside Pulumi: stack files read offline, `make plan`'s
-# rendered files and outputs, the domain's view of a secret key.
+# rendered files and outputs, a secret key's value inside domain/.
 SECRET_MARKER = "[secret]"
+
+# The `environment` setting; hardening that differs between environments keys on it, never on the
+# stack's name (users copy `dev` under other names).
+ENVIRONMENTS = ("dev", "staging", "production")
+DEV_ENVIRONMENTS = ("dev",)  # the only ones whose public API endpoint may stay open to the internet
+ENVIRONMENT_TAG = f"{PROJECT}:environment"  # on the EKS cluster: the policy pack reads it there
+
+# Serve roles: what an LLM config of the serve application runs. PD apps have prefill and decode,
+# the collocated baseline has one. A GPU pool runs one role (its own name unless it says `serves`).
+PD_ROLES = ("prefill", "decode")  # their pools move the KV cache over EFA
+COLLOCATED_ROLE = "collocated"
+GPU_ROLES = (*PD_ROLES, COLLOCATED_ROLE)
+# The Ray custom resource a worker group advertises and its role's LLM deployment asks for is
+# POOL_RESOURCE_PREFIX + role: Ray then cannot put a prefill replica on a decode node.
+POOL_RESOURCE_PREFIX = "pool_"
+# The node label naming a node's pool: on the node groups, and in the worker groups' nodeSelector.
+POOL_NODE_LABEL = "role"
+
+# Ports of the Ray head (KubeRay's defaults); the serve port is also every worker's.
+SERVE_PORT = 8000  # Ray Serve's HTTP proxy: the only Ray port reachable from outside the namespace
+DASHBOARD_PORT = 8265  # ...besides the head's dashboard, for the KubeRay operator only
+HEAD_PORTS = {"gcs-server": 6379, "dashboard": DASHBOARD_PORT, "client": 10001, "metrics": 8080, "serve": SERVE_PORT}
+
+# Where our KubeRay operator runs (an existing cluster's may run elsewhere: kuberayNamespace), and
+# the annotation on the NetworkPolicy that opens the dashboard naming the namespace it admits.
+KUBERAY_NAMESPACE = "kuberay-system"
+OPERATOR_NAMESPACE_ANNOTATION = f"{PROJECT}/kuberay-operator-namespace"
+
+# The ingress class every Serve application answers through: it checks the API key
+# (serve_ingress/api_key_ingress.py, shipped to the pods as a flat module).
+KEY_CHECKED_INGRESS = "api_key_ingress:ApiKeyIngress"
+
+# Extended resources the device plugins advertise on GPU nodes.
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+
+# An exact chart version (Helm accepts ranges such as ^1.7 too; the stack and the pack refuse them).
+EXACT_CHART_VERSION = r"v?\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?"

@@ -10,10 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from domain.errors import ConfigError
+from domain.facts import DEV_ENVIRONMENTS, ENVIRONMENTS
 
-ENVIRONMENTS = ("dev", "staging", "production")
-DEV_LIKE = ("dev",)  # the public API endpoint may stay open to the internet only here
-ENVIRONMENT_TAG = "ray-llm-eks:environment"  # on the EKS cluster; policy/rules.py reads it
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
@@ -29,7 +27,7 @@ class HardeningSettings:
 
     @property
     def dev_like(self) -> bool:
-        return self.environment in DEV_LIKE
+        return self.environment in DEV_ENVIRONMENTS
 
 
 def load_hardening(
@@ -45,7 +43,7 @@ def load_hardening(
     environment = text("environment") or "production"
     if environment not in ENVIRONMENTS:
         raise ConfigError("environment", environment, f"one of {list(ENVIRONMENTS)}")
-    if environment not in DEV_LIKE:
+    if environment not in DEV_ENVIRONMENTS:
         if not public_cidrs_set:
             raise ConfigError(
                 "endpointPublicAccessCidrs",
@@ -58,7 +56,8 @@ def load_hardening(
             raise ConfigError(
                 "endpointPublicAccessCidrs",
                 opened,
-                f"not open to the whole internet in environment {environment!r} (allowed only in {list(DEV_LIKE)})",
+                f"not open to the whole internet in environment {environment!r} "
+                f"(allowed only in {list(DEV_ENVIRONMENTS)})",
             )
     namespaces = structured_list("serveClientNamespaces") or []
     for namespace in namespaces:

@@ -7,9 +7,8 @@ port-forward`, which enters through the kubelet, not the pod network."""
 
 from __future__ import annotations
 
+from domain.facts import HEAD_PORTS, KUBERAY_NAMESPACE, OPERATOR_NAMESPACE_ANNOTATION, SERVE_PORT
 from domain.hardening import HardeningSettings
-from domain.ray_service import HEAD_PORTS, SERVE_PORT
-from domain.settings import KUBERAY_NAMESPACE
 
 # KubeRay labels every pod of a RayCluster with it (ray-operator v1.7.0 common/pod.go).
 RAY_POD_SELECTOR = {"matchLabels": {"ray.io/is-ray-node": "yes"}}
@@ -28,7 +27,6 @@ def _policy(name: str, namespace: str, spec: dict, annotations: dict | None = No
 
 # Names the operator's namespace on the policy that opens the dashboard to it, for the policy pack
 # (policy/rules.py keeps the same name): an existing cluster may run KubeRay elsewhere.
-OPERATOR_NAMESPACE_ANNOTATION = "ray-llm-eks/kuberay-operator-namespace"
 
 
 def network_policies(

@@ -3,11 +3,13 @@ the node paths they share."""
 
 from __future__ import annotations
 
-SYSTEM_LABELS = {"role": "system"}
+from domain.facts import GPU_RESOURCE, POOL_NODE_LABEL
+
+SYSTEM_LABELS = {POOL_NODE_LABEL: "system"}
 
 # GPU nodes carry this taint (EKS API spelling of the effect); only pods that tolerate it land there.
-GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+GPU_TAINT = {"key": GPU_RESOURCE, "value": "true", "effect": "NO_SCHEDULE"}
+GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 # What the NVIDIA device plugin chart's default affinity selects.
 GPU_NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}
 
@@ -18,4 +20,4 @@ LOCAL_NVME_ROOT = "/mnt/k8s-disks/0"
 
 def gpu_labels(role: str) -> dict[str, str]:
     """Labels of a GPU pool's nodes; `nvidia.com/gpu.present` is what the NVIDIA plugin selects."""
-    return {"role": role, **GPU_NODE_SELECTOR}
+    return {POOL_NODE_LABEL: role, **GPU_NODE_SELECTOR}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from domain.facts import EFA_RESOURCE, GPU_RESOURCE, HEAD_PORTS, POOL_NODE_LABEL, SERVE_PORT
 from domain.placement import GPU_TAINT, LOCAL_NVME_ROOT, SYSTEM_LABELS
 from domain.scaling import role_bounds
 from domain.serve_config import role_resource, to_yaml
@@ -29,8 +30,6 @@ CACHE_ENV = {
 }
 # Only what the init container needs: chmod on the mounted directory.
 INIT_REQUESTS = Resources(100, 64)
-HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "metrics": 8080, "serve": 8000}
-SERVE_PORT = HEAD_PORTS["serve"]
 # The Cluster Autoscaler never evicts these pods to empty a node (its FAQ, "What types of pods can
 # prevent CA from removing a node?"): a GPU node goes only once Ray has removed its idle worker, so
 # an in-flight request is never cut off by a node scale-down.
@@ -141,9 +140,9 @@ def worker_group(
     Ray resource (one unit per GPU), sized to what the node has left after its DaemonSets."""
     spec = pool.spec
     size = worker_container(spec, gpu_node_daemonsets(with_efa=any(p.efa for p in pools.values())))
-    devices = {"nvidia.com/gpu": spec.gpus}
+    devices = {GPU_RESOURCE: spec.gpus}
     if pool.efa:
-        devices["vpc.amazonaws.com/efa"] = spec.network_cards  # pulumi-eks: one EFA interface per card
+        devices[EFA_RESOURCE] = spec.network_cards  # pulumi-eks: one EFA interface per card
     # NIXL registers the KV buffers with the EFA device (pinned memory, device files): privileged is
     # what the reference deployment ran; without it, IPC_LOCK lifts the memlock limit at least.
     # A pool without EFA (the collocated baseline) registers nothing with a device: no privilege at all.
@@ -167,7 +166,7 @@ def worker_group(
         "template": {
             "metadata": {"annotations": dict(NOT_EVICTABLE)},
             "spec": {
-                "nodeSelector": {"role": pool.role},
+                "nodeSelector": {POOL_NODE_LABEL: pool.role},
                 "tolerations": [
                     {"key": GPU_TAINT["key"], "operator": "Equal", "value": GPU_TAINT["value"], "effect": "NoSchedule"}
                 ],

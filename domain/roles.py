@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from domain.errors import ConfigError
+from domain.facts import GPU_ROLES
 from domain.serve_config import PoolShape
-from domain.settings import GPU_ROLES, GpuPoolSettings
+from domain.settings import GpuPoolSettings
 
 # The name becomes a node group, a node label value and a Ray worker group name: one short DNS label.
 POOL_NAME = re.compile(r"[a-z]([-a-z0-9]{0,30}[a-z0-9])?")

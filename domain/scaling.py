@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from domain.errors import ConfigError
+from domain.facts import EFA_RESOURCE, GPU_RESOURCE
 from domain.placement import GPU_TAINT, gpu_labels
 from domain.pool_use import nodes_used
 from domain.serve_config import llm_configs_by_role
@@ -198,7 +199,7 @@ def node_template_tags(pool: GpuPoolSettings) -> dict[str, str]:
     the labels our pods select, the GPU taint they tolerate, and the devices they request."""
     tags = {f"{NODE_TEMPLATE}/label/{k}": v for k, v in gpu_labels(pool.role).items()}
     tags[f"{NODE_TEMPLATE}/taint/{GPU_TAINT['key']}"] = f"{GPU_TAINT['value']}:{EFFECT_K8S[GPU_TAINT['effect']]}"
-    tags[f"{NODE_TEMPLATE}/resources/nvidia.com/gpu"] = str(pool.spec.gpus)
+    tags[f"{NODE_TEMPLATE}/resources/{GPU_RESOURCE}"] = str(pool.spec.gpus)
     if pool.efa:
-        tags[f"{NODE_TEMPLATE}/resources/vpc.amazonaws.com/efa"] = str(pool.spec.network_cards)
+        tags[f"{NODE_TEMPLATE}/resources/{EFA_RESOURCE}"] = str(pool.spec.network_cards)
     return tags

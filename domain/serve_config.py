@@ -19,6 +19,7 @@ import yaml
 
 from domain import engine_args, packaged
 from domain.errors import ConfigError
+from domain.facts import COLLOCATED_ROLE, PD_ROLES, POOL_RESOURCE_PREFIX
 from domain.model_families import FAMILY_ENGINE_KEYS, FAMILY_ENV_KEYS, ModelFamily
 
 SERVE_CONFIG_DIR = Path(__file__).resolve().parent.parent / "serve_configs"
@@ -31,13 +32,12 @@ APP_ARGS = {
     PD_IMPORT: {"prefill_config", "decode_config", "ingress_cls_config", "ingress_deployment_config"},
     COLLOCATED_IMPORT: {"llm_configs", "ingress_cls_config", "ingress_deployment_config"},
 }
-PD_ARG_ROLES = {"prefill_config": "prefill", "decode_config": "decode"}
-COLLOCATED_ROLE = "collocated"
+PD_ARG_ROLES = {f"{role}_config": role for role in PD_ROLES}  # PDServingArgs' prefill_config, decode_config
 
 
 def role_resource(role: str) -> str:
     """The Ray custom resource a worker group of this role advertises and its LLM deployment asks for."""
-    return f"pool_{role}"
+    return f"{POOL_RESOURCE_PREFIX}{role}"
 
 
 def serve_config_names() -> list[str]:

@@ -6,15 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from domain import aws_facts, serve_config
+from domain import aws_facts
+from domain.facts import PD_ROLES
 from domain.hardening import HardeningSettings
 from domain.prices import NO_PRICE_OVERRIDES, PriceOverrides
-
-KUBERAY_NAMESPACE = "kuberay-system"
-
-# Pool roles are the roles of the serve apps: prefill/decode, or the collocated baseline's one pool.
-PD_ROLES = tuple(serve_config.PD_ARG_ROLES.values())
-GPU_ROLES = (*PD_ROLES, serve_config.COLLOCATED_ROLE)
 
 NAT_MODES = ("single", "perAz")
 

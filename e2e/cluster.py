@@ -28,7 +28,7 @@ import yaml
 
 from adapters.kube_client import KubeClient, KubeError
 from domain import aws_facts, sizing
-from domain.cluster_checks import EFA_RESOURCE, GPU_RESOURCE
+from domain.facts import EFA_RESOURCE, GPU_RESOURCE
 from domain.placement import GPU_TAINT, SYSTEM_LABELS, gpu_labels
 
 SERVICE_CIDR = "127.96.0.0/16"  # loopback: no address outside 127.0.0.0/8 anywhere

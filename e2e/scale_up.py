@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import re
 
+from domain.facts import EFA_RESOURCE as EFA
+from domain.facts import GPU_RESOURCE as GPU
 from domain.scaling import node_template_tags
 from e2e.cluster import node_object, node_shapes
 from e2e.observe import object_path, pods_of, wait_for, wait_scheduled
 from e2e.template_node import template_node
 
 JSON_PATCH = "application/json-patch+json"
-GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
 NOT_SELECTED = "node(s) didn't match Pod's node affinity/selector"
 
 

@@ -1,4 +1,4 @@
-"""The stack's guardrails as plain functions over resources (standard library and PyYAML only).
+"""The stack's guardrails as plain functions over resources (standard library, PyYAML and domain/facts.py).
 
 The same functions run in two places: `pulumi preview --policy-pack policy` (policy/__main__.py wraps
 them in pulumi-policy's classes) and `make policy STACK=<stack>` (offline/policy_check.py feeds them
@@ -19,19 +19,23 @@ from typing import Any
 
 import yaml  # a dependency of the pulumi SDK itself: in the program's venv and the pack's
 
-# What offline/plan writes for a value that was a Pulumi secret (offline/stackfile.SECRET_TEXT).
-SECRET_MARKER = "[secret]"
-ENVIRONMENT_TAG = "ray-llm-eks:environment"  # on the EKS cluster, from the stack setting `environment`
-DEV_ENVIRONMENTS = ("dev",)  # the only environment whose API endpoint may be open to the internet
-PD_ROLES = ("prefill", "decode")  # node pool roles whose pods move the KV cache over EFA
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
-SERVE_PORT = 8000  # Ray Serve's HTTP proxy: the only Ray port reachable from outside the namespace
-DASHBOARD_PORT = 8265  # ...besides the head's dashboard, for the KubeRay operator only
-OPERATOR_NAMESPACE = "kuberay-system"  # domain/settings.py KUBERAY_NAMESPACE
-# An existing cluster's KubeRay may run elsewhere (kuberayNamespace): the program names it on the policy
-# that opens the dashboard (domain/network_policies.py OPERATOR_NAMESPACE_ANNOTATION).
-OPERATOR_NAMESPACE_ANNOTATION = "ray-llm-eks/kuberay-operator-namespace"
-KEY_CHECKED_INGRESS = "api_key_ingress:ApiKeyIngress"  # serve_ingress/api_key_ingress.py
+# The program's own names, ports and markers: one module, standard library only, importable in the
+# pack's venv (policy/__main__.py puts the repository root on sys.path).
+from domain.facts import (
+    DASHBOARD_PORT,
+    DEV_ENVIRONMENTS,
+    EFA_RESOURCE,
+    ENVIRONMENT_TAG,
+    EXACT_CHART_VERSION,
+    KEY_CHECKED_INGRESS,
+    KUBERAY_NAMESPACE,
+    OPERATOR_NAMESPACE_ANNOTATION,
+    PD_ROLES,
+    POOL_NODE_LABEL,
+    POOL_RESOURCE_PREFIX,
+    SECRET_MARKER,
+    SERVE_PORT,
+)
 
 EKS_CLUSTER = "eks:index:Cluster"
 MANAGED_NODE_GROUP = "eks:index:ManagedNodeGroup"
@@ -167,8 +171,12 @@ def _serve_roles(resources: list[Resource]) -> dict[str, str]:
     for r in resources:
         groups = _get(r.props, "spec", "rayClusterConfig", "workerGroupSpecs") if r.type == RAY_SERVICE else None
         for group in groups or []:
-            pool = _get(group, "template", "spec", "nodeSelector", "role")
-            served = [k.removeprefix("pool_") for k in group.get("resources") or {} if k.startswith("pool_")]
+            pool = _get(group, "template", "spec", "nodeSelector", POOL_NODE_LABEL)
+            served = [
+                k.removeprefix(POOL_RESOURCE_PREFIX)
+                for k in group.get("resources") or {}
+                if k.startswith(POOL_RESOURCE_PREFIX)
+            ]
             if pool and served:
                 roles[pool] = served[0]
     return roles
@@ -181,7 +189,7 @@ def _gpu_pools_efa_one_zone(resources: list[Resource]) -> list[tuple[Resource | 
     subnets: dict[str, Any] = {}
     serves = _serve_roles(resources)
     for r in resources:
-        pool = _get(r.props, "labels", "role")
+        pool = _get(r.props, "labels", POOL_NODE_LABEL)
         if r.type not in (MANAGED_NODE_GROUP, AWS_NODE_GROUP) or serves.get(pool, pool) not in PD_ROLES:
             continue
         role = pool
@@ -286,7 +294,7 @@ def _any_true(value: Any, keys: tuple[str, ...]) -> bool:
 
 
 _IMAGE_PINNED = re.compile(r"^[^@\s]+(@sha256:[0-9a-f]{64}|:[\w][\w.-]{0,127})$")
-_EXACT_VERSION = re.compile(r"^v?\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
+_EXACT_VERSION = re.compile(rf"^{EXACT_CHART_VERSION}$")
 
 
 def _image_pinned(image: str) -> bool:
@@ -362,7 +370,7 @@ def _ray_network_policies(resources: list[Resource]) -> list[tuple[Resource | No
             found.append((service, f"namespace {namespace} has no default-deny ingress NetworkPolicy"))
         for policy in mine:
             annotations = _get(policy.props, "metadata", "annotations") or {}
-            operator_namespace = annotations.get(OPERATOR_NAMESPACE_ANNOTATION, OPERATOR_NAMESPACE)
+            operator_namespace = annotations.get(OPERATOR_NAMESPACE_ANNOTATION, KUBERAY_NAMESPACE)
             for rule in _get(policy.props, "spec", "ingress") or []:
                 sources = rule.get("from") or []
                 outside = not sources or any("namespaceSelector" in s or "ipBlock" in s for s in sources)
