@@ -103,14 +103,13 @@ if mode.install_kuberay:
     installed.append(KubeRayOperator("kuberay", serving.kuberay, on_system_nodes))
 service = LlmService(
     "llm",
-    serving,
-    settings.gpu_pools,
+    settings,
     secrets.hf_token,
+    secrets.api_keys,
     # The operator outlives the RayService (its finalizer), and so do the plugins and nodes it runs on.
     pulumi.ResourceOptions(providers=[provider], depends_on=[*installed, *nodes]),
     wait_for_ready=mode.wait_for_ready,
     hardening=hardening,
-    keys=secrets.api_keys,
     operator_namespace=mode.operator_namespace,
 )
 if hardening.internal_endpoint:

@@ -17,7 +17,7 @@ def verify_cluster(text: str, base_dir: str, mode: DeployMode, settings: Setting
     """Read the cluster behind the kubeconfig `text`; raise ClusterMismatch naming every mismatch."""
     check_kubeconfig(text, mode.kube_context)
     api = KubeClient.from_kubeconfig(text, base_dir, mode.kube_context)
-    spec = ray_service_spec(settings.serving, settings.gpu_pools, with_token=settings.hf_token_set)
+    spec = ray_service_spec(settings)  # the spec that deploys, keyed
     mismatches = check_cluster(
         api, spec, settings.gpu_pools, devices=not mode.install_device_plugins, crd=not mode.install_kuberay
     )

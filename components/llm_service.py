@@ -3,8 +3,6 @@ behind one OpenAI-compatible endpoint."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import pulumi
 import pulumi_kubernetes as k8s
 
@@ -21,7 +19,7 @@ from domain.ray_service import (
     worker_groups_annotation,
 )
 from domain.serve_config import llm_configs_by_role
-from domain.settings import GpuPoolSettings, ServingSettings
+from domain.settings import ServingSettings, Settings
 
 
 def ready_annotations(serving: ServingSettings, wait_for_ready: bool) -> dict[str, str]:
@@ -37,21 +35,21 @@ def ready_annotations(serving: ServingSettings, wait_for_ready: bool) -> dict[st
 
 class LlmService(pulumi.ComponentResource):
     """Finishes only when the RayService reports Ready, i.e. when the endpoint really serves (unless
-    the stack sets waitForReady: false)."""
+    the stack sets waitForReady: false). The RayService is domain/ray_service.py's spec as built."""
 
     def __init__(
         self,
         name: str,
-        serving: ServingSettings,
-        pools: Mapping[str, GpuPoolSettings],
+        settings: Settings,
         hf_token: pulumi.Output[str] | None,
+        keys: pulumi.Output[str] | None,
         opts: pulumi.ResourceOptions,
         wait_for_ready: bool = True,
         hardening: HardeningSettings | None = None,
-        keys: pulumi.Output[str] | None = None,
         operator_namespace: str = KUBERAY_NAMESPACE,
     ):
         super().__init__("ray-llm-eks:llm_service:LlmService", name, None, opts)
+        serving = settings.serving
         child = pulumi.ResourceOptions(parent=self)
         namespace = k8s.core.v1.Namespace(
             f"{name}-namespace", metadata=k8s.meta.v1.ObjectMetaArgs(name=serving.namespace), opts=child
@@ -96,9 +94,7 @@ class LlmService(pulumi.ComponentResource):
             )
         )
 
-        spec = api_keys.keyed_ray_service_spec(
-            ray_service_spec(serving, pools, with_token=hf_token is not None), serving.serve_document
-        )
+        spec = ray_service_spec(settings)
         self.ray_service = k8s.apiextensions.CustomResource(
             f"{name}-rayservice",
             api_version="ray.io/v1",

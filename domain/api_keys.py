@@ -1,8 +1,7 @@
-"""The API key check of the serving endpoint, wired into the RayService: Ray Serve LLM's ingress is
-replaced by serve_ingress/api_key_ingress.py (`ingress_cls_config`), whose code reaches every Ray
-pod as a ConfigMap and whose keys come from a Kubernetes Secret mounted as a file (rotation without
-restarts: serve_ingress/api_keys.py). The serving rehearsal renders the stack's document without
-this step (serve_document); the RayService gets it here."""
+"""The API key check of the serving endpoint, wired into the RayService (domain/ray_service.py, the
+one builder of the spec): Ray Serve LLM's ingress is replaced by serve_ingress/api_key_ingress.py
+(`ingress_cls_config`), whose code reaches every Ray pod as a ConfigMap and whose keys come from a
+Kubernetes Secret mounted as a file (rotation without restarts: serve_ingress/api_keys.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +18,7 @@ SHIPPED_MODULES = ("api_keys.py", "api_key_ingress.py")  # flat modules on the p
 MODULE_DIR = "/opt/ray-llm-eks/python"
 KEYS_DIR = "/etc/ray-llm-eks/api-keys"
 KEYS_FILE = "keys"  # the Secret's key: one API key per line
+KEYS_FILE_ENV = "RAY_LLM_EKS_API_KEYS_FILE"  # read by serve_ingress/api_keys.py KeyRing
 SECRET_NAME = "api-keys"
 CONFIG_MAP_NAME = "api-key-ingress"
 MIN_KEY_LENGTH = 16
@@ -40,34 +40,38 @@ def check_no_own_ingress(document: dict, where: str) -> None:
 
 def with_key_check(document: dict) -> dict:
     """The serve document with every application behind the key-checking ingress. Ray expands
-    `${PYTHONPATH}` in runtime_env env_vars from the raylet's environment (ray/_private/utils.py
-    update_envs), so the image's own PYTHONPATH, whatever it is, is kept."""
+    `${PYTHONPATH}` in runtime_env env_vars from the raylet's environment (Ray 2.58
+    ray/_private/utils.py update_envs), so the image's own PYTHONPATH, whatever it is, is kept."""
+    return on_this_machine(document, MODULE_DIR, f"{KEYS_DIR}/{KEYS_FILE}")
+
+
+def on_this_machine(document: dict, module_dir: str, keys_file: str) -> dict:
+    """`with_key_check` with the ingress code in `module_dir` and the keys in `keys_file` instead of
+    the pods' mounts: what a rehearsal on this machine serves. A document that is already keyed
+    only has its two paths moved."""
     checked = copy.deepcopy(document)
     for app in checked.get("applications") or []:
         app.setdefault("args", {})["ingress_cls_config"] = {"ingress_cls": INGRESS_CLS}
         env = app.setdefault("runtime_env", {}).setdefault("env_vars", {})
-        env["PYTHONPATH"] = f"{MODULE_DIR}:${{PYTHONPATH}}"
-        env["RAY_LLM_EKS_API_KEYS_FILE"] = f"{KEYS_DIR}/{KEYS_FILE}"
+        env["PYTHONPATH"] = f"{module_dir}:${{PYTHONPATH}}"
+        env[KEYS_FILE_ENV] = keys_file
     return checked
 
 
-def mount_key_check(pod_spec: dict) -> dict:
-    """A Ray pod template's spec with the ingress code and the keys mounted read-only into its Ray
-    container (the ingress replicas may run on any Ray node)."""
-    spec = copy.deepcopy(pod_spec)
-    spec.setdefault("volumes", []).extend(
-        [
-            {"name": "api-keys", "secret": {"secretName": SECRET_NAME}},
-            {"name": "api-key-ingress", "configMap": {"name": CONFIG_MAP_NAME}},
-        ]
-    )
-    spec["containers"][0].setdefault("volumeMounts", []).extend(
-        [
-            {"name": "api-keys", "mountPath": KEYS_DIR, "readOnly": True},
-            {"name": "api-key-ingress", "mountPath": MODULE_DIR, "readOnly": True},
-        ]
-    )
-    return spec
+def volumes() -> list[dict]:
+    """The pod volumes of the key check: the keys (Secret) and the ingress code (ConfigMap)."""
+    return [
+        {"name": "api-keys", "secret": {"secretName": SECRET_NAME}},
+        {"name": "api-key-ingress", "configMap": {"name": CONFIG_MAP_NAME}},
+    ]
+
+
+def volume_mounts() -> list[dict]:
+    """Both read-only in every Ray container: the ingress replicas may run on any Ray node."""
+    return [
+        {"name": "api-keys", "mountPath": KEYS_DIR, "readOnly": True},
+        {"name": "api-key-ingress", "mountPath": MODULE_DIR, "readOnly": True},
+    ]
 
 
 def key_file_content(raw: str | None) -> str:
@@ -83,15 +87,3 @@ def key_file_content(raw: str | None) -> str:
             f"{short} key(s) shorter than {MIN_KEY_LENGTH} characters (e.g. openssl rand -hex 24)",
         )
     return "".join(f"{k}\n" for k in keys)
-
-
-def keyed_ray_service_spec(spec: dict, document: dict) -> dict:
-    """The RayService spec (domain/ray_service.py) behind the key check: serve document and pods."""
-    from domain.serve_config import to_yaml
-
-    keyed = copy.deepcopy(spec)
-    keyed["serveConfigV2"] = to_yaml(with_key_check(document))
-    cluster = keyed["rayClusterConfig"]
-    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
-        group["template"]["spec"] = mount_key_check(group["template"]["spec"])
-    return keyed

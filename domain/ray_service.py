@@ -1,15 +1,18 @@
 """The RayService manifest as plain data (dicts, no Pulumi resources): head group, one worker group
-per GPU pool, the serve config, so tests can check it against the KubeRay CRD and redo the sizing."""
+per GPU pool, the serve config behind the API key check. `ray_service_spec` is the one builder of
+what deploys: the program, `make plan`, the existing-cluster check and the e2e take it from here,
+and the rehearsal serves its `served_document`."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from domain import api_keys
 from domain.facts import EFA_RESOURCE, GPU_RESOURCE, HEAD_PORTS, POOL_NODE_LABEL, SERVE_PORT
 from domain.placement import GPU_TAINT, LOCAL_NVME_ROOT, SYSTEM_LABELS
 from domain.scaling import role_bounds
 from domain.serve_config import role_resource, to_yaml
-from domain.settings import GpuPoolSettings, ServingSettings
+from domain.settings import GpuPoolSettings, ServingSettings, Settings
 from domain.sizing import HEAD_REQUESTS, RAY_AUTOSCALER_REQUESTS, Resources, gpu_node_daemonsets, worker_container
 
 HF_TOKEN_SECRET = "hf-token"
@@ -50,8 +53,9 @@ def _token_env() -> dict:
     return {"name": HF_TOKEN_KEY, "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY}}}
 
 
-def head_group(serving: ServingSettings, with_token: bool) -> dict:
-    """The head builds the app, which reads a gated model's config from the hub: it needs the token too."""
+def head_group(serving: ServingSettings, with_token: bool, keyed: bool) -> dict:
+    """The head builds the app, which reads a gated model's config from the hub: it needs the token too.
+    Keyed: the ingress code and the keys mounted (an ingress replica may run on the head)."""
     head = {
         "name": "ray-head",
         "image": serving.image,
@@ -63,14 +67,15 @@ def head_group(serving: ServingSettings, with_token: bool) -> dict:
     }
     if with_token:
         head["env"] = [_token_env()]
+    pod = {"nodeSelector": dict(SYSTEM_LABELS), "containers": [head]}
+    if keyed:
+        pod["volumes"] = api_keys.volumes()
+        head["volumeMounts"] = api_keys.volume_mounts()
     return {
         "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
         "template": {
             "metadata": {"annotations": dict(NOT_EVICTABLE)},
-            "spec": {
-                "nodeSelector": dict(SYSTEM_LABELS),
-                "containers": [head],
-            },
+            "spec": pod,
         },
     }
 
@@ -134,7 +139,11 @@ def serve_readiness() -> dict:
 
 
 def worker_group(
-    pool: GpuPoolSettings, serving: ServingSettings, pools: Mapping[str, GpuPoolSettings], with_token: bool
+    pool: GpuPoolSettings,
+    serving: ServingSettings,
+    pools: Mapping[str, GpuPoolSettings],
+    with_token: bool,
+    keyed: bool,
 ) -> dict:
     """Workers of one role: pinned to its pool by nodeSelector + toleration, advertising the role's
     Ray resource (one unit per GPU), sized to what the node has left after its DaemonSets."""
@@ -182,6 +191,7 @@ def worker_group(
                         "volumeMounts": [
                             {"name": "dshm", "mountPath": "/dev/shm"},
                             {"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT},
+                            *(api_keys.volume_mounts() if keyed else []),
                         ],
                     }
                 ],
@@ -189,6 +199,7 @@ def worker_group(
                     # Shared memory for NCCL/NIXL and Ray's object store; counts against the pod's memory.
                     {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_mib(size)}Mi"}},
                     {"name": "model-cache", "hostPath": {"path": MODEL_CACHE_HOST_PATH, "type": "DirectoryOrCreate"}},
+                    *(api_keys.volumes() if keyed else []),
                 ],
             },
         },
@@ -236,19 +247,29 @@ def worker_groups_annotation(spec: dict) -> dict[str, str]:
     return {WORKER_GROUPS_ANNOTATION: ",".join(g["groupName"] for g in spec["rayClusterConfig"]["workerGroupSpecs"])}
 
 
-def ray_service_spec(serving: ServingSettings, pools: Mapping[str, GpuPoolSettings], with_token: bool) -> dict:
+def served_document(settings: Settings) -> dict:
+    """The serve document the RayService runs (its serveConfigV2, parsed): the stack's applications
+    behind the key-checking ingress."""
+    return api_keys.with_key_check(settings.serving.serve_document)
+
+
+def ray_service_spec(settings: Settings) -> dict:
+    """The RayService spec that deploys: the served document, and every Ray pod with what it needs
+    (the Hugging Face token where the stack has one, the ingress code and the keys)."""
+    serving, pools = settings.serving, settings.gpu_pools
+    with_token, keyed = settings.hf_token_set, True
     autoscales = any(b.autoscales for b in role_bounds(serving.serve_document).values())
     cluster = {
         "rayVersion": serving.ray_version,
         # Ray Serve asks for replicas; KubeRay's autoscaler adds the worker pods they need.
         "enableInTreeAutoscaling": autoscales,
-        "headGroupSpec": head_group(serving, with_token),
-        "workerGroupSpecs": [worker_group(p, serving, pools, with_token) for p in pools.values()],
+        "headGroupSpec": head_group(serving, with_token, keyed),
+        "workerGroupSpecs": [worker_group(p, serving, pools, with_token, keyed) for p in pools.values()],
     }
     if autoscales:
         cluster["autoscalerOptions"] = autoscaler_options()
     return {
-        "serveConfigV2": to_yaml(serving.serve_document),
+        "serveConfigV2": to_yaml(served_document(settings)),
         # A fixed GPU fleet cannot host a second Ray cluster during an upgrade: cluster changes
         # replace the RayService (delete first, see LlmService); serve-config changes apply in place.
         "upgradeStrategy": {"type": "None"},

@@ -161,7 +161,7 @@ def test_new_keys_are_declared():
 @pytest.fixture(scope="module")
 def seed():
     settings = dev_settings()
-    return settings, ray_service_spec(settings.serving, settings.gpu_pools, with_token=False)
+    return settings, ray_service_spec(settings)
 
 
 def test_a_cluster_shaped_like_our_node_groups_passes(seed):
@@ -258,6 +258,16 @@ def test_existing_cluster_mode_declares_no_aws_resource(fake_cluster):
     assert rs.provider.startswith(provider.urn)
     assert fake_cluster == [(KUBECONFIG, None)]  # the checks read the cluster of the configured kubeconfig
     assert "kubeconfig" not in plan.outputs and "clusterName" not in plan.outputs
+
+
+def test_the_cluster_is_checked_against_the_spec_that_deploys(fake_cluster, monkeypatch):
+    checked = []
+    real = existing_cluster.check_cluster
+    monkeypatch.setattr(
+        existing_cluster, "check_cluster", lambda api, spec, *a, **k: checked.append(spec) or real(api, spec, *a, **k)
+    )
+    plan = run_program("dev", EXISTING)
+    assert checked == [plan.one("kubernetes:ray.io/v1:RayService").inputs["spec"]]
 
 
 def test_existing_cluster_cost_prices_only_the_gpu_nodes_its_workers_occupy_and_names_the_rest(fake_cluster, dev):
