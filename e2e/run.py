@@ -36,8 +36,9 @@ sys.path.insert(0, str(REPO))
 from adapters import stack as stack_adapter  # noqa: E402
 from adapters.kube_client import KubeClient  # noqa: E402
 from domain import cluster_checks  # noqa: E402
-from domain.ray_service import ray_service_spec  # noqa: E402
+from domain.ray_service import ray_service_spec, served_document  # noqa: E402
 from e2e import build  # noqa: E402
+from e2e.checks import max_model_lens, names_failed_resource, unkept_fields  # noqa: E402
 from e2e.cluster import LocalCluster, node_shapes  # noqa: E402
 from e2e.observe import object_path, ray_cluster_of, wait_for, wait_for_gone, wait_scheduled  # noqa: E402
 from e2e.scale_up import ScaleUp  # noqa: E402
@@ -52,6 +53,7 @@ EXISTING_CLUSTER = {
     "ray-llm-eks:waitForReady": False,  # fake pods never run Ray: the RayService never turns Ready
 }
 NS = "llm"  # the stack's namespace (default)
+RAY_SERVICE = "kubernetes:ray.io/v1:RayService"
 SHORT_TIMEOUT = 20  # test-only serviceReadyTimeoutSeconds (the stack minimum is 600)
 
 
@@ -201,21 +203,6 @@ def state_input_spec(stack, type_token: str) -> dict:
     return spec
 
 
-def missing_fields(sent, live, path="spec") -> list[str]:
-    """Fields we sent that the API server did not keep (pruned by the CRD's structural schema)."""
-    if isinstance(sent, dict):
-        if not isinstance(live, dict):
-            return [path]
-        return [m for k, v in sent.items() for m in missing_fields(v, live.get(k), f"{path}.{k}")]
-    if isinstance(sent, list):
-        if not isinstance(live, list) or len(live) != len(sent):
-            return [path]
-        return [
-            m for i, (a, b) in enumerate(zip(sent, live, strict=True)) for m in missing_fields(a, b, f"{path}[{i}]")
-        ]
-    return [] if live is not None else [path]
-
-
 # -- scenario ---------------------------------------------------------------------------------
 
 
@@ -279,12 +266,19 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
     for av, kind, ns, name in objs:
         live = api.get_or_none(object_path(av, kind, ns, name))
         checks.expect(live is not None, f"API server has {kind} {ns or ''}/{name}")
-    sent = state_input_spec(stack.stack, "kubernetes:ray.io/v1:RayService")
-    live = api.get(object_path("ray.io/v1", "RayService", NS, svc))
-    pruned = missing_fields(sent, live["spec"])
+    sent = state_input_spec(stack.stack, RAY_SERVICE)
     checks.expect(
-        not pruned, "the API server kept every field of our RayService spec (nothing pruned)", str(pruned[:5])
+        sent == ray_service_spec(settings_of(BASE_STACK_FILE, cfg)),
+        "the program sent the one builder's RayService spec (domain/ray_service.py), keyed",
     )
+    live = api.get(object_path("ray.io/v1", "RayService", NS, svc))
+    unkept = unkept_fields(sent, live["spec"])
+    checks.expect(
+        not unkept,
+        "the API server kept every field of our RayService spec as sent (none pruned or changed)",
+        str(unkept[:5]),
+    )
+    first_lens = max_model_lens(live["spec"]["serveConfigV2"])
 
     # 2. The operator makes a RayCluster and pods; the scheduler binds each to its pool.
     rc, pods, problems = wait_scheduled(api, NS, svc, workers, nodes, 120)
@@ -310,8 +304,15 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
     ops = stack.step_ops("kubernetes:ray.io/v1:RayService")
     checks.expect(ops == ["update"], "a serve-config change updates the RayService in place", str(ops))
     live = api.get(object_path("ray.io/v1", "RayService", NS, svc))
-    checks.expect(live["metadata"]["uid"] == first_uid and "2048" in live["spec"]["serveConfigV2"],
-                  "same RayService object, new serveConfigV2 in the API")  # fmt: skip
+    lens = max_model_lens(live["spec"]["serveConfigV2"])
+    checks.expect(
+        live["metadata"]["uid"] == first_uid
+        and set(lens.values()) == {2048}
+        and set(first_lens.values()) == {4096}
+        and yaml.safe_load(live["spec"]["serveConfigV2"]) == served_document(settings_of(BASE_STACK_FILE, cfg)),
+        "same RayService object; its serveConfigV2 is the new served document, max_model_len 4096 -> 2048 per role",
+        f"uid kept {live['metadata']['uid'] == first_uid}, max_model_len before {first_lens}, after {lens}",
+    )
     rc2 = ray_cluster_of(api, NS, svc)
     checks.expect(rc2 is not None and rc2["metadata"]["name"] == first_rc, "the RayCluster is kept (no new cluster)")
 
@@ -328,9 +329,20 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
     rc, pods, problems = wait_scheduled(api, NS, svc, workers, nodes, 120)
     checks.expect(rc is not None and rc["metadata"]["name"] != first_rc and not problems,
                   "the new RayCluster's pods schedule on their pools", "; ".join(problems))  # fmt: skip
-    privileged = [c.get("securityContext", {}).get("privileged") for p in pods for c in p["spec"]["containers"]
-                  if p["metadata"]["labels"].get("ray.io/node-type") == "worker"]  # fmt: skip
-    checks.expect(privileged and not any(privileged), "new worker pods are not privileged", str(privileged))
+    groups = ray_service_spec(settings_of(BASE_STACK_FILE, cfg))["rayClusterConfig"]["workerGroupSpecs"]
+    rendered = {g["groupName"]: g["template"]["spec"]["containers"][0]["securityContext"] for g in groups}
+    running = {}
+    for p in pods:
+        if p["metadata"]["labels"].get("ray.io/node-type") == "worker":
+            running.setdefault(p["metadata"]["labels"]["ray.io/group"], []).append(
+                p["spec"]["containers"][0].get("securityContext")
+            )
+    checks.expect(
+        running == {g: [sc] * workers[g] for g, sc in rendered.items()}
+        and not any(sc.get("privileged") for sc in rendered.values()),
+        "new worker pods are not privileged: their securityContext is the one rendered for privilegedWorkers false",
+        str(running),
+    )
 
     # 6. Waiting for Ready with a short timeout fails clearly instead of hanging.
     cfg["ray-llm-eks:waitForReady"] = True
@@ -345,7 +357,9 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
         text = str(e)
         line = next((ln.strip() for ln in text.splitlines() if "timed out" in ln.lower() or "ready" in ln.lower()), "")
         timeline.log(f"up failed after {took:.0f} s: {line[:300]}")
-        checks.expect("RayService" in text or svc in text, "the failure names the RayService", text[-400:])
+        checks.expect(
+            names_failed_resource(text, RAY_SERVICE, "llm-rayservice"), "the failure names the RayService", text[-400:]
+        )
         # pulumi-kubernetes 4.25 words it: '"llm/llm" failed to fully initialize or become live: timed out
         # waiting for the condition' (the condition is our pulumi.com/waitFor condition=Ready).
         checks.expect("timed out waiting for the condition" in text and f"{NS}/{svc}" in text,
@@ -418,7 +432,7 @@ def negative_cases(api: KubeClient, settings, nodes: dict, timeline: Timeline, c
         lambda: api.get_or_none(f"/api/v1/namespaces/{ns}/serviceaccounts/default"),
         60,
     )
-    base = ray_service_spec(settings.serving, settings.gpu_pools, with_token=False)
+    base = ray_service_spec(settings)
     role = next(iter(settings.gpu_pools))
     node = next(n for n, labels in nodes.items() if labels.get("role") == role)
     alloc_mib = (

@@ -18,7 +18,7 @@ from domain.facts import GPU_RESOURCE as GPU
 from domain.scaling import node_template_tags
 from e2e.cluster import node_object, node_shapes
 from e2e.observe import object_path, pods_of, wait_for, wait_scheduled
-from e2e.template_node import template_node
+from e2e.template_node import CAPACITY_SOURCE, template_node
 
 JSON_PATCH = "application/json-patch+json"
 NOT_SELECTED = "node(s) didn't match Pod's node affinity/selector"
@@ -197,7 +197,8 @@ class ScaleUp:
         for node in wrong.values():
             self.cluster.add_node(node)
         self.log(
-            f"EMULATED Cluster Autoscaler: template nodes from our ASG tags, {self.other}'s and {self.grow}'s "
+            f"EMULATED Cluster Autoscaler (its AWS provider's buildNodeFromTemplate, redone by e2e/template_node.py; "
+            f"{CAPACITY_SOURCE}): template nodes from our ASG tags, {self.other}'s and {self.grow}'s "
             f"without the {EFA} resource tag: {sorted(wrong)}"
         )
         # A rejected pod is retried only on events that may help it; a fresh pod (the operator replaces

@@ -9,6 +9,11 @@ extractLabelsFromAsg, extractTaintsFromAsg, extractAllocatableResourcesFromAsg. 
 mixed-instances override, and the EKS managed-node-group path (when the ASG carries EKS's
 `eks:nodegroup-name` tag the autoscaler also asks EKS DescribeNodegroup for labels and taints): that
 needs AWS, and it never supplies `vpc.amazonaws.com/efa`, which only our tags do.
+
+The capacity comes from our instance table, standing in for the autoscaler's own
+(ec2_instance_types.go InstanceTypes), which cannot be read here: the Go module proxy does not serve
+k8s.io/autoscaler/cluster-autoscaler. Both agreed on every type we list at 1.35.2
+(tools/check_autoscaler_instance_types.py re-checks it).
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ _LABEL, _TAINT, _RESOURCE = f"{NODE_TEMPLATE}/label/", f"{NODE_TEMPLATE}/taint/"
 _TAINT_VALUE = re.compile(r"(.*):(?:NoSchedule|NoExecute|PreferNoSchedule)")
 TEMPLATE_PODS = 110  # buildNodeFromTemplate: "TODO: get a real value."
 ARCH = "amd64"  # the autoscaler's instance table; every type in ours is x86_64
+CAPACITY_SOURCE = (
+    "capacity from domain/aws_facts.py INSTANCE_SPECS, standing in for cluster-autoscaler 1.35.2's "
+    "ec2_instance_types.go (equal for every type we list; tools/check_autoscaler_instance_types.py)"
+)
 
 
 def _quantity_or_none(value: str) -> str | None:
