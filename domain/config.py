@@ -428,9 +428,9 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings], facts
     )
     api_keys.check_no_own_ingress(document, f"serve_configs/{name}.yaml")
     efa_roles = {p.app_role for p in pools.values() if p.efa}
-    for pool in pools.values():  # every pool of a role must fit the role's engine
-        types = {p.app_role: p.nodes.instance_type for p in pools.values()} | {pool.app_role: pool.nodes.instance_type}
-        model_fit.check_fit(document, types, efa_roles, own_spec)
+    # max_num_seqs derived where the fit renders it; every pool of a role must fit the role's engine.
+    pool_types = [(p.app_role, p.nodes.instance_type) for p in pools.values()]
+    document, fit = model_fit.fit_serving(document, pool_types, efa_roles, own_spec)
 
     sources = {
         role: (c.get("model_loading_config") or {}).get("model_source") or ""
@@ -463,6 +463,7 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings], facts
         )
     return ServingSettings(
         serve_document=document,
+        fit=fit,
         namespace=namespace,
         service_name=service_name,
         image=image,

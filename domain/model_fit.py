@@ -1,21 +1,26 @@
-"""Will the model fit? Weights, KV cache and runtime memory against the GPUs of each role's pool,
-checked offline before any resource is declared (instead of Ray workers crash-looping on the GPU
-nodes 25 minutes into `pulumi up`).
+"""Will the model fit, and how many sequences can it run? Weights, runtime memory and the KV cache
+pool against the GPUs of each role's pool, checked offline before any resource is declared (instead of
+Ray workers crash-looping on the GPU nodes 25 minutes into `pulumi up`).
 
-Per GPU:  weights / (TP x PP)
-        + KV cache of ONE full max_model_len sequence (K and V, KV layers / PP, KV heads / TP)
-        + per-sequence state of linear-attention layers
-        + runtime reserve
-  must fit  GPU memory CUDA sees x gpu_memory_utilization.
+Per GPU, as vLLM 0.26 counts it (v1/worker/gpu_worker.py Worker.determine_available_memory):
+
+    budget   = GPU memory x gpu_memory_utilization        (the CUDA context comes on top)
+    KV cache = budget - weights - runtime reserve         (activation peak + non-torch + CUDA graphs)
+    blocks   = KV cache // (page x layers per group)      (domain/vllm_fit.py: vLLM's own arithmetic)
+
+The runtime reserve depends on max_num_seqs (more CUDA graphs, larger sampler buffers), and a hybrid
+model needs one block per running sequence before vLLM captures its CUDA graphs; so the largest
+max_num_seqs that fits is a fixed point: s <= blocks(s). It is derived and rendered for hybrid models,
+and an explicit one that cannot fit is refused with vLLM's own reason.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+import copy
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
-from domain import aws_facts
+from domain import aws_facts, vllm_fit
 from domain.errors import ConfigError
 from domain.model_families import FAMILIES, ModelFamily
 from domain.serve_config import check_tensor_parallel, llm_configs_by_role
@@ -29,16 +34,91 @@ VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.26 CacheConfig default (vll
 AUTO_MAX_MODEL_LEN = -1
 MIN_CONTEXT_TOKENS = 16
 
-# What vLLM needs per GPU besides weights and KV cache (vLLM V1 gpu_worker.determine_available_memory
-# counts weights + activation peak of the profiling pass + non-torch memory + CUDA graphs against
-# total x gpu_memory_utilization). Logs of 8B models: activation peak 1.19-1.26 GiB at 8192 batched
-# tokens, ~0.2-0.4 GiB at 2048; non-torch 0.05-0.35 GiB at TP 1 and ~1.8 GiB more per GPU at TP 2
-# (NCCL buffers; vllm PR #10511); CUDA graphs 0.3-0.9 GiB ("Estimated CUDA graph memory: 0.84 GiB",
-# Llama-3.1-8B). So: 2 GiB at TP 1 with <= 2048 batched tokens, +1 GiB above, +1.8 GiB with TP/PP > 1.
+# The runtime reserve of a model without measurements of its own (vLLM V1 gpu_worker
+# determine_available_memory: activation peak of the profiling pass + non-torch memory + CUDA graph
+# estimate). Logs of 8B models at vLLM's default 256 sequences: activation peak 1.19-1.26 GiB at 8192
+# batched tokens, ~0.2-0.4 GiB at 2048; non-torch 0.05-0.35 GiB at TP 1 and ~1.8 GiB more per GPU at
+# TP 2 (NCCL buffers; vllm PR #10511); CUDA graphs 0.3-0.9 GiB. So: 2 GiB at TP 1 with <= 2048 batched
+# tokens, +1 GiB above, +1.8 GiB with TP/PP > 1.
 RUNTIME_RESERVE_GIB = 2.0
 LARGE_BATCH_EXTRA_GIB = 1.0
 MULTI_GPU_EXTRA_GIB = 1.8
-VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # the larger of vLLM's defaults, so unset is not optimistic
+RESERVE_REFERENCE_SEQS = 256  # the max_num_seqs those logs ran with
+# Beyond that, per sequence: the one slope measured, Qwen3.5-9B with compile + CUDA graphs between 64
+# and 256 sequences (docs/measurements.md, 2026-12-01): 1.15 MiB.
+RESERVE_PER_SEQUENCE_MIB = 1.2
+# Outside vLLM's budget: nvidia-smi showed ~0.5 GiB per engine beyond it (the CUDA context), on the
+# H200 run of 2026-12-01. vLLM refuses to start when the free memory is below the budget
+# (v1/worker/utils.py request_memory).
+CUDA_CONTEXT_GIB = 0.5
+# Tolerance of the prediction against vLLM's own lines: the KV cache memory within 0.10 GiB (the
+# spread of two engines with the same settings on the same GPU was 0.07 GiB, 3.15 vs 3.22 GiB; each
+# logged figure is rounded to 0.01 GiB); the weights within 0.05 GiB. Blocks, tokens and concurrency
+# follow from the KV cache memory exactly (domain/vllm_fit.py), so their tolerance is the KV one in
+# their unit. Checks and the derived max_num_seqs use the low end: what fits, fits within it.
+KV_TOLERANCE_GIB = 0.10
+WEIGHTS_TOLERANCE_GIB = 0.05
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One engine start's memory, from vLLM 0.26's own log lines ("Model loading took", "Available
+    KV cache memory"), at the budget the run gave vLLM."""
+
+    max_num_seqs: int
+    cudagraphs: bool  # torch.compile + CUDA graphs (vLLM's default) or enforce_eager
+    weights_gib: float
+    kv_cache_gib: float
+    budget_gib: float
+
+    @property
+    def reserve_gib(self) -> float:
+        return self.budget_gib - self.weights_gib - self.kv_cache_gib
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A model's runtime reserve and weights as vLLM measured them, at one max_num_batched_tokens and TP 1."""
+
+    source: str  # where and when (docs/measurements.md)
+    max_num_batched_tokens: int
+    points: tuple[Measured, ...]
+    emulated: bool  # measured on a larger GPU at this GPU's budget: its reserve may differ on the real one
+
+    def reserve_gib(self, max_num_seqs: int, cudagraphs: bool) -> float:
+        """With CUDA graphs: the least-squares line through the measured points (reserve vs
+        max_num_seqs); eager: the largest eager reserve measured."""
+        if not cudagraphs:
+            return max(p.reserve_gib for p in self.points if not p.cudagraphs)
+        graph = [(p.max_num_seqs, p.reserve_gib) for p in self.points if p.cudagraphs]
+        n = len(graph)
+        mean_s = sum(s for s, _ in graph) / n
+        mean_r = sum(r for _, r in graph) / n
+        spread = sum((s - mean_s) ** 2 for s, _ in graph)
+        slope = sum((s - mean_s) * (r - mean_r) for s, r in graph) / spread if spread else 0.0
+        return mean_r + slope * (max_num_seqs - mean_s)
+
+    def weights_overhead_gib(self, computed_gib: float) -> float:
+        """What vLLM holds after loading beyond the parameters (buffers such as the rotary cache)."""
+        return max(sum(p.weights_gib for p in self.points) / len(self.points) - computed_gib, 0.0)
+
+
+# Qwen3.5-9B, vLLM 0.26.0 CUDA 13 wheel, one H200 with gpu_memory_utilization scaled so that the budget
+# equals an L4's (0.92 x 22,888 MiB), random bf16 weights of the real shape, max_model_len 4096,
+# max_num_batched_tokens 2048, TP 1, language_model_only, gdn_prefill_backend triton, 2026-12-01
+# (../shared/gpu-rehearsal/README.md; docs/measurements.md).
+_L4_BUDGET_GIB = 0.92 * 22888 / 1024
+QWEN35_9B_L4 = Calibration(
+    source="H200 at the L4 budget, vLLM 0.26.0, 2026-12-01 (docs/measurements.md)",
+    max_num_batched_tokens=2048,
+    points=(
+        Measured(256, True, 16.8, 1.17, _L4_BUDGET_GIB),  # refused: 72 Mamba blocks
+        Measured(64, True, 16.8, 1.39, _L4_BUDGET_GIB),
+        Measured(64, False, 16.8, 3.15, _L4_BUDGET_GIB),  # PD prefill, eager
+        Measured(64, False, 16.8, 3.22, _L4_BUDGET_GIB),  # PD decode, eager
+    ),
+    emulated=True,
+)
 
 
 @dataclass(frozen=True)
@@ -56,6 +136,8 @@ class ModelSpec:
     family: ModelFamily | None = None  # None: a model of the user's (modelSpec); no settings added
     vision_parameters: float = 0.0  # not loaded with language_model_only
     mtp_parameters: float = 0.0  # multi-token-prediction head: vLLM skips it unless speculating
+    linear: vllm_fit.LinearState | None = None  # the linear-attention layers' state shapes
+    calibration: Calibration | None = None
 
     @property
     def hybrid(self) -> bool:
@@ -76,22 +158,33 @@ class ModelSpec:
 # Known models. Each row's numbers come from the model's config.json / model card on Hugging Face.
 KNOWN_MODELS: dict[str, ModelSpec] = {
     # Qwen/Qwen3.5-9B config.json (text part qwen3_5_text): 32 layers, full attention every 4th
-    # (8 layers) with 4 KV heads x 256; the other 24 are Gated DeltaNet. Checkpoint 9,653,108,208
-    # parameters (19.3 GB bf16). Counted from config.json (hidden 4096, MLP 12288, vocab 248320,
-    # untied embeddings): text model 8,953,803,264; vision tower (27 blocks x 1152) 456,010,480;
-    # MTP head 243,290,624. DeltaNet state of one sequence: 24 layers x 32 value heads x 128 x 128
-    # x 4 B (fp32, the largest SSM cache dtype) + conv state.
+    # (8 layers) with 4 KV heads x 256; the other 24 are Gated DeltaNet (16 key heads, 32 value heads,
+    # head dims 128, conv kernel 4, mamba_ssm_dtype float32). Checkpoint 9,653,108,208 parameters
+    # (19.3 GB bf16). Counted from config.json (hidden 4096, MLP 12288, vocab 248320, untied
+    # embeddings): text model 8,953,803,264; vision tower (27 blocks x 1152) 456,010,480; MTP head
+    # 243,290,624. Which values are confirmed against the published files: docs/architecture.md.
     "Qwen/Qwen3.5-9B": ModelSpec(
         parameters=9.653108208e9,
         weight_dtype="bfloat16",
         kv_layers=8,
         kv_heads=4,
         head_dim=256,
-        state_mib_per_sequence=50.0,
+        # 24 x (32 x 128 x 128 x 4 B fp32 SSM state + 3 x 8192 x 2 B conv state) = 49.1 MiB.
+        state_mib_per_sequence=24 * (32 * 128 * 128 * 4 + 3 * 8192 * 2) / MIB,
         max_context=262144,
         family=FAMILIES["qwen3_5"],
         vision_parameters=0.45601048e9,
         mtp_parameters=0.243290624e9,
+        linear=vllm_fit.GatedDeltaNet(
+            layers=24,
+            key_heads=16,
+            value_heads=32,
+            key_head_dim=128,
+            value_head_dim=128,
+            conv_kernel=4,
+            ssm_dtype="float32",
+        ),
+        calibration=QWEN35_9B_L4,
     ),
     # meta-llama/Llama-3.1-8B-Instruct config.json: 32 layers, 8 KV heads, head_dim 128 (4096/32),
     # max_position_embeddings 131072; 8.03B parameters (model card).
@@ -142,17 +235,21 @@ _SPEC_FIELDS = {
     "stateMiBPerSequence": (int, float),
     "maxContext": int,
 }
+# Optional: the number of linear-attention layers, required with a per-sequence state (vLLM pads
+# each layer's state up to a whole attention page, so the count decides the page and the pool).
+_OPTIONAL_SPEC_FIELDS = {"linearLayers": int}
 
 
 def spec_from_config(raw: Mapping) -> ModelSpec:
     """A `modelSpec` stack value for a model not in KNOWN_MODELS (every field required)."""
+    fields = {**_SPEC_FIELDS, **_OPTIONAL_SPEC_FIELDS}
     for name, value in raw.items():
-        if name not in _SPEC_FIELDS:
-            raise ConfigError(f"modelSpec.{name}", value, f"unknown field; fields: {sorted(_SPEC_FIELDS)}")
-        kind = _SPEC_FIELDS[name]
+        if name not in fields:
+            raise ConfigError(f"modelSpec.{name}", value, f"unknown field; fields: {sorted(fields)}")
+        kind = fields[name]
         if isinstance(value, bool) or not isinstance(value, kind):
             raise ConfigError(f"modelSpec.{name}", value, "a string" if kind is str else "a number")
-        may_be_zero = name in ("kvLayers", "stateMiBPerSequence")  # pure SSM / pure attention models
+        may_be_zero = name in ("kvLayers", "stateMiBPerSequence", "linearLayers")  # pure SSM / attention
         if kind is not str and (value < 0 or (value == 0 and not may_be_zero)):
             raise ConfigError(f"modelSpec.{name}", value, "a positive number")
     missing = sorted(set(_SPEC_FIELDS) - set(raw))
@@ -160,28 +257,42 @@ def spec_from_config(raw: Mapping) -> ModelSpec:
         raise ConfigError(f"modelSpec.{missing[0]}", None, f"required; modelSpec needs {sorted(_SPEC_FIELDS)}")
     if raw["weightDtype"] not in DTYPE_BYTES:
         raise ConfigError("modelSpec.weightDtype", raw["weightDtype"], f"one of {sorted(DTYPE_BYTES)}")
+    state, linear_layers = float(raw["stateMiBPerSequence"]), raw.get("linearLayers", 0)
+    if state > 0 and not linear_layers:
+        raise ConfigError(
+            "modelSpec.linearLayers",
+            raw.get("linearLayers"),
+            "the number of linear-attention/SSM layers, required with stateMiBPerSequence > 0 (vLLM pads "
+            "each layer's state to a whole attention page: the count decides the block size and the pool)",
+        )
     return ModelSpec(
         parameters=float(raw["parameters"]),
         weight_dtype=raw["weightDtype"],
         kv_layers=raw["kvLayers"],
         kv_heads=raw["kvHeads"],
         head_dim=raw["headDim"],
-        state_mib_per_sequence=float(raw["stateMiBPerSequence"]),
+        state_mib_per_sequence=state,
         max_context=raw["maxContext"],
+        linear=vllm_fit.OpaqueState(linear_layers, int(state * MIB / linear_layers)) if state > 0 else None,
     )
 
 
 @dataclass(frozen=True)
 class Engine:
-    """The vLLM settings of one role that decide memory."""
+    """The vLLM settings of one role that decide memory (None: vLLM's default for the GPU)."""
 
     max_model_len: int
     tensor_parallel: int
     pipeline_parallel: int
     gpu_memory_utilization: float
     kv_cache_dtype: str  # "auto" = the weights' dtype
-    max_num_batched_tokens: int = VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS
+    max_num_batched_tokens: int | None = None
     language_model_only: bool = False
+    max_num_seqs: int | None = None
+    enforce_eager: bool = False  # no torch.compile, no CUDA graphs
+    block_size: int | None = None
+    prefix_caching: bool = False  # enable_prefix_caching: off by default for hybrid models in vLLM 0.26
+    mamba_ssm_cache_dtype: str | None = None  # overrides the model's mamba_ssm_dtype
 
     @classmethod
     def from_engine_kwargs(cls, kwargs: Mapping) -> Engine:
@@ -191,66 +302,191 @@ class Engine:
             pipeline_parallel=kwargs.get("pipeline_parallel_size", 1),
             gpu_memory_utilization=kwargs.get("gpu_memory_utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION),
             kv_cache_dtype=kwargs.get("kv_cache_dtype", "auto"),
-            max_num_batched_tokens=kwargs.get("max_num_batched_tokens", VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS),
+            max_num_batched_tokens=kwargs.get("max_num_batched_tokens"),
             language_model_only=bool(kwargs.get("language_model_only", False)),
+            max_num_seqs=kwargs.get("max_num_seqs"),
+            enforce_eager=bool(kwargs.get("enforce_eager", False)),
+            block_size=kwargs.get("block_size"),
+            prefix_caching=bool(kwargs.get("enable_prefix_caching", False)),
+            mamba_ssm_cache_dtype=_not_auto(kwargs.get("mamba_ssm_cache_dtype")),
         )
 
     @property
     def gpus(self) -> int:
         return self.tensor_parallel * self.pipeline_parallel
 
-    @property
-    def reserve_gib(self) -> float:
-        return (
-            RUNTIME_RESERVE_GIB
-            + (LARGE_BATCH_EXTRA_GIB if self.max_num_batched_tokens > 2048 else 0.0)
-            + (MULTI_GPU_EXTRA_GIB if self.gpus > 1 else 0.0)
+    def on(self, gpu: aws_facts.InstanceSpec) -> Engine:
+        """With vLLM's defaults for this GPU filled in (EngineArgs.get_batch_defaults, OPENAI_API_SERVER;
+        an unset max_num_seqs is also capped at max_num_batched_tokens)."""
+        tokens = self.max_num_batched_tokens or vllm_fit.default_max_num_batched_tokens(
+            gpu.gpu_memory_mib, gpu.gpu_model
         )
+        seqs = self.max_num_seqs or min(vllm_fit.default_max_num_seqs(gpu.gpu_memory_mib, gpu.gpu_model), tokens)
+        return replace(self, max_num_batched_tokens=tokens, max_num_seqs=seqs)
+
+
+def _not_auto(value):
+    return None if value in (None, "auto") else value
 
 
 @dataclass(frozen=True)
-class Budget:
-    """Per-GPU memory, in bytes."""
+class Prediction:
+    """vLLM 0.26's memory lines for one engine on one GPU, predicted (bytes)."""
 
+    budget: float
     weights: float
-    kv_cache: float
-    state: float
     reserve: float
-    available: float
+    layout: vllm_fit.KvLayout
+    max_model_len: int
+    max_num_seqs: int
+    cudagraphs: bool
+    tolerance: float  # on the KV cache memory
+    calibrated: bool  # the reserve comes from this model's own measurements
+    emulated: bool  # ... taken on a larger GPU at this GPU's budget
 
     @property
-    def needed(self) -> float:
-        return self.weights + self.kv_cache + self.state + self.reserve
+    def kv_cache(self) -> float:
+        return self.budget - self.weights - self.reserve
 
     @property
-    def fits(self) -> bool:
-        return self.needed <= self.available
+    def num_blocks(self) -> int:
+        return self.layout.num_blocks(self.kv_cache)
 
+    @property
+    def num_blocks_low(self) -> int:
+        """The blocks at the low end of the tolerance: what the checks rely on."""
+        return self.layout.num_blocks(self.kv_cache - self.tolerance)
 
-def _kv_bytes(model: ModelSpec, engine: Engine) -> float:
-    if engine.kv_cache_dtype in ("auto", None):
-        return DTYPE_BYTES[model.weight_dtype]
-    return 1 if engine.kv_cache_dtype.startswith("fp8") else DTYPE_BYTES.get(engine.kv_cache_dtype, 2)
+    @property
+    def blocks_per_request(self) -> int:
+        return self.layout.blocks_per_request(self.max_model_len)
 
+    @property
+    def kv_tokens(self) -> int:
+        return self.layout.tokens(self.num_blocks, self.max_model_len)
 
-def per_gpu_kv_bytes_per_token(model: ModelSpec, engine: Engine) -> float:
-    layers = math.ceil(model.kv_layers / engine.pipeline_parallel)
-    heads = max(1, math.ceil(model.kv_heads / engine.tensor_parallel))  # replicated when TP > heads
-    return 2 * layers * heads * model.head_dim * _kv_bytes(model, engine)
+    @property
+    def concurrency(self) -> float:
+        return self.layout.concurrency(self.num_blocks, self.max_model_len)
 
+    @property
+    def mamba_check(self) -> bool:
+        """vLLM refuses max_num_seqs above the blocks: hybrid model with full CUDA graphs."""
+        return self.layout.hybrid and self.cudagraphs
 
-def budget(model: ModelSpec, engine: Engine, gpu_memory_mib: int) -> Budget:
-    return Budget(
-        weights=model.loaded_parameters(engine.language_model_only) * DTYPE_BYTES[model.weight_dtype] / engine.gpus,
-        kv_cache=per_gpu_kv_bytes_per_token(model, engine) * engine.max_model_len,
-        state=model.state_mib_per_sequence * MIB / engine.gpus,
-        reserve=engine.reserve_gib * GIB,
-        available=gpu_memory_mib * MIB * engine.gpu_memory_utilization,
-    )
+    def refusal(self, margin: float | None = None) -> str | None:
+        """vLLM's own reason for refusing to start with `margin` bytes less KV cache memory than
+        predicted (default: the tolerance, the low end); None if it starts."""
+        low = self.kv_cache - (self.tolerance if margin is None else margin)
+        if low <= 0:
+            return (
+                "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+                "initializing the engine."
+            )
+        blocks = self.layout.num_blocks(low)
+        if blocks < self.blocks_per_request:
+            needed = self.blocks_per_request * self.layout.bytes_per_block
+            return (
+                f"To serve at least one request with the model's max seq len ({self.max_model_len}), "
+                f"({needed / GIB:.2f} GiB KV cache is needed, which is larger than the available KV cache "
+                f"memory ({low / GIB:.2f} GiB). Based on the available memory, the estimated maximum model "
+                f"length is {self.layout.longest_context(blocks)}."
+            )
+        if self.mamba_check and self.max_num_seqs > blocks:
+            return vllm_fit.mamba_refusal(self.max_num_seqs, blocks)
+        return None
+
+    def summary(self) -> str:
+        kind = "measured reserve" + (", emulated" if self.emulated else "") if self.calibrated else "estimated reserve"
+        layout = self.layout
+        block = (
+            f"{self.num_blocks} blocks of {layout.block_size} tokens ({layout.bytes_per_block / MIB:.1f} MiB, "
+            f"{layout.blocks_per_request(self.max_model_len)} per request)"
+        )
+        return (
+            f"budget {_gib(self.budget)} = weights {_gib(self.weights)} + runtime {_gib(self.reserve)} "
+            f"(max_num_seqs {self.max_num_seqs}, {'CUDA graphs' if self.cudagraphs else 'eager'}) + KV cache "
+            f"{_gib(self.kv_cache)} -> {block}: {self.kv_tokens:,} tokens, {self.concurrency:.2f}x concurrency "
+            f"at {self.max_model_len:,} tokens (+-{_gib(self.tolerance)} KV, {kind})"
+        )
 
 
 def _gib(n: float) -> str:
     return f"{n / GIB:.2f} GiB"
+
+
+def _dtype_bytes(model: ModelSpec, dtype: str | None) -> float:
+    if dtype in ("auto", None):
+        return DTYPE_BYTES[model.weight_dtype]
+    return 1 if dtype.startswith("fp8") else DTYPE_BYTES.get(dtype, 2)
+
+
+def layout(model: ModelSpec, engine: Engine) -> vllm_fit.KvLayout:
+    model_bytes = DTYPE_BYTES[model.weight_dtype]
+    linear = model.linear
+    if isinstance(linear, vllm_fit.GatedDeltaNet) and engine.mamba_ssm_cache_dtype:
+        linear = replace(linear, ssm_dtype=engine.mamba_ssm_cache_dtype)
+    return vllm_fit.kv_layout(
+        kv_layers=model.kv_layers,
+        kv_heads=model.kv_heads,
+        head_dim=model.head_dim,
+        kv_bytes=_dtype_bytes(model, engine.kv_cache_dtype),
+        linear=linear,
+        model_dtype_bytes=model_bytes,
+        tensor_parallel=engine.tensor_parallel,
+        pipeline_parallel=engine.pipeline_parallel,
+        block_size=engine.block_size,
+        prefix_caching=engine.prefix_caching,
+    )
+
+
+def reserve_gib(model: ModelSpec, engine: Engine) -> float:
+    """Activation peak + non-torch memory + CUDA graphs, per GPU (engine with its defaults filled in)."""
+    seqs, tokens, graphs = engine.max_num_seqs, engine.max_num_batched_tokens, not engine.enforce_eager
+    cal = model.calibration
+    if cal is not None:
+        base = cal.reserve_gib(seqs, graphs)
+        extra_tokens = tokens > cal.max_num_batched_tokens
+    else:
+        base = RUNTIME_RESERVE_GIB + max(seqs - RESERVE_REFERENCE_SEQS, 0) * RESERVE_PER_SEQUENCE_MIB / 1024
+        extra_tokens = tokens > 2048
+    return base + (LARGE_BATCH_EXTRA_GIB if extra_tokens else 0.0) + (MULTI_GPU_EXTRA_GIB if engine.gpus > 1 else 0.0)
+
+
+def weights_bytes(model: ModelSpec, engine: Engine) -> float:
+    computed = model.loaded_parameters(engine.language_model_only) * DTYPE_BYTES[model.weight_dtype] / engine.gpus
+    if model.calibration is None:
+        return computed
+    measured_with = model.loaded_parameters(True) * DTYPE_BYTES[model.weight_dtype]
+    return computed + model.calibration.weights_overhead_gib(measured_with / GIB) * GIB
+
+
+def predict(model: ModelSpec, engine: Engine, gpu: aws_facts.InstanceSpec) -> Prediction:
+    """vLLM's memory lines for this engine on one GPU of this instance type."""
+    engine = engine.on(gpu)
+    calibrated = model.calibration is not None
+    return Prediction(
+        budget=gpu.gpu_memory_mib * MIB * engine.gpu_memory_utilization,
+        weights=weights_bytes(model, engine),
+        reserve=reserve_gib(model, engine) * GIB,
+        layout=layout(model, engine),
+        max_model_len=engine.max_model_len,
+        max_num_seqs=engine.max_num_seqs,
+        cudagraphs=not engine.enforce_eager,
+        tolerance=KV_TOLERANCE_GIB * GIB,
+        calibrated=calibrated,
+        emulated=calibrated and model.calibration.emulated,
+    )
+
+
+def largest_max_num_seqs(model: ModelSpec, engine: Engine, gpu: aws_facts.InstanceSpec) -> int:
+    """The fixed point: the largest s (up to vLLM's default for the GPU) with s <= blocks(s) at the low
+    end of the tolerance, where blocks(s) shrinks as the reserve grows with s; 0 if none."""
+    cap = engine.on(gpu).max_num_seqs if engine.max_num_seqs is None else engine.max_num_seqs
+    for seqs in range(cap, 0, -1):
+        if seqs <= predict(model, replace(engine, max_num_seqs=seqs), gpu).num_blocks_low:
+            return seqs
+    return 0
 
 
 def _hosts(model: ModelSpec, engine: Engine, need_efa: bool) -> list[str]:
@@ -258,18 +494,23 @@ def _hosts(model: ModelSpec, engine: Engine, need_efa: bool) -> list[str]:
     fitting = [
         (spec.gpus, spec.gpu_memory_mib, spec.vcpus, name)
         for name, spec in aws_facts.INSTANCE_SPECS.items()
-        if spec.gpus >= engine.gpus and (spec.efa or not need_efa) and budget(model, engine, spec.gpu_memory_mib).fits
+        if spec.gpus >= engine.gpus and (spec.efa or not need_efa) and predict(model, engine, spec).refusal() is None
     ]
     return [name for *_, name in sorted(fitting)]
 
 
-def _alternatives(model: ModelSpec, engine: Engine, spec: aws_facts.InstanceSpec, need_efa: bool) -> list[str]:
-    """What would fit: a shorter context, a larger GPU, more tensor parallelism."""
+def _alternatives(
+    model: ModelSpec, engine: Engine, prediction: Prediction, gpu: aws_facts.InstanceSpec, need_efa: bool
+) -> list[str]:
+    """What would fit: fewer sequences, a shorter context, a larger GPU, more tensor parallelism."""
     ideas = []
-    b = budget(model, engine, spec.gpu_memory_mib)
-    room = b.available - b.weights - b.state - b.reserve
-    if room > 0:
-        ideas.append(f"max_model_len <= {int(room // per_gpu_kv_bytes_per_token(model, engine))} on this GPU")
+    blocks = prediction.num_blocks_low
+    if prediction.mamba_check and prediction.max_num_seqs > blocks and blocks >= prediction.blocks_per_request:
+        seqs = largest_max_num_seqs(model, replace(engine, max_num_seqs=None), gpu)
+        ideas.append(f"max_num_seqs <= {seqs} (or leave it unset: the stack derives it)")
+    longest = prediction.layout.longest_context(blocks)
+    if 0 < longest < engine.max_model_len:
+        ideas.append(f"max_model_len <= {longest} on this GPU")
     hosts = _hosts(model, engine, need_efa)
     if hosts:
         ideas.append(f"a larger GPU at the same parallelism: {', '.join(hosts[:3])}")
@@ -283,28 +524,54 @@ def _alternatives(model: ModelSpec, engine: Engine, spec: aws_facts.InstanceSpec
 
 def check_role(
     role: str, model_id: str, model: ModelSpec, engine: Engine, instance_type: str, need_efa: bool
-) -> Budget:
-    """Raise ConfigError if one role's LLM config cannot run on its pool's instance type."""
+) -> Prediction:
+    """Raise ConfigError if one role's LLM config cannot run on its pool's instance type: vLLM would
+    refuse to start (its reason in the message) at the low end of the fit's tolerance."""
     spec = aws_facts.INSTANCE_SPECS[instance_type]
-    key = f"gpuPools.{role}"
     if engine.max_model_len > model.max_context:
         raise ConfigError(
             "maxModelLen", engine.max_model_len, f"at most {model.max_context}, the maximum context of {model_id}"
         )
     check_tensor_parallel(role, instance_type, spec.gpus, engine.tensor_parallel)
-    b = budget(model, engine, spec.gpu_memory_mib)
-    if not b.fits:
-        short = b.needed - b.available
+    total = spec.gpu_memory_mib * MIB
+    if engine.gpu_memory_utilization * total > total - CUDA_CONTEXT_GIB * GIB:
         raise ConfigError(
-            key,
-            instance_type,
-            f"{model_id} does not fit the {role} GPU ({spec.gpu_model}, {_gib(spec.gpu_memory_mib * MIB)} x "
-            f"gpu_memory_utilization {engine.gpu_memory_utilization} = {_gib(b.available)}): needs "
-            f"{_gib(b.needed)} per GPU (weights {_gib(b.weights)} + KV cache for {engine.max_model_len} tokens "
-            f"{_gib(b.kv_cache)} + state {_gib(b.state)} + runtime {_gib(b.reserve)}), short by {_gib(short)}. "
-            f"Would fit: {'; '.join(_alternatives(model, engine, spec, need_efa)) or 'nothing in our instance table'}",
+            "serveConfig",
+            f"{role} engine_kwargs.gpu_memory_utilization: {engine.gpu_memory_utilization}",
+            f"at most {(total - CUDA_CONTEXT_GIB * GIB) / total:.2f} on {instance_type} ({spec.gpu_model}): the CUDA "
+            f"context takes ~{CUDA_CONTEXT_GIB} GiB outside vLLM's budget, and vLLM 0.26 refuses to start with "
+            "'Free memory on device ... is less than desired GPU memory utilization'",
         )
-    return b
+    prediction = predict(model, engine, spec)
+    if prediction.refusal() is None:
+        return prediction
+    # Quote vLLM at the predicted memory when it refuses there too, else at the low end.
+    central = prediction.refusal(0.0)
+    reason = central or prediction.refusal()
+    would = "would" if central else f"may (within the fit's tolerance, -{_gib(prediction.tolerance)} KV cache)"
+    if prediction.mamba_check and engine.max_num_seqs is not None and reason.startswith("max_num_seqs"):
+        key, value = "serveConfig", f"{role} engine_kwargs.max_num_seqs: {engine.max_num_seqs}"
+    else:
+        key, value = f"gpuPools.{role}", instance_type
+    ideas = "; ".join(_alternatives(model, engine, prediction, spec, need_efa)) or "nothing in our instance table"
+    # Short by: what one request at max_model_len still lacks, at the low end of the tolerance.
+    one_request = prediction.blocks_per_request * prediction.layout.bytes_per_block
+    short = one_request - (prediction.kv_cache - prediction.tolerance)
+    short_by = f", short by {_gib(short)} for one request at max_model_len" if short > 0 else ""
+    raise ConfigError(
+        key,
+        value,
+        f"{model_id} does not fit the {role} GPU ({spec.gpu_model}) with {_described(engine)}: vLLM "
+        f"{vllm_fit.VLLM_VERSION} {would} refuse to start: '{reason}' (predicted {prediction.summary()}{short_by}). "
+        f"Would fit: {ideas}",
+    )
+
+
+def _described(engine: Engine) -> str:
+    seqs = (
+        "max_num_seqs unset (vLLM's default)" if engine.max_num_seqs is None else f"max_num_seqs {engine.max_num_seqs}"
+    )
+    return f"max_model_len {engine.max_model_len}, {seqs}, gpu_memory_utilization {engine.gpu_memory_utilization}"
 
 
 def model_spec(model_id: str, model_source: str, override: ModelSpec | None) -> ModelSpec:
@@ -321,22 +588,129 @@ def model_spec(model_id: str, model_source: str, override: ModelSpec | None) -> 
     return spec
 
 
+@dataclass(frozen=True)
+class RoleFit:
+    """The fit of one role's engine on one GPU of its pool's instance type."""
+
+    role: str
+    model_id: str
+    instance_type: str
+    model: ModelSpec = field(repr=False)
+    engine: Engine = field(repr=False)
+    prediction: Prediction
+    max_num_seqs_from: str  # "derived" (by the stack), "set" (in the serve file), "vLLM default"
+
+    def at(self, max_num_seqs: int) -> Prediction:
+        """The prediction with another max_num_seqs (e.g. what a rehearsal forced)."""
+        return predict(self.model, replace(self.engine, max_num_seqs=max_num_seqs), _spec(self.instance_type))
+
+    def line(self) -> str:
+        gpu = _spec(self.instance_type).gpu_model
+        head = f"{self.role} ({self.instance_type}, {gpu}, max_num_seqs {self.max_num_seqs_from})"
+        return f"{head}: {self.prediction.summary()}"
+
+
+def _spec(instance_type: str) -> aws_facts.InstanceSpec:
+    return aws_facts.INSTANCE_SPECS[instance_type]
+
+
+def _engine(config: Mapping, spec: ModelSpec) -> Engine:
+    kwargs = config.get("engine_kwargs") or {}
+    # Without max_model_len vLLM takes the model's whole context: so do we.
+    engine = Engine.from_engine_kwargs({"max_model_len": spec.max_context, **kwargs})
+    if engine.max_model_len == AUTO_MAX_MODEL_LEN:
+        engine = replace(engine, max_model_len=MIN_CONTEXT_TOKENS)
+    return engine
+
+
+def _model(config: Mapping, override: ModelSpec | None) -> tuple[str, ModelSpec]:
+    loading = config.get("model_loading_config") or {}
+    model_id = loading.get("model_id", "")
+    return model_id, model_spec(model_id, loading.get("model_source") or model_id, override)
+
+
+def derives_max_num_seqs(model: ModelSpec, engine: Engine) -> bool:
+    """Rendered for hybrid models with CUDA graphs (vLLM refuses a max_num_seqs above its blocks there);
+    an attention-only model never refuses one (its scheduler admits what the blocks hold), so vLLM's
+    default stays."""
+    return model.hybrid and not engine.enforce_eager and engine.max_num_seqs is None
+
+
+def render_max_num_seqs(
+    document: dict, pools: Iterable[tuple[str, str]], override: ModelSpec | None
+) -> tuple[dict, dict[str, int]]:
+    """The serve document with max_num_seqs derived for each hybrid role that leaves it unset: the
+    largest that fits the smallest GPU among the role's pools (`pools`: (role, instance type) pairs).
+    Also returns what it derived, per role."""
+    document = copy.deepcopy(document)
+    types = _types_by_role(pools)
+    derived = {}
+    for role, config in llm_configs_by_role(document, "rendered").items():
+        _, spec = _model(config, override)
+        engine = _engine(config, spec)
+        if role not in types or not derives_max_num_seqs(spec, engine):
+            continue
+        seqs = largest_max_num_seqs(spec, engine, _spec(_smallest(types[role])))
+        if seqs > 0:  # else the check names vLLM's reason
+            config["engine_kwargs"]["max_num_seqs"] = derived[role] = seqs
+    return document, derived
+
+
+def _types_by_role(pools: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    types: dict[str, list[str]] = {}
+    for role, instance_type in pools:
+        types.setdefault(role, []).append(instance_type)
+    return types
+
+
+def _smallest(instance_types: Iterable[str]) -> str:
+    return min(instance_types, key=lambda t: (_spec(t).gpu_memory_mib, t))
+
+
+def fit_document(
+    document: dict,
+    instance_types: Mapping[str, str],
+    override: ModelSpec | None = None,
+    derived: Iterable[str] = (),
+) -> dict[str, RoleFit]:
+    """The prediction per role of a rendered serve document, without checking it (`derived`: the roles
+    whose max_num_seqs the stack derived)."""
+    fits = {}
+    for role, config in llm_configs_by_role(document, "rendered").items():
+        model_id, spec = _model(config, override)
+        engine = _engine(config, spec)
+        source = "derived" if role in derived else "vLLM default" if engine.max_num_seqs is None else "set"
+        prediction = predict(spec, engine, _spec(instance_types[role]))
+        fits[role] = RoleFit(role, model_id, instance_types[role], spec, engine, prediction, source)
+    return fits
+
+
 def check_fit(
     document: dict, instance_types: Mapping[str, str], efa_roles: set[str], override: ModelSpec | None
-) -> dict[str, Budget]:
+) -> dict[str, Prediction]:
     """Check every LLM config of a rendered serve document against its pool's instance type."""
-    budgets = {}
+    predictions = {}
     for role, config in llm_configs_by_role(document, "rendered").items():
-        loading = config.get("model_loading_config") or {}
-        model_id = loading.get("model_id", "")
-        spec = model_spec(model_id, loading.get("model_source") or model_id, override)
-        kwargs = config.get("engine_kwargs") or {}
-        # Without max_model_len vLLM takes the model's whole context: so do we.
-        engine = Engine.from_engine_kwargs({"max_model_len": spec.max_context, **kwargs})
-        if engine.max_model_len == AUTO_MAX_MODEL_LEN:
-            engine = replace(engine, max_model_len=MIN_CONTEXT_TOKENS)
-        budgets[role] = check_role(role, model_id, spec, engine, instance_types[role], role in efa_roles)
-    return budgets
+        model_id, spec = _model(config, override)
+        engine = _engine(config, spec)
+        predictions[role] = check_role(role, model_id, spec, engine, instance_types[role], role in efa_roles)
+    return predictions
+
+
+def fit_serving(
+    document: dict, pools: Iterable[tuple[str, str]], efa_roles: set[str], override: ModelSpec | None
+) -> tuple[dict, tuple[str, ...]]:
+    """What the stack does with a rendered serve document: derive max_num_seqs where it is rendered,
+    check every role on every instance type of its pools, and describe the fit on the smallest GPU of
+    each role (the lines `make plan` prints). `pools`: (role, instance type) pairs."""
+    pools = list(pools)
+    document, derived = render_max_num_seqs(document, pools, override)
+    types = _types_by_role(pools)
+    for instance_type in {t for ts in types.values() for t in ts}:
+        own = {role: instance_type if instance_type in ts else _smallest(ts) for role, ts in types.items()}
+        check_fit(document, own, efa_roles, override)
+    fits = fit_document(document, {role: _smallest(ts) for role, ts in types.items()}, override, derived)
+    return document, tuple(fit.line() for fit in fits.values())
 
 
 def gated_models(document: dict) -> list[str]:

@@ -92,6 +92,7 @@ class ServingSettings:
     """The Kubernetes half: operator, device plugins and the RayService with its application."""
 
     serve_document: dict  # rendered serveConfigV2, already checked
+    fit: tuple[str, ...]  # per role: the memory vLLM is predicted to find (domain/model_fit.py)
     namespace: str
     service_name: str  # RayService metadata.name
     image: str

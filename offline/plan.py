@@ -184,6 +184,9 @@ class Plan:
         chain = self.longest_chain()
         lines += ["", f"Longest dependency chain ({len(chain)} steps `pulumi up` runs in sequence):"]
         lines += [f"  {i + 1:2d}. {r.type} {r.name}" for i, r in enumerate(chain)]
+        if self.outputs.get("servingFit"):
+            lines += ["", "GPU memory per role (vLLM 0.26, predicted; docs/architecture.md, the fit):"]
+            lines += [f"  {line}" for line in self.outputs["servingFit"]]
         if "costEstimate" in self.outputs:
             lines += ["", cost.table(self.outputs["costEstimate"])]
             if "hourlyCostRangeUsd" in self.outputs:

@@ -12,7 +12,7 @@ import yaml
 from adapters.stackfile import ROOT, SecretValue
 from domain import aws_facts, model_fit, preflight, prices
 from domain.errors import ConfigError
-from domain.model_fit import GIB, MIB, Engine, budget, check_role
+from domain.model_fit import GIB, Engine, check_role, predict
 from domain.serve_config import llm_configs_by_role
 from offline.mocks import PlanMocks, RecordingMonitor
 from offline.plan import run_program
@@ -22,7 +22,7 @@ NS = "ray-llm-eks:"
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
 # Llama 3.1 is gated on Hugging Face: a stack serving it must set hfToken.
 LLAMA = {NS + "modelId": LLAMA_8B, NS + "hfToken": SecretValue("hf_test")}
-L4_MIB = 22888
+L4 = aws_facts.INSTANCE_SPECS["g6.8xlarge"]
 
 
 # ---- Model fit
@@ -43,7 +43,10 @@ def test_70b_on_dev_fails_saying_by_how_much_and_what_would_fit():
 def test_llama_8b_at_full_context_fails_and_the_suggested_length_fits():
     error, _ = failing_run({**LLAMA, NS + "maxModelLen": 131072})
     message = str(error)
-    assert "KV cache for 131072 tokens 16.00 GiB" in message  # 128 KiB/token x 131072
+    # vLLM's reason: 8192 blocks of 16 tokens x 32 layers x 4 KiB = 16 GiB, 128 KiB/token x 131072
+    assert (
+        "To serve at least one request with the model's max seq len (131072), (16.00 GiB KV cache is needed" in message
+    )
     assert "g6e.8xlarge" in message  # an L40S (48 GB) holds it at the same parallelism
     suggested = int(re.search(r"max_model_len <= (\d+)", message).group(1))
     run_program("dev", {**LLAMA, NS + "maxModelLen": suggested})  # the edge: fits
@@ -64,39 +67,45 @@ def test_every_stack_fits(plans):
         assert plan.one("kubernetes:ray.io/v1:RayService")
 
 
-def test_qwen35_budget_is_the_hand_arithmetic():
-    """Qwen3.5-9B on one L4 at 4096 tokens, bf16, language_model_only: weights = the text model's
-    8,953,803,264 parameters x 2 B (16.68 GiB; no vision tower, no MTP head); KV 2 x 8 layers x 4
-    heads x 256 x 2 B = 32 KiB/token; DeltaNet state 50 MiB; reserve 2 GiB (2048 batched tokens, one
-    GPU); 22888 MiB x 0.92 usable."""
+def test_qwen35_weights_and_budget_are_the_hand_arithmetic():
+    """Qwen3.5-9B on one L4, bf16, language_model_only: weights = the text model's 8,953,803,264
+    parameters x 2 B (16.68 GiB; no vision tower, no MTP head) + what vLLM measured beyond them
+    (16.80 GiB logged); 22888 MiB x 0.92 usable; KV 2 x 8 layers x 4 heads x 256 x 2 B = 32 KiB/token."""
     spec = model_fit.KNOWN_MODELS["Qwen/Qwen3.5-9B"]
     assert spec.kv_bytes_per_token(2) == 32 * 1024
-    b = budget(spec, Engine(4096, 1, 1, 0.92, "auto", 2048, language_model_only=True), L4_MIB)
-    assert b.weights == pytest.approx(8_953_803_264 * 2, rel=1e-6)
-    assert round(b.weights / GIB, 2) == 16.68
-    with_vision = budget(spec, Engine(4096, 1, 1, 0.92, "auto", 2048), L4_MIB)
-    assert with_vision.weights == pytest.approx((9_653_108_208 - 243_290_624) * 2, rel=1e-6), "MTP is never loaded"
-    assert b.kv_cache == 4096 * 32 * 1024
-    assert b.state == 50 * MIB and b.reserve == 2 * GIB
-    assert b.available == pytest.approx(22888 * MIB * 0.92)
-    assert b.fits and 1.5 < (b.available - b.needed) / GIB < 2.0, "1.7 GiB to spare on an L4"
+    assert spec.loaded_parameters(True) * 2 == pytest.approx(8_953_803_264 * 2, rel=1e-6)
+    assert spec.loaded_parameters(False) == pytest.approx(9_653_108_208 - 243_290_624, rel=1e-6), "MTP never loads"
+    p = predict(spec, Engine(4096, 1, 1, 0.92, "auto", 2048, language_model_only=True), L4)
+    assert round(p.weights / GIB, 2) == 16.80
+    assert p.budget == pytest.approx(22888 * 1024**2 * 0.92)
+    with_vision = predict(spec, Engine(4096, 1, 1, 0.92, "auto", 2048), L4)
+    assert with_vision.weights - p.weights == pytest.approx(456_010_480 * 2, rel=1e-6)
 
 
 def test_reserve_grows_with_batch_and_parallelism():
-    assert Engine(4096, 1, 1, 0.9, "auto", 2048).reserve_gib == 2.0
-    assert Engine(4096, 1, 1, 0.9, "auto").reserve_gib == 3.0, "unset batch size is taken as vLLM's larger default"
-    assert Engine(4096, 2, 1, 0.9, "auto", 2048).reserve_gib == pytest.approx(3.8)
+    """A model without measurements of its own: 2 GiB at vLLM's default 256 sequences and <= 2048
+    batched tokens, +1 GiB above, +1.8 GiB on several GPUs, +1.2 MiB per sequence beyond 256."""
+    spec = model_fit.KNOWN_MODELS[LLAMA_8B]
+    l4, h100 = aws_facts.INSTANCE_SPECS["g6.8xlarge"], aws_facts.INSTANCE_SPECS["p5.48xlarge"]
+    reserve = lambda engine, gpu=l4: model_fit.reserve_gib(spec, engine.on(gpu))  # noqa: E731
+    assert reserve(Engine(4096, 1, 1, 0.9, "auto", 2048)) == 2.0
+    assert reserve(Engine(4096, 1, 1, 0.9, "auto", 8192)) == 3.0
+    assert reserve(Engine(4096, 2, 1, 0.9, "auto", 2048)) == pytest.approx(3.8)
+    # An unset batch is vLLM's default for the GPU: 2048 tokens and 256 sequences on an L4; 8192 and
+    # 1024 on an 80 GB H100 (engine/arg_utils.py get_batch_defaults).
+    assert reserve(Engine(4096, 1, 1, 0.9, "auto")) == 2.0
+    assert reserve(Engine(4096, 1, 1, 0.9, "auto"), h100) == pytest.approx(3.0 + 768 * 1.2 / 1024)
 
 
 def test_tensor_parallel_splits_weights_and_kv_heads():
     spec = model_fit.KNOWN_MODELS["meta-llama/Llama-3.1-70B-Instruct"]
-    one, eight = (budget(spec, Engine(8192, tp, 1, 0.9, "auto"), L4_MIB) for tp in (1, 8))
+    one, eight = (predict(spec, Engine(8192, tp, 1, 0.9, "auto"), L4) for tp in (1, 8))
     assert eight.weights == pytest.approx(one.weights / 8)
-    assert eight.kv_cache == pytest.approx(one.kv_cache / 8)
-    sixteen = budget(spec, Engine(8192, 16, 1, 0.9, "auto"), L4_MIB)
-    assert sixteen.kv_cache == eight.kv_cache, "8 KV heads: beyond TP 8 each GPU still holds one head"
-    fp8 = budget(spec, Engine(8192, 8, 1, 0.9, "fp8"), L4_MIB)
-    assert fp8.kv_cache == pytest.approx(eight.kv_cache / 2)
+    assert eight.layout.page_bytes * 8 == one.layout.page_bytes
+    sixteen = predict(spec, Engine(8192, 16, 1, 0.9, "auto"), L4)
+    assert sixteen.layout.page_bytes == eight.layout.page_bytes, "8 KV heads: beyond TP 8 each GPU holds one head"
+    fp8 = predict(spec, Engine(8192, 8, 1, 0.9, "fp8"), L4)
+    assert fp8.layout.page_bytes * 2 == eight.layout.page_bytes
 
 
 def test_gated_model_without_token_fails_at_deploy():
@@ -113,7 +122,7 @@ def collocated_llama(engine_kwargs: dict) -> dict:
 def test_unset_max_model_len_means_the_whole_context():
     spec = model_fit.KNOWN_MODELS[LLAMA_8B]
     document = collocated_llama({"max_num_batched_tokens": 2048})
-    with pytest.raises(ConfigError, match=f"KV cache for {spec.max_context} tokens"):
+    with pytest.raises(ConfigError, match=rf"one request with the model's max seq len \({spec.max_context}\)"):
         model_fit.check_fit(document, {"collocated": "g6.8xlarge"}, set(), None)
 
 
@@ -454,5 +463,6 @@ def test_weights_bucket_in_another_region_is_refused():
 def test_auto_context_length_checks_a_minimal_context():
     """max_model_len -1 lets vLLM pick the longest context that fits: no negative KV arithmetic."""
     doc = collocated_llama({"max_model_len": -1, "max_num_batched_tokens": 2048})
-    budgets = model_fit.check_fit(doc, {"collocated": "g6.8xlarge"}, set(), None)
-    assert budgets["collocated"].kv_cache == 16 * 128 * 1024  # 16 tokens x 128 KiB
+    predictions = model_fit.check_fit(doc, {"collocated": "g6.8xlarge"}, set(), None)
+    assert predictions["collocated"].max_model_len == 16
+    assert predictions["collocated"].blocks_per_request == 1  # 16 tokens: one block of 16
