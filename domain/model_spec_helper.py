@@ -6,7 +6,8 @@
 
 Derived: weightDtype (torch_dtype / dtype, or the quantization), kvLayers (attention layers; of
 `layer_types` only the attention ones), kvHeads, headDim, maxContext (max_position_embeddings),
-stateMiBPerSequence (0 without linear-attention/SSM layers). parameters: from a
+stateMiBPerSequence (0 without linear-attention/SSM layers; for Gated DeltaNet layers, from their
+`linear_*` shapes and `mamba_ssm_dtype` as vLLM 0.26 sizes them) and linearLayers. parameters: from a
 `model.safetensors.index.json` beside the config (its total_size / bytes per weight), else counted
 for plain dense decoders (llama, mistral, qwen2, qwen3: embeddings, attention, gated MLP, norms);
 anything else (MoE, hybrid, multimodal towers) must be given, e.g. from the model card.
@@ -14,7 +15,8 @@ anything else (MoE, hybrid, multimodal towers) must be given, e.g. from the mode
 
 from __future__ import annotations
 
-from domain.model_fit import DTYPE_BYTES
+from domain import vllm_fit
+from domain.model_fit import DTYPE_BYTES, MIB
 
 DENSE_DECODERS = ("llama", "mistral", "qwen2", "qwen3")  # q/k/v/o + gate/up/down MLP + 2 norms per layer
 _ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "attention")
@@ -103,10 +105,22 @@ def spec_from_hf_config(raw_config: dict, index: dict | None = None) -> tuple[di
         missing["kvHeads"] = missing["headDim"] = "no num_attention_heads in config.json"
 
     if linear_layers:
-        missing["stateMiBPerSequence"] = (
-            f"{linear_layers} linear-attention/SSM layers keep a per-sequence state: give its size in MiB "
-            "(see the Qwen3.5-9B row of domain/model_fit.py for the arithmetic)"
-        )
+        spec["linearLayers"] = linear_layers
+        shapes = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")
+        if dtype and all(k in config for k in (*shapes, "linear_conv_kernel_dim")):
+            state = vllm_fit.GatedDeltaNet(
+                linear_layers,
+                *(config[k] for k in shapes),
+                config["linear_conv_kernel_dim"],
+                config.get("mamba_ssm_dtype"),
+            )
+            page = state.page_bytes(1, vllm_fit.DTYPE_BYTES[dtype])
+            spec["stateMiBPerSequence"] = round(linear_layers * page / MIB, 2)
+        else:
+            missing["stateMiBPerSequence"] = (
+                f"{linear_layers} linear-attention/SSM layers keep a per-sequence state: give its size in MiB "
+                "(see the Qwen3.5-9B row of domain/model_fit.py for the arithmetic)"
+            )
     else:
         spec["stateMiBPerSequence"] = 0
 
@@ -117,7 +131,16 @@ def spec_from_hf_config(raw_config: dict, index: dict | None = None) -> tuple[di
     return spec, missing
 
 
-FIELD_ORDER = ("parameters", "weightDtype", "kvLayers", "kvHeads", "headDim", "stateMiBPerSequence", "maxContext")
+FIELD_ORDER = (
+    "parameters",
+    "weightDtype",
+    "kvLayers",
+    "kvHeads",
+    "headDim",
+    "stateMiBPerSequence",
+    "linearLayers",
+    "maxContext",
+)
 
 
 def as_yaml(spec: dict, missing: dict[str, str], source: str) -> str:
@@ -125,6 +148,6 @@ def as_yaml(spec: dict, missing: dict[str, str], source: str) -> str:
     for name in FIELD_ORDER:
         if name in spec:
             lines.append(f"    {name}: {spec[name]}")
-        else:
+        elif name in missing:
             lines.append(f"    {name}: REQUIRED  # {missing[name]}")
     return "\n".join(lines) + "\n"

@@ -11,7 +11,8 @@ the same Python sources), named in its docstring so an upgrade re-checks it func
   Qwen3_5ForConditionalGenerationConfig);
 - the attention block grown to cover that state, the state padded to the attention page:
   platforms/interface.py Platform._align_hybrid_block_size (mamba_cache_mode "none": prefix caching is
-  off by default for hybrid models, engine/arg_utils.py _set_default_chunked_prefill_and_prefix_caching_args);
+  off by default for hybrid models, engine/arg_utils.py
+  EngineArgs._set_default_chunked_prefill_and_prefix_caching_args);
 - layers grouped so every group has the same number of layers, all groups sharing ONE pool of blocks:
   v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, get_kv_cache_config_from_groups,
   get_num_blocks;
@@ -19,8 +20,9 @@ the same Python sources), named in its docstring so an upgrade re-checks it func
   get_max_concurrency_for_kv_cache_config, get_kv_cache_capacity (MambaSpec.max_memory_usage_bytes is
   one page per Mamba group in mode "none"; FullAttentionSpec one page per block of the context);
 - the start-up refusal of hybrid models: config/compilation.py
-  CompilationConfig._check_and_update_cudagraph_mode raises when max_num_seqs exceeds the pool's
-  blocks ("Each decode sequence requires one Mamba cache block") while full CUDA graphs are on;
+  CompilationConfig.resolve_cudagraph_mode_and_sizes (called from v1/worker/gpu_model_runner.py
+  GPUModelRunner._check_and_update_cudagraph_mode) raises when max_num_seqs exceeds the pool's blocks
+  ("Each decode sequence requires one Mamba cache block") while full CUDA graphs are on;
 - the defaults under Ray Serve LLM (usage context OPENAI_API_SERVER): engine/arg_utils.py
   EngineArgs.get_batch_defaults and _set_default_max_num_seqs_and_batched_tokens_args.
 """
@@ -205,7 +207,7 @@ def _large_gpu(gpu_memory_mib: int, gpu_model: str) -> bool:
 
 
 def mamba_refusal(max_num_seqs: int, num_blocks: int) -> str:
-    """The ValueError of CompilationConfig._check_and_update_cudagraph_mode, word for word."""
+    """The ValueError of CompilationConfig.resolve_cudagraph_mode_and_sizes, word for word."""
     return (
         f"max_num_seqs ({max_num_seqs}) exceeds available Mamba cache blocks ({num_blocks}). Each decode "
         "sequence requires one Mamba cache block, so CUDA graph capture cannot proceed. Please lower "

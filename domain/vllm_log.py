@@ -12,7 +12,7 @@ Every pattern is a log format string of vLLM 0.26.0 (the PyPI wheel), named wher
 - "... Actual usage is %s GiB for weight, %s GiB for peak activation, %s GiB for non-torch memory, and
   %s GiB for CUDAGraph memory ...": gpu_worker.py Worker.compile_or_warm_up_model;
 - the refusals: "max_num_seqs (%d) exceeds available Mamba cache blocks (%d)" (config/compilation.py
-  CompilationConfig._check_and_update_cudagraph_mode), "To serve at least one request with the model's
+  CompilationConfig.resolve_cudagraph_mode_and_sizes), "To serve at least one request with the model's
   max seq len" (kv_cache_utils.py _check_enough_kv_cache_memory), "No available memory for the cache
   blocks" (same), "is less than desired GPU memory utilization" (v1/worker/utils.py request_memory).
 vLLM formats GiB with format_gib (vllm/utils/mem_utils.py): rounded to 2 decimals.
@@ -44,6 +44,31 @@ _PATTERNS: dict[str, re.Pattern] = {
         r"(To serve at least one request with the model's max seq len.*?GiB\)\.|No available memory for the cache "
         r"blocks\.|Free memory on device .*? is less than desired GPU memory utilization \([^)]*\))"
     ),
+}
+# Where vLLM 0.26.0 logs each line, and literal pieces of its format string there: tools/check_upstream.py
+# finds them in the pinned wheel (UPGRADING.md, vllm-kv-cache-fit).
+LOGGED_BY: dict[str, tuple[str, tuple[str, ...]]] = {
+    "weights": ("vllm/v1/worker/gpu_model_runner.py", ("Model loading took %s GiB memory and %.6f seconds",)),
+    "kv_cache": ("vllm/v1/worker/gpu_worker.py", ("Available KV cache memory: %s GiB",)),
+    "kv_tokens": ("vllm/v1/core/kv_cache_utils.py", ("GPU KV cache size: %s tokens",)),
+    "concurrency": ("vllm/v1/core/kv_cache_utils.py", ("Maximum concurrency for %s tokens per request: %.2fx",)),
+    "block_size": ("vllm/platforms/interface.py", ("Setting attention block size to %d tokens ",)),
+    "mamba_padding": ("vllm/platforms/interface.py", ("Padding mamba page size by %.2f%% to ensure ",)),
+    "cudagraph_estimate": ("vllm/v1/worker/gpu_model_runner.py", ("Estimated CUDA graph memory: %.2f GiB total",)),
+    "usage": (
+        "vllm/v1/worker/gpu_worker.py",
+        ("Desired GPU memory utilization is ", "Actual usage is ", "GiB for weight, ", "for peak activation, "),
+    ),
+    "mamba_refusal": (
+        "vllm/config/compilation.py",
+        ("exceeds available Mamba cache ", "blocks ({kv_cache_config.num_blocks})"),
+    ),
+    "refusal": (
+        "vllm/v1/core/kv_cache_utils.py",
+        ("To serve at least one request with the model's max seq len ", "No available memory for the cache blocks."),
+    ),
+    "refusal_free_memory": ("vllm/v1/worker/utils.py", ("is less than desired GPU memory utilization ",)),
+    "weights_v2": ("vllm/v1/worker/gpu/model_runner.py", ("Model loading took %s GiB and %.6f seconds",)),
 }
 # Ray and vLLM prefix a process's lines with "(EngineCore_DP0 pid=1234)" or "(ServeReplica:... pid=1234)".
 _PID = re.compile(r"pid=(\d+)")

@@ -396,6 +396,45 @@ def check_vllm_memory_defaults(ctx: Context) -> list[str]:
     return ["vllm/config/cache.py: CacheConfig has no gpu_memory_utilization field"]
 
 
+def check_vllm_kv_cache_fit(ctx: Context) -> list[str]:
+    from domain import vllm_log
+
+    vllm = _vllm(ctx)
+    symbols = {
+        "vllm/platforms/interface.py": ["Platform._align_hybrid_block_size"],
+        "vllm/v1/kv_cache_interface.py": ["AttentionSpec.real_page_size_bytes", "MambaSpec.max_memory_usage_bytes"],
+        "vllm/model_executor/layers/mamba/mamba_utils.py": [
+            "MambaStateShapeCalculator.gated_delta_net_state_shape",
+            "MambaStateDtypeCalculator._mamba_state_dtype",
+        ],
+        "vllm/model_executor/models/config.py": [
+            "MambaModelConfig.verify_and_update_config",
+            "Qwen3_5ForConditionalGenerationConfig.verify_and_update_config",
+        ],
+        "vllm/v1/core/kv_cache_utils.py": [
+            "_get_kv_cache_groups_uniform_page_size",
+            "get_kv_cache_config_from_groups",
+            "get_num_blocks",
+            "get_max_concurrency_for_kv_cache_config",
+            "get_kv_cache_capacity",
+            "_check_enough_kv_cache_memory",
+        ],
+        "vllm/config/compilation.py": ["CompilationConfig.resolve_cudagraph_mode_and_sizes"],
+        "vllm/engine/arg_utils.py": [
+            "EngineArgs.get_batch_defaults",
+            "EngineArgs._set_default_max_num_seqs_and_batched_tokens_args",
+            "EngineArgs._set_default_chunked_prefill_and_prefix_caching_args",
+        ],
+        "vllm/v1/worker/gpu_worker.py": ["Worker.determine_available_memory"],
+        "vllm/v1/worker/utils.py": ["request_memory"],
+    }
+    problems = fingerprints("vllm-kv-cache-fit", ctx, vllm, symbols, "python")
+    for kind, (path, pieces) in vllm_log.LOGGED_BY.items():
+        text = vllm.read(path)
+        problems += [f"{vllm}: {path} no longer logs {piece!r} ({kind})" for piece in pieces if piece not in text]
+    return problems
+
+
 def check_vllm_nixl_behaviour(ctx: Context) -> list[str]:
     symbols = {
         "vllm/distributed/kv_transfer/kv_connector/v1/nixl/connector.py": ["NixlBaseConnector.__init__"],
@@ -587,6 +626,7 @@ CHECKS: dict[str, Callable[[Context], list[str]]] = {
     "kuberay-cluster-hash": check_kuberay_cluster_hash,
     "vllm-engine-args": check_vllm_engine_args,
     "vllm-memory-defaults": check_vllm_memory_defaults,
+    "vllm-kv-cache-fit": check_vllm_kv_cache_fit,
     "vllm-nixl-behaviour": check_vllm_nixl_behaviour,
     "vllm-cpu-rehearsal": check_vllm_cpu_rehearsal,
     "ray-pd-rules": check_ray_pd_rules,

@@ -274,3 +274,63 @@ def test_parser_reads_the_other_memory_lines():
 def test_a_log_without_memory_lines_disagrees():
     (verdict_input,) = vllm_log.parse("INFO something else\n") or [vllm_log.EngineMemory()]
     assert not vllm_log.compare(verdict_input, predict(QWEN, DEV, L4)).agree
+
+
+@pytest.mark.parametrize(
+    ("kind", "values"),
+    [
+        ("weights", ("16.8", 3.112044)),
+        ("weights_v2", ("16.8", 2.95)),
+        ("kv_cache", ("1.17",)),
+        ("kv_tokens", ("26,810",)),
+        ("concurrency", ("4,096", 6.55)),
+        ("cudagraph_estimate", (0.15,)),
+    ],
+)
+def test_the_parser_reads_vllms_own_format_strings(kind, values):
+    """Each format string vLLM 0.26 logs (tools/check_upstream.py finds them in the wheel), filled in
+    as vLLM fills it, is read back."""
+    _, (fmt, *_) = vllm_log.LOGGED_BY[kind]
+    (engine,) = vllm_log.parse(f"INFO 12-01 14:21:39 [x.py:1] {fmt % values}\n")
+    read = {
+        "weights": engine.weights_gib,
+        "weights_v2": engine.weights_gib,
+        "kv_cache": engine.kv_cache_gib,
+        "kv_tokens": engine.kv_tokens,
+        "concurrency": engine.concurrency,
+        "cudagraph_estimate": engine.cudagraph_estimate_gib,
+    }[kind]
+    assert read == float(str(values[-1 if kind == "concurrency" else 0]).replace(",", ""))
+
+
+# ---- A model outside the table: its modelSpec from config.json
+
+QWEN35_9B_TEXT_CONFIG = {
+    "model_type": "qwen3_5_text",
+    "dtype": "bfloat16",
+    "num_hidden_layers": 32,
+    "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 8,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_conv_kernel_dim": 4,
+    "mamba_ssm_dtype": "float32",
+    "max_position_embeddings": 262144,
+}
+
+
+def test_model_spec_helper_derives_a_gated_deltanet_state_that_sizes_the_pool_as_the_table():
+    from domain.model_spec_helper import spec_from_hf_config
+
+    derived, missing = spec_from_hf_config({"text_config": QWEN35_9B_TEXT_CONFIG})
+    assert set(missing) == {"parameters"}
+    assert derived["linearLayers"] == 24 and derived["stateMiBPerSequence"] == round(QWEN.state_mib_per_sequence, 2)
+    own = model_fit.spec_from_config({**derived, "parameters": QWEN.loaded_parameters(True)})
+    # The state to 0.01 MiB: the same block, page, groups and pool as the table's exact shapes.
+    assert replace(model_fit.layout(own, DEV), mamba_page_bytes=0) == replace(
+        model_fit.layout(QWEN, DEV), mamba_page_bytes=0
+    )
