@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,26 @@ from adapters.stackfile import stack_names
 from offline.mocks import PlanMocks, RecordingMonitor
 from offline.plan import Plan, run_program
 
-STACKS = stack_names()  # every stack file, the user's own included: tests over STACKS hold for any valid one
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tracked_files(root: Path = ROOT) -> list[str] | None:
+    """The files git tracks in this checkout (staged ones included); None outside a git checkout."""
+    try:
+        listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return [name for name in listed.stdout.decode().split("\0") if name]
+
+
+def shipped_stacks(root: Path = ROOT) -> list[str]:
+    """The stack files the repository ships. A user's own `Pulumi.<name>.yaml` beside them is theirs to
+    check with `make plan STACK=<name>`: the suite gives the same answer with or without it."""
+    tracked = tracked_files(root)
+    return [s for s in stack_names(root) if tracked is None or f"Pulumi.{s}.yaml" in tracked]
+
+
+STACKS = shipped_stacks()
 SHIPPED_STACKS = {"baseline", "dev", "prod"}  # tests may assert more about these
 # The EKS support calendar is checked against "today": pin it so the suite gives the same answer
 # every day (test_config checks the calendar itself with explicit dates).
@@ -51,10 +71,19 @@ def dev(plans) -> Plan:
 
 
 def copy_project(source: Path, target: Path) -> None:
-    """The checkout as `make plan` reads it, without venvs (`make policy-sdk` builds policy/venv), caches
-    or earlier plans: copying a venv per test would cost more than the test."""
-    ignore = shutil.ignore_patterns(".venv", "venv", ".git", "plan-*", "__pycache__", ".*cache")
-    shutil.copytree(source, target, ignore=ignore)
+    """The checkout as the repository has it: the files git tracks, as they are in the working tree. What
+    else lies there (a user's stack files, `make plan` output, venvs, caches) stays out, so a test sees
+    the project, not the user's work beside it. Outside a git checkout: everything but venvs, caches
+    and plan directories."""
+    tracked = tracked_files(source)
+    if tracked is None:
+        ignore = shutil.ignore_patterns(".venv", "venv", ".git", "plan-*", "__pycache__", ".*cache")
+        shutil.copytree(source, target, ignore=ignore)
+        return
+    for name in tracked:
+        if (source / name).is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source / name, target / name)
 
 
 def failing_run(overrides: dict, stack: str = "dev", offline_plan: bool = True) -> tuple[Exception, RecordingMonitor]:

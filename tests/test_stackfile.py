@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from domain import config_keys
 from domain.errors import ConfigError
 from offline import plan as plan_cli
 from offline.mocks import PlanMocks, RecordingMonitor
-from tests.conftest import copy_project
+from tests.conftest import STACKS, copy_project, shipped_stacks
 
 SHARED_SCHEMAS = ROOT.parent / "shared" / "schemas"
 
@@ -29,7 +30,7 @@ def project_copy(tmp_path: Path) -> Path:
 
 def test_every_stack_file_is_found_and_loads():
     assert {"dev", "prod"} <= set(stack_names())
-    for stack in stack_names():
+    for stack in STACKS:
         assert load_stack(stack).values["aws:region"]
 
 
@@ -210,3 +211,22 @@ def test_secret_manifests_never_carry_values():
     docs = plan.manifests()
     assert docs["kubernetes_core_v1_Secret--a.yaml"]["data"] == {"k": "[secret]"}
     assert docs["kubernetes_core_v1_Secret--b.yaml"]["stringData"] == "[secret]"
+
+
+def test_a_users_stack_and_plan_beside_the_shipped_files_stay_out_of_the_suite(tmp_path, monkeypatch, capsys):
+    """After `make plan STACK=mine OUT=out` with a stack of the user's in another region, the suite
+    plans the shipped stacks only and its project copies hold neither the stack nor the plan."""
+    repo = tmp_path / "checkout"
+    copy_project(ROOT, repo)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    dev = (repo / "Pulumi.dev.yaml").read_text()
+    (repo / "Pulumi.mine.yaml").write_text(dev.replace("us-east-1", "eu-west-1"))
+    monkeypatch.setattr(plan_cli, "ROOT", repo)
+    assert plan_cli.main(["--stack", "mine", "--out", str(repo / "out")]) == 0, capsys.readouterr().err
+    assert "mine" in stack_names(repo) and "mine" not in shipped_stacks(repo)
+    assert shipped_stacks(repo) == STACKS
+    copy = tmp_path / "copy"
+    copy_project(repo, copy)
+    assert not (copy / "Pulumi.mine.yaml").exists() and not (copy / "out").exists()
+    assert (copy / "Pulumi.dev.yaml").read_text() == dev
