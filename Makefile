@@ -20,7 +20,7 @@ REHEARSAL_VENV ?= $(CACHE_DIR)/rehearsal-venv-$(shell sha256sum $(REHEARSAL_REQS
 URL ?= http://localhost:8000
 
 .PHONY: test e2e e2e-cluster plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
-	rehearse-mistakes smoke bench policy policy-sdk ingress-check rehearsal-venv check-upstream
+	rehearse-mistakes smoke bench policy policy-sdk ingress-check rehearsal-venv check-upstream docs
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
 	@echo "Installing the pinned Python requirements into $(VENV) (Pulumi SDKs, Ray for its serve schemas, pytest, ruff: about 1 GB, a few minutes the first time; later runs reuse it)..."
@@ -101,6 +101,10 @@ $(POLICY_VENV)/.installed: policy/requirements.txt
 policy-sdk: $(VENV)/.installed $(POLICY_VENV)/.installed
 	$(BIN)/python -m offline.plan --stack $(STACK) --out $(OUT) > /dev/null
 	$(POLICY_VENV)/bin/python policy/sdk_check.py $(OUT)/resources.json
+
+# docs/configuration.md from the config-key table (domain/data/config_keys.yaml); make test fails while it is stale.
+docs: $(VENV)/.installed
+	$(BIN)/python -m tools.config_docs
 
 plan: $(VENV)/.installed
 	$(BIN)/python -m offline.plan --stack $(STACK) --out $(OUT)

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from domain import api_keys, aws_facts, model_fit, prices, roles, scaling, serve_config, sizing, versions
+from domain import api_keys, aws_facts, config_keys, model_fit, prices, roles, scaling, serve_config, sizing, versions
 from domain.aws_facts import BotocoreFacts
 from domain.errors import PROJECT, ConfigError
 from domain.facts import EXACT_CHART_VERSION, GPU_ROLES, KUBERAY_NAMESPACE
@@ -39,37 +39,54 @@ from domain.versions import KUBERNETES_VERSIONS
 Getter = Callable[[str], "str | None"]
 
 
+_TABLE = object()  # no default given in code: the config-key table's (or None where it has none)
+
+
+def _fallback(key: str, computed: Any) -> Any:
+    """What an unset key reads as. A constant default is written only in domain/data/config_keys.yaml;
+    code gives one only where it is computed (per stack, per region, from other keys)."""
+    if computed is not _TABLE:
+        if config_keys.has_default(key):
+            raise AssertionError(f"{key}: its default is in {config_keys.KEYS_FILE.name}; do not repeat it in code")
+        return computed
+    return config_keys.default(key) if config_keys.has_default(key) else None
+
+
 class _Raw:
-    """Raw stack values as Pulumi hands them to a program: strings, JSON for arrays and objects."""
+    """Raw stack values as Pulumi hands them to a program: strings, JSON for arrays and objects. An
+    unset key reads as its default (_fallback)."""
 
     def __init__(self, get: Getter):
         self._get = get
 
-    def text(self, key: str, default: str | None = None) -> str | None:
-        value = self._get(key)
-        return default if value is None else value
+    def is_set(self, key: str) -> bool:
+        return self._get(key) is not None
 
-    def integer(self, key: str, default: int) -> int:
+    def text(self, key: str, computed: Any = _TABLE) -> str | None:
+        value = self._get(key)
+        return _fallback(key, computed) if value is None else value
+
+    def integer(self, key: str, computed: Any = _TABLE) -> int:
         value = self._get(key)
         if value is None:
-            return default
+            return _fallback(key, computed)
         try:
             return int(value)
         except ValueError:
             raise ConfigError(key, value, "a whole number") from None
 
-    def boolean(self, key: str, default: bool) -> bool:
+    def boolean(self, key: str, computed: Any = _TABLE) -> bool:
         value = self._get(key)
         if value is None:
-            return default
+            return _fallback(key, computed)
         if value.lower() not in ("true", "false"):
             raise ConfigError(key, value, "true or false")
         return value.lower() == "true"
 
-    def structured(self, key: str, kind: type, default: Any) -> Any:
+    def structured(self, key: str, kind: type, computed: Any = _TABLE) -> Any:
         value = self._get(key)
         if value is None:
-            return default
+            return _fallback(key, computed)
         try:
             parsed = json.loads(value)
         except json.JSONDecodeError:
@@ -175,13 +192,11 @@ def _private_cidr(key: str, value: str, prefix_range: tuple[int, int]) -> ipaddr
 
 def _network(raw: _Raw, region: str, cluster_name: str) -> NetworkSettings:
     # /16../20: each AZ's private subnet is a quarter of the VPC; VPC CNI gives every pod a VPC IP.
-    vpc = _private_cidr("vpcCidr", raw.text("vpcCidr", "10.0.0.0/16"), (16, 20))
+    vpc = _private_cidr("vpcCidr", raw.text("vpcCidr"), (16, 20))
     if vpc.overlaps(_DOCKER_BRIDGE):
         raise ConfigError("vpcCidr", str(vpc), f"a block that does not overlap {_DOCKER_BRIDGE} (Docker bridge)")
 
-    azs = raw.structured("availabilityZones", list, None)
-    if azs is None:
-        azs = [f"{region}a", f"{region}b"]
+    azs = raw.structured("availabilityZones", list, [f"{region}a", f"{region}b"])
     az_pattern = re.compile(rf"^{re.escape(region)}[a-z]$")
     for az in azs:
         if not isinstance(az, str) or not az_pattern.match(az):
@@ -193,7 +208,7 @@ def _network(raw: _Raw, region: str, cluster_name: str) -> NetworkSettings:
     if gpu_az not in azs:
         raise ConfigError("gpuAvailabilityZone", gpu_az, f"one of availabilityZones {azs}")
 
-    nat = raw.text("natGateways", "single")
+    nat = raw.text("natGateways")
     if nat not in NAT_MODES:
         raise ConfigError("natGateways", nat, f"one of {list(NAT_MODES)}")
     return NetworkSettings(cluster_name, str(vpc), tuple(azs), gpu_az, nat)
@@ -202,7 +217,7 @@ def _network(raw: _Raw, region: str, cluster_name: str) -> NetworkSettings:
 def _kubernetes_version(raw: _Raw) -> str:
     """A version EKS offers; whether its standard support has ended is a deploy-time check
     (preflight.check_kubernetes_support), since it depends on whether the cluster exists already."""
-    version = raw.text("kubernetesVersion", versions.DEFAULT_KUBERNETES_VERSION)
+    version = raw.text("kubernetesVersion")
     if version not in KUBERNETES_VERSIONS:
         raise ConfigError("kubernetesVersion", version, f"one of {sorted(KUBERNETES_VERSIONS)}")
     return version
@@ -217,7 +232,7 @@ def _cluster_admins(raw: _Raw, region: str, facts: BotocoreFacts) -> tuple[str, 
     """IAM principals that get cluster-admin access entries (teammates, CI). The identity that runs
     the first `up` is admin already (pulumi-eks bootstrapClusterCreatorAdminPermissions) and must not
     be listed again: EKS refuses a second access entry for it (checked at deploy time)."""
-    arns = raw.structured("clusterAdmins", list, [])
+    arns = raw.structured("clusterAdmins", list)
     partition = facts.region_partition(region)
     for arn in arns:
         match = _PRINCIPAL_ARN.fullmatch(arn) if isinstance(arn, str) else None
@@ -234,7 +249,7 @@ def _cluster_admins(raw: _Raw, region: str, facts: BotocoreFacts) -> tuple[str, 
 
 
 def _cluster(raw: _Raw, name: str, region: str, vpc_cidr: str, facts: BotocoreFacts) -> ClusterSettings:
-    public_cidrs = raw.structured("endpointPublicAccessCidrs", list, ["0.0.0.0/0"])
+    public_cidrs = raw.structured("endpointPublicAccessCidrs", list)
     if not public_cidrs:
         raise ConfigError("endpointPublicAccessCidrs", public_cidrs, "at least one CIDR (pulumi reaches the API)")
     for cidr in public_cidrs:
@@ -243,23 +258,23 @@ def _cluster(raw: _Raw, name: str, region: str, vpc_cidr: str, facts: BotocoreFa
         _cidr("endpointPublicAccessCidrs", cidr)
 
     # EKS: service range must be private, /12 to /24, and must not overlap the VPC.
-    service = _private_cidr("serviceCidr", raw.text("serviceCidr", "172.20.0.0/16"), (12, 24))
+    service = _private_cidr("serviceCidr", raw.text("serviceCidr"), (12, 24))
     if service.overlaps(ipaddress.IPv4Network(vpc_cidr)):
         raise ConfigError("serviceCidr", str(service), f"a block that does not overlap vpcCidr {vpc_cidr}")
 
-    log_types = raw.structured("clusterLogTypes", list, ["api", "audit", "authenticator"])
+    log_types = raw.structured("clusterLogTypes", list)
     allowed_logs = facts.eks_log_types
     for log_type in log_types:
         if log_type not in allowed_logs:
             raise ConfigError("clusterLogTypes", log_type, f"EKS log types {list(allowed_logs)}")
 
-    retention = raw.integer("clusterLogRetentionDays", 30)
+    retention = raw.integer("clusterLogRetentionDays")
     if retention not in facts.log_retention_days:
         raise ConfigError("clusterLogRetentionDays", retention, f"one of {list(facts.log_retention_days)}")
 
     system = _node_pool(
         "systemNodes",
-        raw.structured("systemNodes", dict, {"instanceType": "m7i.xlarge", "desiredSize": 1}),
+        raw.structured("systemNodes", dict),
         default_disk=sizing.SYSTEM_DISK_GIB,  # the Ray head pulls the serving image: domain/sizing.py
         facts=facts,
     )
@@ -318,7 +333,7 @@ def _ami_pin(raw: _Raw) -> AmiPin:
 
 
 def _gpu_pools(raw: _Raw, network: NetworkSettings, version: str, facts: BotocoreFacts) -> dict[str, GpuPoolSettings]:
-    pools_raw = raw.structured("gpuPools", dict, None)
+    pools_raw = raw.structured("gpuPools", dict)
     if not pools_raw:
         raise ConfigError("gpuPools", pools_raw, f"a mapping of GPU pools by role, roles from {list(GPU_ROLES)}")
     ami = _ami_pin(raw)
@@ -339,11 +354,15 @@ def _gpu_pools(raw: _Raw, network: NetworkSettings, version: str, facts: Botocor
     return pools
 
 
-def _chart(raw: _Raw, key: str, pin: tuple[str, str, str]) -> ChartPin:
-    version = raw.text(key, pin[2])
+def _chart(raw: _Raw, key: str, source: tuple[str, str]) -> ChartPin:
+    """A chart from its (repository, name) in domain/versions.py, at the stack's version (its default
+    is the table's)."""
+    version = raw.text(key)
     if not re.fullmatch(EXACT_CHART_VERSION, version):
-        raise ConfigError(key, version, f"an exact version of the {pin[1]} chart, such as {pin[2]}")
-    return ChartPin(pin[0], pin[1], version)
+        raise ConfigError(
+            key, version, f"an exact version of the {source[1]} chart, such as {config_keys.default(key)}"
+        )
+    return ChartPin(source[0], source[1], version)
 
 
 def _image(raw: _Raw, region: str, facts: BotocoreFacts) -> tuple[str, str, str | None]:
@@ -359,7 +378,7 @@ def _image(raw: _Raw, region: str, facts: BotocoreFacts) -> tuple[str, str, str 
         if not re.fullmatch(r"\d+\.\d+\.\d+", ray_version):
             raise ConfigError("rayVersion", ray_version, "an exact Ray version such as 2.58.0")
         return image, ray_version, None
-    tag = raw.text("dlcImageTag", versions.DEFAULT_DLC_TAG)
+    tag = raw.text("dlcImageTag")
     if tag not in versions.DLC_IMAGES:
         raise ConfigError("dlcImageTag", tag, f"a DLC tag whose Ray version we know: {sorted(versions.DLC_IMAGES)}")
     account = versions.DLC_ACCOUNTS.get(region)
@@ -382,20 +401,20 @@ def _serve_overrides(raw: _Raw) -> serve_config.ServeOverrides:
             raise ConfigError(key, value, "a model id or source such as Qwen/Qwen3.5-9B (no spaces)")
     if model_source is not None and "://" in model_source:
         _s3_uri("modelSource", model_source)
-    max_len = None if raw.text("maxModelLen") is None else raw.integer("maxModelLen", 0)
+    max_len = raw.integer("maxModelLen")
     if max_len is not None and not 16 <= max_len <= 10_000_000:
         raise ConfigError("maxModelLen", max_len, "a context length in tokens, 16 or more")
-    replicas = raw.structured("replicas", dict, {})
+    replicas = raw.structured("replicas", dict) or {}
     for role, count in replicas.items():
         if role not in GPU_ROLES:
             raise ConfigError(f"replicas.{role}", count, f"a pool role from {list(GPU_ROLES)}")
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise ConfigError(f"replicas.{role}", count, "a whole number of replicas, 1 or more")
-    autoscaling = scaling.parse_autoscaling(raw.structured("autoscaling", dict, {}))
+    autoscaling = scaling.parse_autoscaling(raw.structured("autoscaling", dict) or {})
     for role in autoscaling:
         if role not in GPU_ROLES:
             raise ConfigError(f"autoscaling.{role}", autoscaling[role], f"a pool role from {list(GPU_ROLES)}")
-    kv_buffer_device = raw.text("kvBufferDevice", "cuda")
+    kv_buffer_device = raw.text("kvBufferDevice")
     if kv_buffer_device not in serve_config.KV_BUFFER_DEVICES:
         raise ConfigError("kvBufferDevice", kv_buffer_device, f"one of {list(serve_config.KV_BUFFER_DEVICES)}")
     return serve_config.ServeOverrides(model_id, model_source, max_len, replicas, autoscaling, kv_buffer_device)
@@ -415,9 +434,9 @@ def _s3_uri(key: str, uri: str) -> str:
 
 def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings], facts: BotocoreFacts) -> ServingSettings:
     image, ray_version, vllm_version = _image(raw, region, facts)
-    name = raw.text("serveConfig", "pd-disaggregated")
+    name = raw.text("serveConfig")
     shapes = roles.role_shapes(pools)
-    spec_raw = raw.structured("modelSpec", dict, None)
+    spec_raw = raw.structured("modelSpec", dict)
     own_spec = model_fit.spec_from_config(spec_raw) if spec_raw is not None else None
     document = serve_config.render(
         name,
@@ -440,17 +459,17 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings], facts
         sorted({_s3_uri(f"serveConfig {role} model_source", u) for role, u in sources.items() if "://" in u})
     )
 
-    service_name = raw.text("serviceName", "llm")
+    service_name = raw.text("serviceName")
     # KubeRay derives <name>-head-svc / <name>-serve-svc from it; 47 keeps them valid DNS labels.
     if not re.fullmatch(r"[a-z]([-a-z0-9]{0,45}[a-z0-9])?", service_name):
         raise ConfigError("serviceName", service_name, "a DNS-1035 label of at most 47 characters")
-    namespace = raw.text("namespace", "llm")
+    namespace = raw.text("namespace")
     taken = ("default", KUBERAY_NAMESPACE)  # exist already / belong to the operator: we create ours
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace) or namespace.startswith("kube-"):
         raise ConfigError("namespace", namespace, "a DNS-1123 label (not kube-*)")
     if namespace in taken:
         raise ConfigError("namespace", namespace, f"a namespace of its own, not one of {list(taken)}")
-    timeout = raw.integer("serviceReadyTimeoutSeconds", 3600)
+    timeout = raw.integer("serviceReadyTimeoutSeconds")
     if not 600 <= timeout <= 14400:
         raise ConfigError("serviceReadyTimeoutSeconds", timeout, "600 to 14400 (image pull + weights + engine start)")
     efa_registry = facts.eks_addon_registry(region)
@@ -473,7 +492,7 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings], facts
         efa_plugin=_chart(raw, "efaDevicePluginVersion", versions.EFA_PLUGIN_CHART),
         cluster_autoscaler=_chart(raw, "clusterAutoscalerVersion", versions.CLUSTER_AUTOSCALER_CHART),
         lb_controller=_chart(raw, "loadBalancerControllerVersion", versions.LB_CONTROLLER_CHART),
-        privileged_workers=raw.boolean("privilegedWorkers", True),
+        privileged_workers=raw.boolean("privilegedWorkers"),
         ready_timeout_seconds=timeout,
         weights_s3_uris=weights_s3,
         efa_plugin_image=f"{efa_registry}/{versions.EFA_PLUGIN_IMAGE_REPOSITORY}" if efa_registry else None,
@@ -505,13 +524,13 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
     pools = _gpu_pools(raw, network, cluster.kubernetes_version, facts)
     serving = _serving(raw, region, pools, facts)
     # Node bounds of autoscaling roles follow their replicas (domain/scaling.py), or must agree with them.
-    pools = scaling.reconcile_pools(pools, serving.serve_document, raw.structured("gpuPools", dict, {}))
-    price_overrides = prices.price_overrides(raw.structured("prices", dict, None))
+    pools = scaling.reconcile_pools(pools, serving.serve_document, raw.structured("gpuPools", dict))
+    price_overrides = prices.price_overrides(raw.structured("prices", dict))
     hardening = load_hardening(
         raw.text,
-        lambda key: raw.structured(key, list, None),
+        lambda key: raw.structured(key, list),
         raw.boolean,
-        public_cidrs_set=raw.text("endpointPublicAccessCidrs") is not None,
+        public_cidrs_set=raw.is_set("endpointPublicAccessCidrs"),
         public_cidrs=cluster.public_access_cidrs,
         vpc_cidr=network.vpc_cidr,
     )

@@ -4,9 +4,11 @@ misspelt key would otherwise change nothing, silently."""
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from domain import packaged
 from domain.errors import PROJECT, ConfigError
@@ -16,8 +18,21 @@ KEYS_FILE = Path(__file__).resolve().parent / "data" / "config_keys.yaml"
 
 @functools.cache
 def declared() -> dict[str, dict]:
-    """Key -> {type, items, secret, description}, as the file lists them."""
+    """Key -> {type, items, secret, default, default_text, description}, as the file lists them."""
     return packaged.load_yaml(KEYS_FILE)
+
+
+def has_default(key: str) -> bool:
+    return "default" in declared()[key]
+
+
+def default(key: str) -> Any:
+    """The value the program uses when a stack leaves `key` out: the table's, the only place it is
+    written (a copy, so no caller can change the table)."""
+    entry = declared()[key]
+    if "default" not in entry:
+        raise KeyError(f"{key} has no default in {KEYS_FILE.name} (its default_text says how it is computed)")
+    return copy.deepcopy(entry["default"])
 
 
 def secret_keys() -> frozenset[str]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from domain.config_keys import default
 from domain.errors import ConfigError
 from domain.facts import KUBERAY_NAMESPACE, SECRET_MARKER
 
@@ -27,10 +28,12 @@ EXISTING_ONLY = ("kubeconfig", "kubeContext", "installKubeRay", "installDevicePl
 
 @dataclass(frozen=True)
 class DeployMode:
-    existing_cluster: bool = False
-    install_kuberay: bool = True
-    install_device_plugins: bool = True
-    wait_for_ready: bool = True
+    """How the stack deploys; the defaults are the config-key table's."""
+
+    existing_cluster: bool = default("existingCluster")
+    install_kuberay: bool = default("installKubeRay")
+    install_device_plugins: bool = default("installDevicePlugins")
+    wait_for_ready: bool = default("waitForReady")
     kube_context: str | None = None
     kubeconfig_configured: bool = False  # the `kubeconfig` key is set (its value is a secret, read apart)
     kuberay_namespace: str | None = None  # as the stack sets it (an existing cluster's KubeRay elsewhere)
@@ -41,10 +44,10 @@ class DeployMode:
         return self.kuberay_namespace or KUBERAY_NAMESPACE
 
 
-def _boolean(get, key: str, default: bool) -> bool:
+def _boolean(get, key: str) -> bool:
     value = get(key)
     if value is None:
-        return default
+        return default(key)
     if str(value).lower() not in ("true", "false"):
         raise ConfigError(key, value, "true or false")
     return str(value).lower() == "true"
@@ -52,7 +55,7 @@ def _boolean(get, key: str, default: bool) -> bool:
 
 def load_deploy_mode(get) -> DeployMode:
     """`get(key)` -> raw string or None (a secret key reads as SECRET_MARKER: its presence is enough)."""
-    existing = _boolean(get, "existingCluster", False)
+    existing = _boolean(get, "existingCluster")
     if not existing:
         for key in EXISTING_ONLY:
             if get(key) is not None:
@@ -62,7 +65,7 @@ def load_deploy_mode(get) -> DeployMode:
     context = get("kubeContext")
     if context is not None and not context.strip():
         raise ConfigError("kubeContext", context, "a context name of the kubeconfig, or unset")
-    install_kuberay = _boolean(get, "installKubeRay", True)
+    install_kuberay = _boolean(get, "installKubeRay")
     operator_namespace = get("kuberayNamespace")
     if operator_namespace is not None:
         if install_kuberay:
@@ -76,8 +79,8 @@ def load_deploy_mode(get) -> DeployMode:
     return DeployMode(
         existing_cluster=existing,
         install_kuberay=install_kuberay,
-        install_device_plugins=_boolean(get, "installDevicePlugins", True),
-        wait_for_ready=_boolean(get, "waitForReady", True),
+        install_device_plugins=_boolean(get, "installDevicePlugins"),
+        wait_for_ready=_boolean(get, "waitForReady"),
         kube_context=context,
         kubeconfig_configured=get("kubeconfig") is not None,
         kuberay_namespace=operator_namespace,

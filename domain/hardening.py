@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from domain.config_keys import default
 from domain.errors import ConfigError
 from domain.facts import DEV_ENVIRONMENTS, ENVIRONMENTS
 
@@ -17,13 +18,15 @@ _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 @dataclass(frozen=True)
 class HardeningSettings:
-    environment: str = "production"
-    network_policies: bool = True  # default-deny ingress in the Ray namespace, the VPC CNI enforcing it
-    serve_client_namespaces: tuple[str, ...] = ()  # namespaces whose pods may call the serve port
-    internal_endpoint: bool = True  # an internal NLB in front of the serve port (components/load_balancer.py)
+    """The stack's switches; the defaults are the config-key table's."""
+
+    environment: str = default("environment")
+    network_policies: bool = default("networkPolicies")  # default-deny ingress in the Ray namespace, enforced
+    serve_client_namespaces: tuple[str, ...] = tuple(default("serveClientNamespaces"))  # may call the serve port
+    internal_endpoint: bool = default("internalEndpoint")  # an internal NLB in front of the serve port
     endpoint_source_ranges: tuple[str, ...] = ()  # who may reach that NLB (its security group)
     endpoint_vpc_cidr: str | None = None  # the NLB's own addresses, which reach the pods (NetworkPolicy)
-    require_ebs_encryption: bool = True  # deploy-time check of the region's EBS encryption default
+    require_ebs_encryption: bool = default("requireEbsEncryption")  # deploy-time check of the region's default
 
     @property
     def dev_like(self) -> bool:
@@ -33,14 +36,15 @@ class HardeningSettings:
 def load_hardening(
     text: Callable[[str], str | None],
     structured_list: Callable[[str], list | None],
-    flag: Callable[[str, bool], bool],
+    flag: Callable[[str], bool],
     public_cidrs_set: bool,
     public_cidrs: tuple[str, ...],
     vpc_cidr: str,
 ) -> HardeningSettings:
     """Check the switches; outside a dev-like environment the public API endpoint must be limited to
-    networks the stack lists (and the machine running `pulumi up` must be inside them)."""
-    environment = text("environment") or "production"
+    networks the stack lists (and the machine running `pulumi up` must be inside them). `text`,
+    `structured_list` and `flag` read a key as the stack sets it, or its default."""
+    environment = text("environment")
     if environment not in ENVIRONMENTS:
         raise ConfigError("environment", environment, f"one of {list(ENVIRONMENTS)}")
     if environment not in DEV_ENVIRONMENTS:
@@ -59,7 +63,7 @@ def load_hardening(
                 f"not open to the whole internet in environment {environment!r} "
                 f"(allowed only in {list(DEV_ENVIRONMENTS)})",
             )
-    namespaces = structured_list("serveClientNamespaces") or []
+    namespaces = structured_list("serveClientNamespaces")
     for namespace in namespaces:
         if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
             raise ConfigError("serveClientNamespaces", namespace, "Kubernetes namespace names (DNS-1123 labels)")
@@ -76,10 +80,10 @@ def load_hardening(
             raise ConfigError("endpointSourceRanges", cidr, "a network narrower than the whole internet")
     return HardeningSettings(
         environment,
-        flag("networkPolicies", True),
+        flag("networkPolicies"),
         tuple(namespaces),
-        internal_endpoint=flag("internalEndpoint", True),
+        internal_endpoint=flag("internalEndpoint"),
         endpoint_source_ranges=tuple(ranges),
         endpoint_vpc_cidr=vpc_cidr,
-        require_ebs_encryption=flag("requireEbsEncryption", True),
+        require_ebs_encryption=flag("requireEbsEncryption"),
     )

@@ -1,5 +1,7 @@
-"""Every external version the stack depends on, in one place. Each is overridable from stack config
-(see README); the defaults are what the tests check.
+"""What the stack knows about the external versions it depends on: where each chart comes from,
+the EKS support calendar, what each serving image holds. The default version of each (chart
+versions, Kubernetes version, DLC tag) is the stack key's default in domain/data/config_keys.yaml,
+overridable per stack.
 """
 
 from __future__ import annotations
@@ -7,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date
 
-DEFAULT_KUBERNETES_VERSION = "1.35"
 # EKS version -> end of standard support (EKS Kubernetes version calendar). After that date the
 # control plane moves to extended support at $0.60/h instead of $0.10/h. A NEW cluster needs at least
 # NEW_CLUSTER_MIN_SUPPORT_DAYS left; a running one is only warned, so unrelated fixes still deploy
@@ -20,24 +21,20 @@ KUBERNETES_VERSIONS: dict[str, date | None] = {
 NEW_CLUSTER_MIN_SUPPORT_DAYS = 30
 
 
-# Helm charts: (repository, chart, default version).
-KUBERAY_CHART = ("https://ray-project.github.io/kuberay-helm/", "kuberay-operator", "1.7.0")
-# 0.18.x: from v0.19.0 the plugin defaults --mofed-enabled to true and mounts /dev/infiniband into
-# GPU containers, which conflicts with the EFA device plugin (EKS user guide, ml/node-efa).
-NVIDIA_PLUGIN_CHART = ("https://nvidia.github.io/k8s-device-plugin", "nvidia-device-plugin", "0.18.2")
-# eks-charts versions carry a leading "v" (stable/aws-efa-k8s-device-plugin/Chart.yaml).
-# The AWS Load Balancer Controller: eks-charts stable/aws-load-balancer-controller, chart 3.5.0 = app v3.5.0.
-LB_CONTROLLER_CHART = ("https://aws.github.io/eks-charts", "aws-load-balancer-controller", "3.5.0")
-EFA_PLUGIN_CHART = ("https://aws.github.io/eks-charts", "aws-efa-k8s-device-plugin", "v0.5.30")
+# Helm charts: (repository, chart); each version is a stack key (kuberayVersion, ...) whose default,
+# and why it is that version, is in domain/data/config_keys.yaml.
+KUBERAY_CHART = ("https://ray-project.github.io/kuberay-helm/", "kuberay-operator")
+NVIDIA_PLUGIN_CHART = ("https://nvidia.github.io/k8s-device-plugin", "nvidia-device-plugin")
+LB_CONTROLLER_CHART = ("https://aws.github.io/eks-charts", "aws-load-balancer-controller")
+EFA_PLUGIN_CHART = ("https://aws.github.io/eks-charts", "aws-efa-k8s-device-plugin")
 # EKS add-on of the Pod Identity agent. No source we can name lists its version per Kubernetes minor
 # (eksctl, terraform-aws-eks and the EKS docs leave it to `aws eks describe-addon-versions`), so it is
 # resolved at deploy time to EKS's default version for the cluster's minor (aws.eks.getAddonVersion,
 # mostRecent false): never unset, never newer than EKS's default; offline it is a placeholder.
 POD_IDENTITY_AGENT_ADDON = "eks-pod-identity-agent"
-# kubernetes/autoscaler tag cluster-autoscaler-chart-9.59.0 (appVersion 1.35.0). Its image is picked
-# per Kubernetes minor: the Cluster Autoscaler README asks for the release matching the cluster's minor
-# (newest patch tags of each minor in that repository).
-CLUSTER_AUTOSCALER_CHART = ("https://kubernetes.github.io/autoscaler", "cluster-autoscaler", "9.59.0")
+# The Cluster Autoscaler's image is picked per Kubernetes minor: its README asks for the release
+# matching the cluster's minor (newest patch tags of each minor in kubernetes/autoscaler).
+CLUSTER_AUTOSCALER_CHART = ("https://kubernetes.github.io/autoscaler", "cluster-autoscaler")
 CLUSTER_AUTOSCALER_IMAGE_TAGS = {"1.34": "v1.34.5", "1.35": "v1.35.2", "1.36": "v1.36.1"}
 # The chart's image.repository is <us-west-2 registry>/eks/aws-efa-k8s-device-plugin (values.yaml); we
 # keep the path and the chart's tag, and swap the registry for the region's own.
@@ -58,7 +55,6 @@ class ServingImage:
 DLC_IMAGES = {
     "serve-llm-cuda-v1.0.0": ServingImage(tag="serve-llm-cuda-v1.0.0", ray="2.58.0", vllm="0.26.0"),
 }
-DEFAULT_DLC_TAG = "serve-llm-cuda-v1.0.0"
 DLC_REPOSITORY = "ray"
 
 # ECR registry account of the DLC images per region (aws/deep-learning-containers

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from adapters.stackfile import ROOT, SecretValue
-from domain import aws_facts, versions
+from domain import aws_facts, config_keys, versions
 from domain.errors import ConfigError
 from domain.placement import LOCAL_NVME_ROOT
 from domain.ray_service import MODEL_CACHE_HOST_PATH
@@ -417,7 +417,7 @@ def test_image_and_ray_version_are_one_pair(dev):
         for c in g["template"]["spec"]["containers"]
     }
     assert images == {"763104351884.dkr.ecr.us-east-1.amazonaws.com/ray:serve-llm-cuda-v1.0.0"}
-    assert spec["rayVersion"] == versions.DLC_IMAGES[versions.DEFAULT_DLC_TAG].ray
+    assert spec["rayVersion"] == versions.DLC_IMAGES[config_keys.default("dlcImageTag")].ray
 
 
 def test_dlc_registry_account_follows_the_region():
@@ -431,12 +431,12 @@ def test_dlc_registry_account_follows_the_region():
 def test_dev_requirements_pin_the_images_ray():
     import ray
 
-    assert ray.__version__ == versions.DLC_IMAGES[versions.DEFAULT_DLC_TAG].ray
+    assert ray.__version__ == versions.DLC_IMAGES[config_keys.default("dlcImageTag")].ray
 
 
 def test_vllm_argument_list_is_for_the_images_vllm():
     data = json.loads((ROOT / "domain" / "data" / "vllm_engine_args.json").read_text())
-    assert data["vllm_version"] == versions.DLC_IMAGES[versions.DEFAULT_DLC_TAG].vllm
+    assert data["vllm_version"] == versions.DLC_IMAGES[config_keys.default("dlcImageTag")].vllm
     assert "vllm" in data["source"] and len(data["engine_args"]) > 100
     assert {"max_model_len", "tensor_parallel_size", "gpu_memory_utilization", "kv_transfer_config"} <= set(
         data["engine_args"]

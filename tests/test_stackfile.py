@@ -39,9 +39,6 @@ def test_project_file_matches_pulumis_schema():
     assert project["name"] == "ray-llm-eks" and project["runtime"]["name"] == "python"
     # No key declared there: the CLI would require each one without a default on every stack.
     assert "config" not in project
-    for decl in config_keys.declared().values():
-        assert decl.get("type", "string") in {"string", "integer", "boolean", "array"}
-        assert decl["description"]
 
 
 def test_a_key_declared_in_pulumi_yaml_without_default_is_required_like_the_cli(project_copy):

@@ -23,12 +23,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from domain import versions
+from domain import config_keys, versions
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "observability" / "dashboards"
 # The Ray of the default image: its head writes these same dashboards; the generator is the installed package's.
-RAY_VERSION = versions.DLC_IMAGES[versions.DEFAULT_DLC_TAG].ray
+RAY_VERSION = versions.DLC_IMAGES[config_keys.default("dlcImageTag")].ray
 
 # file name -> the factory function that writes it (Ray 2.58 grafana_dashboard_factory).
 DASHBOARDS = {
