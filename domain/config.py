@@ -449,7 +449,8 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings], facts
     efa_roles = {p.app_role for p in pools.values() if p.efa}
     # max_num_seqs derived where the fit renders it; every pool of a role must fit the role's engine.
     pool_types = [(p.app_role, p.nodes.instance_type) for p in pools.values()]
-    document, fit = model_fit.fit_serving(document, pool_types, efa_roles, own_spec)
+    seqs = model_fit.parse_max_num_seqs(raw.text("maxNumSeqs"))
+    document, fit = model_fit.fit_serving(document, pool_types, efa_roles, own_spec, seqs)
 
     sources = {
         role: (c.get("model_loading_config") or {}).get("model_source") or ""

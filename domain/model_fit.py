@@ -697,18 +697,45 @@ def check_fit(
     return predictions
 
 
+def parse_max_num_seqs(value: str | None) -> int | None:
+    """The stack key maxNumSeqs (Pulumi hands values over as strings)."""
+    if value is None:
+        return None
+    try:
+        seqs = int(value)
+    except ValueError:
+        seqs = 0
+    if seqs < 1:
+        raise ConfigError("maxNumSeqs", value, "a whole number of sequences per engine, 1 or more")
+    return seqs
+
+
 def fit_serving(
-    document: dict, pools: Iterable[tuple[str, str]], efa_roles: set[str], override: ModelSpec | None
+    document: dict,
+    pools: Iterable[tuple[str, str]],
+    efa_roles: set[str],
+    override: ModelSpec | None,
+    max_num_seqs: int | None = None,
 ) -> tuple[dict, tuple[str, ...]]:
-    """What the stack does with a rendered serve document: derive max_num_seqs where it is rendered,
-    check every role on every instance type of its pools, and describe the fit on the smallest GPU of
-    each role (the lines `make plan` prints). `pools`: (role, instance type) pairs."""
+    """What the stack does with a rendered serve document: set the stack's maxNumSeqs on every LLM
+    config or derive max_num_seqs where it is rendered, check every role on every instance type of its
+    pools, and describe the fit on the smallest GPU of each role (the lines `make plan` prints).
+    `pools`: (role, instance type) pairs."""
     pools = list(pools)
+    if max_num_seqs is not None:
+        document = copy.deepcopy(document)
+        for config in llm_configs_by_role(document, "rendered").values():
+            config.setdefault("engine_kwargs", {})["max_num_seqs"] = max_num_seqs
     document, derived = render_max_num_seqs(document, pools, override)
     types = _types_by_role(pools)
     for instance_type in {t for ts in types.values() for t in ts}:
         own = {role: instance_type if instance_type in ts else _smallest(ts) for role, ts in types.items()}
-        check_fit(document, own, efa_roles, override)
+        try:
+            check_fit(document, own, efa_roles, override)
+        except ConfigError as error:
+            if max_num_seqs is None or ".max_num_seqs: " not in str(error.value):
+                raise
+            raise ConfigError("maxNumSeqs", max_num_seqs, f"{error.value}: {error.allowed}") from None
     fits = fit_document(document, {role: _smallest(ts) for role, ts in types.items()}, override, derived)
     return document, tuple(fit.line() for fit in fits.values())
 

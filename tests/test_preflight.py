@@ -108,6 +108,41 @@ def test_tensor_parallel_splits_weights_and_kv_heads():
     assert fp8.layout.page_bytes * 2 == eight.layout.page_bytes
 
 
+def test_dev_renders_the_largest_max_num_seqs_and_plan_prints_the_fit(plans):
+    """Qwen3.5-9B is hybrid: vLLM's default 256 sequences cannot start on an L4; the stack renders the
+    largest that fits, and make plan prints the expected KV tokens and concurrency per role."""
+    plan = plans["dev"]
+    document = yaml.safe_load(plan.one("kubernetes:ray.io/v1:RayService").inputs["spec"]["serveConfigV2"])
+    seqs = model_fit.largest_max_num_seqs(
+        model_fit.KNOWN_MODELS["Qwen/Qwen3.5-9B"], Engine(4096, 1, 1, 0.92, "auto", 2048, True), L4
+    )
+    assert {role: c["engine_kwargs"]["max_num_seqs"] for role, c in llm_configs_by_role(document, "x").items()} == {
+        "prefill": seqs,
+        "decode": seqs,
+    }
+    summary = plan.summary()
+    for role in ("prefill", "decode"):
+        line = next(line for line in summary.splitlines() if line.strip().startswith(f"{role} (g6.8xlarge"))
+        assert f"max_num_seqs {seqs}" in line and re.search(r"[\d,]+ tokens, [\d.]+x concurrency at 4,096 tokens", line)
+
+
+def test_a_stack_asking_256_sequences_of_qwen35_on_an_l4_fails_in_one_line():
+    error, monitor = failing_run({NS + "maxNumSeqs": 256})
+    message = str(error)
+    assert isinstance(error, ConfigError) and monitor.registrations == [] and "\n" not in message
+    assert message.startswith("invalid config ray-llm-eks:maxNumSeqs = 256: prefill engine_kwargs.max_num_seqs: 256")
+    assert "vLLM 0.26.0 would refuse to start: 'max_num_seqs (256) exceeds available Mamba cache blocks (72)" in message
+    error, _ = failing_run({NS + "maxNumSeqs": 0})
+    assert "maxNumSeqs = '0': a whole number of sequences per engine, 1 or more" in str(error)
+
+
+def test_a_stack_asking_64_sequences_gets_them():
+    plan = run_program("dev", {NS + "maxNumSeqs": 64})
+    document = yaml.safe_load(plan.one("kubernetes:ray.io/v1:RayService").inputs["spec"]["serveConfigV2"])
+    assert {c["engine_kwargs"]["max_num_seqs"] for c in llm_configs_by_role(document, "x").values()} == {64}
+    assert "86 blocks of 528 tokens" in plan.summary()
+
+
 def test_gated_model_without_token_fails_at_deploy():
     error, monitor = failing_run({NS + "modelId": LLAMA_8B, NS + "maxModelLen": 8192}, offline_plan=False)
     assert "hfToken" in str(error) and f"{LLAMA_8B} is gated" in str(error) and monitor.registrations == []
