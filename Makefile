@@ -19,7 +19,7 @@ REHEARSAL_REQS := rehearsal/requirements.txt
 REHEARSAL_VENV ?= $(CACHE_DIR)/rehearsal-venv-$(shell sha256sum $(REHEARSAL_REQS) | cut -c1-12)
 URL ?= http://localhost:8000
 
-.PHONY: test e2e e2e-cluster plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
+.PHONY: test test-fast e2e e2e-cluster plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
 	rehearse-mistakes smoke bench policy policy-sdk ingress-check rehearsal-venv check-upstream docs
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
@@ -34,6 +34,10 @@ test: $(VENV)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest
+
+# The unit layer alone (tests/unit: the domain called directly, no program run): seconds.
+test-fast: $(VENV)/.installed
+	$(BIN)/python -m pytest tests/unit
 
 # No file prerequisite: the venv's name carries the hash of the requirements (a fresh clone's newer
 # file times must not rebuild a venv of the same pins).

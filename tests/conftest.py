@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import gc
 import os
 import shutil
@@ -44,6 +45,52 @@ os.environ["RAY_LLM_EKS_TODAY"] = "2026-11-30"
 def plans() -> dict[str, Plan]:
     """One offline run per shipped stack file."""
     return {stack: run_program(stack) for stack in STACKS}
+
+
+# The test layers, by directory: unit (the domain called directly), plan (a stack planned once per
+# session, assertions on the plan), harness (the harnesses' own tests). `make test-fast` runs unit.
+LAYERS = ("unit", "plan", "harness")
+PROGRAM_FIXTURES = ("plans", "dev")  # fixtures that run the whole program under mocks
+PROGRAM_CALLS = ("run_program", "failing_run")
+
+
+def _layer(path: Path) -> str | None:
+    parts = path.relative_to(Path(__file__).parent).parts
+    return parts[0] if len(parts) > 1 and parts[0] in LAYERS else None
+
+
+def _program_calls(path: Path) -> set[str]:
+    """The program runners a test module imports or calls."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+        elif isinstance(node, ast.Name):
+            found.add(node.id)
+    return found & set(PROGRAM_CALLS)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark each test with its layer; a unit test that would run the program is a collection error."""
+    wrong: dict[str, set[str]] = {}
+    calls: dict[Path, set[str]] = {}
+    for item in items:
+        path = Path(str(item.fspath))
+        layer = _layer(path)
+        if layer is None:
+            continue
+        item.add_marker(getattr(pytest.mark, layer))
+        if layer == "unit":
+            if path not in calls:
+                calls[path] = _program_calls(path)
+            runs = calls[path] | (set(getattr(item, "fixturenames", ())) & set(PROGRAM_FIXTURES))
+            if runs:
+                wrong.setdefault(item.nodeid, set()).update(runs)
+    if wrong:
+        listed = "; ".join(f"{node}: {sorted(names)}" for node, names in sorted(wrong.items()))
+        raise pytest.UsageError(f"unit tests call the domain directly; move these to tests/plan: {listed}")
 
 
 def _freeze_what_lives_on() -> None:
