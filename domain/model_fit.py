@@ -600,9 +600,11 @@ class RoleFit:
     prediction: Prediction
     max_num_seqs_from: str  # "derived" (by the stack), "set" (in the serve file), "vLLM default"
 
-    def at(self, max_num_seqs: int) -> Prediction:
-        """The prediction with another max_num_seqs (e.g. what a rehearsal forced)."""
-        return predict(self.model, replace(self.engine, max_num_seqs=max_num_seqs), _spec(self.instance_type))
+    def at(self, max_num_seqs: int | None = None, enforce_eager: bool | None = None) -> Prediction:
+        """The prediction with another max_num_seqs or eager mode (what a rehearsal forced)."""
+        engine = self.engine if max_num_seqs is None else replace(self.engine, max_num_seqs=max_num_seqs)
+        engine = engine if enforce_eager is None else replace(engine, enforce_eager=enforce_eager)
+        return predict(self.model, engine, _spec(self.instance_type))
 
     def line(self) -> str:
         gpu = _spec(self.instance_type).gpu_model

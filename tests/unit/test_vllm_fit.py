@@ -206,6 +206,18 @@ def test_asking_256_on_an_l4_fails_in_one_line_with_vllms_reason():
     assert f"max_num_seqs <= {model_fit.largest_max_num_seqs(QWEN, DEV, L4)}" in message
 
 
+def test_a_role_fit_predicts_what_a_rehearsal_forced():
+    """The GPU run forced 64 sequences and then eager mode on the rendered document: a RoleFit answers
+    for both, and a Mamba refusal in the log is compared at the max_num_seqs it names."""
+    document, _ = model_fit.fit_serving(_doc(), [("collocated", "g6.8xlarge")], set(), None)
+    fit = model_fit.fit_document(document, {"collocated": "g6.8xlarge"})["collocated"]
+    for name, (seqs, graphs, _) in MEASURED.items():
+        _, measured = _measured(name)
+        assert vllm_log.compare(measured, fit.at(seqs, enforce_eager=not graphs)).agree, name
+    _, refused = _measured("graphs-256")
+    assert vllm_log.compare(refused, fit).agree
+
+
 def test_an_explicit_max_num_seqs_that_fits_is_kept():
     document, (line,) = model_fit.fit_serving(_doc(max_num_seqs=64), [("collocated", "g6.8xlarge")], set(), None)
     assert _kwargs(document)["max_num_seqs"] == 64 and "max_num_seqs set" in line
