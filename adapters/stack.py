@@ -44,6 +44,9 @@ def running_stack() -> StackConfig:
     keys = {*runtime_config.CONFIG.get(), *runtime_config.get_config_env()}
     values = {key: str(value) for key in keys if (value := runtime_config.get_config(key)) is not None}
     secrets = frozenset(k for k in values if runtime_config.is_config_secret(k))
+    # The secrets' values are read apart, as Outputs (stack_secrets): none is kept here in plain text.
+    hidden = {f"{PROJECT}:{key}" for key in config_keys.secret_keys()}
+    values = {key: SECRET_MARKER if key in hidden else value for key, value in values.items()}
     return StackConfig(PROJECT, pulumi.get_stack(), values, secrets)
 
 
