@@ -148,10 +148,21 @@ model-spec: $(VENV)/.installed
 
 # Logs in and creates the stack (or selects it): a new stack on the local backend gets the passphrase
 # secrets provider; on Pulumi Cloud, its default. Run it before setting secrets such as hfToken.
+# A stack without apiKeys gets one random key (24 random bytes as hex), piped into
+# `pulumi config set --secret` (never an argument, never printed): only "not found" counts as
+# unset, so a config that cannot be read (wrong passphrase) stops here instead of being overwritten.
+# Not where the stack turns the key check off (apiKeyCheck: false, environment dev only).
 stack: login passphrase
 	@backend="$${PULUMI_BACKEND_URL:-$$(pulumi whoami --verbose 2>/dev/null | awk -F': *' 'tolower($$1) ~ /backend url/ {print $$2}')}"; \
 	if [[ "$$backend" == file://* ]]; then provider="--secrets-provider passphrase"; fi; \
 	pulumi stack select --create $$provider $(STACK)
+	@if ! error="$$(pulumi config get apiKeys --stack $(STACK) 2>&1 >/dev/null)"; then \
+		if [[ "$$error" != *"not found for stack"* ]]; then echo "$$error" >&2; exit 1; fi; \
+		if [[ "$$(pulumi config get apiKeyCheck --stack $(STACK) 2>/dev/null)" != false ]]; then \
+			$(PYTHON) -c 'import secrets; print(secrets.token_hex(24))' | pulumi config set --secret apiKeys --stack $(STACK) && \
+			echo "apiKeys: a random key for $(STACK), stored as a Pulumi secret; read it with: pulumi config get apiKeys --stack $(STACK)"; \
+		fi; \
+	fi
 	@echo "Stack $(STACK) is ready. A gated model needs: pulumi config set --secret hfToken hf_... --stack $(STACK)"
 
 up: $(VENV)/.installed stack

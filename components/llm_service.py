@@ -8,7 +8,7 @@ import pulumi_kubernetes as k8s
 
 from components.network_policies import NamespaceNetworkPolicies
 from domain import api_keys
-from domain.facts import HEAD_PORTS, KUBERAY_NAMESPACE, SERVE_PORT
+from domain.facts import ENVIRONMENT_ANNOTATION, HEAD_PORTS, KUBERAY_NAMESPACE, SERVE_PORT
 from domain.hardening import HardeningSettings
 from domain.network_policies import network_policies
 from domain.ray_service import (
@@ -74,25 +74,28 @@ class LlmService(pulumi.ComponentResource):
                     opts=child,
                 )
             )
-        # The key-checking ingress (domain/api_keys.py): its code, and the keys as a file.
-        waits_for.append(
-            k8s.core.v1.ConfigMap(
-                f"{name}-api-key-ingress",
-                metadata=k8s.meta.v1.ObjectMetaArgs(name=api_keys.CONFIG_MAP_NAME, namespace=namespace.metadata.name),
-                data=api_keys.ingress_sources(),
-                opts=child,
+        if settings.hardening.api_key_check:
+            # The key-checking ingress (domain/api_keys.py): its code, and the keys as a file.
+            waits_for.append(
+                k8s.core.v1.ConfigMap(
+                    f"{name}-api-key-ingress",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(
+                        name=api_keys.CONFIG_MAP_NAME, namespace=namespace.metadata.name
+                    ),
+                    data=api_keys.ingress_sources(),
+                    opts=child,
+                )
             )
-        )
-        key_file = pulumi.Output.from_input(keys if keys is not None else "").apply(api_keys.key_file_content)
-        waits_for.append(
-            k8s.core.v1.Secret(
-                f"{name}-api-keys",
-                metadata=k8s.meta.v1.ObjectMetaArgs(name=api_keys.SECRET_NAME, namespace=namespace.metadata.name),
-                type="Opaque",
-                string_data={api_keys.KEYS_FILE: pulumi.Output.secret(key_file)},
-                opts=child,
+            key_file = pulumi.Output.from_input(keys if keys is not None else "").apply(api_keys.key_file_content)
+            waits_for.append(
+                k8s.core.v1.Secret(
+                    f"{name}-api-keys",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(name=api_keys.SECRET_NAME, namespace=namespace.metadata.name),
+                    type="Opaque",
+                    string_data={api_keys.KEYS_FILE: pulumi.Output.secret(key_file)},
+                    opts=child,
+                )
             )
-        )
 
         spec = ray_service_spec(settings)
         self.ray_service = k8s.apiextensions.CustomResource(
@@ -105,6 +108,8 @@ class LlmService(pulumi.ComponentResource):
                 annotations={
                     **ready_annotations(serving, wait_for_ready),
                     **worker_groups_annotation(spec),
+                    # The policy pack allows a RayService without the key check only in a dev environment.
+                    ENVIRONMENT_ANNOTATION: settings.hardening.environment,
                     # The KubeRay operator writes the whole RayService back when it adds its finalizer
                     # (rayservice_controller.go, r.Update), so it co-owns our fields; our spec wins.
                     "pulumi.com/patchForce": "true",

@@ -550,18 +550,33 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
 
 
 def secret_checks(settings: Settings, deploying: bool) -> list[str]:
-    """What the stack's secrets decide before deploying: a gated model without hfToken is refused
-    (a warning while only planning), an endpoint without apiKeys is warned about. Returns warnings."""
+    """What the stack's secrets decide before deploying: a gated model without hfToken is refused, and
+    so is an endpoint that checks keys but has none (every request would get 401 on GPUs paid for);
+    while only planning, both are warnings. Returns the warnings."""
     warnings = []
+    refusals = []
     gated = model_fit.gated_models(settings.serving.serve_document)
     if not settings.hf_token_set and gated:
-        error = ConfigError("hfToken", None, f"set it (pulumi config set --secret hfToken hf_...): {gated[0]} is gated")
+        refusals.append(
+            ConfigError("hfToken", None, f"set it (pulumi config set --secret hfToken hf_...): {gated[0]} is gated")
+        )
+    if settings.hardening.api_key_check and not settings.api_keys_set:
+        refusals.append(
+            ConfigError(
+                "apiKeys",
+                None,
+                "set it: `make stack` generates a random key, or pulumi config set --secret apiKeys "
+                '"$(openssl rand -hex 24)"; without one every request gets 401 (docs/security.md)',
+            )
+        )
+    for error in refusals:
         if deploying:
             raise error
         warnings.append(f"{error}; `make plan` goes on without it, `pulumi up` will refuse")
-    if not settings.api_keys_set:  # fails closed: the ingress refuses every request while the key file is empty
+    if not settings.hardening.api_key_check:
+        unused = "; its apiKeys are not used" if settings.api_keys_set else ""
         warnings.append(
-            f"{PROJECT}:apiKeys is not set: the endpoint will refuse every request until it is "
-            "(pulumi config set --secret apiKeys <key>[,<key>...]; README, Security)"
+            f"{PROJECT}:apiKeyCheck is false: the endpoint serves every request that reaches it, "
+            f"without a key (environment {settings.hardening.environment}){unused}"
         )
     return warnings

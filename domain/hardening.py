@@ -1,6 +1,7 @@
-"""The stack's security switches (README, Security): the environment it runs in, NetworkPolicies and
-who may reach the serve port. Safe by default; hardening that differs between environments keys
-on the `environment` setting, never on the stack's name (users copy `dev` under other names)."""
+"""The stack's security switches (docs/security.md): the environment it runs in, NetworkPolicies, who
+may reach the serve port and whether it checks API keys. Safe by default; hardening that differs
+between environments keys on the `environment` setting, never on the stack's name (users copy `dev`
+under other names)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class HardeningSettings:
     endpoint_source_ranges: tuple[str, ...] = ()  # who may reach that NLB (its security group)
     endpoint_vpc_cidr: str | None = None  # the NLB's own addresses, which reach the pods (NetworkPolicy)
     require_ebs_encryption: bool = default("requireEbsEncryption")  # deploy-time check of the region's default
+    api_key_check: bool = default("apiKeyCheck")  # the ingress refuses requests without one of the stack's apiKeys
 
     @property
     def dev_like(self) -> bool:
@@ -78,6 +80,14 @@ def load_hardening(
             raise ConfigError("endpointSourceRanges", cidr, "CIDR blocks such as 10.0.0.0/16") from None
         if network.prefixlen == 0:
             raise ConfigError("endpointSourceRanges", cidr, "a network narrower than the whole internet")
+    api_key_check = flag("apiKeyCheck")
+    if not api_key_check and environment not in DEV_ENVIRONMENTS:
+        raise ConfigError(
+            "apiKeyCheck",
+            False,
+            f"true in environment {environment!r}: without the check the endpoint serves anyone who reaches it "
+            f"(false is allowed only in {list(DEV_ENVIRONMENTS)})",
+        )
     return HardeningSettings(
         environment,
         flag("networkPolicies"),
@@ -86,4 +96,5 @@ def load_hardening(
         endpoint_source_ranges=tuple(ranges),
         endpoint_vpc_cidr=vpc_cidr,
         require_ebs_encryption=flag("requireEbsEncryption"),
+        api_key_check=api_key_check,
     )

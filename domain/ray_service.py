@@ -249,15 +249,17 @@ def worker_groups_annotation(spec: dict) -> dict[str, str]:
 
 def served_document(settings: Settings) -> dict:
     """The serve document the RayService runs (its serveConfigV2, parsed): the stack's applications
-    behind the key-checking ingress."""
+    behind the key-checking ingress, unless the stack turned the check off (environment dev only)."""
+    if not settings.hardening.api_key_check:
+        return settings.serving.serve_document
     return api_keys.with_key_check(settings.serving.serve_document)
 
 
 def ray_service_spec(settings: Settings) -> dict:
     """The RayService spec that deploys: the served document, and every Ray pod with what it needs
-    (the Hugging Face token where the stack has one, the ingress code and the keys)."""
+    (the Hugging Face token where the stack has one, the ingress code and the keys where it checks them)."""
     serving, pools = settings.serving, settings.gpu_pools
-    with_token, keyed = settings.hf_token_set, True
+    with_token, keyed = settings.hf_token_set, settings.hardening.api_key_check
     autoscales = any(b.autoscales for b in role_bounds(serving.serve_document).values())
     cluster = {
         "rayVersion": serving.ray_version,

@@ -17,9 +17,12 @@ Usage: python -m e2e.run [--cluster-only]   (after `python -m e2e.build`; `make 
 
 from __future__ import annotations
 
+import base64
 import copy
+import json
 import os
 import runpy
+import secrets
 import signal
 import sys
 import tempfile
@@ -35,7 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from adapters import stack as stack_adapter  # noqa: E402
 from adapters.kube_client import KubeClient  # noqa: E402
-from domain import cluster_checks  # noqa: E402
+from domain import api_keys, cluster_checks  # noqa: E402
 from domain.ray_service import ray_service_spec, served_document  # noqa: E402
 from e2e import build  # noqa: E402
 from e2e.checks import max_model_lens, names_failed_resource, unkept_fields  # noqa: E402
@@ -122,6 +125,8 @@ class Stack:
         # The real Pulumi.yaml: the CLI checks the e2e stack against it as against any other.
         (self.project / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
         self.ready_timeout: int | None = None
+        self.api_key = secrets.token_hex(24)  # this run's apiKeys: must never be readable in the state
+        self.outputs: list[str] = []  # what the CLI printed for each up
         self.stack = auto.create_or_select_stack(
             stack_name=STACK,
             project_name="ray-llm-eks",
@@ -154,11 +159,14 @@ class Stack:
         doc["config"] = {k: v for k, v in cfg.items()}
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         self.stack.set_config("ray-llm-eks:kubeconfig", self.auto.ConfigValue(kubeconfig, secret=True))
+        # As `make stack` sets it: `pulumi up` refuses a stack without a key.
+        self.stack.set_config("ray-llm-eks:apiKeys", self.auto.ConfigValue(self.api_key, secret=True))
 
     def up(self, what: str):
         self.events = []
         self.timeline.log(f"pulumi up: {what}")
         result = self.stack.up(on_event=self.events.append, color="never")
+        self.outputs.append(result.stdout + result.stderr)
         self.timeline.log(f"pulumi up done ({what}): {result.summary.resource_changes}")
         return result
 
@@ -279,6 +287,16 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
         str(unkept[:5]),
     )
     first_lens = max_model_lens(live["spec"]["serveConfigV2"])
+    keys = api.get(f"/api/v1/namespaces/{NS}/secrets/{api_keys.SECRET_NAME}")["data"][api_keys.KEYS_FILE]
+    checks.expect(
+        base64.b64decode(keys).decode() == f"{stack.api_key}\n",
+        "the stack's apiKeys reached the key file the ingress reads (Secret llm/api-keys)",
+    )
+    state = json.dumps(stack.stack.export_stack().deployment)
+    checks.expect(
+        stack.api_key not in state + "".join(stack.outputs),
+        "the API key appears in neither the Pulumi state nor the CLI's output (a secret end to end)",
+    )
 
     # 2. The operator makes a RayCluster and pods; the scheduler binds each to its pool.
     rc, pods, problems = wait_scheduled(api, NS, svc, workers, nodes, 120)

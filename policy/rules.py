@@ -25,6 +25,7 @@ from domain.facts import (
     DASHBOARD_PORT,
     DEV_ENVIRONMENTS,
     EFA_RESOURCE,
+    ENVIRONMENT_ANNOTATION,
     ENVIRONMENT_TAG,
     EXACT_CHART_VERSION,
     KEY_CHECKED_INGRESS,
@@ -394,15 +395,20 @@ def _ray_network_policies(resources: list[Resource]) -> list[tuple[Resource | No
 
 
 def _endpoint_requires_api_key(r: Resource) -> list[str]:
-    """Every Serve application of the RayService answers through the key-checking ingress."""
+    """Every Serve application of the RayService answers through the key-checking ingress, unless the
+    RayService says it runs in a dev environment (where a stack may turn the check off)."""
     if r.type != RAY_SERVICE:
+        return []
+    environment = _get(r.props, "metadata", "annotations", ENVIRONMENT_ANNOTATION)
+    if environment in DEV_ENVIRONMENTS:
         return []
     try:
         document = yaml.safe_load(_get(r.props, "spec", "serveConfigV2") or "") or {}
     except yaml.YAMLError:
         return ["spec.serveConfigV2 is not YAML"]
     return [
-        f"application {app.get('name')} does not use the API key ingress ({KEY_CHECKED_INGRESS})"
+        f"application {app.get('name')} does not use the API key ingress ({KEY_CHECKED_INGRESS}) "
+        f"in environment {environment!r} (only {list(DEV_ENVIRONMENTS)} may turn it off)"
         for app in document.get("applications") or []
         if _get(app, "args", "ingress_cls_config", "ingress_cls") != KEY_CHECKED_INGRESS
     ]

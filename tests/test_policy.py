@@ -86,7 +86,10 @@ MUTATIONS = {
     "charts-and-images-pinned": (rules.HELM_RELEASE, lambda p: p.update(version="^1.7"), "kuberay-operator"),
     "endpoint-requires-api-key": (
         rules.RAY_SERVICE,
-        lambda p: p["spec"].update(serveConfigV2=p["spec"]["serveConfigV2"].replace("api_key_ingress:", "other:")),
+        lambda p: (
+            p["spec"].update(serveConfigV2=p["spec"]["serveConfigV2"].replace("api_key_ingress:", "other:")),
+            p["metadata"]["annotations"].update({rules.ENVIRONMENT_ANNOTATION: "staging"}),
+        ),
     ),
     "no-plaintext-secrets": (
         rules.RAY_SERVICE,
@@ -106,6 +109,18 @@ def test_each_policy_fails_when_its_guard_is_off(dev, policy):
 def test_every_policy_has_a_failing_case_here():
     covered = {*MUTATIONS, "load-balancer-source-ranges"}  # the latter: the two tests below
     assert covered == {p.name for p in rules.policies()}
+
+
+def test_a_ray_service_without_the_key_check_passes_only_in_a_dev_environment():
+    open_dev = run_program("dev", {"ray-llm-eks:apiKeyCheck": False})
+    assert _failed(plan_resources(open_dev)) == set()
+    # The same RayService claiming another environment is refused.
+    staged = _mutated(
+        open_dev,
+        rules.RAY_SERVICE,
+        lambda p: p["metadata"]["annotations"].update({rules.ENVIRONMENT_ANNOTATION: "production"}),
+    )
+    assert _failed(staged) == {"endpoint-requires-api-key"}
 
 
 def test_dashboard_opened_beyond_the_operator_fails(dev):

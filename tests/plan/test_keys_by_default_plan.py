@@ -1,0 +1,41 @@
+"""Keys by default, as the program declares them (under Pulumi's mocks)."""
+
+from __future__ import annotations
+
+import json
+
+from adapters.stackfile import SecretValue
+from offline.plan import run_program
+from tests.conftest import failing_run
+
+NS = "ray-llm-eks:"
+KEY = "sk-canary-0123456789abcdef-do-not-leak"
+KEY_OBJECTS = {("kubernetes:core/v1:Secret", "llm-api-keys"), ("kubernetes:core/v1:ConfigMap", "llm-api-key-ingress")}
+
+
+def test_up_without_keys_is_refused_before_any_resource():
+    error, monitor = failing_run({}, offline_plan=False)
+    assert str(error).startswith("invalid config ray-llm-eks:apiKeys = None: set it: `make stack` generates")
+    assert monitor.registrations == []
+
+
+def test_up_with_a_key_declares_it_only_as_a_secret(tmp_path, capsys):
+    plan = run_program("dev", {NS + "apiKeys": SecretValue(KEY)}, offline_plan=False)
+    secret = plan.one("kubernetes:core/v1:Secret", "llm-api-keys")
+    assert secret.inputs["stringData"] == "[secret]"
+    plan.write(tmp_path)
+    print(plan.summary())
+    written = "".join(p.read_text() for p in tmp_path.rglob("*") if p.is_file())
+    shown = json.dumps(plan.resources_json()) + json.dumps(plan.outputs) + "".join(plan.warnings)
+    assert KEY not in written + shown + "".join(capsys.readouterr())
+
+
+def test_with_the_check_off_nothing_of_it_is_declared_and_the_plan_says_so():
+    plan = run_program("dev", {NS + "apiKeyCheck": False}, offline_plan=False)
+    assert not {(r.type, r.name) for r in plan.registrations} & KEY_OBJECTS
+    annotations = plan.one("kubernetes:ray.io/v1:RayService").inputs["metadata"]["annotations"]
+    assert annotations["ray-llm-eks/environment"] == "dev"
+    assert [w for w in plan.warnings if "apiKeyCheck is false" in w] == [
+        "ray-llm-eks:apiKeyCheck is false: the endpoint serves every request that reaches it, without a key "
+        "(environment dev)"
+    ]

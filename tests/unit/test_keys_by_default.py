@@ -1,0 +1,71 @@
+"""Keys by default: a stack without apiKeys is refused at deploy time, the key check is off only
+where the stack says so and only in environment dev (domain/hardening.py, domain/config.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from adapters import stack
+from domain.config import secret_checks
+from domain.errors import ConfigError
+from domain.facts import SECRET_MARKER
+from domain.ray_service import ray_service_spec, served_document
+
+NS = "ray-llm-eks:"
+
+
+def _settings(name: str = "dev", **overrides):
+    return stack.load_settings(stack.stack_file(name, overrides={NS + k: v for k, v in overrides.items()}))
+
+
+def test_the_check_is_on_unless_the_stack_turns_it_off():
+    assert _settings().hardening.api_key_check is True
+    assert _settings(apiKeyCheck=False).hardening.api_key_check is False
+
+
+@pytest.mark.parametrize("environment", ["staging", "production"])
+def test_the_check_may_be_off_only_in_environment_dev(environment):
+    with pytest.raises(ConfigError) as error:
+        _settings(environment=environment, endpointPublicAccessCidrs=["203.0.113.0/24"], apiKeyCheck=False)
+    assert str(error.value).startswith(
+        f"invalid config ray-llm-eks:apiKeyCheck = False: true in environment '{environment}'"
+    )
+    assert "allowed only in ['dev']" in str(error.value)
+
+
+def test_deploying_without_keys_is_refused_in_one_line_and_planning_warns():
+    settings = _settings()
+    assert not settings.api_keys_set
+    with pytest.raises(ConfigError) as error:
+        secret_checks(settings, deploying=True)
+    message = str(error.value)
+    assert message.startswith("invalid config ray-llm-eks:apiKeys = None: set it: `make stack` generates a random key")
+    assert "\n" not in message
+    (warning,) = secret_checks(settings, deploying=False)
+    assert warning == f"{message}; `make plan` goes on without it, `pulumi up` will refuse"
+
+
+def test_with_keys_or_with_the_check_off_deploying_goes_on():
+    assert secret_checks(replace(_settings(), api_keys_set=True), deploying=True) == []
+    (warning,) = secret_checks(_settings(apiKeyCheck=False), deploying=True)
+    assert warning.startswith("ray-llm-eks:apiKeyCheck is false: the endpoint serves every request")
+
+
+def test_a_key_given_as_a_secret_counts_as_set():
+    config = stack.stack_file("dev")
+    keyed = replace(config, values={**config.values, NS + "apiKeys": SECRET_MARKER})
+    assert stack.load_settings(keyed).api_keys_set
+
+
+def test_with_the_check_off_the_spec_serves_the_stacks_own_document_and_mounts_nothing():
+    settings = _settings(apiKeyCheck=False)
+    assert served_document(settings) == settings.serving.serve_document
+    spec = ray_service_spec(settings)
+    cluster = spec["rayClusterConfig"]
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        pod = group["template"]["spec"]
+        assert "api-keys" not in {v["name"] for v in pod.get("volumes", [])}
+        assert "api-keys" not in {m["name"] for m in pod["containers"][0].get("volumeMounts", [])}
+    assert ray_service_spec(_settings())["serveConfigV2"] != spec["serveConfigV2"]
