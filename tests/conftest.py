@@ -75,11 +75,13 @@ def _program_calls(path: Path) -> set[str]:
 def pytest_collection_modifyitems(config, items) -> None:
     """Mark each test with its layer; a unit test that would run the program is a collection error."""
     wrong: dict[str, set[str]] = {}
+    unplaced: set[str] = set()
     calls: dict[Path, set[str]] = {}
     for item in items:
         path = Path(str(item.fspath))
         layer = _layer(path)
         if layer is None:
+            unplaced.add(path.name)
             continue
         item.add_marker(getattr(pytest.mark, layer))
         if layer == "unit":
@@ -88,6 +90,8 @@ def pytest_collection_modifyitems(config, items) -> None:
             runs = calls[path] | (set(getattr(item, "fixturenames", ())) & set(PROGRAM_FIXTURES))
             if runs:
                 wrong.setdefault(item.nodeid, set()).update(runs)
+    if unplaced:
+        raise pytest.UsageError(f"a test file belongs in tests/unit, tests/plan or tests/harness: {sorted(unplaced)}")
     if wrong:
         listed = "; ".join(f"{node}: {sorted(names)}" for node, names in sorted(wrong.items()))
         raise pytest.UsageError(f"unit tests call the domain directly; move these to tests/plan: {listed}")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tools import check_upstream as upstream
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ENTRY = """## Copies
 
 ### `vllm-engine-args`: the table

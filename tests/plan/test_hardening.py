@@ -11,7 +11,7 @@ from tests.conftest import failing_run
 # assertion rewrite). Inside a test it failed once with "SystemError: AST constructor recursion depth
 # mismatch": likely a collection during the parse ran a failed plan's leftover future, whose logged
 # traceback is parsed too (3.11's caret anchors), and CPython 3.11 keeps one AST depth counter.
-from tests.test_preflight import EVERYWHERE, ROOMY, aws_run
+from tests.plan.test_preflight import EVERYWHERE, ROOMY, aws_run
 
 PROD_OPEN = {"ray-llm-eks:environment": "production"}
 

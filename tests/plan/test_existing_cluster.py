@@ -25,7 +25,7 @@ from offline.policy_check import plan_resources
 from policy import rules
 
 NS = "ray-llm-eks:"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KUBECONFIG = yaml.safe_dump(
     {
         "apiVersion": "v1",

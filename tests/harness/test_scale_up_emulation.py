@@ -8,7 +8,7 @@ import pytest
 from domain.scaling import NODE_TEMPLATE, node_template_tags
 from e2e.scale_up import ray_autoscaler_patch, unschedulable_counts
 from e2e.template_node import template_node
-from tests.test_existing_cluster import dev_settings
+from tests.plan.test_existing_cluster import dev_settings
 
 
 @pytest.fixture(scope="module")
