@@ -144,6 +144,7 @@ class InstanceSpec:
     nvme_gb: int = 0
     max_pods: int = 110  # nodeadm's max pods (eni-max-pods.txt); 110 is its fallback
     gpudirect_rdma: bool = False  # EFA can read/write GPU memory directly (p4d, p5); not on g5/g6/g6e
+    network_gbps: float = 0.0  # baseline network bandwidth (0: not in our table); the KV transfer floor's base
 
 
 _spec = InstanceSpec
@@ -151,51 +152,142 @@ _spec = InstanceSpec
 
 # Source: EC2 DescribeInstanceTypes data (vCPU, memory, GpuInfo, EFA) as published in Karpenter's
 # generated instance-type table, cross-checked with the EC2 "Accelerated computing instance
-# specifications" pages (docs.aws.amazon.com/ec2/latest/instancetypes/), read 2026-11. max_pods from
-# awslabs/amazon-eks-ami nodeadm/internal/kubelet/eni-max-pods.txt. Extend this table to use
-# another instance type; a type that is absent is reported, never guessed.
+# specifications" pages (docs.aws.amazon.com/ec2/latest/instancetypes/), read 2026-11. network_gbps:
+# aws/karpenter-provider-aws pkg/providers/instancetype/zz_generated.bandwidth.go (baseline Mbit/s).
+# max_pods from awslabs/amazon-eks-ami nodeadm/internal/kubelet/eni-max-pods.txt. Extend this table to
+# use another instance type; a type that is absent is reported, never guessed.
 INSTANCE_SPECS: dict[str, InstanceSpec] = {
     # G6: NVIDIA L4 24 GB. EFA only from 8xlarge up.
-    "g6.xlarge": _spec(vcpus=4, memory_gib=16, gpus=1, gpu_model="L4", gpu_memory_mib=22888, nvme_gb=250, max_pods=58),
-    "g6.2xlarge": _spec(vcpus=8, memory_gib=32, gpus=1, gpu_model="L4", gpu_memory_mib=22888, nvme_gb=450, max_pods=58),
+    "g6.xlarge": _spec(
+        network_gbps=2.5, vcpus=4, memory_gib=16, gpus=1, gpu_model="L4", gpu_memory_mib=22888, nvme_gb=250, max_pods=58
+    ),
+    "g6.2xlarge": _spec(
+        network_gbps=5, vcpus=8, memory_gib=32, gpus=1, gpu_model="L4", gpu_memory_mib=22888, nvme_gb=450, max_pods=58
+    ),
     "g6.4xlarge": _spec(
-        vcpus=16, memory_gib=64, gpus=1, gpu_model="L4", gpu_memory_mib=22888, nvme_gb=600, max_pods=234
+        network_gbps=10,
+        vcpus=16,
+        memory_gib=64,
+        gpus=1,
+        gpu_model="L4",
+        gpu_memory_mib=22888,
+        nvme_gb=600,
+        max_pods=234,
     ),
     "g6.8xlarge": _spec(
-        vcpus=32, memory_gib=128, gpus=1, gpu_model="L4", gpu_memory_mib=22888, efa=True, nvme_gb=900, max_pods=234
+        network_gbps=25,
+        vcpus=32,
+        memory_gib=128,
+        gpus=1,
+        gpu_model="L4",
+        gpu_memory_mib=22888,
+        efa=True,
+        nvme_gb=900,
+        max_pods=234,
     ),
     "g6.12xlarge": _spec(
-        vcpus=48, memory_gib=192, gpus=4, gpu_model="L4", gpu_memory_mib=22888, efa=True, nvme_gb=3760, max_pods=234
+        network_gbps=40,
+        vcpus=48,
+        memory_gib=192,
+        gpus=4,
+        gpu_model="L4",
+        gpu_memory_mib=22888,
+        efa=True,
+        nvme_gb=3760,
+        max_pods=234,
     ),
     "g6.16xlarge": _spec(
-        vcpus=64, memory_gib=256, gpus=1, gpu_model="L4", gpu_memory_mib=22888, efa=True, nvme_gb=1880, max_pods=737
+        network_gbps=25,
+        vcpus=64,
+        memory_gib=256,
+        gpus=1,
+        gpu_model="L4",
+        gpu_memory_mib=22888,
+        efa=True,
+        nvme_gb=1880,
+        max_pods=737,
     ),
     "g6.24xlarge": _spec(
-        vcpus=96, memory_gib=384, gpus=4, gpu_model="L4", gpu_memory_mib=22888, efa=True, nvme_gb=3760, max_pods=737
+        network_gbps=50,
+        vcpus=96,
+        memory_gib=384,
+        gpus=4,
+        gpu_model="L4",
+        gpu_memory_mib=22888,
+        efa=True,
+        nvme_gb=3760,
+        max_pods=737,
     ),
     "g6.48xlarge": _spec(
-        vcpus=192, memory_gib=768, gpus=8, gpu_model="L4", gpu_memory_mib=22888, efa=True, nvme_gb=7520, max_pods=737
+        network_gbps=100,
+        vcpus=192,
+        memory_gib=768,
+        gpus=8,
+        gpu_model="L4",
+        gpu_memory_mib=22888,
+        efa=True,
+        nvme_gb=7520,
+        max_pods=737,
     ),
     # G6e: NVIDIA L40S 48 GB. EFA from 8xlarge up.
     "g6e.xlarge": _spec(
-        vcpus=4, memory_gib=32, gpus=1, gpu_model="L40S", gpu_memory_mib=45776, nvme_gb=250, max_pods=58
+        network_gbps=2.5,
+        vcpus=4,
+        memory_gib=32,
+        gpus=1,
+        gpu_model="L40S",
+        gpu_memory_mib=45776,
+        nvme_gb=250,
+        max_pods=58,
     ),
     "g6e.2xlarge": _spec(
-        vcpus=8, memory_gib=64, gpus=1, gpu_model="L40S", gpu_memory_mib=45776, nvme_gb=450, max_pods=58
+        network_gbps=5, vcpus=8, memory_gib=64, gpus=1, gpu_model="L40S", gpu_memory_mib=45776, nvme_gb=450, max_pods=58
     ),
     "g6e.4xlarge": _spec(
-        vcpus=16, memory_gib=128, gpus=1, gpu_model="L40S", gpu_memory_mib=45776, nvme_gb=600, max_pods=234
+        network_gbps=20,
+        vcpus=16,
+        memory_gib=128,
+        gpus=1,
+        gpu_model="L40S",
+        gpu_memory_mib=45776,
+        nvme_gb=600,
+        max_pods=234,
     ),
     "g6e.8xlarge": _spec(
-        vcpus=32, memory_gib=256, gpus=1, gpu_model="L40S", gpu_memory_mib=45776, efa=True, nvme_gb=900, max_pods=234
+        network_gbps=25,
+        vcpus=32,
+        memory_gib=256,
+        gpus=1,
+        gpu_model="L40S",
+        gpu_memory_mib=45776,
+        efa=True,
+        nvme_gb=900,
+        max_pods=234,
     ),
     "g6e.12xlarge": _spec(
-        vcpus=48, memory_gib=384, gpus=4, gpu_model="L40S", gpu_memory_mib=45776, efa=True, nvme_gb=3800, max_pods=292
+        network_gbps=100,
+        vcpus=48,
+        memory_gib=384,
+        gpus=4,
+        gpu_model="L40S",
+        gpu_memory_mib=45776,
+        efa=True,
+        nvme_gb=3800,
+        max_pods=292,
     ),
     "g6e.16xlarge": _spec(
-        vcpus=64, memory_gib=512, gpus=1, gpu_model="L40S", gpu_memory_mib=45776, efa=True, nvme_gb=1900, max_pods=737
+        network_gbps=35,
+        vcpus=64,
+        memory_gib=512,
+        gpus=1,
+        gpu_model="L40S",
+        gpu_memory_mib=45776,
+        efa=True,
+        nvme_gb=1900,
+        max_pods=737,
     ),
     "g6e.24xlarge": _spec(
+        network_gbps=200,
         vcpus=96,
         memory_gib=768,
         gpus=4,
@@ -207,6 +299,7 @@ INSTANCE_SPECS: dict[str, InstanceSpec] = {
         max_pods=492,
     ),
     "g6e.48xlarge": _spec(
+        network_gbps=400,
         vcpus=192,
         memory_gib=1536,
         gpus=8,
@@ -219,19 +312,51 @@ INSTANCE_SPECS: dict[str, InstanceSpec] = {
     ),
     # G5: NVIDIA A10G 24 GB. EFA from 8xlarge up.
     "g5.xlarge": _spec(
-        vcpus=4, memory_gib=16, gpus=1, gpu_model="A10G", gpu_memory_mib=24576, nvme_gb=250, max_pods=58
+        network_gbps=2.5,
+        vcpus=4,
+        memory_gib=16,
+        gpus=1,
+        gpu_model="A10G",
+        gpu_memory_mib=24576,
+        nvme_gb=250,
+        max_pods=58,
     ),
     "g5.8xlarge": _spec(
-        vcpus=32, memory_gib=128, gpus=1, gpu_model="A10G", gpu_memory_mib=24576, efa=True, nvme_gb=900, max_pods=234
+        network_gbps=25,
+        vcpus=32,
+        memory_gib=128,
+        gpus=1,
+        gpu_model="A10G",
+        gpu_memory_mib=24576,
+        efa=True,
+        nvme_gb=900,
+        max_pods=234,
     ),
     "g5.12xlarge": _spec(
-        vcpus=48, memory_gib=192, gpus=4, gpu_model="A10G", gpu_memory_mib=24576, efa=True, nvme_gb=3800, max_pods=737
+        network_gbps=40,
+        vcpus=48,
+        memory_gib=192,
+        gpus=4,
+        gpu_model="A10G",
+        gpu_memory_mib=24576,
+        efa=True,
+        nvme_gb=3800,
+        max_pods=737,
     ),
     "g5.48xlarge": _spec(
-        vcpus=192, memory_gib=768, gpus=8, gpu_model="A10G", gpu_memory_mib=24576, efa=True, nvme_gb=7600, max_pods=345
+        network_gbps=100,
+        vcpus=192,
+        memory_gib=768,
+        gpus=8,
+        gpu_model="A10G",
+        gpu_memory_mib=24576,
+        efa=True,
+        nvme_gb=7600,
+        max_pods=345,
     ),
     # P4d / P5: A100 40 GB, H100 80 GB; several network cards, one EFA device each.
     "p4d.24xlarge": _spec(
+        network_gbps=400,
         vcpus=96,
         memory_gib=1152,
         gpus=8,
@@ -244,6 +369,7 @@ INSTANCE_SPECS: dict[str, InstanceSpec] = {
         gpudirect_rdma=True,
     ),
     "p5.48xlarge": _spec(
+        network_gbps=3200,
         vcpus=192,
         memory_gib=2048,
         gpus=8,

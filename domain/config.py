@@ -14,7 +14,20 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from domain import api_keys, aws_facts, config_keys, model_fit, prices, roles, scaling, serve_config, sizing, versions
+from domain import (
+    alerts,
+    api_keys,
+    aws_facts,
+    config_keys,
+    model_fit,
+    prices,
+    roles,
+    scaling,
+    serve_config,
+    sizing,
+    slo,
+    versions,
+)
 from domain.aws_facts import BotocoreFacts
 from domain.errors import PROJECT, ConfigError
 from domain.facts import EXACT_CHART_VERSION, GPU_ROLES, KUBERAY_NAMESPACE
@@ -544,6 +557,8 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         serving=serving,
         prices=price_overrides,
         hardening=hardening,
+        slo=slo.parse(raw.structured("slo", dict)),
+        alerts=alerts.load(raw.structured("alerts", dict), serving.serve_document, alerts.pool_types(pools)),
         hf_token_set=get("hfToken") is not None,
         api_keys_set=get("apiKeys") is not None,
     )

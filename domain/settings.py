@@ -7,9 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from domain import aws_facts
+from domain.alerts import AlertThresholds
+from domain.alerts import default as alerts_default
 from domain.facts import PD_ROLES
 from domain.hardening import HardeningSettings
 from domain.prices import NO_PRICE_OVERRIDES, PriceOverrides
+from domain.slo import Slo
+from domain.slo import default as slo_default
 
 NAT_MODES = ("single", "perAz")
 
@@ -118,6 +122,8 @@ class Settings:
     gpu_pools: Mapping[str, GpuPoolSettings] = field(default_factory=dict)
     prices: PriceOverrides = NO_PRICE_OVERRIDES
     hardening: HardeningSettings = field(default_factory=HardeningSettings)  # domain/hardening.py
+    slo: Slo = field(default_factory=slo_default)  # domain/slo.py: the alerts' and the benchmark's objectives
+    alerts: AlertThresholds = field(default_factory=alerts_default)  # domain/alerts.py
     # Whether the stack sets its secrets; their values reach the components apart from Settings
     # (adapters/stack.py StackSecrets), so no secret is ever inside a Settings.
     hf_token_set: bool = False
