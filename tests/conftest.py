@@ -146,6 +146,22 @@ def failing_run(overrides: dict, stack: str = "dev", offline_plan: bool = True) 
     return caught.value, monitor
 
 
+def settings_of(overrides: dict | None = None, stack: str = "dev"):
+    """A shipped stack's Settings with overridden values (YAML-level, as in a stack file; None removes a
+    key), through the one stack adapter: what the program checks before declaring anything, without
+    running it. Unit tests use this; tests/plan runs the program."""
+    from adapters import stack as stack_adapter
+
+    return stack_adapter.load_settings(stack_adapter.stack_file(stack, overrides=overrides))
+
+
+def settings_error(overrides: dict, stack: str = "dev") -> ValueError:
+    """The one error those values stop the stack with (a ConfigError or a StackFileError)."""
+    with pytest.raises(ValueError) as caught:
+        settings_of(overrides, stack)
+    return caught.value
+
+
 def region_overrides(region: str) -> dict:
     """Stack values that move dev to another region (its zones a and b)."""
     return {
