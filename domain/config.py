@@ -32,6 +32,7 @@ from domain.aws_facts import BotocoreFacts
 from domain.errors import PROJECT, ConfigError
 from domain.facts import EXACT_CHART_VERSION, GPU_ROLES, KUBERAY_NAMESPACE
 from domain.hardening import load_hardening
+from domain.routing import route_roles
 from domain.settings import (
     NAT_MODES,
     AmiPin,
@@ -458,6 +459,7 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings], facts
         vllm_version,
         lambda model_id, source: model_fit.model_spec(model_id, source, own_spec),
     )
+    route_roles(serve_config.llm_configs_by_role(document, name), raw.structured("routing", dict, None), name)
     api_keys.check_no_own_ingress(document, f"serve_configs/{name}.yaml")
     efa_roles = {p.app_role for p in pools.values() if p.efa}
     # max_num_seqs derived where the fit renders it; every pool of a role must fit the role's engine.

@@ -17,7 +17,7 @@ from typing import Protocol
 
 import yaml
 
-from domain import engine_args, packaged
+from domain import engine_args, packaged, routing
 from domain.errors import ConfigError
 from domain.facts import COLLOCATED_ROLE, PD_ROLES, POOL_RESOURCE_PREFIX
 from domain.model_families import FAMILY_ENGINE_KEYS, FAMILY_ENV_KEYS, ModelFamily
@@ -156,7 +156,14 @@ def check_application(doc: dict, where: str, vllm_version: str | None) -> None:
                     f"{' or '.join(allowed)} on the {role} side (vLLM serves a swapped pair, but on GPUs "
                     "decode would then free KV blocks a transfer may still read)",
                 )
+    for entry in app.get("deployments") or []:  # the application's per-deployment overrides
+        if isinstance(entry, dict) and "request_router_config" in entry:
+            name = f"{where}: deployments[{entry.get('name')}].request_router_config"
+            routing.check_request_router_config(name, entry["request_router_config"])
     for role, config in configs.items():
+        router = (config.get("deployment_config") or {}).get("request_router_config")
+        if router is not None:
+            routing.check_request_router_config(f"{where}: {role} deployment_config.request_router_config", router)
         if "placement_group_config" in config:
             raise ConfigError(
                 "serveConfig",
