@@ -15,10 +15,12 @@ from components.kuberay import KubeRayOperator
 from components.llm_service import LlmService
 from components.load_balancer import InternalEndpoint, LoadBalancerController, internal_nlb_service
 from components.network import Network
+from components.observability import EbsCsiDriver, MonitoringStack, ServiceMonitoring
 from components.pod_identity import PodIdentityAgent
 from components.weights_access import WeightsAccess
-from domain import config, cost, pool_use, preflight, scaling
+from domain import config, cost, observability, pool_use, preflight, scaling
 from domain.errors import ConfigError
+from domain.hardening import ENVIRONMENT_TAG
 from domain.yaml_files import YamlSyntaxError
 
 try:  # a bad value or an AWS refusal stops here, before any resource
@@ -72,7 +74,10 @@ if mode.install_device_plugins:
         )
     )
 autoscaled = not mode.existing_cluster and scaling.autoscaler_needed(settings.gpu_pools)
-if autoscaled or hardening.internal_endpoint:  # controllers with an AWS role: one Pod Identity agent
+obs = serving.observability  # embedded and amp only on the cluster we build (domain/observability.py)
+rule_spec = observability.rule_spec(settings)
+# Controllers with an AWS role (and the EBS CSI driver, Prometheus's remote write): one Pod Identity agent.
+if autoscaled or hardening.internal_endpoint or obs.in_cluster_stack:
     agent = PodIdentityAgent(
         "pod-identity-agent", settings.cluster.name, settings.cluster.kubernetes_version, on_system_nodes
     )
@@ -101,6 +106,37 @@ if hardening.internal_endpoint:
     installed.append(controller)
 if mode.install_kuberay:
     installed.append(KubeRayOperator("kuberay", serving.kuberay, on_system_nodes))
+monitoring = []
+if obs.in_cluster_stack:
+    # Prometheus's volume lives in the system nodes' zone; the CSI driver outlives it (destroy).
+    csi = (
+        EbsCsiDriver(
+            "ebs-csi",
+            settings.cluster.name,
+            settings.cluster.kubernetes_version,
+            settings.region,
+            agent,
+            on_system_nodes,
+        )
+        if obs.mode == "embedded"
+        else None
+    )
+    stack_tags = {"Name": f"{settings.cluster.name}-prometheus", ENVIRONMENT_TAG: hardening.environment}
+    monitoring.append(
+        MonitoringStack(
+            "monitoring",
+            obs,
+            settings.cluster.name,
+            settings.region,
+            network.gpu_availability_zone,
+            stack_tags,
+            agent,
+            csi,
+            rule_spec,
+            # node-exporter and the DCGM exporter run on every node: all of them first.
+            pulumi.ResourceOptions(providers=[provider], depends_on=nodes),
+        )
+    )
 service = LlmService(
     "llm",
     settings,
@@ -112,6 +148,20 @@ service = LlmService(
     hardening=hardening,
     operator_namespace=mode.operator_namespace,
 )
+if obs.enabled:
+    # The monitors, rule and dashboards in the RayService's namespace, once the Prometheus Operator's
+    # CRDs exist (our chart's, or the existing cluster's own); removed before either on destroy.
+    ServiceMonitoring(
+        "service-monitoring",
+        obs,
+        serving.namespace,
+        rule_spec,
+        observability.dashboards(settings),
+        mode.operator_namespace if mode.install_kuberay else None,
+        pulumi.ResourceOptions(providers=[provider], depends_on=[service.namespace, *monitoring, *installed]),
+    )
+    if obs.grafana:
+        pulumi.export("grafanaPortForwardCommand", observability.grafana_port_forward(obs))
 if hardening.internal_endpoint:
     # After the RayService, before it on destroy; the controller outlives the NLB it removes.
     endpoint = InternalEndpoint(

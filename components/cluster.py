@@ -163,7 +163,11 @@ class Cluster(pulumi.ComponentResource):
             f"{name}-system",
             cluster=self.eks,
             node_role=self.node_role.role,
-            subnet_ids=network.private_subnet_ids,
+            # In the GPU nodes' zone: EBS volumes are zonal (Prometheus's, domain/observability.py), and a
+            # node replaced into another zone would strand the pod that mounts one; the Ray head also sits
+            # next to its workers. The GPU zone holds every GPU node anyway (EFA), so a second zone would
+            # keep nothing serving.
+            subnet_ids=[network.gpu_subnet_id],
             instance_types=[settings.system_nodes.instance_type],
             scaling_config=scaling(settings.system_nodes),
             disk_size=settings.system_nodes.disk_size_gib,

@@ -51,7 +51,7 @@ class LlmService(pulumi.ComponentResource):
         super().__init__("ray-llm-eks:llm_service:LlmService", name, None, opts)
         serving = settings.serving
         child = pulumi.ResourceOptions(parent=self)
-        namespace = k8s.core.v1.Namespace(
+        self.namespace = namespace = k8s.core.v1.Namespace(
             f"{name}-namespace", metadata=k8s.meta.v1.ObjectMetaArgs(name=serving.namespace), opts=child
         )
         waits_for = [namespace]
@@ -60,7 +60,7 @@ class LlmService(pulumi.ComponentResource):
             waits_for.append(
                 NamespaceNetworkPolicies(
                     f"{name}-network-policies",
-                    network_policies(serving.namespace, hardening, operator_namespace),
+                    network_policies(serving.namespace, hardening, operator_namespace, serving.observability),
                     pulumi.ResourceOptions(parent=self, depends_on=[namespace]),
                 )
             )

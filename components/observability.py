@@ -14,25 +14,11 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 import yaml
 
+from adapters import botocore_facts
 from components.helm import helm_release
 from components.pod_identity import pod_identity_role
-from domain import aws_facts, observability, versions
+from domain import observability, versions
 from domain.observability import ObservabilitySettings
-from domain.placement import SYSTEM_LABELS
-
-EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"  # aws-ebs-csi-driver chart 2.64.0 controller.serviceAccount.name
-
-
-def ebs_csi_configuration() -> str:
-    """The add-on's configuration values (its Helm chart's values): controller and node plugin on the
-    system nodes only, where the volumes are mounted; one controller replica (leader-elected anyway)."""
-    return json.dumps(
-        {
-            "controller": {"replicaCount": 1, "nodeSelector": dict(SYSTEM_LABELS)},
-            "node": {"nodeSelector": dict(SYSTEM_LABELS), "tolerateAllTaints": False},
-        },
-        sort_keys=True,
-    )
 
 
 class EbsCsiDriver(pulumi.ComponentResource):
@@ -51,7 +37,7 @@ class EbsCsiDriver(pulumi.ComponentResource):
         super().__init__("ray-llm-eks:observability:EbsCsiDriver", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         role = pod_identity_role(f"{name}-role", self)
-        partition = aws_facts.region_partition(region)
+        partition = botocore_facts.load().region_partition(region)
         attachment = aws.iam.RolePolicyAttachment(
             f"{name}-policy",
             role=role.name,
@@ -67,9 +53,11 @@ class EbsCsiDriver(pulumi.ComponentResource):
             cluster_name=cluster_name,
             addon_name=versions.EBS_CSI_ADDON,
             addon_version=default.version,
-            configuration_values=ebs_csi_configuration(),
+            configuration_values=json.dumps(observability.ebs_csi_configuration(), sort_keys=True),
             pod_identity_associations=[
-                aws.eks.AddonPodIdentityAssociationArgs(role_arn=role.arn, service_account=EBS_CSI_SERVICE_ACCOUNT)
+                aws.eks.AddonPodIdentityAssociationArgs(
+                    role_arn=role.arn, service_account=observability.EBS_CSI_SERVICE_ACCOUNT
+                )
             ],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[agent, attachment]),
         )

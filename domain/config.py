@@ -20,6 +20,7 @@ from domain import (
     aws_facts,
     config_keys,
     model_fit,
+    observability,
     prices,
     roles,
     scaling,
@@ -32,6 +33,7 @@ from domain.aws_facts import BotocoreFacts
 from domain.errors import PROJECT, ConfigError
 from domain.facts import EXACT_CHART_VERSION, GPU_ROLES, KUBERAY_NAMESPACE
 from domain.hardening import load_hardening
+from domain.observability import ObservabilitySettings
 from domain.routing import route_roles
 from domain.settings import (
     NAT_MODES,
@@ -262,7 +264,9 @@ def _cluster_admins(raw: _Raw, region: str, facts: BotocoreFacts) -> tuple[str, 
     return tuple(arns)
 
 
-def _cluster(raw: _Raw, name: str, region: str, vpc_cidr: str, facts: BotocoreFacts) -> ClusterSettings:
+def _cluster(
+    raw: _Raw, name: str, region: str, vpc_cidr: str, facts: BotocoreFacts, obs: ObservabilitySettings
+) -> ClusterSettings:
     public_cidrs = raw.structured("endpointPublicAccessCidrs", list)
     if not public_cidrs:
         raise ConfigError("endpointPublicAccessCidrs", public_cidrs, "at least one CIDR (pulumi reaches the API)")
@@ -300,7 +304,7 @@ def _cluster(raw: _Raw, name: str, region: str, vpc_cidr: str, facts: BotocoreFa
             f"{'+'.join(map(str, sizing.SERVING_IMAGE_BUDGET_GIB))} GiB compressed+unpacked) and the OS must stay "
             f"under kubelet's 85% image-GC threshold (default {sizing.SYSTEM_DISK_GIB} GiB leaves room for an upgrade)",
         )
-    _system_node_fits(system)
+    _system_node_fits(system, obs)
     return ClusterSettings(
         name=name,
         kubernetes_version=_kubernetes_version(raw),
@@ -313,13 +317,13 @@ def _cluster(raw: _Raw, name: str, region: str, vpc_cidr: str, facts: BotocoreFa
     )
 
 
-def _system_node_fits(system: NodePoolSettings) -> None:
-    """The Ray head, CoreDNS and the operator share one system node. An instance type outside our
-    table is checked at deploy time instead (preflight.check_system_node)."""
+def _system_node_fits(system: NodePoolSettings, obs: ObservabilitySettings) -> None:
+    """The Ray head, CoreDNS, the operator and our monitoring share one system node. An instance type
+    outside our table is checked at deploy time instead (preflight.check_system_node)."""
     spec = aws_facts.INSTANCE_SPECS.get(system.instance_type)
     if spec is None:
         return
-    need, offered = sizing.system_node_room(spec)
+    need, offered = sizing.system_node_room(spec, observability.system_pods(obs))
     if not need.fits_in(offered):
         raise ConfigError(
             "systemNodes.instanceType",
@@ -446,7 +450,9 @@ def _s3_uri(key: str, uri: str) -> str:
     return uri
 
 
-def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings], facts: BotocoreFacts) -> ServingSettings:
+def _serving(
+    raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings], facts: BotocoreFacts, obs: ObservabilitySettings
+) -> ServingSettings:
     image, ray_version, vllm_version = _image(raw, region, facts)
     name = raw.text("serveConfig")
     shapes = roles.role_shapes(pools)
@@ -497,6 +503,7 @@ def _serving(raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings], facts
             "EFA device plugin image is pulled from there",
         )
     return ServingSettings(
+        observability=obs,
         serve_document=document,
         fit=fit,
         namespace=namespace,
@@ -536,9 +543,15 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         raise ConfigError("clusterName", name, "1-100 letters, digits, '-' or '_', starting with a letter")
 
     network = _network(raw, region, name)
-    cluster = _cluster(raw, name, region, network.vpc_cidr, facts)
+    obs = observability.load_observability(
+        raw.structured("observability", dict),
+        existing_cluster=raw.boolean("existingCluster"),
+        stack_chart=_chart(raw, "kubePrometheusStackVersion", versions.KUBE_PROMETHEUS_STACK_CHART),
+        dcgm_chart=_chart(raw, "dcgmExporterVersion", versions.DCGM_EXPORTER_CHART),
+    )
+    cluster = _cluster(raw, name, region, network.vpc_cidr, facts, obs)
     pools = _gpu_pools(raw, network, cluster.kubernetes_version, facts)
-    serving = _serving(raw, region, pools, facts)
+    serving = _serving(raw, region, pools, facts, obs)
     # Node bounds of autoscaling roles follow their replicas (domain/scaling.py), or must agree with them.
     pools = scaling.reconcile_pools(pools, serving.serve_document, raw.structured("gpuPools", dict))
     price_overrides = prices.price_overrides(raw.structured("prices", dict))

@@ -5,13 +5,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from domain import observability
 from domain.prices import (
+    AMP_STORAGE_USD_PER_GB_MONTH,
+    AMP_USD_PER_10M_SAMPLES,
     EBS_GP3_USD_PER_GB_MONTH,
     EKS_USD_PER_HOUR,
     HOURS_PER_MONTH,
     INSTANCE_USD_PER_HOUR,
     KMS_KEY_USD_PER_MONTH,
     NAT_GATEWAY_USD_PER_HOUR,
+    NLB_LCU_USD_PER_HOUR,
+    NLB_USD_PER_HOUR,
     PRICES_AS_OF,
     PUBLIC_IPV4_USD_PER_HOUR,
     PriceOverrides,
@@ -157,4 +162,55 @@ def estimate(
     disk_gb = sum(nodes.disk_size_gib * _count(nodes, size) for nodes in pools.values())
     lines.append(CostLine("EBS gp3 root volumes (GB)", disk_gb, None if gp3 is None else gp3 / HOURS_PER_MONTH))
     lines.append(CostLine("KMS key (secrets encryption)", 1, KMS_KEY_USD_PER_MONTH / HOURS_PER_MONTH))
+    if settings.hardening.internal_endpoint:
+        lines += _load_balancer_lines(region, overrides)
+    lines += _observability_lines(settings.serving.observability, region, overrides, gp3)
     return CostEstimate(region, tuple(lines))
+
+
+def _chosen(override: float | None, table: dict[str, float], region: str) -> float | None:
+    return table.get(region) if override is None else override
+
+
+# An internal endpoint's traffic (a few requests per second, kilobytes each) stays under one NLB
+# capacity unit; a busy one pays per unit used (domain/prices.py says what one unit is).
+NLB_CAPACITY_UNITS = 1
+
+
+def _load_balancer_lines(region: str, overrides: PriceOverrides) -> list[CostLine]:
+    hourly = _chosen(overrides.load_balancer_per_hour, NLB_USD_PER_HOUR, region)
+    lcu = _chosen(overrides.load_balancer_lcu_per_hour, NLB_LCU_USD_PER_HOUR, region)
+    return [
+        CostLine("internal load balancer (NLB)", 1, hourly),
+        CostLine("NLB capacity units (budget)", NLB_CAPACITY_UNITS, lcu),
+    ]
+
+
+# What AMP keeps by default (AMP user guide: metrics are stored for 150 days unless the workspace
+# sets another retention).
+AMP_RETENTION_DAYS = 150
+
+
+def _observability_lines(
+    obs: observability.ObservabilitySettings, region: str, overrides: PriceOverrides, gp3: float | None
+) -> list[CostLine]:
+    """Prometheus's own volume (embedded), or AMP's ingestion and storage at the series budget (amp).
+    The monitoring pods fit the system node (domain/observability.py system_pods): no node is added."""
+    if obs.mode == "embedded":
+        return [
+            CostLine("EBS gp3 Prometheus volume (GB)", obs.storage_gib, None if gp3 is None else gp3 / HOURS_PER_MONTH)
+        ]
+    if obs.mode != "amp":
+        return []
+    samples_per_hour = observability.SERIES_BUDGET / observability.SCRAPE_INTERVAL_S * 3600
+    per_10m = _chosen(overrides.amp_per_10m_samples, AMP_USD_PER_10M_SAMPLES, region)
+    per_gb = _chosen(overrides.amp_storage_per_gb_month, AMP_STORAGE_USD_PER_GB_MONTH, region)
+    stored_gb = samples_per_hour * 24 * AMP_RETENTION_DAYS * observability.BYTES_PER_SAMPLE / 2**30
+    return [
+        CostLine("AMP samples ingested (10M/h, series budget)", samples_per_hour / 1e7, per_10m),
+        CostLine(
+            f"AMP storage after {AMP_RETENTION_DAYS} days (GB)",
+            round(stored_gb, 1),
+            None if per_gb is None else per_gb / HOURS_PER_MONTH,
+        ),
+    ]

@@ -33,6 +33,16 @@ SERVE_PORT = 8000  # Ray Serve's HTTP proxy: the only Ray port reachable from ou
 DASHBOARD_PORT = 8265  # ...besides the head's dashboard, for the KubeRay operator only
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": DASHBOARD_PORT, "client": 10001, "metrics": 8080, "serve": SERVE_PORT}
 
+# Ray's metrics ports: KubeRay's `metrics` on every Ray container (v1.7.0 utils/constant.go
+# DefaultMetricsPort), and on the head the autoscaler monitor's and the dashboard's own (Ray 2.58
+# autoscaler/_private/constants.py AUTOSCALER_METRIC_PORT, dashboard/consts.py DASHBOARD_METRIC_PORT).
+# Prometheus scrapes them (PodMonitors); the namespace whose Prometheus does is named on the
+# NetworkPolicy that admits it, for the policy pack.
+HEAD_METRICS_PORTS = {"metrics": HEAD_PORTS["metrics"], "as-metrics": 44217, "dash-metrics": 44227}
+PROMETHEUS_NAMESPACE_ANNOTATION = f"{PROJECT}/prometheus-namespace"
+# The Prometheus Operator's PodMonitor, as Pulumi types it (the policy pack looks for them).
+POD_MONITOR_TYPE = "kubernetes:monitoring.coreos.com/v1:PodMonitor"
+
 # Where our KubeRay operator runs (an existing cluster's may run elsewhere: kuberayNamespace), and
 # the annotation on the NetworkPolicy that opens the dashboard naming the namespace it admits.
 KUBERAY_NAMESPACE = "kuberay-system"

@@ -7,8 +7,16 @@ port-forward`, which enters through the kubelet, not the pod network."""
 
 from __future__ import annotations
 
-from domain.facts import HEAD_PORTS, KUBERAY_NAMESPACE, OPERATOR_NAMESPACE_ANNOTATION, SERVE_PORT
+from domain import observability
+from domain.facts import (
+    HEAD_PORTS,
+    KUBERAY_NAMESPACE,
+    OPERATOR_NAMESPACE_ANNOTATION,
+    PROMETHEUS_NAMESPACE_ANNOTATION,
+    SERVE_PORT,
+)
 from domain.hardening import HardeningSettings
+from domain.observability import ObservabilitySettings
 
 # KubeRay labels every pod of a RayCluster with it (ray-operator v1.7.0 common/pod.go).
 RAY_POD_SELECTOR = {"matchLabels": {"ray.io/is-ray-node": "yes"}}
@@ -30,7 +38,10 @@ def _policy(name: str, namespace: str, spec: dict, annotations: dict | None = No
 
 
 def network_policies(
-    namespace: str, hardening: HardeningSettings, operator_namespace: str = KUBERAY_NAMESPACE
+    namespace: str,
+    hardening: HardeningSettings,
+    operator_namespace: str = KUBERAY_NAMESPACE,
+    obs: ObservabilitySettings | None = None,
 ) -> list[dict]:
     policies = [
         _policy("default-deny-ingress", namespace, {"podSelector": {}, "policyTypes": ["Ingress"]}),
@@ -61,6 +72,25 @@ def network_policies(
             {OPERATOR_NAMESPACE_ANNOTATION: operator_namespace},
         ),
     ]
+    if obs is not None and obs.enabled:
+        # Prometheus scrapes every Ray pod on its metrics ports (the PodMonitors: domain/observability.py).
+        policies.append(
+            _policy(
+                "metrics-from-prometheus",
+                namespace,
+                {
+                    "podSelector": RAY_POD_SELECTOR,
+                    "policyTypes": ["Ingress"],
+                    "ingress": [
+                        {
+                            "from": [{"namespaceSelector": namespace_selector(obs.prometheus_namespace)}],
+                            "ports": [{"protocol": "TCP", "port": p} for p in observability.metrics_ports(obs)],
+                        }
+                    ],
+                },
+                {PROMETHEUS_NAMESPACE_ANNOTATION: obs.prometheus_namespace},
+            )
+        )
     if hardening.internal_endpoint and hardening.endpoint_vpc_cidr:
         # The NLB (IP targets) reaches the pods from its own addresses in the VPC; its security group
         # admits only endpointSourceRanges. Pods of the VPC share that range: the key check stays.

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Protocol
 
-from domain import aws_facts, sizing, versions
+from domain import aws_facts, observability, sizing, versions
 from domain.settings import NodePoolSettings, Settings
 
 
@@ -117,7 +117,7 @@ def check_system_node(settings: Settings, aws: AwsAnswers) -> str:
     hardware = aws.hardware(instance_type)
     if hardware is None:
         return f"deferred to deploy time: the Ray head and system pods fit one {instance_type}"
-    need, offered = sizing.system_node_room(hardware)
+    need, offered = sizing.system_node_room(hardware, observability.system_pods(settings.serving.observability))
     if not need.fits_in(offered):
         raise PreflightError(
             f"systemNodes.instanceType {instance_type} is too small for the Ray head and system pods: they need "

@@ -110,6 +110,20 @@ NAT_GATEWAY_USD_PER_HOUR = {"us-east-1": 0.045, "us-east-2": 0.045, "us-west-2":
 EBS_GP3_USD_PER_GB_MONTH = {"us-east-1": 0.08, "us-east-2": 0.08, "us-west-2": 0.08, "eu-west-1": 0.088}
 PUBLIC_IPV4_USD_PER_HOUR = 0.005  # every public IPv4 address, the NAT gateways' EIPs included
 KMS_KEY_USD_PER_MONTH = 1.0
+# The internal Network Load Balancer (internalEndpoint): per hour, and per NLB capacity unit-hour (an
+# NLCU is 800 new TCP flows/s, 100,000 active flows or 1 GB/h processed, whichever is highest). us-east-1:
+# sst/sst platform/src/components/aws/service.ts (its cost notes, "$0.0225 per hour and $0.006 per
+# NLCU-hour", from aws.amazon.com/elasticloadbalancing/pricing). No nameable source for other regions
+# here: unknown there until the stack sets `prices`.
+NLB_USD_PER_HOUR = {"us-east-1": 0.0225}
+NLB_LCU_USD_PER_HOUR = {"us-east-1": 0.006}
+# Amazon Managed Service for Prometheus (observability mode amp), US East (N. Virginia) list prices:
+# $0.90 per 10 million samples ingested (the first 2 billion a month; cheaper tiers above) and $0.03 per
+# GB-month stored, from aws.amazon.com/prometheus/pricing as quoted in a 2025 survey of managed metrics
+# services (a public repository; AWS's page itself renders its table in the browser). Queries ($0.10 per
+# billion samples processed) depend on who looks, and are not priced.
+AMP_USD_PER_10M_SAMPLES = {"us-east-1": 0.90}
+AMP_STORAGE_USD_PER_GB_MONTH = {"us-east-1": 0.03}
 EKS_USD_PER_HOUR = {"standard": 0.10, "extended": 0.60}
 
 
@@ -120,14 +134,27 @@ class PriceOverrides:
     instances: Mapping[str, float]
     nat_gateway_per_hour: float | None = None
     ebs_gp3_per_gb_month: float | None = None
+    load_balancer_per_hour: float | None = None
+    load_balancer_lcu_per_hour: float | None = None
+    amp_per_10m_samples: float | None = None
+    amp_storage_per_gb_month: float | None = None
 
 
 NO_PRICE_OVERRIDES = PriceOverrides(instances={})
+# `prices` stack fields -> PriceOverrides fields
+_SCALARS = {
+    "natGatewayPerHour": "nat_gateway_per_hour",
+    "ebsGp3PerGbMonth": "ebs_gp3_per_gb_month",
+    "loadBalancerPerHour": "load_balancer_per_hour",
+    "loadBalancerLcuPerHour": "load_balancer_lcu_per_hour",
+    "ampPer10MSamples": "amp_per_10m_samples",
+    "ampStoragePerGbMonth": "amp_storage_per_gb_month",
+}
 
 
 def price_overrides(raw: Mapping | None) -> PriceOverrides:
     raw = raw or {}
-    allowed = {"instances", "natGatewayPerHour", "ebsGp3PerGbMonth"}
+    allowed = {"instances", *_SCALARS}
     for key, value in raw.items():
         if key not in allowed:
             raise ConfigError(f"prices.{key}", value, f"unknown field; fields: {sorted(allowed)}")
@@ -136,8 +163,8 @@ def price_overrides(raw: Mapping | None) -> PriceOverrides:
         raise ConfigError("prices.instances", instances, "a mapping of instance type to USD per hour")
     for name, value in [
         *(("instances." + k, v) for k, v in instances.items()),
-        *((k, raw[k]) for k in ("natGatewayPerHour", "ebsGp3PerGbMonth") if k in raw),
+        *((k, raw[k]) for k in _SCALARS if k in raw),
     ]:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise ConfigError(f"prices.{name}", value, "a price in USD, 0 or more")
-    return PriceOverrides(instances, raw.get("natGatewayPerHour"), raw.get("ebsGp3PerGbMonth"))
+    return PriceOverrides(instances, **{field: raw.get(key) for key, field in _SCALARS.items()})

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from domain import api_keys
+from domain import api_keys, observability
 from domain.facts import EFA_RESOURCE, GPU_RESOURCE, HEAD_PORTS, POOL_NODE_LABEL, SERVE_PORT
 from domain.placement import GPU_TAINT, LOCAL_NVME_ROOT, SYSTEM_LABELS
 from domain.scaling import role_bounds
@@ -59,14 +59,19 @@ def head_group(serving: ServingSettings, with_token: bool, keyed: bool) -> dict:
     head = {
         "name": "ray-head",
         "image": serving.image,
-        "ports": [{"name": n, "containerPort": p} for n, p in HEAD_PORTS.items()],
+        "ports": [
+            {"name": n, "containerPort": p}
+            for n, p in {**HEAD_PORTS, **observability.head_ports(serving.observability)}.items()
+        ],
         "resources": _resources(HEAD_REQUESTS),
         # Not runAsNonRoot: the serving image's user cannot be inspected here (DESIGN notes); the head
         # needs no privilege, so it can never gain one.
         "securityContext": {"allowPrivilegeEscalation": False, "seccompProfile": {"type": "RuntimeDefault"}},
     }
-    if with_token:
-        head["env"] = [_token_env()]
+    env = [_token_env()] if with_token else []
+    env += observability.head_env(serving.observability)  # where its dashboard finds Grafana's panels
+    if env:
+        head["env"] = env
     pod = {"nodeSelector": dict(SYSTEM_LABELS), "containers": [head]}
     if keyed:
         pod["volumes"] = api_keys.volumes()
@@ -148,7 +153,10 @@ def worker_group(
     """Workers of one role: pinned to its pool by nodeSelector + toleration, advertising the role's
     Ray resource (one unit per GPU), sized to what the node has left after its DaemonSets."""
     spec = pool.spec
-    size = worker_container(spec, gpu_node_daemonsets(with_efa=any(p.efa for p in pools.values())))
+    beside = gpu_node_daemonsets(
+        any(p.efa for p in pools.values()), observability.gpu_daemonsets(serving.observability)
+    )
+    size = worker_container(spec, beside)
     devices = {GPU_RESOURCE: spec.gpus}
     if pool.efa:
         devices[EFA_RESOURCE] = spec.network_cards  # pulumi-eks: one EFA interface per card

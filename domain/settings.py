@@ -11,6 +11,7 @@ from domain.alerts import AlertThresholds
 from domain.alerts import default as alerts_default
 from domain.facts import PD_ROLES
 from domain.hardening import HardeningSettings
+from domain.observability import ObservabilitySettings
 from domain.prices import NO_PRICE_OVERRIDES, PriceOverrides
 from domain.slo import Slo
 from domain.slo import default as slo_default
@@ -110,6 +111,7 @@ class ServingSettings:
     efa_plugin_image: str | None = None  # the EFA device plugin's image repository in this region
     cluster_autoscaler: ChartPin | None = None  # installed when a GPU pool's min and max differ
     lb_controller: ChartPin | None = None  # the AWS Load Balancer Controller (internalEndpoint)
+    observability: ObservabilitySettings = field(default_factory=ObservabilitySettings)  # domain/observability.py
 
 
 @dataclass(frozen=True)

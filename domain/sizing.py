@@ -75,10 +75,11 @@ SYSTEM_PODS = {
 }
 
 
-def system_node_room(spec: InstanceSpec) -> tuple[Resources, Resources]:
+def system_node_room(spec: InstanceSpec, monitoring: dict[str, Resources] | None = None) -> tuple[Resources, Resources]:
     """(what the system pods need on ONE system node, what that node offers): the head must fit
-    next to CoreDNS and the operator even when the pool runs a single node."""
-    return total({**NODE_DAEMONSETS, **SYSTEM_PODS}), allocatable(spec)
+    next to CoreDNS, the operator and the monitoring pods (domain/observability.py system_pods) even
+    when the pool runs a single node."""
+    return total({**NODE_DAEMONSETS, **SYSTEM_PODS, **(monitoring or {})}), allocatable(spec)
 
 
 def worker_container(spec: InstanceSpec, gpu_daemonsets: dict[str, Resources]) -> Resources:
@@ -93,9 +94,10 @@ NVIDIA_PLUGIN_REQUESTS = Resources(50, 64)
 EFA_PLUGIN_REQUESTS = Resources(10, 20)  # the aws-efa-k8s-device-plugin chart's own default
 
 
-def gpu_node_daemonsets(with_efa: bool) -> dict[str, Resources]:
-    """What our plugins take on a GPU node (the EFA plugin is installed when any pool has EFA)."""
-    daemonsets = {"nvidia-device-plugin": NVIDIA_PLUGIN_REQUESTS}
+def gpu_node_daemonsets(with_efa: bool, monitoring: dict[str, Resources] | None = None) -> dict[str, Resources]:
+    """What our plugins and monitoring (domain/observability.py gpu_daemonsets) take on a GPU node (the
+    EFA plugin is installed when any pool has EFA)."""
+    daemonsets = {"nvidia-device-plugin": NVIDIA_PLUGIN_REQUESTS, **(monitoring or {})}
     if with_efa:
         daemonsets["aws-efa-k8s-device-plugin"] = EFA_PLUGIN_REQUESTS
     return daemonsets

@@ -36,6 +36,11 @@ POD_IDENTITY_AGENT_ADDON = "eks-pod-identity-agent"
 # matching the cluster's minor (newest patch tags of each minor in kubernetes/autoscaler).
 CLUSTER_AUTOSCALER_CHART = ("https://kubernetes.github.io/autoscaler", "cluster-autoscaler")
 CLUSTER_AUTOSCALER_IMAGE_TAGS = {"1.34": "v1.34.5", "1.35": "v1.35.2", "1.36": "v1.36.1"}
+# Observability (domain/observability.py); their versions' reasons are in domain/data/config_keys.yaml.
+KUBE_PROMETHEUS_STACK_CHART = ("https://prometheus-community.github.io/helm-charts", "kube-prometheus-stack")
+DCGM_EXPORTER_CHART = ("https://nvidia.github.io/dcgm-exporter/helm-charts", "dcgm-exporter")  # its README
+# EKS add-on of the EBS CSI driver, resolved at deploy time like the Pod Identity agent (below).
+EBS_CSI_ADDON = "aws-ebs-csi-driver"
 # The chart's image.repository is <us-west-2 registry>/eks/aws-efa-k8s-device-plugin (values.yaml); we
 # keep the path and the chart's tag, and swap the registry for the region's own.
 EFA_PLUGIN_IMAGE_REPOSITORY = "eks/aws-efa-k8s-device-plugin"

@@ -109,6 +109,8 @@ class PlanMocks(pulumi_mocks.Mocks):
                     ],
                 },
             )
+        elif args.typ == "aws:amp/workspace:Workspace":  # AMP gives each workspace its endpoint
+            state["prometheusEndpoint"] = placeholder(f"{args.typ}::{args.name}.prometheusEndpoint")
         elif args.typ == "kubernetes:core/v1:Service" and (state.get("spec") or {}).get("type") == "LoadBalancer":
             hostname = placeholder(f"{args.typ}::{args.name}.status.loadBalancer.ingress[0].hostname")
             state["status"] = {"loadBalancer": {"ingress": [{"hostname": hostname}]}}

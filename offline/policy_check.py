@@ -34,11 +34,14 @@ def main(argv: list[str] | None = None) -> int:
     for violation in found:
         print(violation, file=sys.stderr)
     names = len(policies())
+    advice = [v for v in found if v.advisory]
+    found = [v for v in found if not v.advisory]
     if found:
         failed = sorted({v.policy for v in found})
         print(f"stack {args.stack}: {len(failed)} of {names} policies violated: {', '.join(failed)}", file=sys.stderr)
         return 1
-    print(f"stack {args.stack}: {names} policies passed on {len(plan.registrations)} resources (offline plan)")
+    advised = f" ({len(advice)} advisory warning(s) above)" if advice else ""
+    print(f"stack {args.stack}: {names} policies passed on {len(plan.registrations)} resources (offline plan){advised}")
     return 0
 
 

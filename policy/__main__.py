@@ -31,7 +31,7 @@ def _pulumi_policies() -> list:
                 name=rule.name,
                 description=rule.description,
                 validate=validator,
-                enforcement_level=EnforcementLevel.MANDATORY,
+                enforcement_level=EnforcementLevel.ADVISORY if rule.advisory else EnforcementLevel.MANDATORY,
             )
         )
     return wrapped

@@ -28,12 +28,15 @@ from domain.facts import (
     ENVIRONMENT_ANNOTATION,
     ENVIRONMENT_TAG,
     EXACT_CHART_VERSION,
+    HEAD_METRICS_PORTS,
     KEY_CHECKED_INGRESS,
     KUBERAY_NAMESPACE,
     OPERATOR_NAMESPACE_ANNOTATION,
     PD_ROLES,
+    POD_MONITOR_TYPE,
     POOL_NODE_LABEL,
     POOL_RESOURCE_PREFIX,
+    PROMETHEUS_NAMESPACE_ANNOTATION,
     SECRET_MARKER,
     SERVE_PORT,
 )
@@ -76,31 +79,34 @@ class Violation:
     policy: str
     resource: Resource | None
     message: str
+    advisory: bool = False  # reported, never blocking
 
     def __str__(self) -> str:
         where = f"{self.resource.type} {self.resource.name}: " if self.resource else ""
-        return f"policy {self.policy} (mandatory): {where}{self.message}"
+        return f"policy {self.policy} ({'advisory' if self.advisory else 'mandatory'}): {where}{self.message}"
 
 
 @dataclass(frozen=True)
 class Policy:
-    """One mandatory rule. `per_resource` rules see one resource at a time (CrossGuard runs them
-    before each resource is created); the others need the whole stack."""
+    """One rule, mandatory unless `advisory` (then CrossGuard and `make policy` report it and go on).
+    `per_resource` rules see one resource at a time (CrossGuard runs them before each resource is
+    created); the others need the whole stack."""
 
     name: str
     description: str
     per_resource: Callable[[Resource], list[str]] | None = None
     whole_stack: Callable[[list[Resource]], list[tuple[Resource | None, str]]] | None = None
     tags: tuple[str, ...] = field(default=())
+    advisory: bool = False
 
     def check(self, resources: Iterable[Resource]) -> list[Violation]:
         resources = list(resources)
         found = []
         if self.per_resource is not None:
             for resource in resources:
-                found += [Violation(self.name, resource, m) for m in self.per_resource(resource)]
+                found += [Violation(self.name, resource, m, self.advisory) for m in self.per_resource(resource)]
         if self.whole_stack is not None:
-            found += [Violation(self.name, r, m) for r, m in self.whole_stack(resources)]
+            found += [Violation(self.name, r, m, self.advisory) for r, m in self.whole_stack(resources)]
         return found
 
 
@@ -339,7 +345,7 @@ def _rule_ports(rule: Mapping) -> set:
 
 
 def _operator_only(sources: Sequence, operator_namespace: str) -> bool:
-    """Every source is the KubeRay operator's namespace, selected by name and nothing else."""
+    """Every source is the KubeRay operator's (or Prometheus's) namespace, selected by name and nothing else."""
     for source in sources:
         selector = source.get("namespaceSelector") if set(source) == {"namespaceSelector"} else None
         expressions = (selector or {}).get("matchExpressions") or []
@@ -372,6 +378,7 @@ def _ray_network_policies(resources: list[Resource]) -> list[tuple[Resource | No
         for policy in mine:
             annotations = _get(policy.props, "metadata", "annotations") or {}
             operator_namespace = annotations.get(OPERATOR_NAMESPACE_ANNOTATION, KUBERAY_NAMESPACE)
+            prometheus_namespace = annotations.get(PROMETHEUS_NAMESPACE_ANNOTATION)
             for rule in _get(policy.props, "spec", "ingress") or []:
                 sources = rule.get("from") or []
                 outside = not sources or any("namespaceSelector" in s or "ipBlock" in s for s in sources)
@@ -381,6 +388,14 @@ def _ray_network_policies(resources: list[Resource]) -> list[tuple[Resource | No
                     and ports
                     and ports <= {DASHBOARD_PORT, "dashboard"}
                     and _operator_only(sources, operator_namespace)
+                ):
+                    continue
+                if (
+                    outside
+                    and ports
+                    and ports <= set(HEAD_METRICS_PORTS.values())
+                    and prometheus_namespace
+                    and _operator_only(sources, prometheus_namespace)
                 ):
                     continue
                 if outside and (not ports or ports - {SERVE_PORT, "serve"}):
@@ -445,6 +460,32 @@ def _no_plaintext_secrets(r: Resource, secrets_marked: bool) -> list[str]:
     return found
 
 
+def _watched_outside_dev(resources: list[Resource]) -> list[tuple[Resource | None, str]]:
+    """Outside dev, Prometheus scrapes the RayService: PodMonitors select its head and its workers
+    (observability mode embedded, amp or external; `none` leaves an endpoint no one can see)."""
+    environments = [_get(r.props, "clusterTags", ENVIRONMENT_TAG) for r in resources if r.type == EKS_CLUSTER]
+    if not environments or any(e in DEV_ENVIRONMENTS for e in environments):
+        return []  # dev, or an existing cluster whose environment the stack does not declare
+    found: list[tuple[Resource | None, str]] = []
+    for service in (r for r in resources if r.type == RAY_SERVICE):
+        namespace = _get(service.props, "metadata", "namespace")
+        watched = {
+            _get(m.props, "spec", "selector", "matchLabels", "ray.io/node-type")
+            for m in resources
+            if m.type == POD_MONITOR_TYPE and _get(m.props, "metadata", "namespace") == namespace
+        }
+        missing = sorted({"head", "worker"} - watched)
+        if missing:
+            found.append(
+                (
+                    service,
+                    f"no PodMonitor selects its {' and '.join(missing)} pods in namespace {namespace}: "
+                    "set observability.mode to embedded, amp or external outside environment dev",
+                )
+            )
+    return found
+
+
 def policies(secrets_marked: bool = True) -> list[Policy]:
     """The pack, in the order `make policy` reports it."""
     return [
@@ -485,6 +526,12 @@ def policies(secrets_marked: bool = True) -> list[Policy]:
             "endpoint-requires-api-key",
             "Requests without a valid API key are refused by the serving ingress.",
             per_resource=_endpoint_requires_api_key,
+        ),
+        Policy(
+            "observability-outside-dev",
+            "Outside dev, Prometheus scrapes the RayService's head and workers (PodMonitors).",
+            whole_stack=_watched_outside_dev,
+            advisory=True,  # an operator may choose to run blind; they are told, not stopped
         ),
         Policy(
             "no-plaintext-secrets",

@@ -61,10 +61,12 @@ def main(resources_json: str) -> int:
         ]
     )
     diagnostics += [(d.urn.rsplit("::", 1)[-1] or "(stack)", d) for d in servicer.AnalyzeStack(stack, None).diagnostics]
+    mandatory = [d for _, d in diagnostics if d.enforcementLevel != proto.ADVISORY]
     for name, d in diagnostics:
-        print(f"policy {d.policyName}: {name}: {d.message.splitlines()[-1]}")
-    print(f"{len(rows)} resources through pulumi-policy's analyzer: {len(diagnostics)} violation(s)")
-    return 1 if diagnostics else 0
+        level = "advisory" if d.enforcementLevel == proto.ADVISORY else "mandatory"
+        print(f"policy {d.policyName} ({level}): {name}: {d.message.splitlines()[-1]}")
+    print(f"{len(rows)} resources through pulumi-policy's analyzer: {len(mandatory)} mandatory violation(s)")
+    return 1 if mandatory else 0
 
 
 if __name__ == "__main__":

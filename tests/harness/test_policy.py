@@ -34,7 +34,7 @@ def test_make_policy_passes_dev(capsys):
 def test_each_policy_is_one_kind_with_a_unique_name():
     """CrossGuard refuses two policies of one name; each rule is a resource or a stack policy."""
     names = [p.name for p in rules.policies()]
-    assert len(names) == len(set(names)) == 11
+    assert len(names) == len(set(names)) == 12
     assert all((p.per_resource is None) != (p.whole_stack is None) for p in rules.policies())
 
 
@@ -107,7 +107,8 @@ def test_each_policy_fails_when_its_guard_is_off(dev, policy):
 
 
 def test_every_policy_has_a_failing_case_here():
-    covered = {*MUTATIONS, "load-balancer-source-ranges"}  # the latter: the two tests below
+    # the latter two: their own tests below
+    covered = {*MUTATIONS, "load-balancer-source-ranges", "observability-outside-dev"}
     assert covered == {p.name for p in rules.policies()}
 
 
@@ -237,3 +238,30 @@ def test_the_pack_imports_the_facts_module_with_the_standard_library_alone():
     run = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(ROOT)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["['domain',", "'domain.facts']"]
+
+
+def test_unwatched_rayservice_outside_dev_is_advised_not_blocked():
+    """observability none in production: advisory (reported, `make policy` still passes); in dev: silent."""
+    prod_none = run_program("prod", {"ray-llm-eks:observability": {"mode": "none"}})
+    found = violations(prod_none)
+    assert [(v.policy, v.advisory) for v in found] == [("observability-outside-dev", True)]
+    assert "no PodMonitor selects its head and worker pods in namespace llm" in found[0].message
+    assert "(advisory)" in str(found[0])
+    assert violations(run_program("dev", {"ray-llm-eks:observability": {"mode": "none"}})) == []
+
+
+def test_metrics_ports_opened_beyond_prometheus_fail(dev):
+    """Prometheus's namespace may reach the metrics ports; another namespace, or another port, may not."""
+
+    def widen(props):
+        expression = props["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]
+        expression["values"] = ["monitoring", "default"]
+
+    found = rules.check_all(_mutated(dev, rules.NETWORK_POLICY, widen, "llm-network-policies-metrics-from-prometheus"))
+    assert [v.policy for v in found] == ["ray-network-policies"] and "['44217', '44227', '8080']" in found[0].message
+
+    def gcs(props):
+        props["spec"]["ingress"][0]["ports"].append({"port": 6379, "protocol": "TCP"})
+
+    found = rules.check_all(_mutated(dev, rules.NETWORK_POLICY, gcs, "llm-network-policies-metrics-from-prometheus"))
+    assert [v.policy for v in found] == ["ray-network-policies"]

@@ -157,7 +157,10 @@ def test_system_pool(dev):
     # (20 GiB OS + 2 x (15 + 35) GiB serving image) / 85% image-GC threshold = 141.2 -> 150 GiB.
     assert system.inputs["diskSize"] == 150
     assert "taints" not in system.inputs
-    assert system.inputs["subnetIds"] == dev.one(CLUSTER).inputs["privateSubnetIds"]
+    # The GPU zone's private subnet: zonal volumes (Prometheus) stay reachable when a node is replaced.
+    (subnet,) = system.inputs["subnetIds"]
+    assert subnet == dev.one(MNG, "prefill-gpu").inputs["subnetIds"][0]
+    assert subnet in dev.one(CLUSTER).inputs["privateSubnetIds"]
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
@@ -241,8 +244,10 @@ def test_dependency_order(dev):
     assert dev.depends_on(provider.urn, cluster)
     chain = [r.type for r in dev.longest_chain()]
     assert chain[0] == "aws:ec2/vpc:Vpc" and chain.index(CLUSTER) < chain.index(MNG)
-    # The internal NLB's Service comes last: after the RayService, before it on destroy.
-    assert chain[-2:] == ["kubernetes:ray.io/v1:RayService", "kubernetes:core/v1:Service"]
+    # The internal NLB's Service comes after the RayService, before it on destroy.
+    assert chain.index(CLUSTER) < chain.index(MNG)
+    service = dev.one("kubernetes:core/v1:Service", "internal-endpoint")
+    assert dev.depends_on(service.urn, dev.one("kubernetes:ray.io/v1:RayService").urn)
 
 
 def test_components_follow_the_conventions(dev):

@@ -27,9 +27,13 @@ def test_dev_plan_declares_the_network_policies_and_the_cni_agent(dev):
     assert sorted(policies) == [
         "dashboard-from-kuberay-operator",
         "default-deny-ingress",
+        "metrics-from-prometheus",  # domain/observability.py: the PodMonitors' ports, from its namespace only
         "ray-pods-to-ray-pods",
         "serve-port-from-load-balancer",
     ]
+    (scrape,) = policies["metrics-from-prometheus"]["spec"]["ingress"]
+    assert scrape["ports"] == [{"port": p, "protocol": "TCP"} for p in (8080, 44217, 44227)]
+    assert scrape["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["monitoring"]
     # The operator manages Serve through the head's dashboard API: that port, from its namespace only.
     operator = policies["dashboard-from-kuberay-operator"]["spec"]
     assert operator["podSelector"] == {"matchLabels": {"ray.io/node-type": "head"}}

@@ -50,7 +50,7 @@ def test_controller_is_pinned_and_gets_its_role_through_pod_identity(dev):
     role = dev.one("aws:iam/role:Role", "lb-controller-role")
     trust = json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]
     assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
-    assert dev.one("aws:eks/addon:Addon").inputs["addonName"] == "eks-pod-identity-agent"
+    assert dev.one("aws:eks/addon:Addon", "pod-identity-agent").inputs["addonName"] == "eks-pod-identity-agent"
 
 
 def test_pods_admit_the_nlb_on_the_serve_port_only(dev):
@@ -84,7 +84,7 @@ def test_bad_source_ranges_fail_before_any_resource(ranges, message):
 def test_pod_identity_agent_version_is_ekss_default_for_the_clusters_minor(dev):
     """Pinned at deploy time (no source lists it per minor): a placeholder offline, never left unset."""
     for plan, minor in ((dev, "1.35"), (run_program("dev", {"ray-llm-eks:kubernetesVersion": "1.36"}), "1.36")):
-        version = plan.one("aws:eks/addon:Addon").inputs.get("addonVersion")
+        version = plan.one("aws:eks/addon:Addon", "pod-identity-agent").inputs.get("addonVersion")
         assert version == placeholder(f"default eks-pod-identity-agent version for Kubernetes {minor}")
 
 
@@ -92,7 +92,7 @@ def test_one_pod_identity_agent_serves_both_controllers(plans):
     """EKS allows the eks-pod-identity-agent add-on once per cluster: the autoscaler and the load
     balancer controller wait for the same one."""
     xpyd = plans["xpyd"]
-    (agent,) = xpyd.of_type("aws:eks/addon:Addon")
+    agent = xpyd.one("aws:eks/addon:Addon", "pod-identity-agent")
     releases = {r.name: r for r in xpyd.of_type("kubernetes:helm.sh/v3:Release")}
     for name in ("cluster-autoscaler", "aws-load-balancer-controller"):
         assert xpyd.depends_on(releases[name].urn, agent.urn), name

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from adapters.stackfile import ROOT, SecretValue
-from domain import aws_facts, config_keys, versions
+from domain import aws_facts, config_keys, observability, versions
 from domain.errors import ConfigError
 from domain.placement import LOCAL_NVME_ROOT
 from domain.ray_service import MODEL_CACHE_HOST_PATH
@@ -20,6 +20,8 @@ from domain.sizing import NODE_DAEMONSETS, Resources, allocatable, gpu_node_daem
 from e2e.checks import max_model_lens
 from offline.plan import Plan, run_program
 from tests.conftest import STACKS, failing_run, region_overrides
+
+EMBEDDED = observability.ObservabilitySettings("embedded")
 
 RAY_SERVICE = "kubernetes:ray.io/v1:RayService"
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -79,6 +81,8 @@ def test_dev_has_the_three_releases_pinned(dev):
         "nvidia-device-plugin",
         "aws-efa-k8s-device-plugin",
         "aws-load-balancer-controller",  # components/load_balancer.py
+        "kube-prometheus-stack",  # components/observability.py
+        "dcgm-exporter",
     }
     kuberay = releases["kuberay-operator"]
     assert kuberay["chart"] == "kuberay-operator" and kuberay["version"].startswith("1.7.")
@@ -264,7 +268,8 @@ def test_workers_fit_their_instance(plans):
             assert requests == container["resources"]["limits"]
             asked = Resources(int(requests["cpu"].removesuffix("m")), _quantity_mib(requests["memory"]))
             with_efa = any(g.inputs.get("enableEfaSupport") for g in plan.of_type(MNG))
-            beside = total({**NODE_DAEMONSETS, **gpu_node_daemonsets(with_efa)})
+            # every shipped stack runs the embedded monitoring: node-exporter and the DCGM exporter too
+            beside = total({**NODE_DAEMONSETS, **gpu_node_daemonsets(with_efa, observability.gpu_daemonsets(EMBEDDED))})
             assert Resources(asked.cpu_m + beside.cpu_m, asked.memory_mib + beside.memory_mib).fits_in(
                 allocatable(spec)
             )
@@ -277,11 +282,12 @@ def test_workers_fit_their_instance(plans):
 def test_g6_8xlarge_worker_size_is_the_arithmetic(dev):
     """g6.8xlarge: 32 vCPU / 128 GiB, of which kubelet sees 92.5% (7.5% VM overhead, as Karpenter);
     kube-reserved 150m / 2829Mi (11*234+255); eviction 100Mi; aws-node 25m, kube-proxy 100m,
-    NVIDIA plugin 50m/64Mi, EFA plugin 10m/20Mi; rounded down to whole CPUs and GiB."""
+    NVIDIA plugin 50m/64Mi, EFA plugin 10m/20Mi, node-exporter 102m/180Mi, DCGM exporter 100m/128Mi;
+    rounded down to whole CPUs and GiB."""
     group = manifest(dev)["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
     (container,) = group["template"]["spec"]["containers"]
-    assert container["resources"]["requests"]["cpu"] == "31000m"  # 32000-150-25-100-50-10 = 31665
-    assert container["resources"]["requests"]["memory"] == "117760Mi"  # 121241-2829-100-64-20 = 118228
+    assert container["resources"]["requests"]["cpu"] == "31000m"  # 32000-150-25-100-50-10-102-100 = 31463
+    assert container["resources"]["requests"]["memory"] == "117760Mi"  # 121241-2829-100-64-20-180-128 = 117920
     shm = next(v for v in group["template"]["spec"]["volumes"] if v["name"] == "dshm")
     assert shm["emptyDir"]["sizeLimit"] == "29440Mi"  # a quarter
     assert int(group["rayStartParams"]["object-store-memory"]) == 117760 * 1024 * 1024 // 5 < 29440 * 1024 * 1024
@@ -293,7 +299,16 @@ def test_head_runs_on_the_system_node_and_fits_it(plans):
         assert head["rayStartParams"]["num-cpus"] == "0"
         assert head["template"]["spec"]["nodeSelector"] == plan.one(MNG, "eks-system").inputs["labels"]
         ports = {p["name"]: p["containerPort"] for p in head["template"]["spec"]["containers"][0]["ports"]}
-        assert ports == {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "metrics": 8080, "serve": 8000}
+        # + the autoscaler's and the dashboard's metrics ports, which the head's PodMonitor scrapes.
+        assert ports == {
+            "gcs-server": 6379,
+            "dashboard": 8265,
+            "client": 10001,
+            "metrics": 8080,
+            "serve": 8000,
+            "as-metrics": 44217,
+            "dash-metrics": 44227,
+        }
     need, offered = system_node_room(aws_facts.INSTANCE_SPECS["m7i.xlarge"])
     # m7i.xlarge: 4000m - 80m kube-reserved; 16384 MiB x 92.5% - 893 (11*58+255) - 100 eviction.
     assert offered == Resources(3920, 14162)
@@ -301,6 +316,13 @@ def test_head_runs_on_the_system_node_and_fits_it(plans):
     # + the head's autoscaler sidecar (500m, 512Mi) + the Cluster Autoscaler (100m, 600Mi).
     assert need == Resources(3025, 9956)
     assert need.fits_in(offered)
+    # With the embedded monitoring (domain/observability.py system_pods): Prometheus 200m/1024Mi + its
+    # reloader 10m/50Mi, operator 100m/100Mi, kube-state-metrics 10m/190Mi, node-exporter 102m/180Mi,
+    # Alertmanager 4m/100Mi + reloader 10m/50Mi, Grafana 100m/100Mi + 2 sidecars 50m/50Mi, EBS CSI
+    # controller 70m/280Mi and node 30m/120Mi: 736m / 2294Mi more, still one m7i.xlarge.
+    with_monitoring, _ = system_node_room(aws_facts.INSTANCE_SPECS["m7i.xlarge"], observability.system_pods(EMBEDDED))
+    assert with_monitoring == Resources(3025 + 736, 9956 + 2294)
+    assert with_monitoring.fits_in(offered)
     error, monitor = failing_run({NS + "systemNodes": {"instanceType": "m7i.large"}})
     assert "systemNodes.instanceType = 'm7i.large'" in str(error) and "room for the Ray head" in str(error)
     assert monitor.registrations == []
@@ -363,6 +385,8 @@ def test_rayservice_depends_on_operator_plugins_and_all_pools(plans):
     for plan in plans.values():
         service = plan.one(RAY_SERVICE).urn
         for release in plan.of_type(RELEASE):
+            if release.name in ("kube-prometheus-stack", "dcgm-exporter"):
+                continue  # watches the RayService; neither waits for the other (tests/unit/test_observability_plan.py)
             assert plan.depends_on(service, release.urn), release.name
         for group in plan.of_type(MNG):
             assert plan.depends_on(service, group.urn), group.name
@@ -404,7 +428,7 @@ def test_hf_token_never_appears_in_plain_text(tmp_path, capsys):
 def test_no_token_no_secret(dev):
     assert [s.name for s in dev.of_type("kubernetes:core/v1:Secret")] == ["llm-api-keys"]  # domain/api_keys.py
     head = manifest(dev)["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]
-    assert "env" not in head
+    assert not any("secretKeyRef" in e.get("valueFrom", {}) for e in head["env"])  # only where Grafana is
 
 
 def test_efa_workers_use_libfabric_without_huge_pages(plans):
