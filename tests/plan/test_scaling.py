@@ -196,7 +196,7 @@ def test_cluster_autoscaler_only_where_a_pool_scales(dev, xpyd):
     assert association.inputs["namespace"] == release.inputs["namespace"] == "kube-system"
     role = xpyd.one("aws:iam/role:Role", "cluster-autoscaler-role")
     assert '"pods.eks.amazonaws.com"' in role.inputs["assumeRolePolicy"]
-    assert xpyd.one("aws:eks/addon:Addon").inputs["addonName"] == "eks-pod-identity-agent"
+    assert xpyd.one("aws:eks/addon:Addon", "pod-identity-agent").inputs["addonName"] == "eks-pod-identity-agent"
     waits = xpyd.waits_for(release.urn)
     assert association.urn in waits and xpyd.one(MNG, "eks-system").urn in waits
     # The RayService outlives it on destroy, like the operator.
