@@ -20,7 +20,7 @@ from components.pod_identity import PodIdentityAgent
 from components.weights_access import WeightsAccess
 from domain import config, cost, observability, pool_use, preflight, scaling
 from domain.errors import ConfigError
-from domain.hardening import ENVIRONMENT_TAG
+from domain.facts import ENVIRONMENT_TAG
 from domain.yaml_files import YamlSyntaxError
 
 try:  # a bad value or an AWS refusal stops here, before any resource

@@ -220,23 +220,28 @@ def test_gated_model_plans_without_a_token_and_warns():
 
 
 def test_a_copy_of_dev_in_another_region_plans(project, capsys, plans):
-    """A copy of dev in us-west-2 (complete prices) plans with a total; in eu-west-1, which offered no g6
-    when its prices were taken, the cost table names each missing price, and the stack's own `prices`
-    complete it."""
+    """A copy of dev in us-west-2 (complete node, NAT and gp3 prices) plans with a total once the stack
+    prices its load balancer (priced for us-east-1 only); in eu-west-1, which offered no g6 when its
+    prices were taken, the cost table names each missing price, and the stack's own `prices` complete it."""
     dev = (project / "Pulumi.dev.yaml").read_text()
     out = project / "plan-mine"
-    (project / "Pulumi.mine.yaml").write_text(dev.replace("us-east-1", "us-west-2"))
+    oregon = dev.replace("us-east-1", "us-west-2")
+    (project / "Pulumi.mine.yaml").write_text(oregon)
     assert plan_cli.main(["--stack", "mine", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "us-west-2 on-demand" in printed and (out / "resources.json").exists()
+    assert "total: unknown, no price for internal load balancer (NLB), NLB capacity units (budget)" in printed
+    nlb = "  ray-llm-eks:prices:\n    loadBalancerPerHour: 0.0225\n    loadBalancerLcuPerHour: 0.006\n"
+    (project / "Pulumi.mine.yaml").write_text(oregon + nlb)
+    assert plan_cli.main(["--stack", "mine", "--out", str(out)]) == 0
     # us-west-2's table has us-east-1's prices for these types: the same total as dev.
-    assert f"total: {plans['dev'].outputs['estimatedHourlyCostUsd']:.2f} $/h" in printed
+    assert f"total: {plans['dev'].outputs['estimatedHourlyCostUsd']:.2f} $/h" in capsys.readouterr().out
 
     ireland = dev.replace("us-east-1", "eu-west-1")
     (project / "Pulumi.mine.yaml").write_text(ireland)
     assert plan_cli.main(["--stack", "mine", "--out", str(out)]) == 0
     assert "total: unknown, no price for prefill nodes g6.8xlarge, decode nodes g6.8xlarge" in capsys.readouterr().out
-    (project / "Pulumi.mine.yaml").write_text(ireland + "  ray-llm-eks:prices:\n    instances: {g6.8xlarge: 2.5}\n")
+    (project / "Pulumi.mine.yaml").write_text(ireland + nlb + "    instances: {g6.8xlarge: 2.5}\n")
     assert plan_cli.main(["--stack", "mine", "--out", str(out)]) == 0
     assert re.search(r"total: [\d.]+ \$/h", capsys.readouterr().out)
 
