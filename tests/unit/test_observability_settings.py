@@ -9,15 +9,15 @@ import pytest
 import yaml
 
 from adapters.stackfile import ROOT
-from domain import observability, versions
+from domain import config_keys, observability, versions
 from domain.errors import ConfigError
 from domain.observability import ObservabilitySettings, load_observability
 from domain.settings import ChartPin
 from domain.sizing import Resources
 
 SCHEMAS = ROOT / "offline" / "schemas"
-STACK_CHART = ChartPin(*versions.KUBE_PROMETHEUS_STACK_CHART)
-DCGM_CHART = ChartPin(*versions.DCGM_EXPORTER_CHART)
+STACK_CHART = ChartPin(*versions.KUBE_PROMETHEUS_STACK_CHART, config_keys.default("kubePrometheusStackVersion"))
+DCGM_CHART = ChartPin(*versions.DCGM_EXPORTER_CHART, config_keys.default("dcgmExporterVersion"))
 EMBEDDED = ObservabilitySettings("embedded", stack_chart=STACK_CHART, dcgm_chart=DCGM_CHART)
 
 
@@ -116,6 +116,8 @@ def test_head_settings_are_the_names_ray_reads():
 
 
 def chart_defaults(name: str) -> dict:
+    """A chart's values.yaml at the pinned version (offline/schemas/charts/): a default version bumped
+    without vendoring the new chart's values fails here, by the file's name."""
     return yaml.safe_load((SCHEMAS / "charts" / f"{name}.values.yaml").read_text())
 
 
@@ -147,7 +149,7 @@ def merged(base: dict, over: dict) -> dict:
 
 def stack_chart_defaults() -> dict:
     """kube-prometheus-stack's values with its subcharts' own under their keys (Chart.yaml dependencies)."""
-    defaults = chart_defaults("kube-prometheus-stack-88.5.3")
+    defaults = chart_defaults(f"kube-prometheus-stack-{STACK_CHART.version}")
     for key, chart in (
         ("grafana", "grafana-12.11.1"),
         ("kube-state-metrics", "kube-state-metrics-8.4.0"),
@@ -167,7 +169,9 @@ def test_every_stack_value_is_a_key_of_the_pinned_chart(mode):
 
 
 def test_dcgm_values_and_ebs_configuration_are_keys_of_their_charts():
-    assert unknown_keys(observability.dcgm_values(EMBEDDED), chart_defaults("dcgm-exporter-4.8.2")) == []
+    assert (
+        unknown_keys(observability.dcgm_values(EMBEDDED), chart_defaults(f"dcgm-exporter-{DCGM_CHART.version}")) == []
+    )
     ebs = observability.ebs_csi_configuration()
     assert unknown_keys(ebs, chart_defaults("aws-ebs-csi-driver-2.64.0")) == []
     assert (
@@ -190,7 +194,7 @@ def test_chart_defaults_we_rely_on():
     assert stack["grafana"]["service"]["port"] == observability.GRAFANA_PORT
     assert stack["prometheus-node-exporter"]["tolerations"] == [{"effect": "NoSchedule", "operator": "Exists"}]
     assert stack["prometheus"]["prometheusSpec"]["image"]["tag"] == "v3.14.0-distroless"
-    dcgm = chart_defaults("dcgm-exporter-4.8.2")
+    dcgm = chart_defaults(f"dcgm-exporter-{DCGM_CHART.version}")
     assert dcgm["resources"]["requests"] == observability.DCGM_EXPORTER_REQUESTS.as_k8s() | {"cpu": "100m"}
     assert dcgm["image"]["tag"] == "4.5.3-4.8.2-distroless"
 
