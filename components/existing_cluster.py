@@ -7,7 +7,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from adapters.kube_client import KubeClient, environment_kubeconfig
-from domain.cluster_checks import ClusterMismatch, check_cluster, check_operator_namespace
+from domain.cluster_checks import ClusterMismatch, check_cluster, check_monitoring_crds, check_operator_namespace
 from domain.deploy_mode import DeployMode, check_kubeconfig
 from domain.ray_service import ray_service_spec
 from domain.settings import Settings
@@ -23,6 +23,8 @@ def verify_cluster(text: str, base_dir: str, mode: DeployMode, settings: Setting
     )
     if mode.kuberay_namespace is not None:  # set by the stack: a typo would lock the operator out
         mismatches += check_operator_namespace(api, mode.kuberay_namespace)
+    if settings.serving.observability.mode == "external":
+        mismatches += check_monitoring_crds(api)
     if mismatches:
         raise ClusterMismatch(mismatches)
 

@@ -163,6 +163,25 @@ def check_operator_namespace(api: ApiReader, namespace: str) -> list[str]:
     return []
 
 
+# What observability `external` creates on an existing cluster (domain/observability.py): the cluster's
+# own Prometheus Operator must serve these kinds, or `up` would fail halfway at the first monitor.
+MONITORING_CRDS = ("podmonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com")
+
+
+def check_monitoring_crds(api: ApiReader) -> list[str]:
+    missing = [
+        name
+        for name in MONITORING_CRDS
+        if api.get_or_none(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}") is None
+    ]
+    if not missing:
+        return []
+    return [
+        f"observability.mode external needs the Prometheus Operator's CRDs, and the cluster lacks {missing}: install "
+        "the Prometheus Operator (e.g. kube-prometheus-stack) or set observability.mode none"
+    ]
+
+
 def check_cluster(
     api: ApiReader, spec: dict, pools: Mapping[str, GpuPoolSettings], *, devices: bool = True, crd: bool = True
 ) -> list[str]:

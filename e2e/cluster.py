@@ -31,6 +31,8 @@ from domain import aws_facts, sizing
 from domain.facts import EFA_RESOURCE, GPU_RESOURCE
 from domain.placement import GPU_TAINT, SYSTEM_LABELS, gpu_labels
 
+PROMETHEUS_OPERATOR_CRDS = Path(__file__).resolve().parents[1] / "offline" / "schemas"
+
 SERVICE_CIDR = "127.96.0.0/16"  # loopback: no address outside 127.0.0.0/8 anywhere
 NODE_IP_PREFIX = "127.0.1."
 _EFFECT = {"NO_SCHEDULE": "NoSchedule"}
@@ -303,9 +305,16 @@ class LocalCluster:
         raise TimeoutError(f"{what}: not ready after {timeout:.0f} s")
 
     def _crds(self) -> None:
+        """KubeRay's CRDs, and the Prometheus Operator's that our monitors need (PodMonitor, ServiceMonitor,
+        PrometheusRule: the vendored v0.93.0 ones, the schema the chart's v0.93.1 operator serves), as a
+        cluster that runs both has them."""
         crd_dir = self.bins["kuberay-operator"] / "crds"
         names = []
-        for path in sorted(crd_dir.glob("*.yaml")):
+        paths = [
+            *sorted(crd_dir.glob("*.yaml")),
+            *sorted(PROMETHEUS_OPERATOR_CRDS.glob("monitoring.coreos.com_*.yaml")),
+        ]
+        for path in paths:
             crd = yaml.safe_load(path.read_text())
             self.api.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
             names.append(crd["metadata"]["name"])
@@ -320,7 +329,7 @@ class LocalCluster:
                     return False
             return True
 
-        self._wait(f"KubeRay CRDs {names} established", established, 60)
+        self._wait(f"CRDs {names} established", established, 60)
 
     def _nodes(self, shapes: list[NodeShape]) -> None:
         for i, shape in enumerate(shapes):

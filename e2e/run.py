@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from adapters import stack as stack_adapter  # noqa: E402
 from adapters.kube_client import KubeClient  # noqa: E402
-from domain import api_keys, cluster_checks  # noqa: E402
+from domain import api_keys, cluster_checks, observability  # noqa: E402
 from domain.ray_service import ray_service_spec, served_document  # noqa: E402
 from e2e import build  # noqa: E402
 from e2e.checks import max_model_lens, names_failed_resource, unkept_fields  # noqa: E402
@@ -54,6 +54,9 @@ EXISTING_CLUSTER = {
     "ray-llm-eks:installKubeRay": False,  # Helm charts cannot be fetched here; the harness runs KubeRay
     "ray-llm-eks:installDevicePlugins": False,  # the harness's nodes advertise GPU and EFA themselves
     "ray-llm-eks:waitForReady": False,  # fake pods never run Ray: the RayService never turns Ready
+    # The harness's API server has the Prometheus Operator's CRDs (e2e/cluster.py), as a cluster running
+    # one does: our monitors, rule and dashboards go to it (no chart can be fetched here).
+    "ray-llm-eks:observability": {"mode": "external"},
 }
 NS = "llm"  # the stack's namespace (default)
 RAY_SERVICE = "kubernetes:ray.io/v1:RayService"
@@ -297,6 +300,7 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
         stack.api_key not in state + "".join(stack.outputs),
         "the API key appears in neither the Pulumi state nor the CLI's output (a secret end to end)",
     )
+    observability_admitted(stack, api, objs, checks)
 
     # 2. The operator makes a RayCluster and pods; the scheduler binds each to its pool.
     rc, pods, problems = wait_scheduled(api, NS, svc, workers, nodes, 120)
@@ -438,6 +442,33 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
     ScaleUp(
         stack, cluster, scaling, settings_of(SCALING_STACK_FILE, EXISTING_CLUSTER), kubeconfig, timeline.log, checks
     ).run()
+
+
+def observability_admitted(stack: Stack, api: KubeClient, objs: list, checks: Checks) -> None:
+    """The Prometheus Operator's objects and the dashboards, admitted by the real API server against the
+    CRDs' schemas, kept as sent (nothing pruned), and the LLM dashboard whole with its label."""
+    ours = {(kind, ns, name) for _, kind, ns, name in objs}
+    wanted = {
+        ("PodMonitor", NS, observability.HEAD_MONITOR),
+        ("PodMonitor", NS, observability.WORKER_MONITOR),
+        ("PrometheusRule", NS, observability.RULE_NAME),
+        ("ConfigMap", NS, "dashboard-ray-serve-llm"),
+    }
+    checks.expect(wanted <= ours, "state holds the PodMonitors, the PrometheusRule and the dashboards", str(ours))
+    resources = stack.stack.export_stack().deployment.get("resources", [])
+    for r in resources:
+        kind = (r.get("inputs") or {}).get("kind")
+        if kind in ("PodMonitor", "PrometheusRule"):
+            meta = r["inputs"]["metadata"]
+            live = api.get(object_path(r["inputs"]["apiVersion"], kind, meta["namespace"], meta["name"]))
+            unkept = unkept_fields(r["inputs"]["spec"], live["spec"])
+            checks.expect(not unkept, f"the API server kept {kind} {meta['name']} as sent", str(unkept[:5]))
+    llm = api.get(object_path("v1", "ConfigMap", NS, "dashboard-ray-serve-llm"))
+    panels = json.loads(llm["data"]["ray-serve-llm.json"])["panels"]
+    checks.expect(
+        llm["metadata"]["labels"] == observability.DASHBOARD_LABEL and any("NIXL" in p["title"] for p in panels),
+        "the LLM dashboard's ConfigMap keeps the sidecar's label and its NIXL panels",
+    )
 
 
 def negative_cases(api: KubeClient, settings, nodes: dict, timeline: Timeline, checks: Checks) -> None:

@@ -73,8 +73,9 @@ def rayservice_crd() -> dict:
 
 
 class FakeApi:
-    def __init__(self, nodes, crd, namespaces=("default", "kube-system", "kuberay-system")):
+    def __init__(self, nodes, crd, namespaces=("default", "kube-system", "kuberay-system"), monitoring_crds=()):
         self.nodes, self.crd, self.namespaces = nodes, crd, namespaces
+        self.monitoring_crds = monitoring_crds  # names of the Prometheus Operator's CRDs the cluster serves
 
     def get(self, path):
         assert path == "/api/v1/nodes"
@@ -84,6 +85,9 @@ class FakeApi:
         if path.startswith("/api/v1/namespaces/"):
             name = path.rsplit("/", 1)[1]
             return {"metadata": {"name": name}} if name in self.namespaces else None
+        if path.endswith(".monitoring.coreos.com"):
+            name = path.rsplit("/", 1)[1]
+            return {"metadata": {"name": name}} if name in self.monitoring_crds else None
         assert path.endswith("/customresourcedefinitions/rayservices.ray.io")
         return self.crd
 
@@ -339,3 +343,30 @@ def test_a_mismatched_cluster_fails_naming_the_mismatch(monkeypatch, seed):
 def test_eks_mode_waits_for_ready_by_default(dev):
     rs = dev.one("kubernetes:ray.io/v1:RayService")
     assert rs.inputs["metadata"]["annotations"]["pulumi.com/waitFor"] == "condition=Ready"
+
+
+def test_external_observability_needs_the_clusters_prometheus_operator(monkeypatch, seed):
+    """observability external adds our monitors to the cluster's own Prometheus Operator: a cluster
+    without its CRDs is named before anything is applied; one with them gets monitors, rule and
+    dashboards, and no chart of ours."""
+    settings, _ = seed
+    crds = ()
+
+    class Client:
+        @classmethod
+        def from_kubeconfig(cls, text, base_dir=".", context=None):
+            return FakeApi(seed_nodes(settings), rayservice_crd(), monitoring_crds=crds)
+
+    monkeypatch.setattr(existing_cluster, "KubeClient", Client)
+    external = {**EXISTING, NS + "observability": {"mode": "external", "prometheusRelease": "prometheus"}}
+    with pytest.raises(ClusterMismatch, match=r"lacks \[.podmonitors.monitoring.coreos.com', 'prometheusrules"):
+        run_program("dev", external)
+    crds = ("podmonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com")
+    plan = run_program("dev", external)
+    monitors = plan.of_type("kubernetes:monitoring.coreos.com/v1:PodMonitor")
+    assert sorted(m.inputs["metadata"]["name"] for m in monitors) == ["ray-head", "ray-workers"]
+    assert {m.inputs["metadata"]["labels"]["release"] for m in monitors} == {"prometheus"}  # theirs
+    assert len(plan.of_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule")) == 1
+    assert not plan.of_type("kubernetes:helm.sh/v3:Release")
+    assert not plan.of_type("kubernetes:monitoring.coreos.com/v1:ServiceMonitor")  # their KubeRay, their monitor
+    assert rules.check_all(plan_resources(plan)) == []
