@@ -323,13 +323,20 @@ def _system_node_fits(system: NodePoolSettings, obs: ObservabilitySettings) -> N
     spec = aws_facts.INSTANCE_SPECS.get(system.instance_type)
     if spec is None:
         return
-    need, offered = sizing.system_node_room(spec, observability.system_pods(obs))
+    monitoring = observability.system_pods(obs)
+    need, offered = sizing.system_node_room(spec, monitoring)
     if not need.fits_in(offered):
+        roomy = next(
+            t
+            for t in ("m7i.xlarge", "m7i.2xlarge", "m7i.4xlarge", "m7i.8xlarge")
+            if need.fits_in(sizing.allocatable(aws_facts.INSTANCE_SPECS[t]))
+        )
         raise ConfigError(
             "systemNodes.instanceType",
             system.instance_type,
-            f"a type with room for the Ray head and system pods: they need {need.cpu_m}m CPU / {need.memory_mib} MiB, "
-            f"one {system.instance_type} offers {offered.cpu_m}m / {offered.memory_mib} MiB (e.g. m7i.xlarge)",
+            f"a type with room for the Ray head and system pods{' and the monitoring' if monitoring else ''}: they "
+            f"need {need.cpu_m}m CPU / {need.memory_mib} MiB, one {system.instance_type} offers {offered.cpu_m}m / "
+            f"{offered.memory_mib} MiB (e.g. {roomy})",
         )
 
 
