@@ -18,7 +18,7 @@ from components.network import Network
 from components.observability import EbsCsiDriver, MonitoringStack, ServiceMonitoring
 from components.pod_identity import PodIdentityAgent
 from components.weights_access import WeightsAccess
-from domain import config, cost, observability, pool_use, preflight, scaling
+from domain import alerts, config, cost, dashboards, observability, pool_use, preflight, scaling
 from domain.errors import ConfigError
 from domain.facts import ENVIRONMENT_TAG
 from domain.yaml_files import YamlSyntaxError
@@ -75,7 +75,7 @@ if mode.install_device_plugins:
     )
 autoscaled = not mode.existing_cluster and scaling.autoscaler_needed(settings.gpu_pools)
 obs = serving.observability  # embedded and amp only on the cluster we build (domain/observability.py)
-rule_spec = observability.rule_spec(settings)
+rule_spec = alerts.prometheus_rule_spec(settings)  # the PrometheusRule's spec (or AMP's rule groups)
 # Controllers with an AWS role (and the EBS CSI driver, Prometheus's remote write): one Pod Identity agent.
 if autoscaled or hardening.internal_endpoint or obs.in_cluster_stack:
     agent = PodIdentityAgent(
@@ -156,7 +156,7 @@ if obs.enabled:
         obs,
         serving.namespace,
         rule_spec,
-        observability.dashboards(settings),
+        dashboards.shipped_dashboards(settings, existing_cluster=mode.existing_cluster),
         mode.operator_namespace if mode.install_kuberay else None,
         pulumi.ResourceOptions(providers=[provider], depends_on=[service.namespace, *monitoring, *installed]),
     )

@@ -88,17 +88,23 @@ def test_dev_plan_holds_the_alert_rule_and_the_dashboards(dev):
     assert rule.inputs["metadata"]["labels"] == {"release": "kube-prometheus-stack"}
     maps = {c.inputs["metadata"]["name"]: c.inputs for c in dev.of_type(CONFIG_MAP)}
     dashboards = {n: m for n, m in maps.items() if m["metadata"].get("labels") == observability.DASHBOARD_LABEL}
-    assert {"dashboard-ray-serve-llm", "dashboard-ray-serve", "dashboard-ray-default"} <= set(dashboards)
+    assert {"dashboard-ray-serve-llm", "dashboard-ray-serve", "dashboard-ray-default", "dashboard-endpoint"} <= set(
+        dashboards
+    )
     llm = json.loads(dashboards["dashboard-ray-serve-llm"]["data"]["ray-serve-llm.json"])
     titles = [p["title"] for p in llm["panels"]]
     assert any("NIXL" in t for t in titles), titles  # Ray's LLM dashboard with its NIXL panels
     assert llm["uid"] == "rayServeLlmDashboard"  # what the head's embedded panels link to
 
 
-@pytest.mark.xfail(strict=True, reason="domain/alerts.py (obsmetrics) has not landed: the rule is a placeholder")
-def test_the_rule_carries_the_alerts_not_the_placeholder(dev):
+def test_the_rule_carries_the_stacks_alerts(dev):
+    """The PrometheusRule is domain/alerts.py's spec for this stack, the NIXL alert among its alerts."""
+    from adapters import stack
+    from domain import alerts
+
     (rule,) = dev.of_type(RULE)
-    assert observability.PLACEHOLDER_GROUP not in [g["name"] for g in rule.inputs["spec"]["groups"]]
+    assert rule.inputs["spec"] == alerts.prometheus_rule_spec(stack.load_settings(stack.stack_file("dev")))
+    assert "NixlTransferFailed" in alerts.alert_names(rule.inputs["spec"])
 
 
 def test_the_ray_head_finds_grafana_and_prometheus(dev):
