@@ -54,7 +54,7 @@ if mode.existing_cluster:
 else:
     network = Network("net", settings.network, settings.region)
     cluster = Cluster("eks", settings.cluster, network, settings.region, hardening=settings.hardening)
-    pools = {role: GpuNodePool(role, pool, cluster, network) for role, pool in settings.gpu_pools.items()}
+    pools = {name: GpuNodePool(name, pool, cluster, network) for name, pool in settings.gpu_pools.items()}
     provider, nodes = cluster.provider, [cluster.system_nodes, *pools.values()]
     if serving.weights_s3_uris:  # weights mirrored in S3: the nodes may read them before any worker starts
         installed.append(WeightsAccess("weights", serving.weights_s3_uris, cluster.node_role.role, settings.region))
@@ -178,7 +178,7 @@ if not mode.existing_cluster:
     pulumi.export("gpuAvailabilityZone", network.gpu_availability_zone)
     pulumi.export("gpuSubnetId", network.gpu_subnet_id)
     pulumi.export("systemNodeGroupName", cluster.system_nodes.node_group.node_group_name)
-    pulumi.export("gpuNodeGroupNames", {role: pool.node_group_name for role, pool in pools.items()})
+    pulumi.export("gpuNodeGroupNames", {name: pool.node_group_name for name, pool in pools.items()})
     pulumi.export("preflightChecks", checks)
 pulumi.export("openaiBaseUrl", service.base_url)
 pulumi.export("portForwardCommand", service.port_forward)

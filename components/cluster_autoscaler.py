@@ -76,7 +76,7 @@ def chart_values(cluster_name: str, region: str, kubernetes_version: str) -> dic
             "skip-nodes-with-local-storage": "false",
             # Prefer the pool that wastes least of a node (matters once one role has pools of two types).
             "expander": "least-waste",
-            # The prefill and decode pools look alike (same type, labels but `role`): never balance them.
+            # The prefill and decode pools look alike (same type, labels but the pool's name): never balance them.
             "balance-similar-node-groups": "false",
             # A GPU node joins in minutes, then pulls the image before the pod runs: the default 15 min
             # provision timeout covers the join only (README: scaling end to end).

@@ -1,4 +1,4 @@
-"""GpuNodePool: one EFA-enabled managed node group per serving role (prefill, decode)."""
+"""GpuNodePool: one managed node group per GPU pool (EFA-enabled for the prefill/decode roles)."""
 
 from __future__ import annotations
 
@@ -35,19 +35,19 @@ def ami_parameter(pool: GpuPoolSettings) -> str:
 
 
 class GpuNodePool(pulumi.ComponentResource):
-    """GPU nodes of one role, all in the GPU subnet, in one cluster placement group (pulumi-eks
+    """GPU nodes of one pool, all in the GPU subnet, in one cluster placement group (pulumi-eks
     builds the EFA launch template: one EFA interface per network card, placement group, checks)."""
 
     def __init__(
         self,
-        role: str,
+        name: str,
         settings: GpuPoolSettings,
         cluster: Cluster,
         network: Network,
         opts: pulumi.ResourceOptions | None = None,
     ):
-        super().__init__("ray-llm-eks:gpu_nodes:GpuNodePool", role, None, opts)
-        self.role = role
+        super().__init__("ray-llm-eks:gpu_nodes:GpuNodePool", name, None, opts)
+        self.pool_name = name
         if settings.ami.ami_id is not None:
             ami_id = pulumi.Output.from_input(settings.ami.ami_id)
         else:
@@ -57,7 +57,7 @@ class GpuNodePool(pulumi.ComponentResource):
         self.ami_id = ami_id
 
         self.node_group = eks.ManagedNodeGroup(
-            f"{role}-gpu",
+            f"{name}-gpu",
             cluster=cluster.eks,
             node_role=cluster.node_role.role,
             subnet_ids=[network.gpu_subnet_id],
@@ -73,7 +73,7 @@ class GpuNodePool(pulumi.ComponentResource):
             nodeadm_extra_options=[
                 eks.NodeadmOptionsArgs(content=NODE_CONFIG, content_type="application/node.eks.aws")
             ],
-            labels=gpu_labels(role),
+            labels=gpu_labels(name),
             taints=[aws.eks.NodeGroupTaintArgs(**GPU_TAINT)],
             # The Cluster Autoscaler owns desiredSize between min and max: `up` must not reset it.
             ignore_scaling_changes=True if pool_scales(settings) else None,
@@ -82,6 +82,6 @@ class GpuNodePool(pulumi.ComponentResource):
         self.node_group_name = self.node_group.node_group.node_group_name
         if pool_scales(settings):  # the Cluster Autoscaler may take it to zero and must grow it back
             self.template_tags = NodeTemplateTags(
-                f"{role}-node-template", settings, self.node_group.node_group, pulumi.ResourceOptions(parent=self)
+                f"{name}-node-template", settings, self.node_group.node_group, pulumi.ResourceOptions(parent=self)
             )
         self.register_outputs({"nodeGroupName": self.node_group_name, "amiId": ami_id})

@@ -74,7 +74,7 @@ def _room(node: dict, requests: Mapping[str, str]) -> list[str]:
 def check_nodes(
     nodes: list[dict], head: dict, workers: Mapping[str, dict], pools: Mapping[str, GpuPoolSettings]
 ) -> list[str]:
-    """Nodes each pod group needs: `head`/`workers[role]` are the rendered group specs."""
+    """Nodes each pod group needs: `head`/`workers[pool name]` are the rendered group specs."""
     mismatches = []
     head_requests = head["template"]["spec"]["containers"][0]["resources"]["requests"]
     system = _selected(nodes, SYSTEM_LABELS)
@@ -85,35 +85,37 @@ def check_nodes(
             f"no {_fmt(SYSTEM_LABELS)} node has room for the Ray head: "
             + "; ".join(f"{n['metadata']['name']} lacks {', '.join(_room(n, head_requests))}" for n in system)
         )
-    for role, pool in pools.items():
-        group = workers[role]
+    for name, pool in pools.items():
+        group = workers[name]
         selector = group["template"]["spec"]["nodeSelector"]
         requests = group["template"]["spec"]["containers"][0]["resources"]["requests"]
         found = _selected(nodes, selector)
         if len(found) < group["replicas"]:
             mismatches.append(
-                f"pool {role}: {len(found)} node(s) labelled {_fmt(selector)}, "
+                f"pool {name}: {len(found)} node(s) labelled {_fmt(selector)}, "
                 f"the stack runs {group['replicas']} worker(s)"
             )
         taint = f"{GPU_TAINT['key']}={GPU_TAINT['value']}:{_K8S_EFFECT[GPU_TAINT['effect']]}"
         for node in found:
-            name = node["metadata"]["name"]
+            node_name = node["metadata"]["name"]
             labels = node["metadata"].get("labels", {})
             for k, v in GPU_NODE_SELECTOR.items():
                 if labels.get(k) != v:
                     mismatches.append(
-                        f"pool {role}: node {name} lacks label {k}={v} (the NVIDIA device plugin selects it)"
+                        f"pool {name}: node {node_name} lacks label {k}={v} (the NVIDIA device plugin selects it)"
                     )
             if not _has_taint(node, GPU_TAINT):
-                mismatches.append(f"pool {role}: node {name} lacks taint {taint}")
+                mismatches.append(f"pool {name}: node {node_name} lacks taint {taint}")
             short = _room(node, requests)
             if short:
                 what = [s for s in short if s.startswith((GPU_RESOURCE, EFA_RESOURCE))]
                 if what:
-                    mismatches.append(f"pool {role}: node {name} does not advertise {'; '.join(what)}")
+                    mismatches.append(f"pool {name}: node {node_name} does not advertise {'; '.join(what)}")
                 rest = [s for s in short if s not in what]
                 if rest:
-                    mismatches.append(f"pool {role}: node {name} has no room for a worker: needs {'; '.join(rest)}")
+                    mismatches.append(
+                        f"pool {name}: node {node_name} has no room for a worker: needs {'; '.join(rest)}"
+                    )
         del pool
     return mismatches
 

@@ -363,19 +363,19 @@ def _gpu_pools(raw: _Raw, network: NetworkSettings, version: str, facts: Botocor
         raise ConfigError("gpuPools", pools_raw, f"a mapping of GPU pools by role, roles from {list(GPU_ROLES)}")
     ami = _ami_pin(raw)
     pools = {}
-    for role, pool_raw in pools_raw.items():
-        serves = roles.pool_serves(role, pool_raw)
+    for name, pool_raw in pools_raw.items():
+        serves = roles.pool_serves(name, pool_raw)
         sizes = {k: v for k, v in pool_raw.items() if k != "serves"}
-        nodes = _node_pool(f"gpuPools.{role}", sizes, default_disk=100, facts=facts)
-        pool = GpuPoolSettings(role, nodes, network.gpu_availability_zone, version, ami, serves)
-        spec = _gpu_instance_type(f"gpuPools.{role}.instanceType", nodes.instance_type, facts, need_efa=pool.efa)
+        nodes = _node_pool(f"gpuPools.{name}", sizes, default_disk=100, facts=facts)
+        pool = GpuPoolSettings(name, nodes, network.gpu_availability_zone, version, ami, serves)
+        spec = _gpu_instance_type(f"gpuPools.{name}.instanceType", nodes.instance_type, facts, need_efa=pool.efa)
         if not spec.nvme_gb:
             raise ConfigError(
-                f"gpuPools.{role}.instanceType",
+                f"gpuPools.{name}.instanceType",
                 nodes.instance_type,
                 "a type with instance-store NVMe (the model cache)",
             )
-        pools[role] = pool
+        pools[name] = pool
     return pools
 
 

@@ -25,8 +25,10 @@ GPU_ROLES = (*PD_ROLES, COLLOCATED_ROLE)
 # The Ray custom resource a worker group advertises and its role's LLM deployment asks for is
 # POOL_RESOURCE_PREFIX + role: Ray then cannot put a prefill replica on a decode node.
 POOL_RESOURCE_PREFIX = "pool_"
-# The node label naming a node's pool: on the node groups, and in the worker groups' nodeSelector.
-POOL_NODE_LABEL = "role"
+# The node label naming a node's pool (a GPU pool's name, or `system`): on the node groups, in the
+# Cluster Autoscaler's node-template tags and in the Ray pods' nodeSelector. It was `role` before
+# (README, Upgrade notes): it holds a pool's name, which is a role only when the pool is named after one.
+POOL_NODE_LABEL = f"{PROJECT}/pool"
 
 # Ports of the Ray head (KubeRay's defaults); the serve port is also every worker's.
 SERVE_PORT = 8000  # Ray Serve's HTTP proxy: the only Ray port reachable from outside the namespace

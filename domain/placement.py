@@ -18,6 +18,6 @@ GPU_NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}
 LOCAL_NVME_ROOT = "/mnt/k8s-disks/0"
 
 
-def gpu_labels(role: str) -> dict[str, str]:
-    """Labels of a GPU pool's nodes; `nvidia.com/gpu.present` is what the NVIDIA plugin selects."""
-    return {POOL_NODE_LABEL: role, **GPU_NODE_SELECTOR}
+def gpu_labels(pool: str) -> dict[str, str]:
+    """Labels of a GPU pool's nodes: its name, and `nvidia.com/gpu.present` (what the NVIDIA plugin selects)."""
+    return {POOL_NODE_LABEL: pool, **GPU_NODE_SELECTOR}

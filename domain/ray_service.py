@@ -170,7 +170,7 @@ def worker_group(
     else:
         security = {"capabilities": {"add": ["IPC_LOCK"]}}
     return {
-        "groupName": pool.role,
+        "groupName": pool.name,
         "replicas": pool.nodes.desired_size,
         "minReplicas": pool.nodes.min_size,
         "maxReplicas": pool.nodes.max_size,
@@ -183,7 +183,7 @@ def worker_group(
         "template": {
             "metadata": {"annotations": dict(NOT_EVICTABLE)},
             "spec": {
-                "nodeSelector": {POOL_NODE_LABEL: pool.role},
+                "nodeSelector": {POOL_NODE_LABEL: pool.name},
                 "tolerations": [
                     {"key": GPU_TAINT["key"], "operator": "Equal", "value": GPU_TAINT["value"], "effect": "NoSchedule"}
                 ],

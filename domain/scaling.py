@@ -106,7 +106,7 @@ def _nodes(replicas: int, bounds: ReplicaBounds, pool: GpuPoolSettings) -> int:
 def reconcile_pool(pool: GpuPoolSettings, bounds: ReplicaBounds, given: frozenset[str]) -> GpuPoolSettings:
     """The pool's node bounds for its role's replica bounds: derived where the stack leaves them
     out (`given` is what gpuPools.<role> sets), refused where they disagree."""
-    key, nodes = f"gpuPools.{pool.role}", pool.nodes
+    key, nodes = f"gpuPools.{pool.name}", pool.nodes
     if not bounds.autoscales:
         if nodes.desired_size < 1:
             raise ConfigError(
@@ -143,12 +143,12 @@ def reconcile_pool(pool: GpuPoolSettings, bounds: ReplicaBounds, given: frozense
 def check_shared_role(pools: list[GpuPoolSettings], bounds: ReplicaBounds, pools_raw: Mapping[str, Any]) -> None:
     """Several pools run one role (Ray places its replicas on any of them): their bounds are the
     stack's to set, and together they must hold max replicas and not exceed min replicas."""
-    names = [p.role for p in pools]
+    names = [p.name for p in pools]
     for pool in pools:
-        missing = [k for k in ("minSize", "maxSize") if k not in (pools_raw.get(pool.role) or {})]
+        missing = [k for k in ("minSize", "maxSize") if k not in (pools_raw.get(pool.name) or {})]
         if bounds.autoscales and missing:
             raise ConfigError(
-                f"gpuPools.{pool.role}.{missing[0]}", None, f"set: pools {names} share role {pool.app_role}"
+                f"gpuPools.{pool.name}.{missing[0]}", None, f"set: pools {names} share role {pool.app_role}"
             )
 
     def replicas_on(size: str) -> int:
@@ -181,7 +181,7 @@ def reconcile_pools(
             check_shared_role(mine, role_bound, pools_raw)
             continue
         (pool,) = mine
-        reconciled[pool.role] = reconcile_pool(pool, role_bound, frozenset(pools_raw.get(pool.role) or ()))
+        reconciled[pool.name] = reconcile_pool(pool, role_bound, frozenset(pools_raw.get(pool.name) or ()))
     return reconciled
 
 
@@ -197,7 +197,7 @@ def autoscaler_needed(pools: Mapping[str, GpuPoolSettings]) -> bool:
 def node_template_tags(pool: GpuPoolSettings) -> dict[str, str]:
     """ASG tags that describe a node of this pool to the Cluster Autoscaler when the pool has none:
     the labels our pods select, the GPU taint they tolerate, and the devices they request."""
-    tags = {f"{NODE_TEMPLATE}/label/{k}": v for k, v in gpu_labels(pool.role).items()}
+    tags = {f"{NODE_TEMPLATE}/label/{k}": v for k, v in gpu_labels(pool.name).items()}
     tags[f"{NODE_TEMPLATE}/taint/{GPU_TAINT['key']}"] = f"{GPU_TAINT['value']}:{EFFECT_K8S[GPU_TAINT['effect']]}"
     tags[f"{NODE_TEMPLATE}/resources/{GPU_RESOURCE}"] = str(pool.spec.gpus)
     if pool.efa:

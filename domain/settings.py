@@ -63,7 +63,7 @@ class ClusterSettings:
 
 @dataclass(frozen=True)
 class GpuPoolSettings:
-    role: str  # the pool's name: node group, node label `role`, Ray worker group
+    name: str  # the pool's name: its node group, its nodes' pool label, its Ray worker group
     nodes: NodePoolSettings
     availability_zone: str
     kubernetes_version: str
@@ -73,7 +73,7 @@ class GpuPoolSettings:
     @property
     def app_role(self) -> str:
         """The serve config's role (prefill, decode, collocated) this pool's workers run."""
-        return self.serves or self.role
+        return self.serves or self.name
 
     @property
     def spec(self) -> aws_facts.InstanceSpec:

@@ -62,22 +62,22 @@ class NodeShape:
 
 
 def node_shapes(system_type: str, system_count: int, pools: Mapping[str, tuple[str, int, bool]]) -> list[NodeShape]:
-    """Nodes as our EKS node groups make them: `pools[role] = (instance type, count, efa)`."""
+    """Nodes as our EKS node groups make them: `pools[pool name] = (instance type, count, efa)`."""
     shapes = [
         NodeShape(f"system-{i}", system_type, {**SYSTEM_LABELS, "node.kubernetes.io/instance-type": system_type})
         for i in range(system_count)
     ]
     taint = {"key": GPU_TAINT["key"], "value": GPU_TAINT["value"], "effect": _EFFECT[GPU_TAINT["effect"]]}
-    for role, (itype, count, efa) in pools.items():
+    for pool, (itype, count, efa) in pools.items():
         spec = aws_facts.INSTANCE_SPECS[itype]
         extended = {GPU_RESOURCE: spec.gpus}
         if efa:
             extended[EFA_RESOURCE] = spec.network_cards  # pulumi-eks: one EFA interface per network card
         shapes += [
             NodeShape(
-                f"{role}-{i}",
+                f"{pool}-{i}",
                 itype,
-                {**gpu_labels(role), "node.kubernetes.io/instance-type": itype},
+                {**gpu_labels(pool), "node.kubernetes.io/instance-type": itype},
                 (taint,),
                 extended,
             )

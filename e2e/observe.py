@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 from adapters.kube_client import KubeClient
+from domain.facts import POOL_NODE_LABEL
 
 POLL = 0.5
 
@@ -34,7 +35,7 @@ def ray_cluster_of(api: KubeClient, ns: str, service: str) -> dict | None:
 
 def scheduling_problems(api: KubeClient, pods: list[dict], node_labels: dict[str, dict]) -> list[str]:
     """Why pods are not where they belong: Unschedulable (with the scheduler's reason), unbound, or
-    bound to a node of the wrong pool. The head belongs on role=system, each worker on its group's role."""
+    bound to a node of the wrong pool. The head belongs on the system pool, each worker on its group's pool."""
     problems = []
     for pod in pods:
         name = pod["metadata"]["name"]
@@ -49,10 +50,9 @@ def scheduling_problems(api: KubeClient, pods: list[dict], node_labels: dict[str
                 continue
             labels = pod["metadata"].get("labels", {})
             want = "system" if labels.get("ray.io/node-type") == "head" else labels.get("ray.io/group")
-            if node_labels.get(node, {}).get("role") != want:
-                problems.append(
-                    f"pod {name} landed on {node} (role={node_labels.get(node, {}).get('role')}), not role={want}"
-                )
+            pool = node_labels.get(node, {}).get(POOL_NODE_LABEL)
+            if pool != want:
+                problems.append(f"pod {name} landed on {node} ({POOL_NODE_LABEL}={pool}), not {POOL_NODE_LABEL}={want}")
     return problems
 
 

@@ -39,6 +39,7 @@ sys.path.insert(0, str(REPO))
 from adapters import stack as stack_adapter  # noqa: E402
 from adapters.kube_client import KubeClient  # noqa: E402
 from domain import api_keys, cluster_checks, observability  # noqa: E402
+from domain.facts import POOL_NODE_LABEL  # noqa: E402
 from domain.ray_service import ray_service_spec, served_document  # noqa: E402
 from e2e import build  # noqa: E402
 from e2e.checks import max_model_lens, names_failed_resource, unkept_fields  # noqa: E402
@@ -307,7 +308,7 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
     checks.expect(rc is not None, "the KubeRay operator turned the RayService into a RayCluster")
     checks.expect(
         not problems,
-        f"scheduler bound the head to role=system and workers {workers} to their pools",
+        f"scheduler bound the head to the system pool and workers {workers} to their pools",
         "; ".join(problems),
     )
     for p in pods:
@@ -482,14 +483,14 @@ def negative_cases(api: KubeClient, settings, nodes: dict, timeline: Timeline, c
         60,
     )
     base = ray_service_spec(settings)
-    role = next(iter(settings.gpu_pools))
-    node = next(n for n, labels in nodes.items() if labels.get("role") == role)
+    pool = next(iter(settings.gpu_pools))
+    node = next(n for n, labels in nodes.items() if labels.get(POOL_NODE_LABEL) == pool)
     alloc_mib = (
         cluster_checks.parse_quantity(api.get(f"/api/v1/nodes/{node}")["status"]["allocatable"]["memory"]) / 2**20
     )
     cases = {
         "as-rendered": (lambda g: None, None),  # control: our own spec schedules, so the check can pass
-        "neg-selector": (lambda g: g["template"]["spec"]["nodeSelector"].update(role="nowhere"),
+        "neg-selector": (lambda g: g["template"]["spec"]["nodeSelector"].update({POOL_NODE_LABEL: "nowhere"}),
                          "didn't match Pod's node affinity/selector"),
         "neg-memory": (lambda g: [c["resources"][k].update(memory=f"{int(alloc_mib) + 1024}Mi")
                                   for c in g["template"]["spec"]["containers"] for k in ("requests", "limits")],
@@ -497,7 +498,7 @@ def negative_cases(api: KubeClient, settings, nodes: dict, timeline: Timeline, c
     }  # fmt: skip
     for name, (breaks, reason) in cases.items():
         spec = copy.deepcopy(base)
-        group = next(g for g in spec["rayClusterConfig"]["workerGroupSpecs"] if g["groupName"] == role)
+        group = next(g for g in spec["rayClusterConfig"]["workerGroupSpecs"] if g["groupName"] == pool)
         breaks(group)
         mismatches = cluster_checks.check_nodes(
             list(api.get("/api/v1/nodes")["items"]),
@@ -509,8 +510,8 @@ def negative_cases(api: KubeClient, settings, nodes: dict, timeline: Timeline, c
             checks.expect(not mismatches, f"{name}: deploy-time check finds nothing", str(mismatches))
         else:
             checks.expect(
-                any(f"pool {role}" in m for m in mismatches),
-                f"{name}: deploy-time check names pool {role}",
+                any(m.startswith(f"pool {pool}: ") for m in mismatches),
+                f"{name}: deploy-time check names pool {pool}",
                 str(mismatches),
             )
         body = {
@@ -523,7 +524,7 @@ def negative_cases(api: KubeClient, settings, nodes: dict, timeline: Timeline, c
         workers = {r: p.nodes.desired_size for r, p in settings.gpu_pools.items()}
         _, _, problems = wait_scheduled(api, ns, name, workers, nodes, 120)
         if reason is None:
-            checks.expect(not problems, f"{name}: head on role=system, workers on their pools", "; ".join(problems))
+            checks.expect(not problems, f"{name}: head on the system pool, workers on their pools", "; ".join(problems))
         else:
             bad = [p for p in problems if "Unschedulable" in p and reason in p]
             checks.expect(

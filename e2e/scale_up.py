@@ -15,6 +15,7 @@ import re
 
 from domain.facts import EFA_RESOURCE as EFA
 from domain.facts import GPU_RESOURCE as GPU
+from domain.facts import POOL_NODE_LABEL
 from domain.scaling import node_template_tags
 from e2e.cluster import node_object, node_shapes
 from e2e.observe import object_path, pods_of, wait_for, wait_scheduled
@@ -165,7 +166,7 @@ class ScaleUp:
             return None
         message = _unschedulable(pod)
         self.log(f"REAL scheduler on {pod['metadata']['name']}: {message}")
-        pool_nodes = sum(1 for labels in self.node_labels().values() if labels.get("role") == self.grow)
+        pool_nodes = sum(1 for labels in self.node_labels().values() if labels.get(POOL_NODE_LABEL) == self.grow)
         _, counts = unschedulable_counts(message)
         self.checks.expect(
             _group(pod) == self.grow and counts.get(f"Insufficient {GPU}") == pool_nodes,

@@ -173,7 +173,7 @@ def _private_nodes(r: Resource) -> list[str]:
 
 def _serve_roles(resources: list[Resource]) -> dict[str, str]:
     """Pool name -> the serve role its Ray workers run, from the RayService's worker groups (their
-    nodeSelector `role` and the `pool_<serve role>` Ray resource they advertise)."""
+    nodeSelector on the pool label and the `pool_<serve role>` Ray resource they advertise)."""
     roles = {}
     for r in resources:
         groups = _get(r.props, "spec", "rayClusterConfig", "workerGroupSpecs") if r.type == RAY_SERVICE else None

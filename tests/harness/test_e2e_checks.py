@@ -7,6 +7,7 @@ import copy
 import yaml
 
 from adapters import stack
+from domain.facts import POOL_NODE_LABEL
 from domain.ray_service import ray_service_spec
 from e2e.checks import max_model_lens, names_failed_resource, unkept_fields
 from e2e.observe import scheduling_problems
@@ -55,11 +56,13 @@ def _pod(name, node_type, group, node):
 
 
 def test_a_pod_on_the_wrong_pool_or_unbound_is_a_scheduling_problem():
-    nodes = {"system-0": {"role": "system"}, "prefill-0": {"role": "prefill"}, "decode-0": {"role": "decode"}}
+    nodes = {n: {POOL_NODE_LABEL: n.removesuffix("-0")} for n in ("system-0", "prefill-0", "decode-0")}
     right = [_pod("h", "head", "headgroup", "system-0"), _pod("p", "worker", "prefill", "prefill-0")]
     assert scheduling_problems(None, right, nodes) == []
     swapped = [_pod("h", "head", "headgroup", "system-0"), _pod("p", "worker", "prefill", "decode-0")]
-    assert scheduling_problems(None, swapped, nodes) == ["pod p landed on decode-0 (role=decode), not role=prefill"]
+    assert scheduling_problems(None, swapped, nodes) == [
+        "pod p landed on decode-0 (ray-llm-eks/pool=decode), not ray-llm-eks/pool=prefill"
+    ]
     unbound = [_pod("h", "head", "headgroup", None)]
     assert scheduling_problems(None, unbound, nodes) == ["pod h is not bound to a node yet"]
 

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from adapters.stackfile import ROOT
+from domain.facts import POOL_NODE_LABEL
 from offline.plan import run_program
 from offline.policy_check import main as policy_main
 from offline.policy_check import plan_resources, violations
@@ -144,7 +145,8 @@ def test_collocated_pool_needs_no_efa(plans):
     """The baseline's pool is not a PD pool: EFA off there is no violation (DESIGN notes)."""
     pools = [r for r in plan_resources(plans["baseline"]) if r.type == rules.MANAGED_NODE_GROUP]
     assert any(
-        r.props.get("labels", {}).get("role") == "collocated" and not r.props.get("enableEfaSupport") for r in pools
+        r.props.get("labels", {}).get(POOL_NODE_LABEL) == "collocated" and not r.props.get("enableEfaSupport")
+        for r in pools
     )
     assert violations(plans["baseline"]) == []
 
@@ -214,11 +216,15 @@ def test_privileged_chart_values_fail():
 
 def test_a_pd_pool_is_known_by_the_role_it_serves_not_its_name():
     """Roles as data: pool `prefill-b` serving prefill (its workers advertise pool_prefill) is a PD pool."""
-    group = {"resources": {"pool_prefill": "1"}, "template": {"spec": {"nodeSelector": {"role": "prefill-b"}}}}
+    group = {"resources": {"pool_prefill": "1"}, "template": {"spec": {"nodeSelector": {POOL_NODE_LABEL: "prefill-b"}}}}
     service = rules.Resource(
         rules.RAY_SERVICE, "llm", "urn:llm", {"spec": {"rayClusterConfig": {"workerGroupSpecs": [group]}}}
     )
-    pool = {"labels": {"role": "prefill-b"}, "subnetIds": ["subnet-a"], "placementGroupAvailabilityZone": "us-east-1a"}
+    pool = {
+        "labels": {POOL_NODE_LABEL: "prefill-b"},
+        "subnetIds": ["subnet-a"],
+        "placementGroupAvailabilityZone": "us-east-1a",
+    }
     nodes = rules.Resource(rules.MANAGED_NODE_GROUP, "prefill-b-gpu", "urn:nodes", {**pool, "enableEfaSupport": False})
     found = [v for v in rules.check_all([service, nodes]) if v.policy == "gpu-pools-efa-one-zone"]
     assert [v.message for v in found] == [

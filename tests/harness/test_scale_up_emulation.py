@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from domain.facts import POOL_NODE_LABEL
 from domain.scaling import NODE_TEMPLATE, node_template_tags
 from e2e.scale_up import ray_autoscaler_patch, unschedulable_counts
 from e2e.template_node import template_node
@@ -19,7 +20,7 @@ def prefill():
 def test_template_node_is_the_instance_type_plus_our_tags(prefill):
     node = template_node("prefill-asg-x", "g6.8xlarge", node_template_tags(prefill), "us-east-1", "us-east-1a")
     labels = node["metadata"]["labels"]
-    assert labels["role"] == "prefill" and labels["nvidia.com/gpu.present"] == "true"
+    assert labels[POOL_NODE_LABEL] == "prefill" and labels["nvidia.com/gpu.present"] == "true"
     assert labels["node.kubernetes.io/instance-type"] == "g6.8xlarge"
     assert labels["topology.kubernetes.io/zone"] == "us-east-1a"
     assert node["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
@@ -39,7 +40,7 @@ def test_without_our_tags_the_template_lacks_efa_and_the_pools_label(prefill):
     node = template_node("bare", "g6.8xlarge", {}, "us-east-1", "us-east-1a")
     assert node["status"]["capacity"]["nvidia.com/gpu"] == "1"
     assert "vpc.amazonaws.com/efa" not in node["status"]["capacity"]
-    assert "role" not in node["metadata"]["labels"] and node["spec"] == {}
+    assert POOL_NODE_LABEL not in node["metadata"]["labels"] and node["spec"] == {}
 
 
 def test_tags_the_autoscaler_would_skip_are_skipped():

@@ -18,6 +18,7 @@ from domain import config_keys
 from domain.cluster_checks import ClusterMismatch, check_cluster, check_crd
 from domain.deploy_mode import check_kubeconfig, load_deploy_mode
 from domain.errors import ConfigError
+from domain.facts import POOL_NODE_LABEL
 from domain.ray_service import ray_service_spec
 from e2e.cluster import node_object, node_shapes
 from offline.plan import run_program
@@ -181,11 +182,11 @@ def test_each_mismatch_is_named(seed):
         by["prefill-0"]["spec"]["taints"] = []
         del by["decode-0"]["status"]["allocatable"]["vpc.amazonaws.com/efa"]
         by["decode-0"]["metadata"]["labels"].pop("nvidia.com/gpu.present")
-        by["system-0"]["metadata"]["labels"]["role"] = "general"
+        by["system-0"]["metadata"]["labels"][POOL_NODE_LABEL] = "general"
 
     found = check_cluster(FakeApi(seed_nodes(settings, break_nodes), rayservice_crd()), spec, settings.gpu_pools)
     assert found == [
-        "no node is labelled role=system (the Ray head's nodeSelector)",
+        "no node is labelled ray-llm-eks/pool=system (the Ray head's nodeSelector)",
         "pool prefill: node prefill-0 lacks taint nvidia.com/gpu=true:NoSchedule",
         "pool decode: node decode-0 lacks label nvidia.com/gpu.present=true (the NVIDIA device plugin selects it)",
         "pool decode: node decode-0 does not advertise vpc.amazonaws.com/efa 1 (allocatable none)",
@@ -197,10 +198,10 @@ def test_a_missing_pool_and_a_worker_too_big_are_named(seed):
     big = copy.deepcopy(spec)
     worker = big["rayClusterConfig"]["workerGroupSpecs"][0]
     worker["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"] = "500Gi"
-    nodes = [n for n in seed_nodes(settings) if n["metadata"]["labels"]["role"] != "decode"]
+    nodes = [n for n in seed_nodes(settings) if n["metadata"]["labels"][POOL_NODE_LABEL] != "decode"]
     found = check_cluster(FakeApi(nodes, rayservice_crd()), big, settings.gpu_pools)
     assert any(m.startswith("pool prefill: node prefill-0 has no room for a worker: needs memory 500Gi") for m in found)
-    assert "pool decode: 0 node(s) labelled role=decode, the stack runs 1 worker(s)" in found
+    assert "pool decode: 0 node(s) labelled ray-llm-eks/pool=decode, the stack runs 1 worker(s)" in found
 
 
 def test_device_resources_are_not_required_when_we_install_the_plugins(seed):
@@ -336,7 +337,7 @@ def test_a_mismatched_cluster_fails_naming_the_mismatch(monkeypatch, seed):
 
     monkeypatch.setattr(existing_cluster, "KubeClient", Client)
     mode = load_deploy_mode({"existingCluster": "true", "installKubeRay": "false"}.get)
-    with pytest.raises(ClusterMismatch, match=r"pool decode: 0 node\(s\) labelled role=decode"):
+    with pytest.raises(ClusterMismatch, match=r"pool decode: 0 node\(s\) labelled ray-llm-eks/pool=decode"):
         existing_cluster.verify_cluster(KUBECONFIG, ".", mode, settings)
 
 

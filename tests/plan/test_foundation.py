@@ -13,6 +13,7 @@ import pytest
 
 from adapters.stackfile import load_stack
 from components.cluster import NODE_POLICIES, access_entry_name
+from domain.facts import POOL_NODE_LABEL
 from domain.placement import LOCAL_NVME_ROOT
 from offline import eks_rules
 from offline.mocks import is_placeholder
@@ -151,7 +152,7 @@ def test_cluster_admins_become_access_entries(dev):
 def test_system_pool(dev):
     system = dev.one(MNG, "eks-system")
     assert system.inputs["instanceTypes"] == ["m7i.xlarge"]
-    assert system.inputs["labels"] == {"role": "system"}
+    assert system.inputs["labels"] == {POOL_NODE_LABEL: "system"}
     assert system.inputs["scalingConfig"] == {"minSize": 1, "desiredSize": 1, "maxSize": 2}
     assert system.inputs["amiType"] == "AL2023_x86_64_STANDARD"
     # (20 GiB OS + 2 x (15 + 35) GiB serving image) / 85% image-GC threshold = 141.2 -> 150 GiB.
@@ -186,7 +187,7 @@ def test_gpu_pool_nodes(dev):
         i = group.inputs
         assert i["instanceTypes"] == ["g6.8xlarge"]
         assert i["scalingConfig"] == {"minSize": 1, "desiredSize": 1, "maxSize": 1}
-        assert i["labels"] == {"role": role, "nvidia.com/gpu.present": "true"}
+        assert i["labels"] == {POOL_NODE_LABEL: role, "nvidia.com/gpu.present": "true"}
         assert i["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
         # The AMI is the pinned release, looked up in SSM at deploy time, never "recommended".
         assert "amiType" not in i and "gpu" not in i

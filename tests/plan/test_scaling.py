@@ -7,6 +7,7 @@ import json
 import pytest
 import yaml
 
+from domain.facts import POOL_NODE_LABEL
 from domain.ray_service import AUTOSCALER_OWNED_WORKER_FIELDS
 from domain.scaling import NODE_TEMPLATE
 from offline.plan import Plan, run_program
@@ -164,11 +165,11 @@ def test_pools_that_scale_carry_the_node_template_tags_on_their_asg(plans, xpyd)
                 continue
             checked += 1
             assert pool.inputs["ignoreScalingChanges"] is True  # the autoscaler owns desiredSize
-            role = pool.inputs["labels"]["role"]
-            assert tags[f"{NODE_TEMPLATE}/label/role"] == role
+            name = pool.inputs["labels"][POOL_NODE_LABEL]
+            assert tags[f"{NODE_TEMPLATE}/label/{POOL_NODE_LABEL}"] == name
             assert tags[f"{NODE_TEMPLATE}/label/nvidia.com/gpu.present"] == "true"
             assert tags[f"{NODE_TEMPLATE}/taint/nvidia.com/gpu"] == "true:NoSchedule"
-            (group,) = [g for g in cluster_spec(plan)["workerGroupSpecs"] if g["groupName"] == role]
+            (group,) = [g for g in cluster_spec(plan)["workerGroupSpecs"] if g["groupName"] == name]
             limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
             for device in ("nvidia.com/gpu", "vpc.amazonaws.com/efa"):  # what the worker asks for, the node offers
                 assert tags.get(f"{NODE_TEMPLATE}/resources/{device}") == limits.get(device)
@@ -180,7 +181,7 @@ def test_scale_from_zero_pool_is_tagged():
     plan = run_program("xpyd", {NS + "autoscaling": {"decode": {"minReplicas": 0, "maxReplicas": 2}}})
     assert scaling_of(plan, "decode") == ((0, 2), (0, 0, 2), (0, 0, 2))
     keys = {t.inputs["tag"]["key"] for t in plan.of_type(ASG_TAG) if "decode-gpu" in t.inputs["autoscalingGroupName"]}
-    assert f"{NODE_TEMPLATE}/resources/nvidia.com/gpu" in keys and f"{NODE_TEMPLATE}/label/role" in keys
+    assert f"{NODE_TEMPLATE}/resources/nvidia.com/gpu" in keys and f"{NODE_TEMPLATE}/label/{POOL_NODE_LABEL}" in keys
 
 
 def test_cluster_autoscaler_only_where_a_pool_scales(dev, xpyd):
@@ -189,7 +190,7 @@ def test_cluster_autoscaler_only_where_a_pool_scales(dev, xpyd):
     values = release.inputs["values"]
     assert release.inputs["version"] == "9.59.0"
     assert values["autoDiscovery"] == {"clusterName": "ray-llm-xpyd"}
-    assert values["nodeSelector"] == {"role": "system"}
+    assert values["nodeSelector"] == {POOL_NODE_LABEL: "system"}
     assert values["extraArgs"]["skip-nodes-with-local-storage"] == "false"  # Ray workers mount an emptyDir
     association = xpyd.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "cluster-autoscaler-pod-identity")
     assert association.inputs["serviceAccount"] == values["rbac"]["serviceAccount"]["name"]
@@ -251,7 +252,7 @@ def test_a_second_pool_for_a_role_is_a_stack_change():
     decode resource, so Ray places decode replicas on either; no accelerator_type (GPUs differ)."""
     plan = run_program("xpyd", {NS + "gpuPools": SECOND_DECODE_POOL})
     mng = plan.one(MNG, "decode-l40s-gpu").inputs
-    assert mng["instanceTypes"] == ["g6e.8xlarge"] and mng["labels"]["role"] == "decode-l40s"
+    assert mng["instanceTypes"] == ["g6e.8xlarge"] and mng["labels"][POOL_NODE_LABEL] == "decode-l40s"
     assert mng["enableEfaSupport"] is True  # it runs a PD role: KV cache over EFA
     groups = {g["groupName"]: g for g in cluster_spec(plan)["workerGroupSpecs"]}
     assert {n: g["resources"] for n, g in groups.items()} == {
@@ -259,7 +260,7 @@ def test_a_second_pool_for_a_role_is_a_stack_change():
         "decode": {"pool_decode": "1"},
         "decode-l40s": {"pool_decode": "1"},
     }
-    assert groups["decode-l40s"]["template"]["spec"]["nodeSelector"] == {"role": "decode-l40s"}
+    assert groups["decode-l40s"]["template"]["spec"]["nodeSelector"] == {POOL_NODE_LABEL: "decode-l40s"}
     doc = yaml.safe_load(plan.one(RAY_SERVICE).inputs["spec"]["serveConfigV2"])["applications"][0]["args"]
     assert "accelerator_type" not in doc["decode_config"] and doc["prefill_config"]["accelerator_type"] == "L4"
     assert doc["decode_config"]["placement_group_config"]["bundle_per_worker"] == {"GPU": 1, "pool_decode": 1}

@@ -13,6 +13,7 @@ import yaml
 from adapters.stackfile import ROOT, SecretValue
 from domain import aws_facts, config_keys, observability, versions
 from domain.errors import ConfigError
+from domain.facts import POOL_NODE_LABEL
 from domain.placement import LOCAL_NVME_ROOT
 from domain.ray_service import MODEL_CACHE_HOST_PATH
 from domain.serve_config import role_resource
@@ -68,7 +69,7 @@ def ray_checkable(config: dict) -> dict:
 
 def pool_of(plan: Plan, role: str):
     """The GPU managed node group a role's workers must land on."""
-    return next(g for g in plan.of_type(MNG) if g.inputs.get("labels", {}).get("role") == role)
+    return next(g for g in plan.of_type(MNG) if g.inputs.get("labels", {}).get(POOL_NODE_LABEL) == role)
 
 
 # ---- Helm releases
@@ -88,7 +89,7 @@ def test_dev_has_the_three_releases_pinned(dev):
     assert kuberay["chart"] == "kuberay-operator" and kuberay["version"].startswith("1.7.")
     assert kuberay["repositoryOpts"]["repo"] == "https://ray-project.github.io/kuberay-helm/"
     assert kuberay["namespace"] == "kuberay-system"
-    assert kuberay["values"]["nodeSelector"] == {"role": "system"}
+    assert kuberay["values"]["nodeSelector"] == {POOL_NODE_LABEL: "system"}
     nvidia = releases["nvidia-device-plugin"]
     assert nvidia["repositoryOpts"]["repo"] == "https://nvidia.github.io/k8s-device-plugin"
     assert releases["aws-efa-k8s-device-plugin"]["repositoryOpts"]["repo"] == "https://aws.github.io/eks-charts"
@@ -240,7 +241,7 @@ def test_worker_groups_land_only_on_their_own_pool(plans):
         for group in groups:
             pod = group["template"]["spec"]
             matches = [m for m in mngs if all(m.inputs["labels"].get(k) == v for k, v in pod["nodeSelector"].items())]
-            assert [m.inputs["labels"]["role"] for m in matches] == [group["groupName"]]
+            assert [m.inputs["labels"][POOL_NODE_LABEL] for m in matches] == [group["groupName"]]
             for taint in matches[0].inputs["taints"]:
                 assert {"key": taint["key"], "operator": "Equal", "value": taint["value"], "effect": "NoSchedule"} in (
                     pod["tolerations"]
@@ -600,7 +601,7 @@ def test_baseline_stack_runs_the_collocated_app(plans):
     assert serve_doc(plan)["applications"][0]["import_path"] == "ray.serve.llm:build_openai_app"
     assert set(llm_configs(plan)) == {"collocated"}
     (group,) = [g for g in plan.of_type(MNG) if g.name != "eks-system"]
-    assert group.inputs["labels"]["role"] == "collocated"
+    assert group.inputs["labels"][POOL_NODE_LABEL] == "collocated"
     assert group.inputs["enableEfaSupport"] is False and "placementGroupAvailabilityZone" not in group.inputs
 
 
