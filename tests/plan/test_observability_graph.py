@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from domain import observability
+from domain.facts import POOL_NODE_LABEL
 from offline.mocks import is_placeholder
 from offline.plan import Plan, run_program
 from tests.conftest import failing_run
@@ -44,7 +45,7 @@ def test_dev_plan_holds_the_prometheus_stack_on_the_system_node(dev):
         node = values
         for key in path:
             node = node[key]
-        assert node["nodeSelector"] == {"role": "system"}, path
+        assert node["nodeSelector"] == {POOL_NODE_LABEL: "system"}, path
     spec = values["prometheus"]["prometheusSpec"]
     assert (spec["retention"], spec["retentionSize"]) == ("15d", "16GiB")
     claim = spec["storageSpec"]["volumeClaimTemplate"]["spec"]
