@@ -4,9 +4,11 @@ and the Ray metrics that show which Serve deployments handled requests."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import re
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
@@ -106,6 +108,21 @@ async def stream_chat(
         result.error = _error_text(exc)
     result.latency = time.perf_counter() - start
     return result
+
+
+def http_status(url: str, api_key: str | None, body: dict | None = None, timeout: float = DEFAULT_TIMEOUT) -> int:
+    """The HTTP status of one plain request (GET, or POST with a JSON body), with `Authorization: Bearer <key>`
+    or none at all (the openai client always sends one)."""
+    headers = {"Content-Type": "application/json"}
+    if api_key is not None:
+        headers["Authorization"] = f"Bearer {api_key}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
 
 
 def percentile(values: list[float], q: float) -> float | None:

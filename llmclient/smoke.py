@@ -1,10 +1,11 @@
-"""Prove an OpenAI-compatible endpoint serves: list models, one chat completion, one streamed, and, for
-a prefill/decode app, evidence from Ray's metrics that both the prefill and the decode deployment
-handled the requests."""
+"""Prove an OpenAI-compatible endpoint serves: with a key, that it refuses no key and a wrong one and
+serves the right one; list models, one chat completion, one streamed; and, for a prefill/decode app,
+evidence from Ray's metrics that both the prefill and the decode deployment handled the requests."""
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from dataclasses import dataclass, field
 
@@ -38,6 +39,32 @@ def _pd_roles(deltas: dict[str, float]) -> dict[str, float]:
     return roles
 
 
+async def key_check(url: str, api_key: str, timeout: float = core.DEFAULT_TIMEOUT) -> str:
+    """The endpoint's key check: no key and a wrong key are refused (401), the right key is served (200), on
+    the model list and on a chat completion. Returns the line to print; SmokeError otherwise."""
+    models, chat = f"{core.api_base(url)}/models", f"{core.api_base(url)}/chat/completions"
+    wrong = f"wrong-{secrets.token_hex(12)}"
+    body = {"model": "any", "messages": PROMPT, "max_tokens": 1}
+    cases = {
+        "no key": (models, None, None, 401),
+        "wrong key": (models, wrong, None, 401),
+        "no key, chat": (chat, None, body, 401),
+        "wrong key, chat": (chat, wrong, body, 401),
+        "right key": (models, api_key, None, 200),
+    }
+    seen = {}
+    for case, (target, key, payload, _) in cases.items():
+        try:
+            seen[case] = await asyncio.to_thread(core.http_status, target, key, payload, timeout)
+        except OSError as exc:
+            raise SmokeError(f"key check, {case}: {core._error_text(exc)}") from exc
+    line = ", ".join(f"{case} -> {status}" for case, status in seen.items())
+    if wrong_answers := [f"{case} -> HTTP {seen[case]}, expected {want}" for case, (*_, want) in cases.items()
+                         if seen[case] != want]:  # fmt: skip
+        raise SmokeError(f"API key check: {'; '.join(wrong_answers)} ({line})")
+    return f"API key: {line}"
+
+
 async def run(
     url: str,
     model: str | None = None,
@@ -51,6 +78,8 @@ async def run(
 ) -> SmokeResult:
     api = core.client(url, api_key, timeout)
     out: list[str] = []
+    if api_key:
+        out.append(await key_check(url, api_key, timeout))
     before = core.deployment_requests(metrics_url) if metrics_url else {}
     try:
         listed = await asyncio.wait_for(api.models.list(), deadline)

@@ -31,7 +31,7 @@ from rehearsal import checks, substitute, topology
 from rehearsal.context import Clock, Context, RehearsalFailed, say
 from rehearsal.deploy import deploy, wait_ready
 from rehearsal.logs import report_errors
-from rehearsal.prepare import CACHE, ROOT, prepare
+from rehearsal.prepare import CACHE, ROOT, prepare, stack_run_dir
 from rehearsal.processes import end_processes, free_port
 from rehearsal.ray_cluster import Cluster, Node, base_environment, cluster, start_node, wait_dashboard
 
@@ -78,20 +78,21 @@ def main(argv: list[str] | None = None) -> int:
 
     clock = Clock()
     try:
-        plan = prepare(args, chosen, args.port or free_port())
+        prepared = prepare(args, chosen, args.port or free_port())
     except substitute.CannotRehearse as exc:
         say(f"REHEARSAL REFUSED (not on this machine): {exc}")
         return 2
     except KeyboardInterrupt:  # a child (the stand-in's build) may still be ending: nothing else had started
         say("\ninterrupted while preparing the serve config and the stand-in model (no Ray process had started)")
         return 130
-    if plan is None:
+    if prepared is None:
         return 1
+    plan = prepared.plan
     doc = plan.document
     clock.mark("serve config rendered and substituted; stand-in model ready")
 
     run_id = uuid.uuid4().hex[:12]
-    run_dir = CACHE / "rehearsal-runs" / args.stack
+    run_dir = stack_run_dir(args.stack)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "serve-config.yaml").write_text(yaml.safe_dump(doc, sort_keys=False, width=120))
     ray = cluster(cpu_nodes(doc, chosen, args), run_id, cpu_environment(plan, run_id, run_dir))
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         args=args,
         document=doc,
         url=f"http://127.0.0.1:{doc['http_options']['port']}",
-        api_key=None,
+        api_key=prepared.api_key,
         model=plan.model_ids[0],
         pd=plan.pd,
         dashboard=ray.dashboard,
@@ -136,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         ok = True
         if args.keep:
             (CACHE / "rehearsal-runs" / "running").write_text(f"{run_id} {ctx.url} {ray.temp_dir}\n")
-            say(f"\nLeft running at {ctx.url} (Ray metrics {ctx.metrics_url}). Stop: make rehearse-stop")
+            key = f"OPENAI_API_KEY=$(cat {prepared.keys_file}) " if prepared.keys_file else ""
+            say(f"\nLeft running at {ctx.url} (Ray metrics {ctx.metrics_url}): {key}make smoke URL={ctx.url}. "
+                "Stop: make rehearse-stop")  # fmt: skip
             stopped = True
         return 0
     except RehearsalFailed as exc:

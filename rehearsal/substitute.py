@@ -8,6 +8,7 @@ kv_transfer_config (but its backend and buffer device), runtime env, other engin
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 
 from domain import serve_config
@@ -163,6 +164,35 @@ def plan(
             )
 
     return Plan(doc, subs, family, hybrid, model_ids, pd="prefill" in configs)
+
+
+def pod_mounts(spec: dict) -> dict[str, str]:
+    """mount path -> "<kind> <name>" of the ConfigMaps and Secrets the head's Ray container mounts (RayService
+    spec): what a document's paths may point into."""
+    pod = spec["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    sources = {}
+    for volume in pod.get("volumes") or []:
+        for kind, key in (("ConfigMap", "configMap"), ("Secret", "secret")):
+            if key in volume:
+                sources[volume["name"]] = f"{kind} {volume[key].get('name') or volume[key].get('secretName')}"
+    return {m["mountPath"]: sources[m["name"]] for m in pod["containers"][0].get("volumeMounts") or []
+            if m["name"] in sources}  # fmt: skip
+
+
+def moved_paths(before: dict, after: dict, mounts: dict[str, str], why: dict[str, str]) -> list[str]:
+    """One line per application env var whose path moved from a pod mount to this machine, naming the mount
+    (`mounts`: pod_mounts) and what stands for it here (`why`: mount source -> reason)."""
+    lines = []
+    for old_app, new_app in zip(before.get("applications") or [], after.get("applications") or [], strict=True):
+        old_env = (old_app.get("runtime_env") or {}).get("env_vars") or {}
+        for key, new in ((new_app.get("runtime_env") or {}).get("env_vars") or {}).items():
+            if (old := old_env.get(key)) == new:
+                continue
+            path = next((p for p in mounts if isinstance(old, str) and re.match(rf"{re.escape(p)}(/|:|$)", old)), None)
+            reason = f"{path} is the {mounts[path]} mount: {why.get(mounts[path], '?')}" if path else "no pod mount"
+            where = f"applications[{new_app.get('name')}].runtime_env.env_vars.{key}"
+            lines.append(f"{where}: {old!r} -> {new!r} ({reason})")
+    return lines
 
 
 def _tensor_parallel_here(where: str, config: dict, cores: tuple[int, ...]) -> list[str]:

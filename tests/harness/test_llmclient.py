@@ -32,7 +32,21 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _refused(self) -> bool:
+        """The key check of a keyed endpoint (server.key set); server.key_check False: any key passes."""
+        key = self.server.key
+        if key is None or (self.server.key_check is False and self.headers.get("Authorization")):
+            return False
+        if self.headers.get("Authorization") == f"Bearer {key}":
+            return False
+        if self.command == "POST":
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self._json(401, {"error": {"message": "Missing or invalid API key", "code": "invalid_api_key"}})
+        return True
+
     def do_GET(self):
+        if self.path != "/metrics" and self._refused():
+            return None
         if self.path == "/v1/models":
             return self._json(200, {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "x"}]})
         if self.path == "/metrics":
@@ -55,6 +69,8 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def do_POST(self):
+        if self._refused():
+            return None
         length = int(self.headers.get("Content-Length", 0))
         request = json.loads(self.rfile.read(length))
         mode = self.server.mode
@@ -115,6 +131,7 @@ def server():
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.mode = "ok"
     httpd.requests = 0
+    httpd.key, httpd.key_check = None, True
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -139,6 +156,25 @@ def test_smoke_passes_and_shows_prefill_and_decode(server):
     assert result.streamed == "Hello there! How are you?"
     assert result.ttft is not None and result.ttft > 0
     assert result.pd_evidence["prefill"] >= 2 and result.pd_evidence["decode"] >= 2
+
+
+def test_smoke_with_a_key_proves_no_key_and_a_wrong_key_are_refused(server):
+    server.key = "sk-right-key-0123456789"
+    result = asyncio.run(smoke.run(url(server), api_key=server.key))
+    assert result.lines[0] == (
+        "API key: no key -> 401, wrong key -> 401, no key, chat -> 401, wrong key, chat -> 401, right key -> 200"
+    )
+    with pytest.raises(smoke.SmokeError, match=r"API key check: right key -> HTTP 401, expected 200"):
+        asyncio.run(smoke.run(url(server), api_key="sk-not-the-key-0123456"))
+
+
+def test_smoke_fails_on_an_endpoint_that_takes_any_key(server):
+    server.key, server.key_check = "sk-right-key-0123456789", False
+    with pytest.raises(smoke.SmokeError) as failed:
+        asyncio.run(smoke.run(url(server), api_key=server.key))
+    assert "wrong key -> HTTP 200, expected 401" in str(failed.value)
+    assert "wrong key, chat -> HTTP 200, expected 401" in str(failed.value)
+    assert "no key -> 401" in str(failed.value)  # no key at all is still refused by this one
 
 
 def test_smoke_cli_fails_on_an_http_error(server, capsys):

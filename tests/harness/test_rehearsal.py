@@ -8,18 +8,78 @@ import copy
 import sys
 
 import pytest
+import yaml
 
 from adapters import stack as stack_adapter
+from domain import api_keys
+from domain.ray_service import ray_service_spec, served_document
 from domain.serve_config import llm_configs_by_role
 from rehearsal import substitute
 from rehearsal.context import Clock, RehearsalFailed
 from rehearsal.logs import root_errors
-from rehearsal.prepare import nixl_pinned_core, stand_in_family
+from rehearsal.prepare import (
+    ROOT,
+    deployed_spec,
+    key_check_here,
+    key_checked,
+    new_key,
+    nixl_pinned_core,
+    rendered_document,
+    stand_in_family,
+)
 from rehearsal.ray_cluster import start_ray
 
 
 def rendered(stack: str) -> dict:
-    return stack_adapter.load_settings(stack_adapter.stack_file(stack)).serving.serve_document
+    return rendered_document(stack)
+
+
+@pytest.mark.parametrize("stack", ["dev", "baseline"])
+def test_the_rehearsal_serves_the_keyed_document_the_rayservice_gets(stack):
+    settings = stack_adapter.load_settings(stack_adapter.stack_file(stack))
+    doc = rendered(stack)
+    assert doc == yaml.safe_load(ray_service_spec(settings)["serveConfigV2"]) == served_document(settings)
+    assert key_checked(doc) and not key_checked(settings.serving.serve_document)
+
+
+def test_the_pods_mounts_become_local_paths_each_printed(tmp_path):
+    spec = deployed_spec("dev")
+    plan = substitute.plan(rendered("dev"), "/m", "qwen3_next")
+    here, lines = key_check_here(plan, spec, tmp_path / "keys")
+    env = here.document["applications"][0]["runtime_env"]["env_vars"]
+    assert env == {
+        "PYTHONPATH": f"{ROOT / 'serve_ingress'}:${{PYTHONPATH}}",
+        "RAY_LLM_EKS_API_KEYS_FILE": f"{tmp_path}/keys/keys",
+    }
+    assert lines == [
+        f"applications[llm].runtime_env.env_vars.PYTHONPATH: '/opt/ray-llm-eks/python:${{PYTHONPATH}}' -> "
+        f"'{ROOT / 'serve_ingress'}:${{PYTHONPATH}}' (/opt/ray-llm-eks/python is the ConfigMap api-key-ingress mount: "
+        "here the repository's serve_ingress/, the files that ConfigMap carries)",
+        f"applications[llm].runtime_env.env_vars.RAY_LLM_EKS_API_KEYS_FILE: '/etc/ray-llm-eks/api-keys/keys' -> "
+        f"'{tmp_path}/keys/keys' (/etc/ray-llm-eks/api-keys is the Secret api-keys mount: here a file with one random "
+        "key made for this run, readable by this user only)",
+    ]
+    assert here.document["applications"][0]["args"] == plan.document["applications"][0]["args"]  # the rest as it was
+    # Only whole path components name a mount; a document without the key check is left as it is.
+    moved = substitute.moved_paths(
+        {"applications": [{"name": "a", "runtime_env": {"env_vars": {"Y": "/opt/ray-llm-eks/pythonic"}}}]},
+        {"applications": [{"name": "a", "runtime_env": {"env_vars": {"Y": "/x"}}}]},
+        substitute.pod_mounts(spec),
+        {},
+    )
+    assert moved == ["applications[a].runtime_env.env_vars.Y: '/opt/ray-llm-eks/pythonic' -> '/x' (no pod mount)"]
+    unkeyed = substitute.plan(stack_adapter.load_settings(stack_adapter.stack_file("dev")).serving.serve_document, "/m",
+                              "qwen3_next")  # fmt: skip
+    assert key_check_here(unkeyed, spec, tmp_path) == (unkeyed, [])
+
+
+def test_each_run_gets_a_new_key_only_its_user_reads(tmp_path):
+    first = new_key(tmp_path)
+    path = tmp_path / api_keys.KEYS_FILE
+    assert path.read_text() == f"{first}\n" and (path.stat().st_mode & 0o777) == 0o600
+    assert len(first) >= api_keys.MIN_KEY_LENGTH
+    second = new_key(tmp_path)
+    assert second != first and path.read_text() == f"{second}\n"
 
 
 @pytest.mark.parametrize("stack", ["dev", "baseline"])

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from adapters import stack as stack_adapter
 from rehearsal import cpu_threads, prepare, run, substitute, topology, verify
 
 
 def rendered(stack: str) -> dict:
-    return stack_adapter.load_settings(stack_adapter.stack_file(stack)).serving.serve_document
+    return prepare.rendered_document(stack)
 
 
 @pytest.mark.parametrize(
