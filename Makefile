@@ -20,7 +20,7 @@ REHEARSAL_VENV ?= $(CACHE_DIR)/rehearsal-venv-$(shell sha256sum $(REHEARSAL_REQS
 URL ?= http://localhost:8000
 
 .PHONY: test test-fast e2e e2e-cluster plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
-	rehearse-mistakes smoke bench policy policy-sdk ingress-check rehearsal-venv check-upstream docs
+	rehearse-mistakes smoke verify bench policy policy-sdk ingress-check rehearsal-venv check-upstream docs
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
 	@echo "Installing the pinned Python requirements into $(VENV) (Pulumi SDKs, Ray for its serve schemas, pytest, ruff: about 1 GB, a few minutes the first time; later runs reuse it)..."
@@ -70,6 +70,12 @@ ingress-check: $(REHEARSAL_VENV)/.installed
 # Prove an endpoint serves (ARGS: --metrics-url URL --expect-pd, --model, --api-key).
 smoke: $(VENV)/.installed
 	$(BIN)/python -m llmclient smoke $(URL) $(ARGS)
+
+# Prove that every request's KV moves from prefill to decode over NIXL (docs/observability.md): long-prompt
+# requests to URL, the engines' own counters read from ARGS: --prometheus URL, --metrics-url URL or --kube
+# (the Ray pods through the Kubernetes API); --dashboard URL adds the NIXL backend from the engines' logs.
+verify: $(VENV)/.installed
+	$(BIN)/python -m llmclient verify $(URL) --stack $(STACK) $(ARGS)
 
 # A bounded load run (ARGS: --concurrency --requests --prompt-words --max-tokens --time-cap --json FILE);
 # COMPARE="a.json b.json" prints saved runs side by side instead.

@@ -513,6 +513,7 @@ def _serving(
         observability=obs,
         serve_document=document,
         fit=fit,
+        model_spec=own_spec,
         namespace=namespace,
         service_name=service_name,
         image=image,

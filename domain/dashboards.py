@@ -7,6 +7,7 @@ sidecar.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -234,3 +235,61 @@ def shipped(endpoint: EndpointInputs) -> dict[str, str]:
 def shipped_dashboards(settings: Settings, existing_cluster: bool = False) -> dict[str, str]:
     """What the stack ships (obsgraph: one ConfigMap per entry)."""
     return shipped(endpoint_inputs(settings, existing_cluster))
+
+
+# ---------------------------------------------------------------- the queries, as Prometheus sees them
+
+
+@dataclass(frozen=True)
+class PanelQuery:
+    dashboard: str  # file name
+    panel: str  # title (a row's panels included)
+    ref: str  # the target's refId
+    expr: str  # with the dashboard's variables substituted
+
+
+# Grafana's own variables, as a dashboard shows them by default over the last hour.
+_VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]")
+
+
+def variable_values(board: dict, window: str) -> dict[str, str]:
+    """What Grafana puts for each variable with its default selection: "All" (the variable's allValue, or
+    every option), a custom variable's current value, `window` for the rate intervals."""
+    values = {"__rate_interval": window, "__interval": window, "__range": window, "__auto": window}
+    for var in (board.get("templating") or {}).get("list", []):
+        name = var["name"]
+        current = (var.get("current") or {}).get("value")
+        options = [o.get("value") for o in var.get("options") or [] if o.get("value") not in (None, "$__all")]
+        if var.get("type") == "datasource":
+            values[name] = ""
+        elif var.get("includeAll") and (current in (None, "$__all", ["$__all"]) or var.get("type") == "query"):
+            values[name] = var.get("allValue") or (f"({'|'.join(options)})" if options else ".*")
+        elif var.get("name") == "interval" or var.get("type") in ("interval", "custom"):
+            values[name] = window if var.get("type") == "interval" else (current or (options[:1] or [window])[0])
+        else:
+            values[name] = current if isinstance(current, str) else ".*"
+    return values
+
+
+def substitute(expr: str, values: dict[str, str]) -> str:
+    def one(match: re.Match) -> str:
+        name = match.group(1) or match.group(2) or match.group(3)
+        return values.get(name, match.group(0))
+
+    return _VARIABLE.sub(one, expr)
+
+
+def panel_queries(name: str, board: dict, window: str = "5m") -> list[PanelQuery]:
+    """Every Prometheus query of a dashboard's panels (collapsed rows' too), variables substituted."""
+    values = variable_values(board, window)
+    out = []
+    for top in board.get("panels", []):
+        for panel in [top, *top.get("panels", [])]:
+            for target in panel.get("targets", []):
+                if target.get("expr"):
+                    out.append(
+                        PanelQuery(
+                            name, panel.get("title", ""), target.get("refId", ""), substitute(target["expr"], values)
+                        )
+                    )
+    return out

@@ -23,7 +23,7 @@ _ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "attention")
 _DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "fp16": "float16", "bf16": "bfloat16"}
 
 
-def _text_config(config: dict) -> dict:
+def text_config(config: dict) -> dict:
     """Multimodal configs keep the language model's numbers under text_config."""
     return {**config, **config["text_config"]} if isinstance(config.get("text_config"), dict) else config
 
@@ -61,7 +61,7 @@ def _dense_parameters(c: dict) -> int:
 def spec_from_hf_config(raw_config: dict, index: dict | None = None) -> tuple[dict, dict[str, str]]:
     """(modelSpec fields derived, {field: why it must still be given}) from a parsed config.json and,
     when there is one beside it, the parsed model.safetensors.index.json."""
-    config = _text_config(raw_config)
+    config = text_config(raw_config)
     spec: dict = {}
     missing: dict[str, str] = {}
 

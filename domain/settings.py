@@ -11,6 +11,7 @@ from domain.alerts import AlertThresholds
 from domain.alerts import default as alerts_default
 from domain.facts import PD_ROLES
 from domain.hardening import HardeningSettings
+from domain.model_fit import ModelSpec
 from domain.observability import ObservabilitySettings
 from domain.prices import NO_PRICE_OVERRIDES, PriceOverrides
 from domain.slo import Slo
@@ -112,6 +113,7 @@ class ServingSettings:
     cluster_autoscaler: ChartPin | None = None  # installed when a GPU pool's min and max differ
     lb_controller: ChartPin | None = None  # the AWS Load Balancer Controller (internalEndpoint)
     observability: ObservabilitySettings = field(default_factory=ObservabilitySettings)  # domain/observability.py
+    model_spec: ModelSpec | None = None  # the stack's modelSpec; None: domain/model_fit.py's table knows the model
 
 
 @dataclass(frozen=True)

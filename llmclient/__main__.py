@@ -1,4 +1,5 @@
-"""`python -m llmclient smoke URL`, `python -m llmclient bench URL [...]`, `python -m llmclient compare A.json B.json`.
+"""`python -m llmclient smoke URL`, `python -m llmclient bench URL [...]`, `python -m llmclient verify URL --stack S
+[...]`, `python -m llmclient compare A.json B.json`.
 Exit 0 when everything succeeded, 1 when a request failed, 2 on bad usage."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from llmclient import bench, core, smoke
+from llmclient import bench, core, smoke, verify
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -41,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--time-cap", type=float, default=300.0, help="the whole run at most, s")
     b.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens (vLLM)")
     b.add_argument("--json", type=Path, help="also write the summary here")
+    v = sub.add_parser("verify", help="prove every request's KV moves prefill -> decode (engine metrics)")
+    _common(v)
+    verify.add_arguments(v)
     c = sub.add_parser("compare", help="saved bench runs side by side, ratios to the first")
     c.add_argument("runs", type=Path, nargs="+")
     args = parser.parse_args(argv)
@@ -50,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("compare needs two or more saved runs")
         print(bench.compare(args.runs))
         return 0
+    if args.command == "verify":
+        return verify.main(args)
     if args.command == "smoke":
         try:
             result = asyncio.run(

@@ -9,6 +9,8 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
+from adapters import metrics
+from domain import kv_proof
 from llmclient import core
 
 PROMPT = [{"role": "user", "content": "Say hello in one short sentence."}]
@@ -28,6 +30,29 @@ class SmokeResult:
     ttft: float | None
     pd_evidence: dict[str, float] = field(default_factory=dict)  # deployment -> requests during smoke
     lines: list[str] = field(default_factory=list)
+
+
+def _kv(metrics_url: str) -> kv_proof.KvCounters:
+    return kv_proof.counters(metrics.scrape([metrics_url], kv_proof.SERIES))
+
+
+async def _kv_moved(metrics_url: str, before: kv_proof.KvCounters, requests: int) -> str:
+    """Both sides serving is not enough: every request's KV must have moved over NIXL (vLLM answers a PD
+    request whose KV never arrived: recomputed, or on a hybrid model from blocks never written)."""
+    end = time.monotonic() + METRICS_WAIT
+    while True:
+        after = _kv(metrics_url)
+        moved = after.transfers - before.transfers
+        if moved >= requests or time.monotonic() > end:
+            break
+        await asyncio.sleep(1.0)
+    failed = after.failed_transfers - before.failed_transfers
+    if failed > 0 or moved < requests:
+        raise SmokeError(
+            f"the KV did not move for every request: {moved:g} NIXL transfer(s) for {requests} requests, "
+            f"{failed:g} failed (make verify tells more)"
+        )
+    return f"KV moved over NIXL: {moved:g} transfer(s) for {requests} requests, none failed"
 
 
 def _pd_roles(deltas: dict[str, float]) -> dict[str, float]:
@@ -81,6 +106,7 @@ async def run(
     if api_key:
         out.append(await key_check(url, api_key, timeout))
     before = core.deployment_requests(metrics_url) if metrics_url else {}
+    kv_before = _kv(metrics_url) if metrics_url and expect_pd else None
     try:
         listed = await asyncio.wait_for(api.models.list(), deadline)
     except Exception as exc:
@@ -140,4 +166,6 @@ async def run(
             )
     if expect_pd and not (evidence.get("prefill") and evidence.get("decode")):
         raise SmokeError(f"no evidence that both prefill and decode served (Ray metrics: {evidence or 'none'})")
+    if kv_before is not None:
+        out.append(await _kv_moved(metrics_url, kv_before, requests=2))
     return SmokeResult(model, models, answer, streamed.text, streamed.ttft, evidence, out)

@@ -51,10 +51,14 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(200, {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "x"}]})
         if self.path == "/metrics":
             n = self.server.requests
+            # One NIXL transfer per request, or (mode "kv_broken") one failed transfer each and no bytes.
+            moved, failed = (0, n) if self.server.mode == "kv_broken" else (n, 0)
             text = (
                 f'ray_serve_deployment_request_counter_total{{deployment="PDPrefillServer:m",route="/"}} {n}\n'
                 f'ray_serve_deployment_request_counter_total{{deployment="PDDecodeServer:m",route="/"}} {n}\n'
                 f'ray_serve_deployment_request_counter_total{{deployment="OpenAiIngress",route="/"}} {n}\n'
+                f'ray_vllm_nixl_bytes_transferred_bucket{{WorkerId="d",le="+Inf"}} {moved}\n'
+                f'ray_vllm_nixl_num_failed_transfers_total{{WorkerId="d"}} {failed}\n'
             ).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(text)))
@@ -156,6 +160,15 @@ def test_smoke_passes_and_shows_prefill_and_decode(server):
     assert result.streamed == "Hello there! How are you?"
     assert result.ttft is not None and result.ttft > 0
     assert result.pd_evidence["prefill"] >= 2 and result.pd_evidence["decode"] >= 2
+    assert "KV moved over NIXL: 2 transfer(s) for 2 requests, none failed" in result.lines
+
+
+def test_smoke_expecting_pd_fails_when_the_kv_did_not_move(server, monkeypatch):
+    # Both sides served and answered 200, as vLLM does when decode's KV read fails on a hybrid model.
+    server.mode = "kv_broken"
+    monkeypatch.setattr(smoke, "METRICS_WAIT", 2.0)
+    with pytest.raises(smoke.SmokeError, match="the KV did not move for every request: 0 NIXL transfer"):
+        asyncio.run(smoke.run(url(server), metrics_url=f"{url(server)}/metrics", expect_pd=True))
 
 
 def test_smoke_with_a_key_proves_no_key_and_a_wrong_key_are_refused(server):

@@ -1,0 +1,120 @@
+"""Reading engine metrics from where they are: a Prometheus (its HTTP query API), Ray's own metrics endpoints
+(Prometheus text), or the Ray pods through the Kubernetes API server's pod proxy. Each returns
+domain.kv_proof.Sample rows of the series asked for; what they mean is domain's business.
+
+Also the Ray dashboard's HTTP API (Serve's application status, the replicas' logs), directly or through
+the API server's service proxy: the NIXL backend an engine uses is in its log only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from adapters.kube_client import KubeClient
+from domain import facts
+from domain.kv_proof import Sample
+
+TIMEOUT = 30.0
+RAY_METRICS_PORT = facts.HEAD_PORTS["metrics"]  # every Ray pod's, not the head's only (KubeRay's default)
+RAY_NODE_SELECTOR = "ray.io/is-ray-node=yes"  # KubeRay labels every Ray pod so
+
+
+class MetricsError(RuntimeError):
+    """A source that could not be read: one line saying which and why."""
+
+
+def _get(url: str, timeout: float = TIMEOUT) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.read().decode()
+    except (OSError, ValueError) as exc:
+        raise MetricsError(f"GET {url}: {exc}") from None
+
+
+def parse_text(text: str, names: Iterable[str]) -> list[Sample]:
+    """The samples of `names` in Prometheus text (prometheus_client's parser; histogram series by full name)."""
+    wanted = set(names)
+    return [
+        Sample(s.name, dict(s.labels), float(s.value))
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name in wanted
+    ]
+
+
+def scrape(urls: Iterable[str], names: Iterable[str]) -> list[Sample]:
+    """Ray's metrics endpoints (one per Ray node), read directly."""
+    names = list(names)
+    return [sample for url in urls for sample in parse_text(_get(url), names)]
+
+
+def prometheus(url: str, names: Iterable[str]) -> list[Sample]:
+    """The current value of every series of `names` in a Prometheus (instant query over its HTTP API)."""
+    selector = '{__name__=~"' + "|".join(re.escape(n) for n in names) + '"}'
+    query = urllib.parse.urlencode({"query": selector})
+    body = _get(f"{url.rstrip('/')}/api/v1/query?{query}")
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        raise MetricsError(f"{url}: not a Prometheus query API answer: {body[:200]!r}") from None
+    if answer.get("status") != "success":
+        raise MetricsError(f"{url}: query failed: {answer.get('error', answer)}")
+    return [
+        Sample(r["metric"].get("__name__", ""), r["metric"], float(r["value"][1])) for r in answer["data"]["result"]
+    ]
+
+
+def kube_pods(client: KubeClient, namespace: str, names: Iterable[str]) -> list[Sample]:
+    """Every Ray pod's metrics in `namespace`, through the API server's pod proxy (no port-forward)."""
+    names = list(names)
+    pods = client.get(f"/api/v1/namespaces/{namespace}/pods?labelSelector={urllib.parse.quote(RAY_NODE_SELECTOR)}")
+    samples = []
+    for pod in (pods or {}).get("items", []):
+        if (pod.get("status") or {}).get("phase") != "Running":
+            continue
+        name = pod["metadata"]["name"]
+        text = client.get(f"/api/v1/namespaces/{namespace}/pods/{name}:{RAY_METRICS_PORT}/proxy/metrics")
+        samples += parse_text(text if isinstance(text, str) else json.dumps(text), names)
+    return samples
+
+
+Fetch = Callable[[str], str]  # a path of the Ray dashboard's API -> its body
+
+
+def dashboard(url: str) -> Fetch:
+    """The Ray dashboard at `url` (rehearsal, or a port-forward)."""
+    return lambda path: _get(f"{url.rstrip('/')}{path}")
+
+
+def kube_dashboard(client: KubeClient, namespace: str, head_service: str) -> Fetch:
+    """The Ray dashboard through the API server's service proxy."""
+    base = f"/api/v1/namespaces/{namespace}/services/{head_service}:{facts.DASHBOARD_PORT}/proxy"
+
+    def fetch(path: str) -> str:
+        body = client.get(base + path)
+        return body if isinstance(body, str) else json.dumps(body)
+
+    return fetch
+
+
+def replica_logs(fetch: Fetch, app: str) -> dict[str, str]:
+    """deployment -> what its replicas' processes (and the engine processes they spawned) wrote, through Ray's
+    state API (/api/v0/logs/file by actor id, stdout and stderr)."""
+    status = json.loads(fetch("/api/serve/applications/"))
+    deployments = ((status.get("applications") or {}).get(app) or {}).get("deployments") or {}
+    logs: dict[str, str] = {}
+    for name, deployment in deployments.items():
+        for replica in deployment.get("replicas") or []:
+            for suffix in ("out", "err"):
+                query = urllib.parse.urlencode({"actor_id": replica["actor_id"], "suffix": suffix, "lines": -1})
+                try:
+                    logs[name] = logs.get(name, "") + fetch(f"/api/v0/logs/file?{query}")
+                except (MetricsError, RuntimeError):
+                    continue
+    return logs

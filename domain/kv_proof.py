@@ -1,0 +1,329 @@
+"""Proof that every request's KV cache moved from prefill to decode over NIXL, judged from the engines' own
+counters (vLLM 0.26's NIXL metrics and prompt-token sources, as Ray exports them) read before and after a
+few long-prompt requests sent one at a time. Plain data in, a verdict out: `make verify` (llmclient/verify.py)
+and the rehearsal gather the samples, this module decides.
+
+Ray 2.58 exports a histogram's `_sum` as the sum of its bucket MIDPOINTS, not of the values
+(ray/_private/telemetry/open_telemetry_metric_recorder.py: "The histogram sum value will be an
+approximation since we use bucket midpoints"): vLLM's bytes-per-transfer buckets are powers of 4
+(nixl/stats.py: 2 KiB, 8 KiB, ... 8 GiB), so `nixl_bytes_transferred_sum` rounds a 0.95 MiB transfer to
+1.25 MiB. The exact evidence is the bucket each transfer was counted in: the proof checks that every
+request's transfer landed in the bucket its expected size falls in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from domain import alerts, model_fit, model_spec_helper, vllm_fit
+from domain import ray_metrics as m
+
+# vLLM's decode engine computes the last prompt token itself (it needs that token's logits): one token per
+# request (vllm/v1/core/sched/scheduler.py _update_waiting_for_remote_kv; hybrid models read N-1 tokens,
+# nixl/base_scheduler.py _get_remote_prefill_token_count).
+RECOMPUTED_PER_REQUEST = 1
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: Mapping[str, str]
+    value: float
+
+
+@dataclass(frozen=True)
+class KvCounters:
+    """One reading of the counters that matter, summed over the engines of each role."""
+
+    bytes_buckets: Mapping[float, float] = field(default_factory=dict)  # le -> transfers (cumulative)
+    seconds_buckets: Mapping[float, float] = field(default_factory=dict)  # le -> transfers (cumulative)
+    bytes_sum: float = 0.0  # Ray's midpoint approximation
+    seconds_sum: float = 0.0  # idem
+    failed_transfers: float = 0.0
+    failed_notifications: float = 0.0
+    expired: float = 0.0  # KV freed on prefill before decode read it
+    decode_tokens: Mapping[str, float] = field(default_factory=dict)  # prompt tokens on decode, by source
+    engines: Mapping[str, int] = field(default_factory=dict)  # role -> engines seen
+
+    @property
+    def transfers(self) -> float:
+        return self.bytes_buckets.get(INF, 0.0)
+
+
+# The series `counters` reads (a Prometheus query or a scrape keeps only these).
+SERIES = (
+    f"{m.NIXL_BYTES}_bucket",
+    f"{m.NIXL_BYTES}_sum",
+    f"{m.NIXL_XFER_TIME}_bucket",
+    f"{m.NIXL_XFER_TIME}_sum",
+    *m.NIXL_FAILURE_COUNTERS,
+    m.PROMPT_TOKENS_BY_SOURCE,
+    m.SERVE_REPLICA_QUERIES,
+)
+
+
+def engine_roles(samples: Iterable[Sample]) -> dict[str, str]:
+    """WorkerId -> role, from the replicas' own Serve gauge (its `deployment` names the role)."""
+    roles = {}
+    for s in samples:
+        if s.name == m.SERVE_REPLICA_QUERIES and s.labels.get("WorkerId"):
+            role = alerts.role_of(s.labels.get("deployment", ""))
+            if role:
+                roles[s.labels["WorkerId"]] = role
+    return roles
+
+
+def _le(value: str) -> float:
+    return INF if value in ("+Inf", "Inf", "inf") else float(value)
+
+
+def counters(samples: Iterable[Sample]) -> KvCounters:
+    samples = list(samples)
+    roles = engine_roles(samples)
+    sums: dict[str, float] = {}
+    buckets: dict[str, dict[float, float]] = {f"{m.NIXL_BYTES}_bucket": {}, f"{m.NIXL_XFER_TIME}_bucket": {}}
+    decode_tokens: dict[str, float] = {}
+    for s in samples:
+        if s.name == m.PROMPT_TOKENS_BY_SOURCE:
+            if roles.get(s.labels.get("WorkerId", "")) == "decode":
+                source = s.labels.get("source", "?")
+                decode_tokens[source] = decode_tokens.get(source, 0.0) + s.value
+        elif s.name in buckets:
+            le = _le(s.labels.get("le", "+Inf"))
+            buckets[s.name][le] = buckets[s.name].get(le, 0.0) + s.value
+        else:
+            sums[s.name] = sums.get(s.name, 0.0) + s.value
+    return KvCounters(
+        bytes_buckets=buckets[f"{m.NIXL_BYTES}_bucket"],
+        seconds_buckets=buckets[f"{m.NIXL_XFER_TIME}_bucket"],
+        bytes_sum=sums.get(f"{m.NIXL_BYTES}_sum", 0.0),
+        seconds_sum=sums.get(f"{m.NIXL_XFER_TIME}_sum", 0.0),
+        failed_transfers=sums.get(m.NIXL_FAILED_TRANSFERS, 0.0),
+        failed_notifications=sums.get(m.NIXL_FAILED_NOTIFICATIONS, 0.0),
+        expired=sums.get(m.NIXL_KV_EXPIRED, 0.0),
+        decode_tokens=decode_tokens,
+        engines=dict(Counter(roles.values())),
+    )
+
+
+def landed(before: Mapping[float, float], after: Mapping[float, float]) -> Counter[tuple[float, float]]:
+    """The observations between two readings of a cumulative histogram: (lower, upper] bucket -> count."""
+    bounds = sorted(set(before) | set(after))
+    out: Counter[tuple[float, float]] = Counter()
+    below_then = below_now = 0.0
+    lower = 0.0
+    for le in bounds:
+        now, then = after.get(le, 0.0), before.get(le, 0.0)
+        count = (now - below_now) - (then - below_then)
+        if count > 0:
+            out[(lower, le)] = round(count)
+        below_now, below_then, lower = now, then, le
+    return out
+
+
+def bucket_of(value: float, bounds: Iterable[float]) -> tuple[float, float]:
+    """The (lower, upper] histogram bucket holding `value`."""
+    lower = 0.0
+    for le in sorted(set(bounds) | {INF}):
+        if value <= le:
+            return (lower, le)
+        lower = le
+    return (lower, INF)
+
+
+@dataclass(frozen=True)
+class KvShape:
+    """What one request's KV weighs: the model's KV bytes per prompt token (every attention layer, every TP
+    rank), its per-sequence state (linear-attention layers: conv and SSM state, unpadded), and the engine's
+    attention block size (KV moves in whole blocks)."""
+
+    kv_bytes_per_token: float
+    state_bytes_per_sequence: float
+    block_size: int
+    hybrid: bool
+    transfers_per_request: int = 1  # one read per decode TP rank, each of its share
+
+    def tokens_read(self, prompt_tokens: int) -> int:
+        """Prompt tokens whose KV decode reads: a hybrid model's prefill stops one short (decode recomputes the
+        last token from the state); otherwise the whole prompt's blocks are read."""
+        return max(prompt_tokens - RECOMPUTED_PER_REQUEST, 0) if self.hybrid else prompt_tokens
+
+    def blocks(self, prompt_tokens: int) -> int:
+        return math.ceil(self.tokens_read(prompt_tokens) / self.block_size)
+
+    def expected_bytes(self, prompt_tokens: int) -> float:
+        """Bytes of one request's KV, all ranks together."""
+        return self.blocks(prompt_tokens) * self.block_size * self.kv_bytes_per_token + self.state_bytes_per_sequence
+
+    def describe(self, prompt_tokens: int) -> str:
+        return (
+            f"{self.blocks(prompt_tokens)} block(s) x {self.block_size} tokens x {self.kv_bytes_per_token:g} B + "
+            f"{_size(self.state_bytes_per_sequence)} state = {_size(self.expected_bytes(prompt_tokens))}"
+        )
+
+
+def spec_from_hf_config(config: Mapping) -> model_fit.ModelSpec:
+    """The KV facts of a model from its config.json alone (a local model such as the rehearsal's stand-in):
+    the fit helper's derivation, the linear-attention state kept as its shapes so the engine's
+    mamba_ssm_cache_dtype applies."""
+    derived, _ = model_spec_helper.spec_from_hf_config(dict(config))
+    text = model_spec_helper.text_config(dict(config))
+    linear = None
+    if derived.get("linearLayers"):
+        linear = vllm_fit.GatedDeltaNet(
+            derived["linearLayers"],
+            text["linear_num_key_heads"],
+            text["linear_num_value_heads"],
+            text["linear_key_head_dim"],
+            text["linear_value_head_dim"],
+            text["linear_conv_kernel_dim"],
+            text.get("mamba_ssm_dtype"),
+        )
+    return model_fit.ModelSpec(
+        parameters=0.0,  # the weights do not move
+        weight_dtype=derived["weightDtype"],
+        kv_layers=derived["kvLayers"],
+        kv_heads=derived["kvHeads"],
+        head_dim=derived["headDim"],
+        state_mib_per_sequence=derived.get("stateMiBPerSequence", 0),
+        max_context=derived["maxContext"],
+        linear=linear,
+    )
+
+
+def shape_of(model: model_fit.ModelSpec, engine_kwargs: Mapping) -> KvShape:
+    """The KV a request of `model` moves under these engine kwargs, from the fit's copy of vLLM's layout
+    (domain/vllm_fit.py: the hybrid block grown to cover a Mamba page, the unpadded state per layer)."""
+    engine = model_fit.Engine.from_engine_kwargs({"max_model_len": model.max_context, **engine_kwargs})
+    layout = model_fit.layout(model, engine)
+    tp = engine.tensor_parallel
+    per_token = layout.page_bytes // layout.block_size * model.kv_layers * tp if layout.block_size else 0
+    linear_layers = model.linear.layers if model.linear is not None else 0
+    return KvShape(
+        kv_bytes_per_token=per_token,
+        state_bytes_per_sequence=layout.mamba_page_bytes * linear_layers * tp,
+        block_size=layout.block_size,
+        hybrid=layout.hybrid,
+        transfers_per_request=tp,
+    )
+
+
+@dataclass
+class Verdict:
+    lines: list[str] = field(default_factory=list)  # what was measured, printed either way
+    failures: list[str] = field(default_factory=list)  # one line each; the first is `make verify`'s line
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def _size(n: float) -> str:
+    if n == INF:
+        return "inf"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def _bucket_text(bucket: tuple[float, float], fmt=_size) -> str:
+    return f"({fmt(bucket[0])}, {fmt(bucket[1])}]"
+
+
+def _seconds(n: float) -> str:
+    return "inf" if n == INF else f"{n:g} s"
+
+
+def judge(
+    before: KvCounters,
+    after: KvCounters,
+    prompt_tokens: list[int],
+    shape: KvShape,
+    floor_bytes_per_s: float | None,
+    backend_asked: list[str],
+    backend_seen: set[str] | None,
+) -> Verdict:
+    """The verdict on `prompt_tokens` (one entry per request, sent one at a time between the two readings)."""
+    v = Verdict()
+    n = len(prompt_tokens)
+    if not after.engines.get("decode"):
+        v.failures.append("no decode engine in the metrics (no Serve replica whose deployment names decode)")
+        return v
+    bounds = [le for le in after.bytes_buckets if le != INF] or [le for le in before.bytes_buckets if le != INF]
+    per_rank = [shape.expected_bytes(p) / shape.transfers_per_request for p in prompt_tokens]
+    expected = Counter()
+    for size in per_rank:
+        expected[bucket_of(size, bounds)] += shape.transfers_per_request
+    got = landed(before.bytes_buckets, after.bytes_buckets)
+    mean_tokens = sum(prompt_tokens) / n
+    v.lines.append(
+        f"KV bytes per request: {shape.describe(round(mean_tokens))} expected for {mean_tokens:.0f} prompt tokens; "
+        "Ray counts each transfer in a bucket: "
+        + "; ".join(f"{c} expected in {_bucket_text(b)}" for b, c in sorted(expected.items()))
+        + ", measured: "
+        + ("; ".join(f"{c} in {_bucket_text(b)}" for b, c in sorted(got.items())) or "no transfer")
+    )
+    if got != expected:
+        if sum(got.values()) < sum(expected.values()):
+            v.failures.append(
+                f"KV did not move for every request: {sum(got.values())} NIXL transfer(s) for {n} long-prompt "
+                f"request(s), {sum(expected.values())} expected"
+            )
+        else:
+            v.failures.append(
+                "KV transfers of another size than expected: "
+                + "; ".join(f"{c} in {_bucket_text(b)}" for b, c in sorted(got.items()))
+                + " measured, "
+                + "; ".join(f"{c} in {_bucket_text(b)}" for b, c in sorted(expected.items()))
+                + " expected"
+            )
+    moved = after.bytes_sum - before.bytes_sum
+    seconds = after.seconds_sum - before.seconds_sum
+    times = landed(before.seconds_buckets, after.seconds_buckets)
+    if moved > 0 and seconds > 0:
+        # Bounds from the buckets: bytes at their buckets' edges over times at theirs.
+        low = sum(b[0] * c for b, c in got.items()) / sum(b[1] * c for b, c in times.items())
+        high_time = sum(b[0] * c for b, c in times.items())
+        high = sum(b[1] * c for b, c in got.items()) / high_time if high_time else INF
+        floor_text = f"floor {floor_bytes_per_s / 1e9:.3g} GB/s" if floor_bytes_per_s else "no floor"
+        v.lines.append(
+            f"transfer throughput: about {moved / seconds / 1e9:.3g} GB/s per second of transfer time (Ray's bucket "
+            f"midpoints; between {low / 1e9:.3g} and {high / 1e9:.3g} GB/s from the bucket edges; {floor_text})"
+        )
+        if floor_bytes_per_s and high < floor_bytes_per_s:
+            v.failures.append(
+                f"KV moved at {high / 1e9:.3g} GB/s at most, below the floor {floor_bytes_per_s / 1e9:.3g} GB/s "
+                "(NIXL over TCP instead of EFA?)"
+            )
+    for label, attr in (
+        ("failed NIXL transfer(s)", "failed_transfers"),
+        ("failed NIXL notification(s)", "failed_notifications"),
+        ("request(s) whose KV expired on prefill", "expired"),
+    ):
+        if (count := getattr(after, attr) - getattr(before, attr)) > 0:
+            v.failures.append(f"{count:g} {label} during the requests")
+    local = after.decode_tokens.get("local_compute", 0.0) - before.decode_tokens.get("local_compute", 0.0)
+    received = after.decode_tokens.get("external_kv_transfer", 0.0) - before.decode_tokens.get(
+        "external_kv_transfer", 0.0
+    )
+    allowed = RECOMPUTED_PER_REQUEST * n
+    v.lines.append(f"decode prompt tokens: {received:g} received as KV, {local:g} computed (at most {allowed} allowed)")
+    if local > allowed:
+        v.failures.append(
+            f"decode recomputed {local:g} prompt tokens of {n} request(s) (at most {allowed} allowed): the KV "
+            "did not arrive"
+        )
+    asked = ", ".join(backend_asked) or "UCX (NIXL's default)"
+    if backend_seen is None:
+        v.lines.append(f"NIXL backend: {asked} as configured (engine logs not read)")
+    else:
+        seen = ", ".join(sorted(backend_seen)) or "none logged"
+        v.lines.append(f"NIXL backend: {seen} (engine logs; the stack asks {asked})")
+        if backend_seen != set(backend_asked or ["UCX"]):
+            v.failures.append(f"NIXL backend in the engine logs is {seen}, the stack asks {asked}")
+    return v

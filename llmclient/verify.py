@@ -1,0 +1,270 @@
+"""`make verify URL=... ARGS="--prometheus URL"`: prove that every request's KV cache moves from prefill to
+decode over NIXL. Long-prompt requests go to the endpoint one at a time; the engines' own counters are read
+before and after (from a Prometheus, Ray's metrics endpoints, or the Ray pods through the Kubernetes API,
+never from the OpenAI endpoint), and domain/kv_proof.py judges them: each request's transfer of the size
+its prompt weighs, no failed transfer, nothing recomputed on decode, the throughput floor, and the NIXL
+backend the stack asks for (from the engines' logs, through the Ray dashboard's log API).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import string
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import yaml
+
+from domain import kv_proof
+from domain.kv_proof import KvCounters, KvShape, Sample, Verdict
+from llmclient import core
+
+# nixl 1.3.1 nixl/_api.py nixl_agent.__init__ logs one line per backend it instantiated.
+BACKEND_LINE = re.compile(r"Backend (\w+) was instantiated")
+WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "november",
+    "oscar",
+    "papa",
+]
+MAX_TOKENS = 4
+POLL = 3.0  # s between readings while waiting for the counters to show the requests
+
+
+class VerifyError(RuntimeError):
+    """The check could not run (no endpoint, no metrics): one line."""
+
+
+@dataclass(frozen=True)
+class Sources:
+    metrics: Callable[[], list[Sample]]  # every sample of kv_proof.SERIES, all engines
+    logs: Callable[[], dict[str, str]] | None = None  # deployment -> its replicas' logs
+    wait: float = 120.0  # s the counters may take to show the requests (Ray's export + a scrape)
+
+
+def prompt(words: int, rng: random.Random) -> str:
+    """A prompt of about `words` words that shares no prefix with any other (a cached prefix moves no KV)."""
+    nonce = "".join(rng.choices(string.ascii_lowercase, k=12))
+    return " ".join([nonce, *(f"{rng.choice(WORDS)}{rng.randrange(1000)}" for _ in range(words))])
+
+
+async def send(url: str, model: str, api_key: str | None, target_tokens: int, count: int, seed: int) -> list[int]:
+    """`count` chat completions of about `target_tokens` prompt tokens, one at a time; their prompt tokens."""
+    api = core.client(url, api_key, timeout=core.DEFAULT_TIMEOUT * 4)
+    rng = random.Random(seed)
+    tokens_per_word = 3.0  # a first guess, corrected by each answer's usage
+    sent = []
+    for _ in range(count):
+        words = max(8, int(target_tokens / tokens_per_word))
+        messages = [{"role": "user", "content": prompt(words, rng)}]
+        try:
+            reply = await asyncio.wait_for(
+                api.chat.completions.create(model=model, messages=messages, max_tokens=MAX_TOKENS),
+                core.DEFAULT_DEADLINE * 2,
+            )
+        except Exception as exc:
+            raise VerifyError(f"a long-prompt request failed: {core._error_text(exc)}") from exc
+        used = reply.usage.prompt_tokens if reply.usage else 0
+        if not used:
+            raise VerifyError("the endpoint reported no prompt tokens (usage missing)")
+        sent.append(used)
+        tokens_per_word = used / (words + 1)
+    return sent
+
+
+def read(sources: Sources) -> KvCounters:
+    return kv_proof.counters(sources.metrics())
+
+
+def settled(before: KvCounters, now: KvCounters, prompt_tokens: list[int], shape: KvShape) -> bool:
+    """The readings show every request on decode: its transfers, and its prompt tokens by source."""
+    transfers = now.transfers - before.transfers >= len(prompt_tokens) * shape.transfers_per_request
+    seen = sum(now.decode_tokens.values()) - sum(before.decode_tokens.values())
+    return transfers and seen >= sum(prompt_tokens)
+
+
+def backends(logs: dict[str, str], role: str = "decode") -> set[str]:
+    """NIXL backends the engines of `role` instantiated (their deployment's name holds the role)."""
+    return {b for name, text in logs.items() if role in name.lower() for b in BACKEND_LINE.findall(text)}
+
+
+def run(
+    url: str,
+    model: str,
+    api_key: str | None,
+    shape: KvShape,
+    floor_bytes_per_s: float | None,
+    backend_asked: list[str],
+    sources: Sources,
+    target_tokens: int,
+    requests: int = 3,
+    say: Callable[[str], None] = print,
+) -> Verdict:
+    before = read(sources)
+    if not before.engines.get("decode"):
+        raise VerifyError("no decode engine in the metrics: not a prefill/decode endpoint, or not scraped yet")
+    sent = asyncio.run(send(url, model, api_key, target_tokens, requests, seed=int(time.time())))
+    say(f"sent {len(sent)} requests, one at a time, of {', '.join(map(str, sent))} prompt tokens")
+    end = time.monotonic() + sources.wait
+    while True:
+        after = read(sources)
+        if settled(before, after, sent, shape) or time.monotonic() > end:
+            break
+        time.sleep(POLL)
+    seen = backends(sources.logs()) if sources.logs is not None else None
+    return kv_proof.judge(before, after, sent, shape, floor_bytes_per_s, backend_asked, seen)
+
+
+# ---------------------------------------------------------------- from a stack (make verify)
+
+# vLLM 0.26 platforms/interface.py _align_hybrid_block_size logs the attention block it settles on.
+BLOCK_LINE = re.compile(r"Setting attention block size to (\d+) tokens")
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """What the decode engine of a deployed serve config should show."""
+
+    model: str
+    shape: KvShape
+    floor_bytes_per_s: float | None
+    backends: list[str]
+    max_model_len: int
+    app: str
+    model_source: str
+
+
+def expectations(doc: dict, model_spec, floor_bytes_per_s: float | None, hf_config: dict | None = None) -> Expectations:
+    """From a serve document as deployed: its decode engine's arguments, the model's facts (`hf_config`: the
+    model's config.json when it is a local directory, e.g. the rehearsal's stand-in; else the fit's table or
+    the stack's modelSpec)."""
+    from domain import model_fit, serve_config
+
+    configs = serve_config.llm_configs_by_role(doc, "deployed")
+    if "decode" not in configs:
+        raise VerifyError("the serve config has no prefill/decode application: no KV moves to verify")
+    decode = configs["decode"]
+    loading = decode.get("model_loading_config") or {}
+    model_id = loading.get("model_id", "")
+    source = loading.get("model_source") or model_id
+    spec = kv_proof.spec_from_hf_config(hf_config) if hf_config else model_fit.model_spec(model_id, source, model_spec)
+    kwargs = decode.get("engine_kwargs") or {}
+    extra = (kwargs.get("kv_transfer_config") or {}).get("kv_connector_extra_config") or {}
+    return Expectations(
+        model=model_id,
+        shape=kv_proof.shape_of(spec, kwargs),
+        floor_bytes_per_s=floor_bytes_per_s,
+        backends=list(extra.get("backends") or []),
+        max_model_len=int(kwargs.get("max_model_len", spec.max_context)),
+        app=doc["applications"][0]["name"],
+        model_source=source,
+    )
+
+
+def logged_block_size(logs: dict[str, str]) -> int | None:
+    """The attention block size the decode engine settled on, where it logged one (hybrid models)."""
+    sizes = {int(n) for name, text in logs.items() if "decode" in name.lower() for n in BLOCK_LINE.findall(text)}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def target_tokens(max_model_len: int) -> int:
+    """Long prompts that still fit: 60% of the context (the answer and the chat template need room)."""
+    return max(64, int(max_model_len * 0.6))
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--stack", required=True, help="the stack deployed at URL (what to expect)")
+    p.add_argument("--prometheus", help="a Prometheus that scrapes the Ray pods (its URL)")
+    p.add_argument("--metrics-url", action="append", default=[], help="a Ray metrics endpoint (repeatable)")
+    p.add_argument("--kube", action="store_true", help="read the Ray pods through the Kubernetes API (KUBECONFIG)")
+    p.add_argument("--dashboard", help="the Ray dashboard's URL, to read the engines' NIXL backend from their logs")
+    p.add_argument("--served-config", type=Path, help="the serve config as deployed (default: the stack's)")
+    p.add_argument("--requests", type=int, default=3)
+    p.add_argument("--floor-gbps", type=float, help="KV throughput floor in GB/s (default: the stack's alert floor)")
+    p.add_argument("--wait", type=float, default=120.0, help="how long the counters may take to show the requests")
+
+
+def sources_from(args, settings, app: str) -> Sources:
+    from adapters import kube_client
+    from adapters import metrics as adapter
+
+    logs = None
+    if args.kube:
+        text, folder = kube_client.environment_kubeconfig()
+        client = kube_client.KubeClient.from_kubeconfig(text, folder)
+        ns = settings.serving.namespace
+        read_metrics = lambda: adapter.kube_pods(client, ns, kv_proof.SERIES)  # noqa: E731
+        fetch = adapter.kube_dashboard(client, ns, f"{settings.serving.service_name}-head-svc")
+        logs = lambda: adapter.replica_logs(fetch, app)  # noqa: E731
+    elif args.prometheus:
+        read_metrics = lambda: adapter.prometheus(args.prometheus, kv_proof.SERIES)  # noqa: E731
+    elif args.metrics_url:
+        read_metrics = lambda: adapter.scrape(args.metrics_url, kv_proof.SERIES)  # noqa: E731
+    else:
+        raise VerifyError("say where the engines' metrics are: --prometheus URL, --metrics-url URL or --kube")
+    if args.dashboard:
+        fetch = adapter.dashboard(args.dashboard)
+        logs = lambda: adapter.replica_logs(fetch, app)  # noqa: E731
+    return Sources(read_metrics, logs, args.wait)
+
+
+def _local_config(source: str) -> dict | None:
+    path = Path(source) / "config.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def main(args) -> int:
+    from adapters import metrics as adapter
+    from adapters import stack
+    from domain import alerts
+
+    try:
+        settings = stack.load_settings(stack.stack_file(args.stack))
+        doc = yaml.safe_load(args.served_config.read_text()) if args.served_config else None
+        doc = doc or settings.serving.serve_document
+        floor = args.floor_gbps * 1e9 if args.floor_gbps else alerts.rule_inputs(settings).kv_floor_bytes_per_s
+        configs = doc["applications"][0].get("args") or {}
+        source = ((configs.get("decode_config") or {}).get("model_loading_config") or {}).get("model_source") or ""
+        want = expectations(doc, settings.serving.model_spec, floor, _local_config(source) if source else None)
+        sources = sources_from(args, settings, want.app)
+        shape = want.shape
+        if sources.logs is not None and (block := logged_block_size(sources.logs())):
+            shape = replace(shape, block_size=block)
+        verdict = run(
+            args.url,
+            args.model or want.model,
+            args.api_key,
+            shape,
+            want.floor_bytes_per_s,
+            want.backends,
+            sources,
+            target_tokens(want.max_model_len),
+            args.requests,
+        )
+    except (VerifyError, adapter.MetricsError, OSError) as exc:
+        print(f"VERIFY FAILED: {exc}")
+        return 1
+    for line in verdict.lines:
+        print(f"  {line}")
+    if not verdict.ok:
+        print(f"VERIFY FAILED: {verdict.failures[0]}")
+        return 1
+    print("verify passed: every request's KV moved from prefill to decode over NIXL")
+    return 0
