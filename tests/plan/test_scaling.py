@@ -11,7 +11,7 @@ from domain.facts import POOL_NODE_LABEL
 from domain.ray_service import AUTOSCALER_OWNED_WORKER_FIELDS
 from domain.scaling import NODE_TEMPLATE
 from offline.plan import Plan, run_program
-from tests.conftest import failing_run
+from tests.unit.test_scaling_rules import SECOND_DECODE_POOL
 
 NS = "ray-llm-eks:"
 MNG = "eks:index:ManagedNodeGroup"
@@ -56,30 +56,6 @@ def test_several_replicas_share_a_multi_gpu_node():
     """dp: 2..8 one-GPU replicas on 4-GPU g6.12xlarge nodes -> 1..2 nodes."""
     plan = run_program("dp")
     assert scaling_of(plan, "collocated") == ((2, 8), (1, 1, 2), (1, 1, 2))
-
-
-@pytest.mark.parametrize(
-    ("pool", "message"),
-    [
-        ({"maxSize": 3}, ["gpuPools.prefill.maxSize = 3", "at least 4", "max_replicas 4"]),
-        ({"minSize": 3, "maxSize": 4}, ["gpuPools.prefill.minSize = 3", "at most 2", "min_replicas 2"]),
-    ],
-)
-def test_bounds_that_disagree_across_layers_fail_naming_both_sides(pool, message):
-    pools = {"prefill": {"instanceType": "g6.8xlarge", **pool}, "decode": {"instanceType": "g6.8xlarge"}}
-    error, monitor = failing_run({NS + "gpuPools": pools}, stack="xpyd")
-    assert all(part in str(error) for part in message), str(error)
-    assert "autoscaling.prefill" in str(error)  # the other side, by the key that changes it
-    assert monitor.registrations == []  # refused before any resource
-
-
-def test_autoscaling_key_checks_its_fields():
-    error, _ = failing_run({NS + "autoscaling": {"prefill": {"maxReplica": 2}}})
-    assert "autoscaling.prefill.maxReplica" in str(error) and "unknown field" in str(error)
-    error, _ = failing_run({NS + "autoscaling": {"prefill": {"maxReplicas": 1.5}}})
-    assert "autoscaling.prefill.maxReplicas = 1.5" in str(error)
-    error, _ = failing_run({NS + "autoscaling": {"prefill": {"minReplicas": 3, "maxReplicas": 2}}})
-    assert "autoscaling.prefill" in str(error) and "minReplicas <= initialReplicas <= maxReplicas" in str(error)
 
 
 def _flatten(value, path: tuple = ()) -> dict[tuple, object]:
@@ -240,13 +216,6 @@ def test_cost_range_counts_every_pool_at_min_desired_and_max(xpyd):
     assert usd["max"] == pytest.approx(usd["desired"] + extra, abs=0.001)
 
 
-SECOND_DECODE_POOL = {
-    "prefill": {"instanceType": "g6.8xlarge"},
-    "decode": {"instanceType": "g6.8xlarge", "minSize": 1, "maxSize": 1},
-    "decode-l40s": {"instanceType": "g6e.8xlarge", "serves": "decode", "minSize": 0, "maxSize": 1},
-}
-
-
 def test_a_second_pool_for_a_role_is_a_stack_change():
     """A decode pool on L40S next to the L4 one: its own node group and worker group, offering the
     decode resource, so Ray places decode replicas on either; no accelerator_type (GPUs differ)."""
@@ -264,25 +233,3 @@ def test_a_second_pool_for_a_role_is_a_stack_change():
     doc = yaml.safe_load(plan.one(RAY_SERVICE).inputs["spec"]["serveConfigV2"])["applications"][0]["args"]
     assert "accelerator_type" not in doc["decode_config"] and doc["prefill_config"]["accelerator_type"] == "L4"
     assert doc["decode_config"]["placement_group_config"]["bundle_per_worker"] == {"GPU": 1, "pool_decode": 1}
-
-
-def _pools(**change) -> dict:
-    return {NS + "gpuPools": {**SECOND_DECODE_POOL, **change}}
-
-
-@pytest.mark.parametrize(
-    ("overrides", "message"),
-    [
-        (_pools(**{"decode-l40s": {"instanceType": "g6e.8xlarge", "serves": "decode"}}), "decode-l40s.minSize = None"),
-        (
-            {**_pools(), NS + "autoscaling": {"decode": {"maxReplicas": 3}}},
-            "room for 3 replica(s) in pools ['decode', 'decode-l40s'] together",
-        ),
-        (_pools(**{"decode-l40s": {"instanceType": "g6e.8xlarge"}}), "or a pool that sets `serves: <role>`"),
-        (_pools(**{"decode-l40s": {**SECOND_DECODE_POOL["decode-l40s"], "serves": "decoder"}}), "decode-l40s.serves"),
-    ],
-)
-def test_pools_sharing_a_role_are_checked_together(overrides, message):
-    error, monitor = failing_run(overrides, stack="xpyd")
-    assert message in str(error), str(error)
-    assert monitor.registrations == []
