@@ -343,6 +343,10 @@ def stack_values(obs: ObservabilitySettings, remote_write_url: Any = None, regio
             },
         }
     else:  # amp: scrape and forward only; the workspace stores, evaluates the rules and answers queries
+        # SigV4 with the pod's EKS Pod Identity credentials: Prometheus v3.14.0 (Go module v0.314.0) signs
+        # through github.com/prometheus/sigv4 v0.4.1, whose aws-sdk-go-v2 default chain reads the
+        # container credentials Pod Identity injects (config resolve_credentials.go,
+        # AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE).
         values["prometheus"]["agentMode"] = True
         prometheus["remoteWrite"] = [{"url": remote_write_url, "sigv4": {"region": region}}]
         values["alertmanager"] = {"enabled": False}
