@@ -119,10 +119,12 @@ docs: $(VENV)/.installed
 plan: $(VENV)/.installed
 	$(BIN)/python -m offline.plan --stack $(STACK) --out $(OUT)
 
-# Two plans differ only where their input does (plans are byte-identical for identical input).
-diff:
+# Two plans differ only where their input does (plans are byte-identical for identical input); then what the
+# change does to a running service (offline/impact.py: in place, replicas restarted, new cluster, gap, nodes).
+diff: $(VENV)/.installed
 	@[ -n "$(A)" ] && [ -n "$(B)" ] || { echo "usage: make diff A=<plan dir> B=<plan dir>"; exit 2; }
 	@diff -ru $(A) $(B) && echo "$(A) and $(B) are identical." || [ $$? -eq 1 ]
+	@$(BIN)/python -m offline.impact $(A) $(B)
 
 login:
 	@command -v pulumi >/dev/null || { echo "The Pulumi CLI is not installed: https://www.pulumi.com/docs/install/"; exit 1; }

@@ -10,6 +10,7 @@ from components.cluster import Cluster
 from components.cluster_autoscaler import ClusterAutoscaler
 from components.device_plugins import DevicePlugins
 from components.existing_cluster import ExistingCluster
+from components.gcs_store import GcsStore
 from components.gpu_nodes import GpuNodePool
 from components.kuberay import KubeRayOperator
 from components.llm_service import LlmService
@@ -18,7 +19,7 @@ from components.network import Network
 from components.observability import EbsCsiDriver, MonitoringStack, ServiceMonitoring
 from components.pod_identity import PodIdentityAgent
 from components.weights_access import WeightsAccess
-from domain import alerts, config, cost, dashboards, observability, pool_use, preflight, scaling
+from domain import alerts, config, cost, dashboards, gcs_ft, observability, pool_use, preflight, scaling, upgrades
 from domain.errors import ConfigError
 from domain.facts import ENVIRONMENT_TAG
 from domain.yaml_files import YamlSyntaxError
@@ -31,6 +32,7 @@ try:  # a bad value or an AWS refusal stops here, before any resource
         pulumi.log.warn(line)
     # AWS offerings, quotas, version calendar: only for the cluster this stack builds.
     checks = [] if mode.existing_cluster else preflight.run(settings, PulumiAwsAnswers(), environment.today())
+    settings = gcs_ft.for_mode(settings, mode.existing_cluster)  # no AWS store on a cluster we did not build
 except (ConfigError, YamlSyntaxError, preflight.PreflightError) as error:
     if environment.offline_plan_set():  # `make plan` and the tests want the typed error
         raise
@@ -47,13 +49,24 @@ for line in checks:
 # The internal load balancer needs the AWS Load Balancer Controller: only on the cluster we build.
 hardening = replace(settings.hardening, internal_endpoint=False) if mode.existing_cluster else settings.hardening
 installed = []
+store = None
 if mode.existing_cluster:
     # A cluster this stack did not create (README: existing-cluster mode): no AWS resource at all.
     target = ExistingCluster("existing-cluster", mode, settings, secrets.kubeconfig)
     provider, nodes = target.provider, []
 else:
     network = Network("net", settings.network, settings.region)
-    cluster = Cluster("eks", settings.cluster, network, settings.region, hardening=settings.hardening)
+    cluster = Cluster(
+        "eks",
+        settings.cluster,
+        network,
+        settings.region,
+        hardening=settings.hardening,
+        pod_security_groups=settings.gcs_ft.redis,
+    )
+    if settings.gcs_ft.redis:  # the head's GCS fault tolerance store (domain/gcs_ft.py)
+        ft = settings.gcs_ft
+        store = GcsStore("gcs-store", ft, settings.cluster.name, network.vpc.id, network.private_subnet_ids)
     pools = {name: GpuNodePool(name, pool, cluster, network) for name, pool in settings.gpu_pools.items()}
     provider, nodes = cluster.provider, [cluster.system_nodes, *pools.values()]
     if serving.weights_s3_uris:  # weights mirrored in S3: the nodes may read them before any worker starts
@@ -105,7 +118,11 @@ if hardening.internal_endpoint:
     )
     installed.append(controller)
 if mode.install_kuberay:
-    installed.append(KubeRayOperator("kuberay", serving.kuberay, on_system_nodes))
+    installed.append(
+        KubeRayOperator(
+            "kuberay", serving.kuberay, on_system_nodes, feature_gates=gcs_ft.operator_feature_gates(settings.gcs_ft)
+        )
+    )
 monitoring = []
 if obs.in_cluster_stack:
     # Prometheus's volume lives in the system nodes' zone; the CSI driver outlives it (destroy).
@@ -147,6 +164,8 @@ service = LlmService(
     wait_for_ready=mode.wait_for_ready,
     hardening=hardening,
     operator_namespace=mode.operator_namespace,
+    gcs_store=store,
+    head_security_groups=[cluster.cluster_security_group_id, store.head_security_group.id] if store else None,
 )
 if obs.enabled:
     # The monitors, rule and dashboards in the RayService's namespace, once the Prometheus Operator's
@@ -185,6 +204,9 @@ pulumi.export("portForwardCommand", service.port_forward)
 pulumi.export("curlExample", service.curl_example)
 pulumi.export("openaiPythonExample", service.openai_example)  # after the port-forward: ... | python -
 pulumi.export("dashboardPortForwardCommand", service.dashboard_port_forward)
+pulumi.export("gcsFaultTolerance", gcs_ft.describe(settings.gcs_ft, settings.hardening.environment))
+single = [role for role, b in scaling.role_bounds(serving.serve_document).items() if b.min < 2]
+pulumi.export("upgradeImpact", upgrades.summary(settings.upgrade_strategy, single))  # make plan prints it
 pulumi.export("servingFit", list(serving.fit))  # per role: KV cache, blocks, tokens, concurrency (model_fit)
 pulumi.export("estimatedHourlyCostUsd", estimate.usd_per_hour)
 pulumi.export("costEstimate", estimate.as_output())

@@ -104,6 +104,7 @@ class Cluster(pulumi.ComponentResource):
         region: str,
         opts: pulumi.ResourceOptions | None = None,
         hardening: HardeningSettings | None = None,
+        pod_security_groups: bool = False,
     ):
         super().__init__("ray-llm-eks:cluster:Cluster", name, None, opts)
         hardening = hardening or HardeningSettings()
@@ -151,13 +152,31 @@ class Cluster(pulumi.ComponentResource):
             create_oidc_provider=True,
             # The VPC CNI add-on's network policy agent (its configurationValues enableNetworkPolicy):
             # without it NetworkPolicy objects are accepted and ignored.
-            vpc_cni_options=eks.VpcCniOptionsArgs(enable_network_policy=hardening.network_policies),
+            # Security groups for pods (the GCS store admits the Ray head's group only, components/gcs_store.py):
+            # the CNI's ENABLE_POD_ENI, and TCP early demux off so the kubelet's TCP/HTTP probes still reach
+            # a pod on a branch interface (pulumi-eks VpcCniOptions, EKS user guide security-groups-for-pods).
+            vpc_cni_options=eks.VpcCniOptionsArgs(
+                enable_network_policy=hardening.network_policies,
+                enable_pod_eni=pod_security_groups or None,
+                disable_tcp_early_demux=pod_security_groups or None,
+            ),
             # The policy pack reads the environment here (policy/rules.py, api-endpoint-restricted).
             cluster_tags={ENVIRONMENT_TAG: hardening.environment},
             # The whole network (NAT routes included) first: nodes need egress to join and pull
             # images; on destroy the cluster goes before the routes it relies on.
             opts=pulumi.ResourceOptions(parent=self, depends_on=[network, self.log_group, self.node_role]),
         )
+
+        if pod_security_groups:
+            # The VPC resource controller (EKS's, in the control plane) attaches the branch interfaces with
+            # the cluster role: AWS's managed policy for it (EKS user guide, security-groups-for-pods).
+            aws.iam.RolePolicyAttachment(
+                f"{name}-vpc-resource-controller",
+                role=self.eks.eks_cluster.role_arn.apply(lambda arn: arn.rsplit("/", 1)[-1]),
+                policy_arn=f"arn:{partition}:iam::aws:policy/AmazonEKSVPCResourceController",
+                opts=child,
+            )
+        self.cluster_security_group_id = self.eks.cluster_security_group_id
 
         self.system_nodes = eks.ManagedNodeGroup(
             f"{name}-system",

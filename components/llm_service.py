@@ -6,8 +6,9 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.gcs_store import GcsStore
 from components.network_policies import NamespaceNetworkPolicies
-from domain import api_keys
+from domain import api_keys, gcs_ft
 from domain.facts import ENVIRONMENT_ANNOTATION, HEAD_PORTS, KUBERAY_NAMESPACE, SERVE_PORT
 from domain.hardening import HardeningSettings
 from domain.network_policies import network_policies
@@ -47,6 +48,8 @@ class LlmService(pulumi.ComponentResource):
         wait_for_ready: bool = True,
         hardening: HardeningSettings | None = None,
         operator_namespace: str = KUBERAY_NAMESPACE,
+        gcs_store: GcsStore | None = None,
+        head_security_groups: list[pulumi.Input[str]] | None = None,
     ):
         super().__init__("ray-llm-eks:llm_service:LlmService", name, None, opts)
         serving = settings.serving
@@ -97,7 +100,30 @@ class LlmService(pulumi.ComponentResource):
                 )
             )
 
-        spec = ray_service_spec(settings)
+        if gcs_store is not None:
+            # The AUTH token for the head (gcsFaultToleranceOptions.redisPassword), and the head pod's own
+            # security group, the only one the store admits (components/gcs_store.py says why).
+            waits_for.append(gcs_store.auth_secret(f"{name}-gcs-redis-auth", namespace.metadata.name, child))
+            waits_for.append(
+                k8s.apiextensions.CustomResource(
+                    f"{name}-head-security-groups",
+                    api_version="vpcresources.k8s.aws/v1beta1",
+                    kind="SecurityGroupPolicy",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(name="ray-head", namespace=namespace.metadata.name),
+                    spec={
+                        "podSelector": {"matchLabels": dict(gcs_ft.HEAD_SELECTOR)},
+                        "securityGroups": {"groupIds": head_security_groups or []},
+                    },
+                    opts=child,
+                )
+            )
+        spec = ray_service_spec(settings)  # the store's address is a placeholder until AWS names it
+        deployed_spec = (
+            gcs_store.address.apply(lambda address: ray_service_spec(settings, address)) if gcs_store else spec
+        )
+        # upgradeStrategy None (domain/upgrades.py): KubeRay applies no cluster change to a running cluster,
+        # so the program replaces the RayService; NewCluster: KubeRay makes the second cluster itself.
+        replaces = settings.upgrade_strategy == "None"
         self.ray_service = k8s.apiextensions.CustomResource(
             f"{name}-rayservice",
             api_version="ray.io/v1",
@@ -115,14 +141,14 @@ class LlmService(pulumi.ComponentResource):
                     "pulumi.com/patchForce": "true",
                 },
             ),
-            spec=spec,
+            spec=deployed_spec,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=waits_for,
                 # Cluster changes need the GPUs of the running cluster: delete it first, then create.
                 # Worker bounds too: KubeRay never passes them to a running cluster (domain/ray_service.py).
-                replace_on_changes=replacement_paths(spec),
-                delete_before_replace=True,
+                replace_on_changes=replacement_paths(spec) if replaces else None,
+                delete_before_replace=replaces,
             ),
         )
 

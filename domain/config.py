@@ -19,6 +19,7 @@ from domain import (
     api_keys,
     aws_facts,
     config_keys,
+    gcs_ft,
     model_fit,
     observability,
     prices,
@@ -27,6 +28,7 @@ from domain import (
     serve_config,
     sizing,
     slo,
+    upgrades,
     versions,
 )
 from domain.aws_facts import BotocoreFacts
@@ -584,7 +586,16 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         alerts=alerts.load(raw.structured("alerts", dict), serving.serve_document, alerts.pool_types(pools)),
         hf_token_set=get("hfToken") is not None,
         api_keys_set=get("apiKeys") is not None,
+        **_resilience(raw, hardening.environment, pools),
     )
+
+
+def _resilience(raw: _Raw, environment: str, pools: Mapping[str, GpuPoolSettings]) -> dict:
+    """GCS fault tolerance and the upgrade strategy (domain/gcs_ft.py, domain/upgrades.py)."""
+    ft = gcs_ft.parse(raw.text("gcsFaultTolerance"), raw.text("gcsRedisNodeType"), raw.integer("gcsRedisReplicas"),
+                      environment)  # fmt: skip
+    sizes = {role: (p.nodes.desired_size, p.nodes.max_size) for role, p in pools.items()}
+    return {"gcs_ft": ft, "upgrade_strategy": upgrades.strategy(raw.text("upgradeStrategy"), sizes)}
 
 
 def secret_checks(settings: Settings, deploying: bool) -> list[str]:

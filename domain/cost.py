@@ -11,6 +11,7 @@ from domain.prices import (
     AMP_USD_PER_10M_SAMPLES,
     EBS_GP3_USD_PER_GB_MONTH,
     EKS_USD_PER_HOUR,
+    ELASTICACHE_VALKEY_USD_PER_HOUR,
     HOURS_PER_MONTH,
     INSTANCE_USD_PER_HOUR,
     KMS_KEY_USD_PER_MONTH,
@@ -165,6 +166,10 @@ def estimate(
     if settings.hardening.internal_endpoint:
         lines += _load_balancer_lines(region, overrides)
     lines += _observability_lines(settings.serving.observability, region, overrides, gp3)
+    if settings.gcs_ft.redis:  # the head's GCS store (domain/gcs_ft.py): a primary and its replicas
+        ft = settings.gcs_ft
+        node_price = {**ELASTICACHE_VALKEY_USD_PER_HOUR.get(region, {}), **overrides.instances}.get(ft.redis_node_type)
+        lines.append(CostLine(f"GCS store ElastiCache Valkey {ft.redis_node_type}", 1 + ft.redis_replicas, node_price))
     return CostEstimate(region, tuple(lines))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from domain import api_keys, observability
+from domain import api_keys, gcs_ft, observability
 from domain.facts import EFA_RESOURCE, GPU_RESOURCE, HEAD_PORTS, POOL_NODE_LABEL, SERVE_PORT
 from domain.placement import GPU_TAINT, LOCAL_NVME_ROOT, SYSTEM_LABELS
 from domain.scaling import role_bounds
@@ -263,9 +263,14 @@ def served_document(settings: Settings) -> dict:
     return api_keys.with_key_check(settings.serving.serve_document)
 
 
-def ray_service_spec(settings: Settings) -> dict:
+# The zone label every node carries (Kubernetes well-known labels): rocksdb's EBS volume lives in one zone.
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+
+def ray_service_spec(settings: Settings, redis_address: str = gcs_ft.ADDRESS_PLACEHOLDER) -> dict:
     """The RayService spec that deploys: the served document, and every Ray pod with what it needs
-    (the Hugging Face token where the stack has one, the ingress code and the keys where it checks them)."""
+    (the Hugging Face token where the stack has one, the ingress code and the keys where it checks them);
+    the head's GCS fault tolerance (domain/gcs_ft.py: `redis_address` is the store's, known once AWS made it)."""
     serving, pools = settings.serving, settings.gpu_pools
     with_token, keyed = settings.hf_token_set, settings.hardening.api_key_check
     autoscales = any(b.autoscales for b in role_bounds(serving.serve_document).values())
@@ -278,10 +283,16 @@ def ray_service_spec(settings: Settings) -> dict:
     }
     if autoscales:
         cluster["autoscalerOptions"] = autoscaler_options()
+    if (ft := gcs_ft.options(settings.gcs_ft, redis_address)) is not None:
+        cluster["gcsFaultToleranceOptions"] = ft
+        if settings.gcs_ft.rocksdb:  # its claim's EBS volume is bound to the zone the head first ran in
+            node_selector = cluster["headGroupSpec"]["template"]["spec"]["nodeSelector"]
+            node_selector[ZONE_LABEL] = settings.network.gpu_availability_zone
     return {
         "serveConfigV2": to_yaml(served_document(settings)),
-        # A fixed GPU fleet cannot host a second Ray cluster during an upgrade: cluster changes
-        # replace the RayService (delete first, see LlmService); serve-config changes apply in place.
-        "upgradeStrategy": {"type": "None"},
+        # `None` (default): a fixed GPU fleet cannot host a second Ray cluster during an upgrade, so
+        # cluster changes replace the RayService (delete first, see LlmService); serve-config changes
+        # apply in place. `NewCluster` where the pools have room for two (domain/upgrades.py).
+        "upgradeStrategy": {"type": settings.upgrade_strategy},
         "rayClusterConfig": cluster,
     }

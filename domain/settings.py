@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from domain import aws_facts
 from domain.alerts import AlertThresholds
 from domain.alerts import default as alerts_default
+from domain.config_keys import default
 from domain.facts import PD_ROLES
+from domain.gcs_ft import GcsFt
 from domain.hardening import HardeningSettings
 from domain.model_fit import ModelSpec
 from domain.observability import ObservabilitySettings
@@ -132,3 +134,5 @@ class Settings:
     # (adapters/stack.py StackSecrets), so no secret is ever inside a Settings.
     hf_token_set: bool = False
     api_keys_set: bool = False  # the endpoint's API keys (domain/api_keys.py)
+    gcs_ft: GcsFt = field(default_factory=GcsFt)  # the head's GCS fault tolerance (domain/gcs_ft.py)
+    upgrade_strategy: str = default("upgradeStrategy")  # the RayService's (domain/upgrades.py)

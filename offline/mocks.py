@@ -98,6 +98,12 @@ class PlanMocks(pulumi_mocks.Mocks):
         state = dict(args.inputs)
         if args.typ == "eks:index:Cluster":
             state.update(_eks_cluster_outputs(args.name))
+            state["clusterSecurityGroupId"] = placeholder(f"{args.typ}::{args.name}.clusterSecurityGroupId")
+            state["eksCluster"] = self.monitor.stand_in_child(
+                "aws:eks/cluster:Cluster",
+                args.name,
+                {"roleArn": placeholder(f"{args.typ}::{args.name}.eksCluster.roleArn (pulumi-eks's service role)")},
+            )
         elif args.typ == "eks:index:ManagedNodeGroup":
             state["nodeGroup"] = self.monitor.stand_in_child(
                 "aws:eks/nodeGroup:NodeGroup",
@@ -111,6 +117,10 @@ class PlanMocks(pulumi_mocks.Mocks):
             )
         elif args.typ == "aws:amp/workspace:Workspace":  # AMP gives each workspace its endpoint
             state["prometheusEndpoint"] = placeholder(f"{args.typ}::{args.name}.prometheusEndpoint")
+        elif args.typ == "aws:elasticache/replicationGroup:ReplicationGroup":
+            state["primaryEndpointAddress"] = placeholder(f"{args.typ}::{args.name}.primaryEndpointAddress")
+        elif args.typ == "random:index/randomPassword:RandomPassword":
+            state["result"] = placeholder(f"{args.typ}::{args.name}.result (a secret)")
         elif args.typ == "kubernetes:core/v1:Service" and (state.get("spec") or {}).get("type") == "LoadBalancer":
             hostname = placeholder(f"{args.typ}::{args.name}.status.loadBalancer.ingress[0].hostname")
             state["status"] = {"loadBalancer": {"ingress": [{"hostname": hostname}]}}

@@ -187,6 +187,11 @@ class Plan:
         if self.outputs.get("servingFit"):
             lines += ["", "GPU memory per role (vLLM 0.26, predicted; docs/architecture.md, the fit):"]
             lines += [f"  {line}" for line in self.outputs["servingFit"]]
+        if self.outputs.get("gcsFaultTolerance"):
+            lines += ["", self.outputs["gcsFaultTolerance"]]
+        if self.outputs.get("upgradeImpact"):
+            lines += ["", "What a change does to the running service (docs/faults-and-upgrades.md):"]
+            lines += [f"  {line}" for line in self.outputs["upgradeImpact"]]
         if "costEstimate" in self.outputs:
             lines += ["", cost.table(self.outputs["costEstimate"])]
             if "hourlyCostRangeUsd" in self.outputs:

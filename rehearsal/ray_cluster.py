@@ -32,6 +32,7 @@ class Node:
     resources: dict[str, float] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)  # this node's processes only (CUDA_VISIBLE_DEVICES, ...)
     after_role: str | None = None
+    args: list[str] = field(default_factory=list)  # more `ray start` flags (a GCS store's password)
     metrics_port: int = 0
     started: bool = False
 
@@ -55,6 +56,16 @@ class Cluster:
     @property
     def metrics_urls(self) -> list[str]:
         return [f"http://127.0.0.1:{n.metrics_port}/metrics" for n in self.nodes]
+
+    def command(self, node: Node) -> list[str]:
+        return node_command(self, node, node is self.nodes[0])
+
+    def node_env(self, node: Node) -> dict[str, str]:
+        env = {**self.env, **node.env}
+        if node is not self.nodes[0]:
+            # A second node refused to join with it set (seen on the GPU machine); --node-ip-address is explicit.
+            env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+        return env
 
     def later(self) -> dict[str, Node]:
         """role -> the node that waits for it."""
@@ -85,6 +96,7 @@ def node_command(c: Cluster, node: Node, head: bool) -> list[str]:
         command.append(f"--num-gpus={node.gpus}")
     if node.resources:
         command.append(f"--resources={json.dumps(node.resources, sort_keys=True)}")
+    command += node.args
     if head:
         command += [
             "--head", f"--port={c.gcs_port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={c.dashboard_port}",
@@ -96,12 +108,7 @@ def node_command(c: Cluster, node: Node, head: bool) -> list[str]:
 
 
 def start_node(c: Cluster, node: Node, run_id: str, clock: Clock) -> None:
-    head = node is c.nodes[0]
-    env = {**c.env, **node.env}
-    if not head:
-        # A second node refused to join with it set (seen on the GPU machine); --node-ip-address is explicit.
-        env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
-    start_ray(node_command(c, node, head), env, run_id, clock)
+    start_ray(c.command(node), c.node_env(node), run_id, clock)
     node.started = True
 
 

@@ -47,15 +47,21 @@ def parser_for(all_checks: list[checks.Check]) -> argparse.ArgumentParser:
     return parser
 
 
-def cpu_nodes(doc: dict, chosen: list[checks.Check], args: argparse.Namespace) -> list[Node]:
+def cpu_nodes(
+    doc: dict, chosen: list[checks.Check], args: argparse.Namespace, run_id: str, run_dir: Path
+) -> list[Node]:
     """One Ray node; its logical CPUs above the real cores, so that every replica schedules (a check's
-    added replicas too: the scale demo's one more)."""
+    added replicas too: the scale demo's one more). A check may lay the nodes out otherwise (the head fault)."""
     added: dict[str, int] = {}
     for check in chosen:
         if check.replicas_added is not None:
             for role, n in check.replicas_added(args).items():
                 added[role] = added.get(role, 0) + n
-    return [Node("head", cpus=topology.logical_cpus(doc, added or None))]
+    nodes = [Node("head", cpus=topology.logical_cpus(doc, added or None))]
+    for check in chosen:
+        if check.nodes is not None:
+            nodes = check.nodes(args, nodes, run_id, run_dir)
+    return nodes
 
 
 def cpu_environment(plan: substitute.Plan, run_id: str, run_dir: Path) -> dict[str, str]:
@@ -95,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = stack_run_dir(args.stack)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "serve-config.yaml").write_text(yaml.safe_dump(doc, sort_keys=False, width=120))
-    ray = cluster(cpu_nodes(doc, chosen, args), run_id, cpu_environment(plan, run_id, run_dir))
+    ray = cluster(cpu_nodes(doc, chosen, args, run_id, run_dir), run_id, cpu_environment(plan, run_id, run_dir))
     ctx = Context(
         args=args,
         document=doc,
@@ -111,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         clock=clock,
         app=doc["applications"][0]["name"],
     )
+    ctx.results["ray_cluster"] = ray  # the head fault restarts its nodes
 
     def on_signal(signum, _frame):
         raise KeyboardInterrupt(f"signal {signum}")

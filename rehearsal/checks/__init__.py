@@ -38,6 +38,9 @@ class Check:
     prepare: Callable[[Plan, argparse.Namespace], list[str]] | None = None
     # Replicas it will add while running (role -> count): Ray is given CPUs for them.
     replicas_added: Callable[[argparse.Namespace], dict[str, int]] | None = None
+    # The Ray nodes it needs instead of the default ones (args, nodes, run id, run dir) -> nodes: the head
+    # fault puts the engines on a second node.
+    nodes: Callable | None = None
 
 
 def measure_threads(run_id: str, work) -> tuple:
@@ -52,7 +55,7 @@ def measure_threads(run_id: str, work) -> tuple:
 
 def all_checks() -> list[Check]:
     """Every check, in the order they run (imported here so that each module may import this one)."""
-    from rehearsal.checks import extras, smoke, threads, topology
+    from rehearsal.checks import extras, faults, smoke, threads, topology
 
     return [
         topology.REPLICAS,
@@ -64,6 +67,7 @@ def all_checks() -> list[Check]:
         topology.KV_READS,
         extras.SCALE_DEMO,
         extras.BENCH,
+        faults.FAULTS_CHECK,  # last: it restarts engines and the head
     ]
 
 

@@ -1,0 +1,75 @@
+"""The fault rehearsal's client (llmclient/faultload.py) and its gate (rehearsal/checks/faults.py): what one
+request is classified as, the clear prefix of a tiny model's greedy answer, a fault's window, the verdicts.
+Pure functions: no server."""
+
+from __future__ import annotations
+
+from llmclient import faultload as fl
+from rehearsal.checks import faults
+
+
+def test_each_request_is_classified_by_what_the_caller_saw():
+    assert fl.classify(503, False, "", "Hi")[0] == fl.FAILED
+    assert fl.classify(None, False, "", "Hi", "ConnectError: refused") == (fl.FAILED, "ConnectError: refused")
+    assert fl.classify(200, False, "Hi th", "Hi")[0] == fl.CUT
+    assert fl.classify(200, True, "", "Hi")[0] == fl.EMPTY
+    assert fl.classify(200, True, "Ho there", "Hi")[0] == fl.WRONG
+    assert fl.classify(200, True, "Hi there", "Hi") == (fl.OK, "")
+    assert fl.classify(200, True, "anything", "")[0] == fl.OK  # nothing clear: nothing compared
+
+
+def test_only_the_clear_prefix_of_a_reference_is_compared():
+    ref = fl.Reference("p", ("A", "B", "C", "D"), (2.0, 0.9, 0.01, 3.0))
+    assert fl.clear_prefix(ref.margins) == 2
+    assert ref.expected() == "AB"  # C is a near tie (0.01 nats): D after it is not compared either
+    assert fl.Reference("p", ("A",), (0.1,)).expected() == ""
+
+
+def _o(outcome, start, end=None, status=200):
+    return fl.Outcome("p", outcome, start, start + 1 if end is None else end, status)
+
+
+def test_a_window_counts_codes_and_finds_when_the_endpoint_served_again():
+    outcomes = [_o(fl.OK, 0), _o(fl.OK, 9.5), _o(fl.FAILED, 11, status=500), _o(fl.FAILED, 13, status=None),
+                _o(fl.CUT, 14), _o(fl.OK, 20), _o(fl.OK, 22), _o(fl.OK, 40)]  # fmt: skip
+    w = fl.window("decode-engine", outcomes, t_inject=10.0, t_end=30.0)
+    assert w.requests == 6  # ended after 10, started before 30
+    assert w.outcomes == {"ok": 3, "wrong": 0, "empty": 0, "cut": 1, "failed": 2}
+    assert w.http_codes == {"500": 1, "none": 1}
+    assert w.serving_again_s == 10.0  # the first good request after the last bad one started at 20
+    assert fl.window("x", [_o(fl.OK, 11)], 10.0, 30.0).serving_again_s == 0.0
+    assert fl.window("x", [_o(fl.FAILED, 11, status=503)], 10.0, 30.0).serving_again_s is None
+
+
+def _row(name, gated, wrong=0, recovered=True):
+    outcomes = {"ok": 5, "wrong": wrong, "empty": 0, "cut": 0, "failed": 1}
+    again = 12.0 if recovered else None
+    return {"fault": name, "gated": gated, "outcomes": outcomes, "recovered": recovered, "bound_s": 600.0,
+            "http_codes": {"500": 1}, "serving_again_s": again, "alerts": [], "requests": 6}  # fmt: skip
+
+
+def test_the_gate_fails_on_a_wrong_200_where_gated_and_on_no_recovery():
+    assert faults.verdicts([_row("prefill-engine", True)]) == []
+    assert faults.verdicts([_row("kv-stall", False, wrong=3)]) == []  # KV path: reported, guarded by the alert
+    assert faults.verdicts([_row("decode-engine", True, wrong=1)]) == [
+        "decode-engine: 1 response(s) with status 200 and wrong or empty content"
+    ]
+    assert "did not serve again within 600 s" in faults.verdicts([_row("head", True, recovered=False)])[0]
+    table = faults.table([_row("kv-stall", False, wrong=3)])
+    assert "kv-stall" in table and "(not gated)" in table and "500x1" in table
+
+
+def test_faults_are_chosen_by_name_or_all():
+    class Args:
+        faults = "all"
+
+    assert [f.name for f in faults.chosen(Args)] == list(faults.FAULTS)
+    Args.faults = "head,kv-stall"
+    assert [f.name for f in faults.chosen(Args)] == ["head", "kv-stall"]
+    Args.faults = "head,typo"
+    try:
+        faults.chosen(Args)
+    except ValueError as err:
+        assert "unknown ['typo']" in str(err)
+    else:
+        raise AssertionError("an unknown fault must be refused")

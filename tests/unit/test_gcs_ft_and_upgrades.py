@@ -1,0 +1,152 @@
+"""GCS fault tolerance (domain/gcs_ft.py) and what a change does to a running service (domain/upgrades.py),
+called directly on the shipped stacks' settings."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import replace
+
+import pytest
+import yaml
+
+from adapters import stack
+from domain import gcs_ft, upgrades
+from domain.errors import ConfigError
+from domain.ray_service import ZONE_LABEL, ray_service_spec, replacement_paths
+
+
+@pytest.fixture(scope="module")
+def dev_settings():
+    return stack.load_settings(stack.stack_file("dev"))
+
+
+@pytest.fixture(scope="module")
+def prod_settings():
+    return stack.load_settings(stack.stack_file("prod"))
+
+
+def test_prod_gets_redis_and_dev_gets_none_and_says_why(dev_settings, prod_settings):
+    assert prod_settings.gcs_ft.redis and not prod_settings.gcs_ft.set_by_stack
+    options = ray_service_spec(prod_settings)["rayClusterConfig"]["gcsFaultToleranceOptions"]
+    assert options["backend"] == "redis"
+    assert options["redisAddress"].startswith("rediss://")  # TLS: Ray 2.58 services.py get_address
+    # The password only by reference to the Secret, never as a value.
+    assert options["redisPassword"] == {
+        "valueFrom": {"secretKeyRef": {"name": gcs_ft.REDIS_SECRET, "key": gcs_ft.REDIS_SECRET_KEY}}
+    }
+    assert "gcsFaultToleranceOptions" not in ray_service_spec(dev_settings)["rayClusterConfig"]
+    assert "environment dev" in gcs_ft.describe(dev_settings.gcs_ft, dev_settings.hardening.environment)
+
+
+def test_rocksdb_keeps_the_head_in_the_gpu_zone_and_turns_the_alpha_gate_on(prod_settings):
+    settings = replace(prod_settings, gcs_ft=replace(prod_settings.gcs_ft, backend="rocksdb"))
+    cluster = ray_service_spec(settings)["rayClusterConfig"]
+    assert cluster["gcsFaultToleranceOptions"] == {
+        "backend": "rocksdb",
+        "storage": {"storageClassName": "gp3", "size": gcs_ft.ROCKSDB_SIZE},
+    }
+    selector = cluster["headGroupSpec"]["template"]["spec"]["nodeSelector"]
+    assert selector[ZONE_LABEL] == prod_settings.network.gpu_availability_zone
+    gates = gcs_ft.operator_feature_gates(settings.gcs_ft)
+    assert {"name": gcs_ft.ROCKSDB_FEATURE_GATE, "enabled": True} in gates
+    assert len(gates) == len(gcs_ft.CHART_FEATURE_GATES) + 1  # the chart's own gates restated
+    assert gcs_ft.operator_feature_gates(prod_settings.gcs_ft) is None  # redis: the chart's defaults untouched
+    assert "ALPHA" in gcs_ft.describe(settings.gcs_ft, "production")
+
+
+def test_the_ft_options_replace_the_ray_service_under_strategy_none(prod_settings):
+    # The backend is immutable on a RayCluster and KubeRay applies no cluster change to a running one.
+    assert any(p.startswith("spec.rayClusterConfig.gcsFaultToleranceOptions") for p in
+               replacement_paths(ray_service_spec(prod_settings)))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("backend", "node_type", "replicas", "key"),
+    [("memory", "cache.t4g.small", 1, "gcsFaultTolerance"), ("redis", "t4g.small", 1, "gcsRedisNodeType"),
+     ("redis", "cache.t4g.small", 9, "gcsRedisReplicas")],
+)  # fmt: skip
+def test_bad_values_fail_in_one_line_naming_the_key(backend, node_type, replicas, key):
+    with pytest.raises(ConfigError) as err:
+        gcs_ft.parse(backend, node_type, replicas, "production")
+    assert key in str(err.value) and "\n" not in str(err.value)
+
+
+def test_existing_cluster_mode_turns_the_default_redis_off_and_refuses_an_asked_one(prod_settings):
+    off = gcs_ft.for_mode(prod_settings, existing_cluster=True)
+    assert not off.gcs_ft.on and "existing-cluster" in gcs_ft.describe(off.gcs_ft, "production")
+    asked = replace(prod_settings, gcs_ft=replace(prod_settings.gcs_ft, set_by_stack=True))
+    with pytest.raises(ConfigError, match="gcsFaultTolerance"):
+        gcs_ft.for_mode(asked, existing_cluster=True)
+    assert gcs_ft.for_mode(prod_settings, existing_cluster=False) is prod_settings
+
+
+def test_new_cluster_is_refused_without_room_for_a_second_cluster():
+    assert upgrades.strategy(None, {"prefill": (1, 1)}) == "None"
+    assert upgrades.strategy("NewCluster", {"prefill": (1, 2), "decode": (2, 4)}) == "NewCluster"
+    with pytest.raises(ConfigError, match="decode maxSize 3 < 2 x desiredSize 2"):
+        upgrades.strategy("NewCluster", {"prefill": (1, 2), "decode": (2, 3)})
+    with pytest.raises(ConfigError, match="upgradeStrategy"):
+        upgrades.strategy("NewClusterWithIncrementalUpgrade", {})
+
+
+def _resource(spec: dict, replace_paths: list[str]) -> dict:
+    return {
+        "urn": "urn:pulumi:dev::ray-llm-eks::x$kubernetes:ray.io/v1:RayService::llm-rayservice",
+        "type": "kubernetes:ray.io/v1:RayService",
+        "name": "llm-rayservice",
+        "inputs": {"spec": spec, "metadata": {"annotations": {}}},
+        "options": {"replaceOnChanges": replace_paths},
+    }
+
+
+def _changed(spec: dict, edit) -> dict:
+    new = copy.deepcopy(spec)
+    edit(new)
+    return new
+
+
+def test_impacts_name_what_each_change_does(dev_settings):
+    spec = ray_service_spec(dev_settings)
+    paths = replacement_paths(spec)
+    old = [_resource(spec, paths)]
+
+    def serve_edit(key, value):
+        def edit(new):
+            document = yaml.safe_load(new["serveConfigV2"])
+            config = document["applications"][0]["args"]["decode_config"]
+            config.setdefault("engine_kwargs" if key != "num_replicas" else "deployment_config", {})[key] = value
+            new["serveConfigV2"] = yaml.safe_dump(document)
+
+        return edit
+
+    def kinds(edit, strategy_paths=paths):
+        new_spec = _changed(spec, edit)
+        return [i.kind for i in upgrades.impacts(old, [_resource(new_spec, strategy_paths)], yaml.safe_load)]
+
+    assert kinds(serve_edit("num_replicas", 2)) == [upgrades.IN_PLACE]
+    assert kinds(serve_edit("block_size", 32)) == [upgrades.ROLLING]
+    image = lambda new: new["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0].update(  # noqa: E731
+        image="other:tag"
+    )
+    assert kinds(image) == [upgrades.REPLACED]
+    # NewCluster: no replaceOnChanges (KubeRay makes the second cluster itself).
+    new_cluster = lambda new: (image(new), new["upgradeStrategy"].update(type="NewCluster"))  # noqa: E731
+    assert kinds(new_cluster, []) == [upgrades.NEW_CLUSTER]
+    assert upgrades.impacts(old, old) == []
+
+
+def test_node_group_changes_replace_nodes_unless_only_scaling():
+    def group(**inputs):
+        return {"urn": "u", "type": "eks:index:ManagedNodeGroup", "name": "decode", "inputs": inputs}
+
+    old = [group(releaseVersion="v1", scalingConfig={"desiredSize": 1})]
+    assert [i.kind for i in upgrades.impacts(old, [group(releaseVersion="v2", scalingConfig={"desiredSize": 1})])] == [
+        upgrades.NODES
+    ]
+    assert [i.kind for i in upgrades.impacts(old, [group(releaseVersion="v1", scalingConfig={"desiredSize": 2})])] == [
+        upgrades.IN_PLACE
+    ]
+    report = upgrades.report(upgrades.impacts(old, [group(releaseVersion="v2", scalingConfig={"desiredSize": 1})]))
+    assert "[node replacement] decode: releaseVersion changed" in report
+    json.dumps(report)
