@@ -20,7 +20,7 @@ REHEARSAL_VENV ?= $(CACHE_DIR)/rehearsal-venv-$(shell sha256sum $(REHEARSAL_REQS
 URL ?= http://localhost:8000
 
 .PHONY: test test-fast e2e e2e-cluster plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
-	rehearse-mistakes smoke verify bench policy policy-sdk ingress-check rehearsal-venv check-upstream docs
+	rehearse-faults rehearse-mistakes smoke verify bench policy policy-sdk ingress-check rehearsal-venv check-upstream docs
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
 	@echo "Installing the pinned Python requirements into $(VENV) (Pulumi SDKs, Ray for its serve schemas, pytest, ruff: about 1 GB, a few minutes the first time; later runs reuse it)..."
@@ -55,6 +55,19 @@ rehearsal-venv: $(REHEARSAL_VENV)/.installed
 # --mutate swap-roles|connector-typo|block-size-mismatch.
 rehearse: $(REHEARSAL_VENV)/.installed
 	$(REHEARSAL_VENV)/bin/python -m rehearsal.run --stack $(STACK) $(ARGS)
+
+# The whole fault matrix on this CPU (docs/faults-and-upgrades.md): every fault with GCS fault tolerance
+# through Redis, then the head restart through RocksDB and without fault tolerance. Three runs, each starting
+# its engines: about 40 minutes on 2 cores. Tables in $(CACHE_DIR)/rehearsal-runs/$(STACK)/faults-*.json.
+FAULTS_DIR = $(CACHE_DIR)/rehearsal-runs/$(STACK)
+rehearse-faults: $(REHEARSAL_VENV)/.installed
+	mkdir -p $(FAULTS_DIR)
+	$(REHEARSAL_VENV)/bin/python -m rehearsal.run --stack $(STACK) --faults all --gcs-ft redis \
+		--faults-json $(FAULTS_DIR)/faults-redis.json
+	$(REHEARSAL_VENV)/bin/python -m rehearsal.run --stack $(STACK) --faults head --gcs-ft rocksdb \
+		--faults-json $(FAULTS_DIR)/faults-rocksdb.json
+	$(REHEARSAL_VENV)/bin/python -m rehearsal.run --stack $(STACK) --faults head --gcs-ft off \
+		--faults-json $(FAULTS_DIR)/faults-off.json
 
 rehearse-stop: $(REHEARSAL_VENV)/.installed
 	$(REHEARSAL_VENV)/bin/python -m rehearsal.run --stop

@@ -166,7 +166,7 @@ def test_key_in_a_misspelt_namespace_is_refused(project, capsys):
     edit_stack(project, **{"ray-llm-ek:maxModelLen": 8192})
     err = plan_fails(project, capsys)
     assert "'ray-llm-ek:maxModelLen'" in err and "'ray-llm-ek'" in err, err
-    assert "['ray-llm-eks', 'aws', 'eks', 'kubernetes', 'pulumi']" in err, err
+    assert "['ray-llm-eks', 'aws', 'eks', 'kubernetes', 'pulumi', 'random']" in err, err
 
 
 def test_provider_namespaces_are_accepted(project, capsys):
