@@ -90,7 +90,9 @@ autoscaled = not mode.existing_cluster and scaling.autoscaler_needed(settings.gp
 obs = serving.observability  # embedded and amp only on the cluster we build (domain/observability.py)
 rule_spec = alerts.prometheus_rule_spec(settings)  # the PrometheusRule's spec (or AMP's rule groups)
 # Controllers with an AWS role (and the EBS CSI driver, Prometheus's remote write): one Pod Identity agent.
-if autoscaled or hardening.internal_endpoint or obs.in_cluster_stack:
+# rocksdb's claim (GCS fault tolerance, domain/gcs_ft.py) needs the EBS CSI driver and the gp3 StorageClass too.
+rocksdb_claim = settings.gcs_ft.rocksdb and not mode.existing_cluster
+if autoscaled or hardening.internal_endpoint or obs.in_cluster_stack or rocksdb_claim:
     agent = PodIdentityAgent(
         "pod-identity-agent", settings.cluster.name, settings.cluster.kubernetes_version, on_system_nodes
     )
@@ -124,20 +126,20 @@ if mode.install_kuberay:
         )
     )
 monitoring = []
-if obs.in_cluster_stack:
-    # Prometheus's volume lives in the system nodes' zone; the CSI driver outlives it (destroy).
-    csi = (
-        EbsCsiDriver(
-            "ebs-csi",
-            settings.cluster.name,
-            settings.cluster.kubernetes_version,
-            settings.region,
-            agent,
-            on_system_nodes,
-        )
-        if obs.mode == "embedded"
-        else None
+# Prometheus's volume (in the system nodes' zone) and rocksdb's claim: the CSI driver outlives them (destroy).
+csi = None
+if (obs.in_cluster_stack and obs.mode == "embedded") or rocksdb_claim:
+    csi = EbsCsiDriver(
+        "ebs-csi",
+        settings.cluster.name,
+        settings.cluster.kubernetes_version,
+        settings.region,
+        agent,
+        on_system_nodes,
     )
+    if rocksdb_claim:
+        installed.append(csi)
+if obs.in_cluster_stack:
     stack_tags = {"Name": f"{settings.cluster.name}-prometheus", ENVIRONMENT_TAG: hardening.environment}
     monitoring.append(
         MonitoringStack(

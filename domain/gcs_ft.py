@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from domain.config_keys import default
 from domain.errors import ConfigError
 from domain.facts import DEV_ENVIRONMENTS
+from domain.observability import STORAGE_CLASS
 
 BACKENDS = ("off", "redis", "rocksdb")
 # KubeRay 1.7's operator-managed PVC size and mount (ray-operator utils/constant.go GCSStorageDefaultSize).
@@ -49,7 +50,9 @@ class GcsFt:
     redis_node_type: str = default("gcsRedisNodeType")
     # Read replicas beside the primary: at least one gives Multi-AZ automatic failover.
     redis_replicas: int = default("gcsRedisReplicas")
-    storage_class: str = "gp3"  # rocksdb's claim (the gp3 StorageClass the graph declares)
+    # rocksdb's claim: the graph's gp3 StorageClass (components/observability.py EbsCsiDriver); None: the
+    # cluster's default (an existing cluster's).
+    storage_class: str | None = STORAGE_CLASS
     set_by_stack: bool = False  # the stack chose the backend (else its environment's default)
     existing_cluster: bool = False  # turned off because the stack builds no AWS resource
 
@@ -72,7 +75,7 @@ def default_backend(environment: str) -> str:
     return "off" if environment in DEV_ENVIRONMENTS else "redis"
 
 
-def parse(backend: str | None, node_type: str, replicas: int, environment: str, storage_class: str = "gp3") -> GcsFt:
+def parse(backend: str | None, node_type: str, replicas: int, environment: str) -> GcsFt:
     """The stack's keys gcsFaultTolerance (None: unset), gcsRedisNodeType and gcsRedisReplicas (their
     defaults already applied)."""
     chosen = default_backend(environment) if backend is None else backend
@@ -82,7 +85,7 @@ def parse(backend: str | None, node_type: str, replicas: int, environment: str, 
         raise ConfigError("gcsRedisNodeType", node_type, "an ElastiCache node type such as cache.t4g.small")
     if not 0 <= replicas <= 5:
         raise ConfigError("gcsRedisReplicas", replicas, "0 to 5 read replicas beside the primary")
-    return GcsFt(chosen, node_type, replicas, storage_class, set_by_stack=backend is not None)
+    return GcsFt(chosen, node_type, replicas, set_by_stack=backend is not None)
 
 
 def options(ft: GcsFt, redis_address: str = ADDRESS_PLACEHOLDER) -> dict | None:
@@ -94,7 +97,8 @@ def options(ft: GcsFt, redis_address: str = ADDRESS_PLACEHOLDER) -> dict | None:
             "redisPassword": {"valueFrom": {"secretKeyRef": {"name": REDIS_SECRET, "key": REDIS_SECRET_KEY}}},
         }
     if ft.rocksdb:
-        return {"backend": "rocksdb", "storage": {"storageClassName": ft.storage_class, "size": ROCKSDB_SIZE}}
+        storage = {"size": ROCKSDB_SIZE} | ({"storageClassName": ft.storage_class} if ft.storage_class else {})
+        return {"backend": "rocksdb", "storage": storage}
     return None
 
 
@@ -123,8 +127,8 @@ def describe(ft: GcsFt, environment: str) -> str:
         )
     return (
         f"GCS fault tolerance: rocksdb (ALPHA: KubeRay feature gate {ROCKSDB_FEATURE_GATE}; a {ROCKSDB_SIZE} "
-        f"{ft.storage_class} claim per RayCluster, emptied by any change that makes a new RayCluster; "
-        "the head stays in the GPU zone)"
+        f"{ft.storage_class or 'default StorageClass'} claim per RayCluster, emptied by any change that makes a "
+        "new RayCluster; the head stays in the GPU zone)"
     )
 
 
@@ -155,6 +159,8 @@ def for_mode(settings, existing_cluster: bool):
     redis turns off (`describe` says so), a redis the stack asked for is refused; rocksdb stays (it needs
     only the cluster's storage)."""
     ft = settings.gcs_ft
+    if existing_cluster and ft.rocksdb:  # the graph declares no StorageClass there: the cluster's default
+        return replace(settings, gcs_ft=replace(ft, storage_class=None))
     if not (existing_cluster and ft.redis):
         return settings
     if ft.set_by_stack:
