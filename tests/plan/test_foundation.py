@@ -6,7 +6,6 @@ import asyncio
 import gc
 import ipaddress
 import json
-import re
 
 import pulumi_eks as eks
 import pytest
@@ -15,7 +14,6 @@ from adapters.stackfile import load_stack
 from components.cluster import NODE_POLICIES, access_entry_name
 from domain.facts import POOL_NODE_LABEL
 from domain.placement import LOCAL_NVME_ROOT
-from offline import eks_rules
 from offline.mocks import is_placeholder
 from offline.plan import Plan, root_message, run_program
 
@@ -98,39 +96,6 @@ def test_old_instance_roles_input_fails_the_plan_as_pulumi_eks_words_it(monkeypa
     gc.collect()
     logged = [r.getMessage() for r in caplog.records if r.name == "asyncio"]
     assert len(logged) == 1 and "not an error a plan raised" in logged[0], logged
-
-
-@pytest.mark.parametrize(
-    ("inputs", "message"),
-    [
-        ({"authenticationMode": "API", "instanceRoles": ["r"]}, "'instanceRoles' property does not support"),
-        ({"authenticationMode": "API", "roleMappings": []}, "'roleMappings' property is not supported"),
-        ({"authenticationMode": "CONFIG_MAP", "accessEntries": {"a": {}}}, "is set to 'CONFIG_MAP'"),
-        (
-            {"accessEntries": {"a": {}}},
-            "'accessEntries' property is not supported when 'authenticationMode' is not set",
-        ),
-        ({"authenticationMode": "IAM"}, "Allowed values are: CONFIG_MAP, API_AND_CONFIG_MAP, API."),
-    ],
-)
-def test_pulumi_eks_authentication_rules(inputs, message):
-    with pytest.raises(eks_rules.PulumiEksRefusal, match=re.escape(message)):
-        eks_rules.check_cluster(inputs)
-    eks_rules.check_cluster({"authenticationMode": "API", "instanceRoles": [], "accessEntries": {"a": {}}})
-
-
-@pytest.mark.parametrize(
-    ("inputs", "message"),
-    [
-        ({"nodeRole": "r", "enableEfaSupport": True}, "You must specify placementGroupAvailabilityZone"),
-        ({"nodeRole": "r", "amiId": "ami-1", "amiType": "AL2023_x86_64_NVIDIA"}, "both amiId and amiType"),
-        ({"nodeRole": "r", "launchTemplate": {"id": "lt"}, "nodeadmExtraOptions": []}, "custom launch template"),
-        ({}, "An IAM role, or role ARN must be provided"),
-    ],
-)
-def test_pulumi_eks_managed_node_group_rules(inputs, message):
-    with pytest.raises(eks_rules.PulumiEksRefusal, match=re.escape(message)):
-        eks_rules.check_managed_node_group(inputs)
 
 
 def test_cluster_admins_become_access_entries(dev):

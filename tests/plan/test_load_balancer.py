@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from offline.mocks import placeholder
 from offline.plan import run_program
-from tests.conftest import failing_run
 
 SERVICE = "kubernetes:core/v1:Service"
 
@@ -65,20 +62,6 @@ def test_internal_endpoint_off_declares_no_load_balancer():
     plan = run_program("dev", {"ray-llm-eks:internalEndpoint": False})
     assert plan.of_type(SERVICE) == [] and plan.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation") == []
     assert "internalEndpointUrl" not in plan.outputs
-
-
-@pytest.mark.parametrize(
-    ("ranges", "message"),
-    [
-        (["0.0.0.0/0"], "endpointSourceRanges = '0.0.0.0/0': a network narrower than the whole internet"),
-        ([], "endpointSourceRanges = []: at least one CIDR"),
-        (["10.0.0.1/16"], "endpointSourceRanges = '10.0.0.1/16': CIDR blocks"),
-    ],
-)
-def test_bad_source_ranges_fail_before_any_resource(ranges, message):
-    error, monitor = failing_run({"ray-llm-eks:endpointSourceRanges": ranges})
-    assert message in str(error)
-    assert monitor.registrations == []
 
 
 def test_pod_identity_agent_version_is_ekss_default_for_the_clusters_minor(dev):
