@@ -201,13 +201,13 @@ def test_smoke_cli_fails_on_an_http_error(server, capsys):
     [("stall", "timed out"), ("malformed", ""), ("no_finish", "without a finish_reason"), ("http500", "HTTP 500")],
 )
 def test_a_bad_stream_is_an_error_not_a_hang(server, mode, expected):
+    """The stall lasts 3 s and then the stream goes on: only the client's 1 s stall timeout makes it an
+    error, so the error itself shows the timeout fired (no wall-clock bound needed)."""
     server.mode = mode
     api = core.client(url(server), timeout=1.0)
-    start = time.monotonic()
     result = asyncio.run(core.stream_chat(api, MODEL, [{"role": "user", "content": "hi"}], 7, deadline=10.0))
     assert not result.ok
     assert expected in result.error
-    assert time.monotonic() - start < 5
 
 
 def test_the_deadline_bounds_a_slow_stream(server):
