@@ -78,7 +78,9 @@ def stack_names(root: Path = ROOT) -> list[str]:
 
 
 def _matches(declared_type: str | None, items: dict | None, value) -> bool:
-    """The CLI's type check of a declared key (sdk/go/common/workspace: validateStackConfigValue)."""
+    """The CLI's type check of a declared key (Pulumi CLI v3.274.1 pkg/v3 workspace/config.go
+    validateStackConfigValue, by sdk/v3 go/common/workspace/project.go ValidateConfigValue; stricter than
+    it: a quoted number or boolean is refused, see UPGRADING.md)."""
     if declared_type is None:
         return True
     if declared_type == "string":
@@ -157,7 +159,7 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
             values[full] = _raw_string(value)
 
     # Keys declared in Pulumi.yaml: the CLI merges their default where the stack sets nothing, and
-    # refuses the stack if one has no default (pkg/workspace/config.go, mergeConfig).
+    # refuses the stack if one has no default (Pulumi CLI v3.274.1 pkg/v3 workspace/config.go mergeConfig).
     missing = []
     for short, decl in (project.get("config") or {}).items():
         full = short if ":" in short else f"{name}:{short}"

@@ -64,8 +64,9 @@ def head_group(serving: ServingSettings, with_token: bool, keyed: bool) -> dict:
             for n, p in {**HEAD_PORTS, **observability.head_ports(serving.observability)}.items()
         ],
         "resources": _resources(HEAD_REQUESTS),
-        # Not runAsNonRoot: the serving image's user cannot be inspected here (DESIGN notes); the head
-        # needs no privilege, so it can never gain one.
+        # Not runAsNonRoot: the serving image's user cannot be inspected offline, and kubelet refuses to
+        # start a runAsNonRoot container whose image runs as root; the head needs no privilege, so it
+        # can never gain one.
         "securityContext": {"allowPrivilegeEscalation": False, "seccompProfile": {"type": "RuntimeDefault"}},
     }
     env = [_token_env()] if with_token else []

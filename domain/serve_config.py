@@ -116,9 +116,10 @@ def llm_configs_by_role(doc: dict, where: str) -> dict[str, dict]:
 
 
 # kv_role each side of a PD app may have. No engine refuses a swapped pair: vLLM 0.26's NixlConnector
-# serves either way (it reads kv_role only to warn that kv_both is deprecated, nixl/connector.py:122), but
-# on GPUs the consumer defers freeing blocks a KV load may still read under async scheduling, vLLM's default
-# there (v1/core/sched/scheduler.py:148-154): a swapped pair frees them early on decode.
+# serves either way (it reads kv_role only to warn that kv_both is deprecated: vLLM 0.26.0
+# distributed/kv_transfer/kv_connector/v1/nixl/connector.py NixlBaseConnector.__init__), but on GPUs the
+# consumer defers freeing blocks a KV load may still read under async scheduling, vLLM's default there
+# (v1/core/sched/scheduler.py Scheduler.__init__, defer_block_free): a swapped pair frees them early on decode.
 PD_KV_ROLES = {"prefill": ("kv_producer", "kv_both"), "decode": ("kv_consumer", "kv_both")}
 
 

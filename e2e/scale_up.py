@@ -1,4 +1,4 @@
-"""Issue 11's chain on the real operator and scheduler: a stack whose roles autoscale (xpyd), a new
+"""The scale-up chain on the real operator and scheduler: a stack whose roles autoscale (xpyd), a new
 worker asked for the way Ray's autoscaler asks, the pod the real KubeRay operator makes for it left
 Pending by the real kube-scheduler, and the node the Cluster Autoscaler would add for that pool,
 built only from the ASG tags our program declares, taking it.

@@ -190,8 +190,8 @@ def _serve_roles(resources: list[Resource]) -> dict[str, str]:
 
 
 def _gpu_pools_efa_one_zone(resources: list[Resource]) -> list[tuple[Resource | None, str]]:
-    """PD pools only: the collocated baseline moves no KV cache between nodes (DESIGN notes). A pool
-    is a PD pool when it serves prefill or decode, whatever it is named."""
+    """PD pools only: EFA carries the KV cache from prefill to decode, and the collocated baseline moves
+    none between nodes. A pool is a PD pool when it serves prefill or decode, whatever it is named."""
     found: list[tuple[Resource | None, str]] = []
     subnets: dict[str, Any] = {}
     serves = _serve_roles(resources)

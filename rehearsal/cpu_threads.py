@@ -1,5 +1,5 @@
 """Which threads of the rehearsal burn CPU, and on which cores they may run, read from /proc. The hazard it
-looks for is issue 9's stall: two busy threads of ONE engine process bound to the same single core (vLLM's
+looks for is the PD stall: two busy threads of ONE engine process bound to the same single core (vLLM's
 OpenMP thread and the main thread NixlConnector pins, each waiting on the other: ~60 s per forward pass).
 Threads of different engines sharing a core only take turns; that is reported, not refused.
 """
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # A thread using more than this share of one core over the window counts as busy (the UCX progress thread
-# polls at ~17% of a core, measured in issue 9: below it).
+# polls at ~17% of a core, measured on the 2-core rehearsal machine: below it).
 BUSY_SHARE = 0.25
 
 
@@ -92,7 +92,7 @@ def process_seconds(
 
 
 def pinned_pairs(busy_threads: list[tuple[ThreadSample, float]]) -> list[str]:
-    """Issue 9's hazard: one process with two or more busy threads bound to the same single core."""
+    """The PD stall's cause: one process with two or more busy threads bound to the same single core."""
     groups: dict[tuple[int, int], list[tuple[ThreadSample, float]]] = {}
     for thread, used in busy_threads:
         if len(thread.cpus) == 1:

@@ -137,7 +137,8 @@ def vllm_logging_config() -> dict:
     }
 
 
-# vLLM titles each multiprocessing worker by its ranks (v1/executor/multiproc_executor.py:1032-1046), e.g.
+# vLLM titles each multiprocessing worker by its ranks (vLLM 0.26.0 v1/executor/multiproc_executor.py
+# WorkerProc.setup_proc_title_and_log_prefix), e.g.
 # VLLM::Worker_TP1 or VLLM::Worker_DP0_TP1.
 _TP_RANK = re.compile(r"::Worker\S*_TP(\d+)\b")
 

@@ -142,7 +142,7 @@ def test_pd_pools_in_two_subnets_fail(dev):
 
 
 def test_collocated_pool_needs_no_efa(plans):
-    """The baseline's pool is not a PD pool: EFA off there is no violation (DESIGN notes)."""
+    """The baseline's pool is not a PD pool (it moves no KV cache between nodes): EFA off there is no violation."""
     pools = [r for r in plan_resources(plans["baseline"]) if r.type == rules.MANAGED_NODE_GROUP]
     assert any(
         r.props.get("labels", {}).get(POOL_NODE_LABEL) == "collocated" and not r.props.get("enableEfaSupport")

@@ -72,7 +72,7 @@ def test_node_role_has_the_policies_nodes_need(dev):
 
 
 def test_old_instance_roles_input_fails_the_plan_as_pulumi_eks_words_it(monkeypatch, caplog):
-    """The input the program declared before (instanceRoles with API auth) no longer gets past
+    """instanceRoles with API auth, which pulumi-eks refuses in its own code, does not get past
     `make plan`: offline/eks_rules.py applies pulumi-eks's validateAuthenticationMode. The run's
     leftover futures carrying that error are not logged again when collected; other errors still are."""
     original = eks.Cluster.__init__
