@@ -53,3 +53,17 @@ def test_readme_is_short_with_the_set_up_commands_near_the_top():
     assert len(lines) < 200
     head = "\n".join(lines[:60])
     assert re.search(r"^make test\b", head, re.M) and re.search(r"^make up STACK=dev\b", head, re.M)
+
+
+def test_readme_costs_are_what_the_cost_model_computes():
+    """The README's cost table is domain/cost.py's figures for each shipped stack (at desired size and
+    with every pool at max), so a price or graph change that moves them fails here until it is updated."""
+    from domain import cost
+    from tests.conftest import settings_of
+
+    rows = re.findall(r"^\| `(\w+)` \| [^|]+ \| ([\d.]+) \| ([\d.]+) \|$", (ROOT / "README.md").read_text(), re.M)
+    assert {stack for stack, _, _ in rows} >= {"dev", "baseline", "prod"}
+    for stack, desired, at_max in rows:
+        settings = settings_of(stack=stack)
+        computed = cost.cost_range(settings, settings.prices)
+        assert (f"{computed['desired']:.2f}", f"{computed['max']:.2f}") == (desired, at_max), stack
