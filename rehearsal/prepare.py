@@ -114,7 +114,7 @@ def physical_cores(sys_node: Path = Path("/sys/devices/system/node/node0")) -> t
 
 def nixl_pinned_core(sys_node: Path = Path("/sys/devices/system/node/node0")) -> int:
     """The core vLLM 0.26's NixlConnector pins a CPU engine's main thread to: the highest physical core of the
-    first NUMA node (vLLM 0.26 nixl/base_worker.py, NixlConnectorWorker.__init__)."""
+    first NUMA node (vLLM 0.26.0 nixl/base_worker.py NixlBaseConnectorWorker.__init__)."""
     return max(physical_cores(sys_node))
 
 

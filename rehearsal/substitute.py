@@ -37,10 +37,11 @@ OMP_BIND = "VLLM_CPU_OMP_THREADS_BIND"
 # kv_role each side of a PD app may have (why: domain/serve_config.py, PD_KV_ROLES).
 ROLES = {role: set(allowed) for role, allowed in serve_config.PD_KV_ROLES.items()}
 # Tensor parallelism on the CPU (vLLM 0.26): Ray Serve LLM runs a CPU engine with vLLM's multiprocessing executor
-# (ray/llm/_internal/serve/engines/vllm/vllm_models.py:148-149), one Worker process per rank, joined by vLLM's CPU
-# communicator (device_communicators/cpu_communicator.py, shared memory). Auto OpenMP binding wants one NUMA
-# node per rank (utils/ompmultiprocessing.py:215-222, an assert): with one node, ranks are bound by hand, one
-# physical core each, so no core runs two ranks' threads (issue 9's rule).
+# (Ray 2.58.0 ray/llm/_internal/serve/engines/vllm/vllm_models.py VLLMEngineConfig.get_initialization_kwargs),
+# one Worker process per rank, joined by vLLM's CPU communicator (device_communicators/cpu_communicator.py,
+# shared memory). Auto OpenMP binding wants one NUMA node per rank (vLLM 0.26.0 vllm/utils/ompmultiprocessing.py
+# OMPProcessManager._get_autobind_cpu_ids, an assert): with one node, ranks are bound by hand, one physical core
+# each, so no core runs two ranks' threads (two busy threads on one core stall a forward pass).
 MIN_TP = 2
 
 
@@ -141,8 +142,8 @@ def plan(
         if kv is not None and int(engine.get("tensor_parallel_size", 1)) > 1:
             raise CannotRehearse(
                 f"{where}: prefill/decode with tensor_parallel_size > 1 on the CPU: vLLM's NixlConnector pins every "
-                "rank's main thread to the same last core (vllm/distributed/kv_transfer/kv_connector/v1/nixl/"
-                "base_worker.py:382-395)"
+                "rank's main thread to the same last core (vLLM 0.26.0 vllm/distributed/kv_transfer/kv_connector/"
+                "v1/nixl/base_worker.py NixlBaseConnectorWorker.__init__)"
             )
         if kv is not None:
             extra = kv.setdefault("kv_connector_extra_config", {})
@@ -205,7 +206,8 @@ def _tensor_parallel_here(where: str, config: dict, cores: tuple[int, ...]) -> l
         raise CannotRehearse(
             f"{where}.engine_kwargs.tensor_parallel_size = {tp}: this machine has {len(cores)} physical core(s); "
             f"tensor parallelism on the CPU needs one per rank, at least {MIN_TP} (vLLM's auto OpenMP binding "
-            "asserts one NUMA node per rank: vllm/utils/ompmultiprocessing.py:215-222)"
+            "asserts one NUMA node per rank: vLLM 0.26.0 vllm/utils/ompmultiprocessing.py "
+            "OMPProcessManager._get_autobind_cpu_ids)"
         )
     subs = []
     here = min(tp, len(cores))
@@ -228,7 +230,8 @@ def _tensor_parallel_here(where: str, config: dict, cores: tuple[int, ...]) -> l
 def role_mistakes(doc: dict) -> list[str]:
     """kv_role on the wrong side of a PD app, one line each. No engine reports it: vLLM 0.26's NixlConnector
     serves either way; kv_role only makes a consumer defer freeing blocks a load may race with under async
-    scheduling (v1/core/sched/scheduler.py:148-154), vLLM's default on GPUs and off on the CPU."""
+    scheduling (vLLM 0.26.0 v1/core/sched/scheduler.py Scheduler.__init__, defer_block_free), vLLM's default on
+    GPUs and off on the CPU."""
     configs = serve_config.llm_configs_by_role(doc, "rehearsal")
     if "prefill" not in configs:
         return []
