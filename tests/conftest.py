@@ -8,12 +8,15 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from adapters.stackfile import stack_names
-from offline.mocks import PlanMocks, RecordingMonitor
-from offline.plan import Plan, run_program
+
+if TYPE_CHECKING:
+    from offline.mocks import RecordingMonitor
+    from offline.plan import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,6 +47,8 @@ os.environ["RAY_LLM_EKS_TODAY"] = "2026-11-30"
 @pytest.fixture(scope="session")
 def plans() -> dict[str, Plan]:
     """One offline run per shipped stack file."""
+    from offline.plan import run_program  # here: the unit layer never imports the SDKs
+
     return {stack: run_program(stack) for stack in STACKS}
 
 
@@ -140,6 +145,9 @@ def copy_project(source: Path, target: Path) -> None:
 def failing_run(overrides: dict, stack: str = "dev", offline_plan: bool = True) -> tuple[Exception, RecordingMonitor]:
     """Run the program with overridden stack values; return the error it raised and the monitor,
     so a test can show both the message and that nothing was declared."""
+    from offline.mocks import PlanMocks, RecordingMonitor
+    from offline.plan import run_program
+
     monitor = RecordingMonitor(PlanMocks())
     with pytest.raises(ValueError) as caught:
         run_program(stack, overrides, monitor=monitor, offline_plan=offline_plan)

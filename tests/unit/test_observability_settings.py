@@ -4,6 +4,10 @@ charts' own values.yaml and the operator's CRDs at the pinned versions (offline/
 
 from __future__ import annotations
 
+import copy
+import functools
+from pathlib import Path
+
 import jsonschema
 import pytest
 import yaml
@@ -115,10 +119,17 @@ def test_head_settings_are_the_names_ray_reads():
 # ---- against the charts' values.yaml
 
 
+@functools.cache
+def _parsed(path: Path) -> dict:
+    """A vendored YAML file parsed once per session (with libyaml where PyYAML has it): the charts' values
+    files are up to 200 KB, and several tests read each."""
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def chart_defaults(name: str) -> dict:
     """A chart's values.yaml at the pinned version (offline/schemas/charts/): a default version bumped
     without vendoring the new chart's values fails here, by the file's name."""
-    return yaml.safe_load((SCHEMAS / "charts" / f"{name}.values.yaml").read_text())
+    return copy.deepcopy(_parsed(SCHEMAS / "charts" / f"{name}.values.yaml"))
 
 
 # Maps the chart passes through whole: Grafana's INI file (grafana chart templates/configmap.yaml renders
@@ -203,7 +214,7 @@ def test_chart_defaults_we_rely_on():
 
 
 def crd_validator(plural: str) -> jsonschema.Draft7Validator:
-    crd = yaml.safe_load((SCHEMAS / f"monitoring.coreos.com_{plural}.v0.93.0.yaml").read_text())
+    crd = _parsed(SCHEMAS / f"monitoring.coreos.com_{plural}.v0.93.0.yaml")
     (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
     return jsonschema.Draft7Validator(v1["schema"]["openAPIV3Schema"])
 
