@@ -17,10 +17,13 @@ CACHE_DIR ?= $(or $(RAY_LLM_EKS_CACHE),$(HOME)/.cache/ray-llm-eks)
 # the hash of its pinned requirements so a change of pins builds a new one.
 REHEARSAL_REQS := rehearsal/requirements.txt
 REHEARSAL_VENV ?= $(CACHE_DIR)/rehearsal-venv-$(shell sha256sum $(REHEARSAL_REQS) | cut -c1-12)
+# The load generator's venv (AIPerf, ~1.2 GB, no torch or CUDA; llmclient/aiperf.py names it the same way).
+BENCH_REQS := llmclient/bench-requirements.txt
+BENCH_VENV ?= $(CACHE_DIR)/bench-venv-$(shell sha256sum $(BENCH_REQS) | cut -c1-12)
 URL ?= http://localhost:8000
 
 .PHONY: test test-fast e2e e2e-cluster plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
-	rehearse-faults rehearse-mistakes smoke verify bench policy policy-sdk ingress-check rehearsal-venv check-upstream docs
+	rehearse-faults rehearse-mistakes smoke verify bench bench-venv compare policy policy-sdk ingress-check rehearsal-venv check-upstream docs
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
 	@echo "Installing the pinned Python requirements into $(VENV) (Pulumi SDKs, Ray for its serve schemas, pytest, ruff: about 1 GB, a few minutes the first time; later runs reuse it)..."
@@ -39,14 +42,19 @@ test: $(VENV)/.installed
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest tests/unit
 
+# A venv of exact pins installed without resolving anything again: $(1) the venv, $(2) its requirements.
+define pinned-venv
+rm -rf $(1)
+$(PYTHON) -m venv $(1)
+$(1)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r $(2)
+touch $(1)/.installed
+endef
+
 # No file prerequisite: the venv's name carries the hash of the requirements (a fresh clone's newer
 # file times must not rebuild a venv of the same pins).
 $(REHEARSAL_VENV)/.installed:
 	@echo "Installing the rehearsal venv into $(REHEARSAL_VENV): several GB (torch with its CUDA libraries, vLLM, Ray); several minutes the first time."
-	rm -rf $(REHEARSAL_VENV)
-	$(PYTHON) -m venv $(REHEARSAL_VENV)
-	$(REHEARSAL_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r $(REHEARSAL_REQS)
-	touch $@
+	$(call pinned-venv,$(REHEARSAL_VENV),$(REHEARSAL_REQS))
 
 # The rehearsal's venv alone (CI installs it while the e2e's Go binaries build).
 rehearsal-venv: $(REHEARSAL_VENV)/.installed
@@ -90,11 +98,29 @@ smoke: $(VENV)/.installed
 verify: $(VENV)/.installed
 	$(BIN)/python -m llmclient verify $(URL) --stack $(STACK) $(ARGS)
 
-# A bounded load run (ARGS: --concurrency --requests --prompt-words --max-tokens --time-cap --json FILE);
-# COMPARE="a.json b.json" prints saved runs side by side instead.
-bench: $(VENV)/.installed
-	@if [ -n "$(COMPARE)" ]; then $(BIN)/python -m llmclient compare $(COMPARE); \
-	else $(BIN)/python -m llmclient bench $(URL) $(ARGS); fi
+$(BENCH_VENV)/.installed:
+	@echo "Installing the load generator (AIPerf) into $(BENCH_VENV): about 1.2 GB, a few minutes the first time."
+	$(call pinned-venv,$(BENCH_VENV),$(BENCH_REQS))
+
+bench-venv: $(BENCH_VENV)/.installed
+
+# A sweep of >= 4 load points against an endpoint (AIPerf): OUT/bench.json and OUT/bench.png. The key comes
+# from $$OPENAI_API_KEY. ARGS: --stack (SLO, $$/h, PD), --sweep concurrency:1,2,4,8 | rate:..., --workload
+# fixed|multiturn|dataset (--isl --osl --turns --context-tokens --dataset FILE), --metrics-url (KV figures).
+BENCH_OUT ?= bench-$(shell date +%Y%m%d-%H%M%S)
+bench: $(VENV)/.installed $(BENCH_VENV)/.installed
+	RAY_LLM_EKS_BENCH_VENV=$(BENCH_VENV) $(BIN)/python -m llmclient bench $(URL) --out $(BENCH_OUT) $(ARGS)
+
+# Two endpoints under the same sweep (URL_A, URL_B), or two saved runs (A=dir B=dir): one plot, one verdict.
+COMPARE_OUT ?= compare-$(shell date +%Y%m%d-%H%M%S)
+compare: $(VENV)/.installed $(BENCH_VENV)/.installed
+	@if [ -n "$(URL_A)" ]; then \
+		RAY_LLM_EKS_BENCH_VENV=$(BENCH_VENV) $(BIN)/python -m llmclient bench $(URL_A) --out $(COMPARE_OUT)/a --label "$(or $(LABEL_A),A)" $(ARGS) $(ARGS_A) && \
+		RAY_LLM_EKS_BENCH_VENV=$(BENCH_VENV) $(BIN)/python -m llmclient bench $(URL_B) --out $(COMPARE_OUT)/b --label "$(or $(LABEL_B),B)" $(ARGS) $(ARGS_B) && \
+		RAY_LLM_EKS_BENCH_VENV=$(BENCH_VENV) $(BIN)/python -m llmclient compare $(COMPARE_OUT)/a $(COMPARE_OUT)/b --out $(COMPARE_OUT)/compare.png; \
+	elif [ -n "$(A)" ] && [ -n "$(B)" ]; then \
+		mkdir -p $(COMPARE_OUT) && RAY_LLM_EKS_BENCH_VENV=$(BENCH_VENV) $(BIN)/python -m llmclient compare $(A) $(B) --out $(COMPARE_OUT)/compare.png; \
+	else echo "usage: make compare URL_A=... URL_B=... [ARGS=...] | make compare A=<bench dir> B=<bench dir>"; exit 2; fi
 
 # The in-cluster half for real (README: make e2e): binaries built from Go modules once into
 # ~/.cache/ray-llm-eks/e2e, run on 127.0.0.1 only: the control plane, the KubeRay operator, and our

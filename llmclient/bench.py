@@ -1,174 +1,248 @@
-"""A bounded load run against an OpenAI-compatible endpoint: N requests, C at a time, each with a prompt
-of about P words and at most M output tokens, the whole run capped in time. Reports TTFT and
-inter-token latency percentiles, output tokens/s and errors; saves JSON; compares saved runs."""
+"""`make bench URL=...`: a sweep of at least four load points against an OpenAI-compatible endpoint, driven by
+AIPerf (llmclient/aiperf.py; its configuration: domain/bench.py), one AIPerf run per point with a warm-up
+before the first, fixed seeds and bounded time. Writes DIR/bench.json and DIR/bench.png; `make compare`
+puts two such runs on one plot with a verdict table (llmclient/plot.py).
+
+With `--stack` the SLO, the hourly cost and whether the endpoint is PD come from the stack (the one
+stack->Settings adapter); `--metrics-url` (Ray's Prometheus endpoint of the engines, repeatable) adds the
+NIXL KV transfer figures of each load point."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import os
+import subprocess
 import sys
-import time
-from dataclasses import asdict, dataclass
+import urllib.request
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from llmclient import core
+from domain import bench as plan
+from domain.errors import ConfigError
+from llmclient import aiperf, core
 
-WORDS = "the quick brown fox jumps over the lazy dog while prefill reads and decode writes".split()  # noqa: SIM905
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    url: str
-    model: str | None = None
-    concurrency: int = 4
-    requests: int = 32
-    prompt_words: int = 128  # about one token per word for English text
-    max_tokens: int = 64
-    time_cap: float = 300.0  # seconds for the whole run; unfinished requests count as errors
-    ignore_eos: bool = False  # vLLM extension: always produce max_tokens (comparable runs)
-    timeout: float = core.DEFAULT_TIMEOUT
-    deadline: float = core.DEFAULT_DEADLINE
-    api_key: str | None = None
+# vLLM 0.26 NixlPromMetrics through Ray (every `:` -> `_`, `ray_` prefix; histograms _sum/_count), recorded
+# where the KV is read (the decode engine).
+NIXL_BYTES = "ray_vllm_nixl_bytes_transferred"
+NIXL_TIME = "ray_vllm_nixl_xfer_time_seconds"
 
 
-def prompt(i: int, words: int) -> list[dict]:
-    text = " ".join(WORDS[(i + k) % len(WORDS)] for k in range(words))
-    return [{"role": "user", "content": f"Request {i}. Repeat after me: {text}"}]
+def metric_sums(urls: list[str]) -> plan.KvFigures:
+    """NIXL totals so far over every engine the metrics endpoints export."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals = {"count": 0.0, "bytes": 0.0, "seconds": 0.0}
+    for url in urls:
+        with urllib.request.urlopen(url, timeout=15) as response:  # the user's or the rehearsal's endpoint
+            text = response.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == f"{NIXL_BYTES}_count":
+                    totals["count"] += sample.value
+                elif sample.name == f"{NIXL_BYTES}_sum":
+                    totals["bytes"] += sample.value
+                elif sample.name == f"{NIXL_TIME}_sum":
+                    totals["seconds"] += sample.value
+    return plan.KvFigures(totals["count"], totals["bytes"] / 1e6, totals["seconds"])
 
 
-def _progress(done: int, total: int, errors: int, stream=sys.stderr) -> None:
-    width = 30
-    filled = width * done // max(total, 1)
-    stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} requests, {errors} errors")
-    if done == total:
-        stream.write("\n")
-    stream.flush()
+def _delta(after: plan.KvFigures, before: plan.KvFigures) -> plan.KvFigures:
+    return plan.KvFigures(
+        after.transfers - before.transfers, after.megabytes - before.megabytes, after.seconds - before.seconds
+    )
 
 
-async def run(cfg: BenchConfig, progress=_progress) -> dict:
-    api = core.client(cfg.url, cfg.api_key, cfg.timeout)
-    model = cfg.model
-    if model is None:
-        listed = await asyncio.wait_for(api.models.list(), cfg.deadline)
-        if not listed.data:
+def sweep(
+    target: plan.Target,
+    workload: plan.Workload,
+    sweep_: plan.Sweep,
+    bounds: plan.Bounds,
+    slo: tuple[float, float],
+    seed: int,
+    out: Path,
+    api_key: str | None,
+    kv_totals: Callable[[], plan.KvFigures] | None = None,
+    usd_per_hour: float | None = None,
+    say: Callable[[str], None] = print,
+) -> list[plan.Point]:
+    """Every load point in order, one AIPerf run each (a warm-up before the first); the KV figures of each
+    point are the change of the engines' NIXL totals across it."""
+    points = []
+    for i, load in enumerate(sweep_.points):
+        config = plan.aiperf_config(target, workload, sweep_.kind, load, bounds, *slo, seed, "", warmup=i == 0)
+        before = kv_totals() if kv_totals else None
+        cap = bounds.worst_case_seconds(1) + 240  # AIPerf's own start and stop, on a busy machine
+        result = aiperf.run_point(config, out / f"{sweep_.kind}-{load:g}", api_key, timeout=cap)
+        point = plan.read_point(result.summary, load)
+        point.usd_per_million_output_tokens = plan.usd_per_million_tokens(usd_per_hour, point.output_tokens_per_s)
+        if kv_totals and before is not None:
+            point.kv = _delta(kv_totals(), before).per_transfer()
+        points.append(point)
+        ttft = point.latencies["ttft_ms"]
+        say(
+            f"  {sweep_.kind} {load:g}: {point.requests} requests, goodput {point.goodput or 0:.2f}/s "
+            f"({100 * (point.good_fraction or 0):.0f}% good), TTFT p95 {ttft['p95'] or 0:.0f} ms, "
+            f"{point.errors} errors"
+        )
+    return points
+
+
+def first_model(url: str, api_key: str | None) -> str:
+    async def listed() -> str:
+        models = await asyncio.wait_for(core.client(url, api_key).models.list(), core.DEFAULT_DEADLINE)
+        if not models.data:
             raise RuntimeError("the endpoint lists no model")
-        model = listed.data[0].id
-    extra = {"ignore_eos": True} if cfg.ignore_eos else None
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for i in range(cfg.requests):
-        queue.put_nowait(i)
-    results: list[core.RequestResult] = []
-    errors = 0
+        return models.data[0].id
 
-    async def worker():
-        nonlocal errors
-        while True:
-            try:
-                i = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            result = await core.stream_chat(
-                api, model, prompt(i, cfg.prompt_words), cfg.max_tokens, cfg.deadline, extra
-            )
-            results.append(result)
-            errors += not result.ok
-            if progress:
-                progress(len(results), cfg.requests, errors)
-
-    start = time.perf_counter()
-    tasks = [asyncio.create_task(worker()) for _ in range(max(1, min(cfg.concurrency, cfg.requests)))]
-    _, pending = await asyncio.wait(tasks, timeout=cfg.time_cap)
-    for task in pending:
-        task.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)
-    wall = time.perf_counter() - start
-    unfinished = cfg.requests - len(results)
-    if unfinished and progress:
-        sys.stderr.write(f"\ntime cap {cfg.time_cap:g} s reached: {unfinished} requests not finished\n")
-    return summarize(cfg, model, results, wall, unfinished)
+    return asyncio.run(listed())
 
 
-def summarize(cfg: BenchConfig, model: str, results: list[core.RequestResult], wall: float, unfinished: int) -> dict:
-    ok = [r for r in results if r.ok]
-    ttfts = [r.ttft for r in ok if r.ttft is not None]
-    itls = [gap for r in ok for gap in r.itls]
-    out_tokens = sum(r.output_tokens for r in ok)
-    errors: dict[str, int] = {}
-    for r in results:
-        if not r.ok:
-            errors[r.error] = errors.get(r.error, 0) + 1
-    if unfinished:
-        errors["not finished within the time cap"] = unfinished
+def stack_facts(stack: str) -> dict:
+    """SLO, hourly cost and PD-ness of a stack, through the one stack->Settings adapter."""
+    from adapters import stack as stack_adapter
+    from domain import cost
+    from domain.serve_config import PD_IMPORT
+
+    config = stack_adapter.stack_file(stack)
+    settings = stack_adapter.load_settings(config)
+    mode = stack_adapter.load_deploy_mode(config)
+    estimate = cost.estimate(settings, settings.prices, existing_cluster=mode.existing_cluster)
     return {
-        "config": {k: v for k, v in asdict(cfg).items() if k != "api_key"},
-        "model": model,
-        "requests": cfg.requests,
-        "succeeded": len(ok),
-        "failed": cfg.requests - len(ok),
-        "errors": errors,
-        "wall_seconds": wall,
-        "output_tokens": out_tokens,
-        "output_tokens_per_second": out_tokens / wall if wall > 0 else 0.0,
-        "prompt_tokens_mean": (sum(r.prompt_tokens for r in ok) / len(ok)) if ok else None,
-        "ttft_seconds": {f"p{q}": core.percentile(ttfts, q) for q in (50, 95, 99)},
-        "itl_seconds": {f"p{q}": core.percentile(itls, q) for q in (50, 95, 99)},
+        "slo": (settings.slo.ttft_ms, settings.slo.tpot_ms),
+        "slo_source": f"stack {stack}",
+        "usd_per_hour": estimate.usd_per_hour,
+        "cost_source": f"stack {stack}, on-demand, {estimate.scope}",
+        "pd": settings.serving.serve_document["applications"][0]["import_path"] == PD_IMPORT,
     }
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value * 1000:.1f}"
+def default_facts() -> dict:
+    from domain.slo import default
+
+    slo = default()
+    return {
+        "slo": (slo.ttft_ms, slo.tpot_ms),
+        "slo_source": "the slo key's defaults (no --stack)",
+        "usd_per_hour": None,
+        "cost_source": "unknown (no --stack or --usd-per-hour)",
+        "pd": None,
+    }
 
 
-def table(summary: dict) -> str:
-    t, i = summary["ttft_seconds"], summary["itl_seconds"]
-    rows = [
-        ("model", summary["model"]),
-        ("requests ok / failed", f"{summary['succeeded']} / {summary['failed']}"),
-        ("wall time (s)", f"{summary['wall_seconds']:.2f}"),
-        ("output tokens/s", f"{summary['output_tokens_per_second']:.2f}"),
-        ("TTFT p50 / p95 / p99 (ms)", f"{_ms(t['p50'])} / {_ms(t['p95'])} / {_ms(t['p99'])}"),
-        ("ITL p50 / p95 / p99 (ms)", f"{_ms(i['p50'])} / {_ms(i['p95'])} / {_ms(i['p99'])}"),
-    ]
-    width = max(len(k) for k, _ in rows)
-    lines = [f"{k:<{width}}  {v}" for k, v in rows]
-    lines += [f"error x{count}: {message}" for message, count in summary["errors"].items()]
-    return "\n".join(lines)
+def plot(json_files: list[Path], png: Path, title: str | None = None) -> None:
+    """The PNG, drawn by llmclient/plot.py in the bench venv (matplotlib is pinned there, beside AIPerf)."""
+    command = [str(aiperf.executable("python")), "-m", "llmclient.plot", "--out", str(png)]
+    command += ["--title", title] if title else []
+    env = dict(os.environ, PYTHONPATH=str(aiperf.ROOT), MPLBACKEND="Agg")
+    subprocess.run([*command, *map(str, json_files)], check=True, env=env, cwd=aiperf.ROOT, timeout=300)
 
 
-# Compared metrics: (label, path in the summary, lower is better).
-COMPARED = [
-    ("output tokens/s", ("output_tokens_per_second",), False),
-    ("TTFT p50 (ms)", ("ttft_seconds", "p50"), True),
-    ("TTFT p95 (ms)", ("ttft_seconds", "p95"), True),
-    ("TTFT p99 (ms)", ("ttft_seconds", "p99"), True),
-    ("ITL p50 (ms)", ("itl_seconds", "p50"), True),
-    ("ITL p95 (ms)", ("itl_seconds", "p95"), True),
-    ("ITL p99 (ms)", ("itl_seconds", "p99"), True),
-    ("failed requests", ("failed",), True),
-]
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("url", help="base URL of the endpoint, e.g. http://localhost:8000")
+    p.add_argument("--out", type=Path, required=True, help="directory for bench.json, bench.png and AIPerf's files")
+    p.add_argument("--stack", help="the stack behind the endpoint: its SLO, hourly cost, PD or not")
+    p.add_argument("--label", help="name of this run in plots and tables (default: the stack or the URL)")
+    p.add_argument("--sweep", default="concurrency:1,2,4,8", help="concurrency:1,2,4,8 or rate:0.5,1,2,4")
+    p.add_argument("--workload", default="fixed", choices=plan.WORKLOADS)
+    p.add_argument("--isl", type=int, default=plan.Workload.isl, help="prompt tokens (per user turn)")
+    p.add_argument("--osl", type=int, default=plan.Workload.osl, help="output tokens (per answer)")
+    p.add_argument("--turns", type=int, default=plan.Workload.turns, help="turns per conversation (multiturn)")
+    p.add_argument("--context-tokens", type=int, default=plan.Workload.context_tokens, help="per conversation")
+    p.add_argument("--system-tokens", type=int, default=plan.Workload.system_tokens, help="shared by all")
+    p.add_argument("--dataset", help="your own JSONL (workload dataset)")
+    p.add_argument("--dataset-format", default="single_turn", choices=plan.DATASET_FORMATS)
+    p.add_argument("--requests", type=int, default=plan.Bounds.requests, help="per load point, at most")
+    p.add_argument("--seconds", type=float, default=plan.Bounds.seconds, help="per load point, at most")
+    p.add_argument("--warmup-requests", type=int, default=plan.Bounds.warmup_requests)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--model", help="model id (default: the first the endpoint lists)")
+    p.add_argument("--tokenizer", help="Hugging Face id or local directory (default: the model id)")
+    p.add_argument("--metrics-url", action="append", default=[], help="Ray metrics endpoint(s): KV transfer figures")
+    p.add_argument("--usd-per-hour", type=float, help="the endpoint's cost per hour (default: the stack's)")
+    p.add_argument("--note", default="", help="a line under the plot's title, e.g. 'CPU rehearsal'")
 
 
-def _get(summary: dict, path: tuple[str, ...]):
-    value = summary
-    for key in path:
-        value = value.get(key) if isinstance(value, dict) else None
-    return value
+def bench_arguments(argv: list[str]) -> argparse.Namespace:
+    """`make bench`'s arguments, for a caller other than the command line (the rehearsal)."""
+    parser = argparse.ArgumentParser(prog="bench")
+    add_arguments(parser)
+    return parser.parse_args(argv)
 
 
-def compare(paths: list[Path]) -> str:
-    """One table: each saved run's figures, and each run's ratio to the first (the reference)."""
-    runs = [json.loads(Path(p).read_text()) for p in paths]
-    names = [Path(p).stem for p in paths]
-    header = ["metric", *names, *(f"{n}/{names[0]}" for n in names[1:])]
-    lines = [header]
-    for label, path, _lower_better in COMPARED:
-        values = [_get(r, path) for r in runs]
-        scale = 1000 if "(ms)" in label else 1
-        shown = ["-" if v is None else f"{v * scale:.2f}" if isinstance(v, float) else str(v) for v in values]
-        ratios = []
-        for v in values[1:]:
-            ref = values[0]
-            ratios.append("-" if v is None or not ref else f"{v / ref:.2f}x")
-        lines.append([label, *shown, *ratios])
-    widths = [max(len(row[c]) for row in lines) for c in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in lines)
+def run(args: argparse.Namespace, api_key: str | None = None, say: Callable[[str], None] = print) -> plan.Run:
+    """The sweep; the key from `api_key` or $OPENAI_API_KEY (never on a command line)."""
+    api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
+    workload = plan.check_workload(
+        plan.Workload(
+            kind=args.workload,
+            isl=args.isl,
+            osl=args.osl,
+            turns=args.turns,
+            context_tokens=args.context_tokens,
+            system_tokens=args.system_tokens,
+            dataset=str(Path(args.dataset).resolve()) if args.dataset else None,
+            dataset_format=args.dataset_format,
+        )
+    )
+    sweep_ = plan.parse_sweep(args.sweep)
+    facts = stack_facts(args.stack) if args.stack else default_facts()
+    if args.usd_per_hour is not None:
+        facts.update(usd_per_hour=args.usd_per_hour, cost_source="--usd-per-hour")
+    bounds = replace(plan.Bounds(), requests=args.requests, seconds=args.seconds, warmup_requests=args.warmup_requests)
+    model = args.model or first_model(args.url, api_key)
+    target = plan.Target(args.url, model, args.tokenizer or model, api_key=api_key is not None)
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    say(
+        f"bench {args.url} ({model}): {workload.describe()}; {sweep_.kind} {list(sweep_.points)}; SLO TTFT "
+        f"{facts['slo'][0]:g} ms, TPOT {facts['slo'][1]:g} ms ({facts['slo_source']}); at most "
+        f"{bounds.worst_case_seconds(len(sweep_.points)) / 60:.0f} min of load"
+    )
+    kv = (lambda: metric_sums(args.metrics_url)) if args.metrics_url else None
+    points = sweep(
+        target, workload, sweep_, bounds, facts["slo"], args.seed, out, api_key, kv, facts["usd_per_hour"], say
+    )
+    result = plan.Run(
+        label=args.label or args.stack or args.url,
+        url=args.url,
+        model=model,
+        sweep=sweep_,
+        workload=workload,
+        slo_ttft_ms=facts["slo"][0],
+        slo_tpot_ms=facts["slo"][1],
+        slo_source=facts["slo_source"],
+        usd_per_hour=facts["usd_per_hour"],
+        cost_source=facts["cost_source"],
+        pd=facts["pd"],
+        seed=args.seed,
+        points=points,
+        note=args.note,
+    )
+    (out / "bench.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    return result
+
+
+def main_bench(args: argparse.Namespace) -> int:
+    try:
+        result = run(args)
+        plot([args.out / "bench.json"], args.out / "bench.png")
+    except (ConfigError, aiperf.AiperfFailed) as exc:
+        print(f"bench FAILED: {exc}", file=sys.stderr)
+        return 1 if isinstance(exc, aiperf.AiperfFailed) else 2
+    print(plan.text_table(plan.point_rows(result)))
+    print()
+    print(plan.text_table(plan.verdict_rows([result])))
+    print(f"saved {args.out / 'bench.json'} and {args.out / 'bench.png'}")
+    return 1 if any(p.errors for p in result.points) else 0
+
+
+def main_compare(runs: list[Path], png: Path, title: str | None = None) -> int:
+    """Two (or more) saved runs: one plot, one verdict table."""
+    loaded = [plan.run_from_json(json.loads(Path(p).read_text())) for p in runs]
+    plot(list(runs), png, title)
+    print(plan.text_table(plan.verdict_rows(loaded)))
+    print(f"saved {png}")
+    return 0

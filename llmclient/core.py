@@ -1,11 +1,10 @@
-"""What smoke and bench share: a client with timeouts everywhere, one timed streamed request, percentiles,
+"""What smoke, verify and the rehearsal share: a client with timeouts everywhere, one timed streamed request,
 and the Ray metrics that show which Serve deployments handled requests."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
 import re
 import time
 import urllib.error
@@ -123,15 +122,6 @@ def http_status(url: str, api_key: str | None, body: dict | None = None, timeout
             return response.status
     except urllib.error.HTTPError as exc:
         return exc.code
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
 
 
 # Ray Serve's per-deployment request counter (Ray metrics endpoint, Prometheus text).

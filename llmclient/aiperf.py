@@ -1,0 +1,87 @@
+"""Running the load generator, AIPerf, from its own venv (`make bench-venv`: its pins clash with the dev and
+rehearsal venvs'). One run per load point: its YAML configuration (domain.bench.aiperf_config, the API key
+only as a reference to $OPENAI_API_KEY), its artifacts, its summary and per-request records."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+REQUIREMENTS = ROOT / "llmclient" / "bench-requirements.txt"
+CACHE = Path(os.environ.get("RAY_LLM_EKS_CACHE", Path.home() / ".cache" / "ray-llm-eks"))
+SUMMARY = "profile_export_aiperf.json"
+RECORDS = "profile_export.jsonl"
+
+
+class AiperfFailed(RuntimeError):
+    """AIPerf ended without a summary: one line of why, the log's path."""
+
+
+def bench_venv() -> Path:
+    """$RAY_LLM_EKS_CACHE/bench-venv-<first 12 hex of the requirements' sha256>, as the Makefile names it."""
+    digest = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()[:12]
+    return Path(os.environ.get("RAY_LLM_EKS_BENCH_VENV", CACHE / f"bench-venv-{digest}"))
+
+
+def executable(name: str = "aiperf") -> Path:
+    path = bench_venv() / "bin" / name
+    if not path.exists():
+        raise AiperfFailed(f"{path} is missing: run `make bench-venv` (AIPerf and its pins, about 1.2 GB)")
+    return path
+
+
+@dataclass(frozen=True)
+class PointResult:
+    summary: dict  # profile_export_aiperf.json
+    records: list[dict]  # profile_export.jsonl: one per request (metadata: conversation_id, turn_index, x_request_id)
+    directory: Path
+
+
+def run_point(config: dict, directory: Path, api_key: str | None, timeout: float) -> PointResult:
+    """One AIPerf run of `config` (its artifacts under `directory`), at most `timeout` seconds."""
+    directory.mkdir(parents=True, exist_ok=True)
+    config = json.loads(json.dumps(config))
+    config["benchmark"]["artifacts"]["dir"] = str(directory / "aiperf")
+    config_file = directory / "aiperf.yaml"
+    config_file.write_text(yaml.safe_dump(config, sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    if api_key:
+        env["OPENAI_API_KEY"] = api_key  # referenced from the config as ${OPENAI_API_KEY}
+    log = directory / "aiperf.log"
+    with log.open("w") as out:
+        try:
+            done = subprocess.run(
+                [str(executable()), "profile", "--config", str(config_file)],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise AiperfFailed(f"AIPerf did not finish within {timeout:g} s (log: {log})") from None
+    summaries = sorted((directory / "aiperf").rglob(SUMMARY), key=lambda p: len(p.parts))
+    if done.returncode != 0 or not summaries:
+        reason = _last_reason(log.read_text(errors="replace"))
+        raise AiperfFailed(f"AIPerf exited {done.returncode}: {reason} (log: {log})")
+    summary_file = summaries[0]
+    records_file = summary_file.parent / RECORDS
+    records = [json.loads(line) for line in records_file.read_text().splitlines() if line.strip()]
+    return PointResult(json.loads(summary_file.read_text()), records, summary_file.parent)
+
+
+def _last_reason(log: str) -> str:
+    """AIPerf's own reason, from its closing error box or last ERROR line."""
+    lines = [line.strip(" │╭╰─") for line in log.splitlines()]
+    for marker in ("Reason:", "ERROR"):
+        hits = [line for line in lines if marker in line]
+        if hits:
+            return hits[-1].split(marker, 1)[-1].strip()[:300]
+    return "no reason logged"
