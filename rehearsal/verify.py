@@ -36,6 +36,11 @@ def application(dashboard: str, app: str) -> dict:
     return (status.get("applications") or {}).get(app) or {}
 
 
+def running(dashboard: str, app: str, role: str) -> list[dict]:
+    """The RUNNING replicas of one LLM role now (each with its `deployment` name)."""
+    return topology.running_replicas(application(dashboard, app)).get(role, [])
+
+
 def served_so_far(metrics_urls: list[str]) -> dict[str, float]:
     """replica id -> requests so far, over every Ray node's metrics (each exports its own replicas)."""
     served: dict[str, float] = {}

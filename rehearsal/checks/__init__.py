@@ -55,7 +55,7 @@ def measure_threads(run_id: str, work) -> tuple:
 
 def all_checks() -> list[Check]:
     """Every check, in the order they run (imported here so that each module may import this one)."""
-    from rehearsal.checks import extras, faults, smoke, threads, topology
+    from rehearsal.checks import extras, faults, routing, smoke, threads, topology
 
     return [
         topology.REPLICAS,
@@ -65,6 +65,7 @@ def all_checks() -> list[Check]:
         threads.THREADS,
         topology.TP_RANKS,
         topology.KV_READS,
+        routing.COMPARE_ROUTERS,
         extras.SCALE_DEMO,
         extras.BENCH,
         faults.FAULTS_CHECK,  # last: it restarts engines and the head

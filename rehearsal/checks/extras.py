@@ -1,13 +1,14 @@
-"""Checks chosen through ARGS: Ray Serve's per-role autoscaling (`--scale-demo ROLE`) and a short bench
-(`--bench FILE`)."""
+"""Checks chosen through ARGS: Ray Serve's per-role autoscaling (`--scale-demo ROLE`) and `make bench`'s sweep
+against the rehearsal (`--bench DIR`)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 from pathlib import Path
 
+from domain import bench as domain_bench
+from domain.serve_config import llm_configs_by_role
 from llmclient import bench
 from rehearsal import cpu_threads, scale_demo, substitute, topology
 from rehearsal.checks import Check, measure_threads
@@ -43,27 +44,27 @@ def _scale(ctx: Context) -> None:
 
 
 def _bench_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bench", type=Path, help="after the smoke, a short bench saved to this JSON file")
+    parser.add_argument(
+        "--bench", type=Path, metavar="DIR", help="after the checks, `make bench`'s sweep (small) into DIR"
+    )
 
 
 def _bench(ctx: Context) -> None:
-    config = bench.BenchConfig(
-        url=ctx.url,
-        api_key=ctx.api_key,
-        concurrency=2,
-        requests=8,
-        prompt_words=64,
-        max_tokens=32,
-        time_cap=240,
-        ignore_eos=True,
+    """`make bench` against the rehearsal: the stack's SLO and cost, the engines' KV figures, a small sweep."""
+    tokenizer = next(iter(llm_configs_by_role(ctx.document, "rehearsal").values()))["model_loading_config"]
+    args = bench.bench_arguments(
+        [ctx.url, "--out", str(ctx.args.bench), "--stack", ctx.args.stack, "--label", f"{ctx.args.stack} (CPU)"]
+        + ["--model", ctx.model, "--tokenizer", tokenizer["model_source"], "--isl", "128", "--osl", "32"]
+        + ["--requests", "16", "--seconds", "60", "--warmup-requests", "2", "--note", CPU_NOTE]
+        + [arg for url in ctx.metrics_urls for arg in ("--metrics-url", url)]
     )
-    summary = asyncio.run(bench.run(config))
-    say(bench.table(summary))
-    ctx.args.bench.write_text(json.dumps(summary, indent=2) + "\n")
-    say(f"saved {ctx.args.bench}")
-    ctx.results["bench"] = summary
-    if summary["failed"]:
-        raise RehearsalFailed(f"bench: {summary['failed']} requests failed")
+    result = bench.run(args, api_key=ctx.api_key, say=say)
+    bench.plot([ctx.args.bench / "bench.json"], ctx.args.bench / "bench.png")
+    say(domain_bench.text_table(domain_bench.point_rows(result)))
+    ctx.results["bench"] = result.to_json()
+    ctx.timeline.append(f"bench: {ctx.args.bench / 'bench.json'}, {ctx.args.bench / 'bench.png'}")
+    if failed := sum(p.errors for p in result.points):
+        raise RehearsalFailed(f"bench: {failed} requests failed")
 
 
 SCALE_DEMO = Check(
@@ -74,4 +75,5 @@ SCALE_DEMO = Check(
     prepare=_scale_prepare,
     replicas_added=lambda args: {args.scale_demo: 1},
 )
+CPU_NOTE = "CPU rehearsal (a 2-layer stand-in model on 2 cores): not a GPU verdict"
 BENCH = Check("bench", _bench, selected=lambda args: bool(getattr(args, "bench", None)), options=_bench_options)

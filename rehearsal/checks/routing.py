@@ -1,0 +1,221 @@
+"""`--compare-routers`: the same shared-prefix multi-turn workload (AIPerf), once with Serve's power-of-two router
+and once with the stack's prefix-affinity router, on one running application: prefix-cache hit rate (vLLM),
+the share of later turns that landed on the replica holding their prefix (Serve's logs), TTFT (AIPerf).
+
+The application is deployed with power of two on the routed role (printed), then switched to the stack's
+router with the application's `deployments:` override, as an operator would without a new serve config; the
+check reports whether that restarted the engines (replica ids and pids before and after). Prefix affinity
+must win on hit rate. Needs two replicas of a routed role (dp: collocated; xpyd: prefill)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+import urllib.request
+from pathlib import Path
+
+from domain import bench, routing
+from domain.serve_config import llm_configs_by_role
+from llmclient import aiperf, core
+from rehearsal import routers, substitute, topology, verify
+from rehearsal.checks import Check
+from rehearsal.context import Context, RehearsalFailed, say
+from rehearsal.verify import http_json
+
+# The workload: conversations of TURNS turns, each opening with its own CONTEXT tokens (the prefix a replica
+# caches), at CONCURRENCY requests in flight: two per replica. Small enough for 2 CPU cores.
+CONVERSATIONS, TURNS, CONTEXT, USER_TOKENS, ANSWER_TOKENS, CONCURRENCY = 8, 4, 512, 64, 16, 4
+SWITCH_TIMEOUT = 900.0  # s: Serve restarts the engines one at a time, 1.5-2 min each on 2 busy cores
+FIRST_REQUEST_DEADLINE = 600.0  # s: the router's PrefixTreeActor took ~2 min to start on 2 busy cores
+DEFAULT_AFFINITY = routing.RoleRouting("prefixAffinity").request_router_config()
+
+
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--compare-routers",
+        action="store_true",
+        help="power of two, then the stack's prefix affinity, on the same engines (needs 2 replicas of a role)",
+    )
+
+
+def routed_role(document: dict) -> str | None:
+    """The role whose router is compared: the first of collocated, prefill that starts with 2+ replicas."""
+    starts = topology.expected_replicas(document)
+    configs = llm_configs_by_role(document, "rehearsal")
+    return next((r for r in routing.ROUTABLE_ROLES if r in configs and starts.get(r, 0) >= 2), None)
+
+
+def _prepare(plan: substitute.Plan, args: argparse.Namespace) -> list[str]:
+    role = routed_role(plan.document)
+    if role is None:
+        raise ValueError("--compare-routers needs a collocated or prefill role with 2 replicas or more (dp, xpyd)")
+    deployment = llm_configs_by_role(plan.document, "rehearsal")[role].setdefault("deployment_config", {})
+    stack_router = deployment.pop("request_router_config", None)
+    args.compare_routers_role = role
+    args.compare_routers_config = stack_router or DEFAULT_AFFINITY
+    source = "the stack's" if stack_router else "Ray's default prefix affinity (the stack routes by power of two)"
+    return [f"{role}: deployed with Serve's power-of-two router; {source} router is switched in later"]
+
+
+def _replicas(ctx: Context) -> dict[str, list[tuple[str, int | None]]]:
+    application = verify.application(ctx.dashboard, ctx.app)
+    return {
+        name: sorted((r["replica_id"], r.get("pid")) for r in d.get("replicas") or [])
+        for name, d in (application.get("deployments") or {}).items()
+    }
+
+
+def _metrics(ctx: Context) -> dict[str, tuple[float, float]]:
+    texts = []
+    for url in ctx.metrics_urls:
+        with urllib.request.urlopen(url, timeout=15) as response:  # loopback only
+            texts.append(response.read().decode())
+    return routers.prefix_cache_counts(texts)
+
+
+def _prefix_tree_actors(ctx: Context) -> int:
+    """Live PrefixTreeActor actors (Ray's state API): PrefixCacheAffinityRouter.initialize_state creates one
+    per routed deployment (Ray 2.58 prefix_aware_router.py), so none exists before that router runs."""
+    listed = http_json("GET", f"{ctx.dashboard}/api/v0/actors?limit=10000&detail=false", timeout=30)
+    actors = ((listed.get("data") or {}).get("result") or {}).get("result") or []
+    return sum(1 for a in actors if a.get("class_name") == "PrefixTreeActor" and a.get("state") == "ALIVE")
+
+
+def _replica_logs(ctx: Context, deployment: str) -> list[str]:
+    lines = []
+    for path in sorted((ctx.log_dir / "serve").glob(f"replica_{ctx.app}_{deployment}_*.log")):
+        lines += path.read_text(errors="replace").splitlines()
+    return lines
+
+
+def _phase(ctx: Context, policy: str, seed: int, deployment: str, out: Path) -> routers.Phase:
+    role = ctx.args.compare_routers_role
+    tokenizer = llm_configs_by_role(ctx.document, "rehearsal")[role]["model_loading_config"]["model_source"]
+    workload = bench.Workload(
+        "multiturn", isl=USER_TOKENS, osl=ANSWER_TOKENS, turns=TURNS, context_tokens=CONTEXT
+    )  # fmt: skip
+    bounds = bench.Bounds(sessions=CONVERSATIONS, seconds=300, grace_seconds=120, warmup_requests=0)
+    target = bench.Target(ctx.url, ctx.model, tokenizer, api_key=ctx.api_key is not None)
+    config = bench.aiperf_config(target, workload, "concurrency", CONCURRENCY, bounds, 1e9, 1e9, seed, "", False)
+    replicas = [r["replica_id"] for r in verify.running(ctx.dashboard, ctx.app, role)]
+    before = _metrics(ctx)
+    ctx.mark(f"{policy}: {CONVERSATIONS} conversations x {TURNS} turns, {CONCURRENCY} in flight (AIPerf)")
+    result = aiperf.run_point(config, out / policy, ctx.api_key, timeout=bounds.worst_case_seconds(1) + 240)
+    time.sleep(verify.METRICS_WAIT)  # Ray's agent exports every 2 s here (RAY_metrics_report_interval_ms)
+    hits = routers.hit_rate(before, _metrics(ctx), replicas)
+    component = f"{ctx.app}_{deployment}"
+    land = routers.landing(result.records, routers.served_by(_replica_logs(ctx, deployment), component))
+    return routers.phase(policy, hits, land, bench.read_point(result.summary, CONCURRENCY), result.records)
+
+
+def _class_name(path: str) -> str:
+    return str(path).replace(":", ".").rpartition(".")[2]
+
+
+def _first_request(ctx: Context) -> float:
+    """Seconds one streamed request takes right after the switch: the new router's first use creates its
+    PrefixTreeActor (a new Ray worker process), and Ray 2.58's router waits on it with ray.get."""
+    start = time.monotonic()
+    api = core.client(ctx.url, ctx.api_key, timeout=FIRST_REQUEST_DEADLINE)
+    prompt = [{"role": "user", "content": "Count from one to ten."}]
+    result = asyncio.run(core.stream_chat(api, ctx.model, prompt, 8, deadline=FIRST_REQUEST_DEADLINE))
+    if not result.ok:
+        raise RehearsalFailed(f"the first request after the router switch failed: {result.error}")
+    return time.monotonic() - start
+
+
+def _switch(ctx: Context, deployment: str, router: dict) -> str:
+    """The stack's router through the application's `deployments:` override; waits until the deployment runs
+    with it. Returns what happened to the replicas (restarted or reconfigured)."""
+    before = _replicas(ctx)
+    document = json.loads(json.dumps(ctx.document))
+    document["applications"][0]["deployments"] = [{"name": deployment, "request_router_config": router}]
+    start = time.monotonic()
+    http_json("PUT", f"{ctx.dashboard}/api/serve/applications/", document, timeout=60)
+    ctx.mark(f"router of {deployment} switched with a deployments: override: {router['request_router_class']}")
+    while True:
+        application = verify.application(ctx.dashboard, ctx.app)
+        details = (application.get("deployments") or {}).get(deployment) or {}
+        configured = ((details.get("deployment_config") or {}).get("request_router_config") or {}).get(
+            "request_router_class", ""
+        )
+        replicas = details.get("replicas") or []
+        settled = (
+            application.get("status") == "RUNNING"
+            and details.get("status") == "HEALTHY"
+            and _class_name(configured) == _class_name(router["request_router_class"])
+            and replicas
+            and all(r.get("state") == "RUNNING" for r in replicas)
+            and all(
+                d.get("status") == "HEALTHY" and all(r.get("state") == "RUNNING" for r in d.get("replicas") or [])
+                for d in (application.get("deployments") or {}).values()
+            )
+        )
+        if settled:
+            break
+        if time.monotonic() - start > SWITCH_TIMEOUT:
+            raise RehearsalFailed(f"the router switch did not settle within {SWITCH_TIMEOUT:g} s")
+        time.sleep(2.0)
+    after = _replicas(ctx)
+    seconds = time.monotonic() - start
+    restarted = sorted(name for name in after if set(after[name]) != set(before.get(name, [])))
+    what = (
+        f"restarted the replicas of {', '.join(restarted)} (new replica ids/pids)"
+        if restarted
+        else "reconfigured in place (same replica ids and pids)"
+    )
+    ctx.mark(f"switch settled after {seconds:.0f} s: {what}")
+    ctx.results["router switch"] = {"seconds": seconds, "restarted": restarted, "before": before, "after": after}
+    return what
+
+
+def _compare(ctx: Context) -> None:
+    role = ctx.args.compare_routers_role
+    deployment = verify.running(ctx.dashboard, ctx.app, role)[0]["deployment"]
+    out = ctx.run_dir / "routers"
+    if _prefix_tree_actors(ctx):
+        raise RehearsalFailed("a PrefixTreeActor runs before the prefix-affinity router was configured")
+    first = _phase(ctx, "powerOfTwo", 11, deployment, out)
+    what = _switch(ctx, deployment, ctx.args.compare_routers_config)
+    first_request = _first_request(ctx)
+    ctx.mark(f"first request after the switch answered in {first_request:.1f} s")
+    # Every replica serves once (other prompts) before the measured phase, as before the first.
+    running = topology.running_replicas(verify.application(ctx.dashboard, ctx.app))
+    asyncio.run(verify.serve_every_replica(ctx.url, ctx.model, ctx.metrics_urls, running, 2, api_key=ctx.api_key))
+    second = _phase(ctx, "prefixAffinity", 12, deployment, out)
+    trees = _prefix_tree_actors(ctx)
+    lines = routers.table([first, second])
+    say(f"\nRouters compared on {role} ({CONVERSATIONS} conversations x {TURNS} turns, {CONTEXT} context tokens each):")
+    for line in lines:
+        say(f"  {line}")
+    say(f"  the switch {what}; the first request after it took {first_request:.1f} s; PrefixTreeActor alive: {trees}")
+    report = {
+        "role": role,
+        "switch": what,
+        "switch_seconds": ctx.results["router switch"]["seconds"],
+        "first_request_after_switch_seconds": first_request,
+        "phases": [first.as_json(), second.as_json()],
+        "prefix_tree_actors": trees,
+    }
+    (out / "routers.json").write_text(json.dumps(report, indent=2) + "\n")
+    ctx.results["routers"] = report
+    ctx.timeline += [f"routers ({role}): {line}" for line in lines[1:3]]
+    if errors := first.errors + second.errors:
+        raise RehearsalFailed(f"router comparison: {errors} requests failed")
+    if not trees:
+        raise RehearsalFailed("no PrefixTreeActor after the switch: the prefix-affinity router never ran")
+    if (second.hit_rate or 0) <= (first.hit_rate or 0):
+        raise RehearsalFailed(
+            f"prefix affinity did not raise the prefix-cache hit rate: {second.hit_rate} vs {first.hit_rate}"
+        )
+
+
+COMPARE_ROUTERS = Check(
+    "compare routers",
+    _compare,
+    selected=lambda args: bool(getattr(args, "compare_routers", False)),
+    options=_options,
+    prepare=_prepare,
+)

@@ -1,0 +1,185 @@
+"""Two request routers side by side on the same running engines, judged from what the engines and Serve
+report: vLLM's own prefix-cache counters (hit rate), Serve's replica logs (which replica served each turn of
+each conversation: did it land where its prefix is cached?), the load generator's TTFT. Pure Python over
+text and records (`make test` checks it); rehearsal/checks/routing.py runs it."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from domain import bench
+
+# vLLM 0.26 vllm/v1/metrics/loggers.py PrometheusStatLogger: prompt tokens looked up in, and found in, the
+# engine's prefix cache; through Ray (ray_wrappers.py) with the Serve replica's unique id as `ReplicaId`.
+QUERIES = "ray_vllm_prefix_cache_queries_total"
+HITS = "ray_vllm_prefix_cache_hits_total"
+# A Serve replica's access line (Ray 2.58 ray/serve/_private/logging_utils.py ServeFormatter):
+# "INFO 2026-12-01 14:41:47,906 <app>_<deployment> <replica> <request id> -- CALL chat OK 838.5ms".
+CALL = re.compile(r"^\w+ \S+ \S+ (?P<component>\S+) (?P<replica>\S+) (?P<request>\S+) -- CALL (?:chat|completions) ")
+_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)", re.M)
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def prefix_cache_counts(metrics_texts: Iterable[str]) -> dict[str, tuple[float, float]]:
+    """replica id -> (prompt tokens queried, found in the prefix cache) so far, over every metrics text."""
+    counts: dict[str, list[float]] = {}
+    for text in metrics_texts:
+        for m in _SAMPLE.finditer(text):
+            if m["name"] not in (QUERIES, HITS):
+                continue
+            replica = dict(_LABEL.findall(m["labels"])).get("ReplicaId", "")
+            pair = counts.setdefault(replica, [0.0, 0.0])
+            pair[0 if m["name"] == QUERIES else 1] += float(m["value"])
+    return {replica: (q, h) for replica, (q, h) in counts.items()}
+
+
+def hit_rate(
+    before: Mapping[str, tuple[float, float]], after: Mapping[str, tuple[float, float]], replicas: Iterable[str]
+) -> tuple[float, float]:
+    """(hit tokens, queried tokens) between two snapshots, over `replicas` (a replica absent before started
+    after it: its counters started at 0)."""
+    hits = queries = 0.0
+    for replica in replicas:
+        q0, h0 = before.get(replica, (0.0, 0.0))
+        q1, h1 = after.get(replica, (0.0, 0.0))
+        queries += q1 - q0
+        hits += h1 - h0
+    return hits, queries
+
+
+def served_by(log_lines: Iterable[str], component: str) -> dict[str, str]:
+    """request id -> replica id, from the access lines of `component` (`<app>_<deployment>`) replicas."""
+    found = {}
+    for line in log_lines:
+        m = CALL.match(line)
+        if m and m["component"] == component:
+            found[m["request"]] = m["replica"]
+    return found
+
+
+@dataclass(frozen=True)
+class Landing:
+    landed: int  # turns after the first that went to the replica that served the conversation's previous turn
+    turns: int  # turns after the first whose replica, and their previous turn's, are known
+    unknown: int  # turns after the first without a replica in Serve's logs
+
+    @property
+    def share(self) -> float | None:
+        return self.landed / self.turns if self.turns else None
+
+
+def landing(records: Iterable[Mapping], replica_of: Mapping[str, str]) -> Landing:
+    """Of each conversation's turns after the first, how many landed on the replica that served its previous
+    turn, which holds the longest cached prefix of it (AIPerf records: conversation_id, turn_index,
+    x_request_id; warm-up records left out)."""
+    turns: dict[str, dict[int, str | None]] = {}
+    for record in records:
+        meta = record.get("metadata") or {}
+        if meta.get("benchmark_phase") == "warmup":
+            continue
+        turns.setdefault(meta["conversation_id"], {})[int(meta["turn_index"])] = replica_of.get(meta["x_request_id"])
+    landed = known = unknown = 0
+    for by_turn in turns.values():
+        for index, replica in by_turn.items():
+            if index == 0:
+                continue
+            previous = by_turn.get(index - 1)
+            if replica is None or previous is None:
+                unknown += 1
+                continue
+            known += 1
+            landed += replica == previous
+    return Landing(landed, known, unknown)
+
+
+def later_turn_ttfts_ms(records: Iterable[Mapping]) -> list[float]:
+    """TTFT of every turn after the first (the turns whose prefix a replica may hold)."""
+    values = []
+    for record in records:
+        meta = record.get("metadata") or {}
+        ttft = (record.get("metrics") or {}).get("time_to_first_token") or {}
+        if meta.get("benchmark_phase") != "warmup" and int(meta.get("turn_index", 0)) > 0 and "value" in ttft:
+            values.append(float(ttft["value"]))
+    return values
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest rank (q in 0..100)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(q / 100 * len(ordered))) - 1]
+
+
+@dataclass(frozen=True)
+class Phase:
+    policy: str
+    hit_tokens: float
+    queried_tokens: float
+    landing: Landing
+    ttft_ms: dict[str, float | None]  # every turn: p50, p95 (AIPerf)
+    later_ttft_ms: dict[str, float | None]  # turns after the first: p50, p95
+    requests: int
+    errors: int
+
+    @property
+    def hit_rate(self) -> float | None:
+        return self.hit_tokens / self.queried_tokens if self.queried_tokens else None
+
+    def as_json(self) -> dict:
+        return {
+            "policy": self.policy,
+            "prefix_cache_hit_rate": self.hit_rate,
+            "hit_tokens": self.hit_tokens,
+            "queried_tokens": self.queried_tokens,
+            "landed_on_prefix_replica": self.landing.share,
+            "landed": self.landing.landed,
+            "later_turns": self.landing.turns,
+            "later_turns_unknown": self.landing.unknown,
+            "ttft_ms": self.ttft_ms,
+            "later_turn_ttft_ms": self.later_ttft_ms,
+            "requests": self.requests,
+            "errors": self.errors,
+        }
+
+
+def phase(policy: str, hits: tuple[float, float], land: Landing, point: bench.Point, records: list[dict]) -> Phase:
+    later = later_turn_ttfts_ms(records)
+    ttft = point.latencies.get("ttft_ms", {})
+    return Phase(
+        policy,
+        hits[0],
+        hits[1],
+        land,
+        {"p50": ttft.get("p50"), "p95": ttft.get("p95")},
+        {"p50": percentile(later, 50), "p95": percentile(later, 95)},
+        point.requests,
+        point.errors,
+    )
+
+
+def table(phases: list[Phase]) -> list[str]:
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{100 * v:.1f}%"
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v:.0f}"
+
+    def landed(p: Phase) -> str:
+        return f"{pct(p.landing.share)} ({p.landing.landed}/{p.landing.turns})"
+
+    rows = [
+        ["", *(p.policy for p in phases)],
+        ["prefix-cache hit rate (vLLM)", *(f"{pct(p.hit_rate)} of {p.queried_tokens:.0f} tok" for p in phases)],
+        ["later turns on their prefix's replica", *(landed(p) for p in phases)],
+        ["TTFT p50 / p95 ms, every turn", *(f"{ms(p.ttft_ms['p50'])} / {ms(p.ttft_ms['p95'])}" for p in phases)],
+        [
+            "TTFT p50 / p95 ms, later turns",
+            *(f"{ms(p.later_ttft_ms['p50'])} / {ms(p.later_ttft_ms['p95'])}" for p in phases),
+        ],
+        ["requests / errors", *(f"{p.requests} / {p.errors}" for p in phases)],
+    ]
+    return bench.text_table(rows).splitlines()
