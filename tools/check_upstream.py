@@ -618,6 +618,64 @@ def check_ray_dashboards(ctx: Context) -> list[str]:
     return [] if run.returncode == 0 else (run.stdout + run.stderr).strip().splitlines()
 
 
+def check_ray_request_routing(ctx: Context) -> list[str]:
+    from domain import routing
+
+    ray = _ray(ctx)
+    router_path = "ray/llm/_internal/serve/routing_policies/prefix_aware/prefix_aware_router.py"
+    state = ast.parse(python_symbol(ray.read(router_path), "PrefixCacheAffinityRouter.initialize_state")).body[0]
+    names = [a.arg for a in state.args.args[1:]]
+    defaults = [ast.literal_eval(d) if not isinstance(d, ast.Call) else float("inf") for d in state.args.defaults]
+    theirs = {n: d for n, d in zip(names, defaults, strict=True) if n != "tree_actor"}
+    ours = {name: default for name, (_, default) in routing.PREFIX_AFFINITY_KWARGS.items()}
+    problems = [] if theirs == ours else [f"{ray}: initialize_state takes {theirs}, domain/routing.py has {ours}"]
+    fields = {f for f in class_fields(ray.read("ray/serve/config.py"), "RequestRouterConfig") if not f.startswith("_")}
+    if fields != routing.REQUEST_ROUTER_FIELDS:
+        problems.append(
+            f"{ray}: RequestRouterConfig fields {sorted(fields)}, ours {sorted(routing.REQUEST_ROUTER_FIELDS)}"
+        )
+    symbols = {
+        "ray/llm/_internal/serve/serving_patterns/prefill_decode/builder.py": ["build_pd_openai_app"],
+        "ray/llm/_internal/serve/serving_patterns/prefill_decode/pd_server.py": ["PDDecodeServer.__init__"],
+        router_path: ["PrefixCacheAffinityRouter._extract_text_from_request"],
+        "ray/llm/_internal/serve/routing_policies/kv_aware/kv_aware_router.py": ["KVAwareRouter.initialize_state"],
+        "ray/serve/_private/deploy_utils.py": ["get_app_code_version"],
+        "ray/serve/_private/router.py": ["AsyncioRouter.update_deployment_config"],
+        "ray/serve/_private/logging_utils.py": ["ServeFormatter", "access_log_msg"],
+    }
+    return problems + fingerprints("ray-request-routing", ctx, ray, symbols, "python")
+
+
+def check_aiperf_config(ctx: Context) -> list[str]:
+    """Every key domain/bench.py writes is in AIPerf's own config schema, with the types we give them."""
+    from domain import bench
+
+    aiperf = ctx.source(Wheel, "aiperf", pinned("llmclient/bench-requirements.txt", "aiperf"))
+    schema = json.loads(aiperf.read("aiperf/config/schema/aiperf-config.schema.json"))
+    defs = schema.get("$defs", {})
+    target = bench.Target("http://127.0.0.1:8000", "m", "m")
+    problems = []
+    for workload in (
+        bench.Workload(),
+        bench.Workload("multiturn", system_tokens=8),
+        bench.Workload("dataset", dataset="x"),
+    ):
+        for kind in bench.SWEEP_KINDS:
+            doc = bench.aiperf_config(target, workload, kind, 2, bench.Bounds(), 1, 1, 1, "out", True)["benchmark"]
+            sections = {"endpoint": "EndpointConfig", "tokenizer": "TokenizerConfig", "artifacts": "ArtifactsConfig",
+                        "runtime": "RuntimeConfig"}  # fmt: skip
+            sections["dataset"] = "FileDataset" if workload.kind == "dataset" else "SyntheticDataset"
+            for section, name in sections.items():
+                unknown = set(doc[section]) - set(defs.get(name, {}).get("properties", {}))
+                problems += [f"{aiperf}: {name} has no {sorted(unknown)}"] if unknown else []
+            for phase in doc["phases"]:
+                name = {"concurrency": "ConcurrencyPhase", "poisson": "PoissonPhase"}[phase["type"]]
+                unknown = set(phase) - set(defs.get(name, {}).get("properties", {}))
+                problems += [f"{aiperf}: {name} has no {sorted(unknown)}"] if unknown else []
+    symbols = {"aiperf/common/models/record_models.py": ["RequestRecord"]}
+    return sorted(set(problems)) + fingerprints("aiperf-config", ctx, aiperf, symbols, "python")
+
+
 CHECKS: dict[str, Callable[[Context], list[str]]] = {
     "ray-dashboards": check_ray_dashboards,
     "ray-dashboard-nixl-patch": check_ray_dashboards,
@@ -633,6 +691,8 @@ CHECKS: dict[str, Callable[[Context], list[str]]] = {
     "ray-openai-ingress": check_ray_openai_ingress,
     "ray-kuberay-node-provider": check_ray_kuberay_node_provider,
     "ray-llm-config": check_ray_llm_config,
+    "ray-request-routing": check_ray_request_routing,
+    "aiperf-config": check_aiperf_config,
     "pulumi-sdk-private": check_pulumi_sdk_private,
     "pulumi-runtime-config": check_pulumi_runtime_config,
     "pulumi-policy-servicer": check_pulumi_policy_servicer,
