@@ -467,14 +467,9 @@ def _serving(
     shapes = roles.role_shapes(pools)
     spec_raw = raw.structured("modelSpec", dict)
     own_spec = model_fit.spec_from_config(spec_raw) if spec_raw is not None else None
-    document = serve_config.render(
-        name,
-        _serve_overrides(raw),
-        shapes,
-        vllm_version,
-        lambda model_id, source: model_fit.model_spec(model_id, source, own_spec),
-    )
-    route_roles(serve_config.llm_configs_by_role(document, name), raw.structured("routing", dict, None), name)
+    model_facts = lambda model_id, source: model_fit.model_spec(model_id, source, own_spec)  # noqa: E731
+    document = serve_config.render(name, _serve_overrides(raw), shapes, vllm_version, model_facts)
+    route_roles(serve_config.llm_configs_by_role(document, name), raw.structured("routing", dict), name, model_facts)
     api_keys.check_no_own_ingress(document, f"serve_configs/{name}.yaml")
     efa_roles = {p.app_role for p in pools.values() if p.efa}
     # max_num_seqs derived where the fit renders it; every pool of a role must fit the role's engine.

@@ -15,7 +15,7 @@ Facts this module stands on (Ray 2.58.0; docs/routing-and-benchmarks.md has the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,22 +216,56 @@ def check_request_router_config(where: str, config: Any) -> None:
             raise ConfigError("serveConfig", f"{where}.{name}: {value!r}", "a number above 0 (Ray: PositiveFloat)")
 
 
-def apply(configs_by_role: Mapping[str, dict], routing: Mapping[str, RoleRouting], where: str) -> None:
+# vLLM 0.26 engine/arg_utils.py EngineArgs._set_default_chunked_prefill_and_prefix_caching_args: prefix caching
+# is on by default only where the model supports it and is not hybrid ("keep it opt-in for now").
+NO_PREFIX_CACHE = (
+    "prefix affinity sends a prompt to the replica holding its prefix in vLLM's prefix cache, and vLLM 0.26 "
+    "keeps that cache off for hybrid (linear-attention) models unless asked: set engine_kwargs."
+    "enable_prefix_caching: true on this role in {file} (its Mamba layers then run vLLM's experimental "
+    "'align' cache mode; the fit check counts its second state page), or route this role by powerOfTwo"
+)
+
+
+def prefix_cache_on(config: Mapping, hybrid: bool) -> bool:
+    """Whether the role's engine keeps a prefix cache (vLLM 0.26's default, or engine_kwargs)."""
+    asked = (config.get("engine_kwargs") or {}).get("enable_prefix_caching")
+    return bool(asked) if asked is not None else not hybrid
+
+
+def apply(
+    configs_by_role: Mapping[str, dict],
+    routing: Mapping[str, RoleRouting],
+    where: str,
+    hybrid: Callable[[Mapping], bool] = lambda _config: False,
+) -> None:
     """Write each routed role's `request_router_config` into its LLM config (in place); a role the
-    application does not have is refused."""
+    application does not have, or prefix affinity on an engine without a prefix cache, is refused.
+    `hybrid(config)`: whether the model a config serves is hybrid (the model table)."""
     for role, chosen in routing.items():
         if role not in configs_by_role:
             raise ConfigError(f"{KEY}.{role}", chosen.policy, f"a role of {where}: {sorted(configs_by_role)}")
-        deployment = configs_by_role[role].setdefault("deployment_config", {})
+        config = configs_by_role[role]
+        if chosen.policy == "prefixAffinity" and not prefix_cache_on(config, hybrid(config)):
+            raise ConfigError(f"{KEY}.{role}.policy", chosen.policy, NO_PREFIX_CACHE.format(file=where))
+        deployment = config.setdefault("deployment_config", {})
         deployment.pop("request_router_config", None)
-        config = chosen.request_router_config()
-        if config is not None:
-            deployment["request_router_config"] = config
+        router = chosen.request_router_config()
+        if router is not None:
+            deployment["request_router_config"] = router
 
 
-def route_roles(configs_by_role: Mapping[str, dict], raw: Any, serve_file: str) -> None:
-    """The stack's `routing` value, checked and written into the application's LLM configs (by role)."""
-    apply(configs_by_role, parse(raw), f"serve_configs/{serve_file}.yaml")
+def route_roles(
+    configs_by_role: Mapping[str, dict], raw: Any, serve_file: str, model_facts: Callable[[str, str], Any]
+) -> None:
+    """The stack's `routing` value, checked and written into the application's LLM configs (by role).
+    `model_facts(model_id, model_source).hybrid` answers from the model table (domain/model_fit.py)."""
+
+    def hybrid(config: Mapping) -> bool:
+        loading = config.get("model_loading_config") or {}
+        model_id = loading.get("model_id", "")
+        return bool(model_facts(model_id, loading.get("model_source") or model_id).hybrid)
+
+    apply(configs_by_role, parse(raw), f"serve_configs/{serve_file}.yaml", hybrid)
 
 
 def role_policy(config: Mapping) -> str:

@@ -70,7 +70,7 @@ def test_every_field_reaches_rays_names():
 
 def test_the_stack_replaces_a_serve_files_router():
     configs = {"collocated": {"deployment_config": {"request_router_config": {"request_router_class": "x"}}}}
-    routing.route_roles(configs, {"collocated": {"policy": "powerOfTwo"}}, "data-parallel")
+    routing.apply(configs, routing.parse({"collocated": {"policy": "powerOfTwo"}}), "serve_configs/data-parallel.yaml")
     assert "request_router_config" not in configs["collocated"]["deployment_config"]
 
 
@@ -217,3 +217,26 @@ def test_rays_request_router_config_takes_what_we_render():
     cls = built.get_request_router_class()
     assert cls.__name__ == "PrefixCacheAffinityRouter"
     inspect.signature(cls.initialize_state).bind(None, **built.request_router_kwargs)
+
+
+def test_prefix_affinity_needs_the_prefix_cache_vllm_keeps_off_for_hybrid_models():
+    """dev serves Qwen3.5-9B (hybrid) from pd-disaggregated.yaml, which leaves enable_prefix_caching unset."""
+    with pytest.raises(ConfigError, match=r"routing\.prefill\.policy = 'prefixAffinity'.*enable_prefix_caching: true"):
+        roles_of("dev", {NS + "routing": json.dumps({"prefill": {"policy": "prefixAffinity"}})})
+    assert roles_of("dev", {NS + "routing": json.dumps({"prefill": {"policy": "powerOfTwo"}})})
+    affinity = {"collocated": routing.RoleRouting("prefixAffinity")}
+    plain = {"collocated": {"engine_kwargs": {}}}
+    routing.apply(plain, affinity, "f", hybrid=lambda _c: False)  # a dense model caches prefixes by default
+    assert router(plain["collocated"])["request_router_class"] == routing.PREFIX_AFFINITY_CLASS
+    with pytest.raises(ConfigError, match="enable_prefix_caching"):
+        routing.apply({"collocated": {"engine_kwargs": {"enable_prefix_caching": False}}}, affinity, "f")
+    asked = {"collocated": {"engine_kwargs": {"enable_prefix_caching": True}}}
+    routing.apply(asked, affinity, "f", hybrid=lambda _c: True)
+    assert router(asked["collocated"]) is not None
+
+
+def test_the_routed_stacks_turn_the_prefix_cache_on():
+    assert roles_of("dp")["collocated"]["engine_kwargs"]["enable_prefix_caching"] is True
+    xpyd = roles_of("xpyd")
+    assert xpyd["prefill"]["engine_kwargs"]["enable_prefix_caching"] is True
+    assert "enable_prefix_caching" not in xpyd["decode"]["engine_kwargs"]
