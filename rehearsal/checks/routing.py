@@ -30,6 +30,9 @@ CONVERSATIONS, TURNS, CONTEXT, USER_TOKENS, ANSWER_TOKENS, CONCURRENCY = 8, 4, 5
 SWITCH_TIMEOUT = 900.0  # s: Serve restarts the engines one at a time, 1.5-2 min each on 2 busy cores
 FIRST_REQUEST_DEADLINE = 600.0  # s: the router's PrefixTreeActor took ~2 min to start on 2 busy cores
 DEFAULT_AFFINITY = routing.RoleRouting("prefixAffinity").request_router_config()
+# Ray 2.58 ray/serve/_private/constants.py (default 0.1 s); prefix_aware_router.py _prefix_match_best_replicas
+# calls _probe_queue_lens(..., 0): always the first deadline, where Serve's own routers back off to 1 s.
+PROBE_DEADLINE = "RAY_SERVE_QUEUE_LENGTH_RESPONSE_DEADLINE_S"
 
 
 def _options(parser: argparse.ArgumentParser) -> None:
@@ -56,7 +59,14 @@ def _prepare(plan: substitute.Plan, args: argparse.Namespace) -> list[str]:
     args.compare_routers_role = role
     args.compare_routers_config = stack_router or DEFAULT_AFFINITY
     source = "the stack's" if stack_router else "Ray's default prefix affinity (the stack routes by power of two)"
-    return [f"{role}: deployed with Serve's power-of-two router; {source} router is switched in later"]
+    app = plan.document["applications"][0]
+    app.setdefault("runtime_env", {}).setdefault("env_vars", {})[PROBE_DEADLINE] = "1.0"
+    return [
+        f"{role}: deployed with Serve's power-of-two router; {source} router is switched in later",
+        f"runtime_env {PROBE_DEADLINE}: 0.1 -> 1.0 s for both routers (2 busy cores answer queue-length probes "
+        "slower than Serve's default; the prefix router probes at that first deadline on every attempt: "
+        "docs/routing-and-benchmarks.md)",
+    ]
 
 
 def _replicas(ctx: Context) -> dict[str, list[tuple[str, int | None]]]:
@@ -85,7 +95,8 @@ def _prefix_tree_actors(ctx: Context) -> int:
 
 def _replica_logs(ctx: Context, deployment: str) -> list[str]:
     lines = []
-    for path in sorted((ctx.log_dir / "serve").glob(f"replica_{ctx.app}_{deployment}_*.log")):
+    # Ray names the file after the deployment with ':' as '_' (replica_llm_LLMServer_Qwen--Qwen3_5-9B_<id>.log).
+    for path in sorted((ctx.log_dir / "serve").glob(f"replica_{ctx.app}_{deployment.replace(':', '_')}_*.log")):
         lines += path.read_text(errors="replace").splitlines()
     return lines
 
@@ -104,7 +115,13 @@ def _phase(ctx: Context, policy: str, seed: int, deployment: str, out: Path) -> 
     ctx.mark(f"{policy}: {CONVERSATIONS} conversations x {TURNS} turns, {CONCURRENCY} in flight (AIPerf)")
     result = aiperf.run_point(config, out / policy, ctx.api_key, timeout=bounds.worst_case_seconds(1) + 240)
     time.sleep(verify.METRICS_WAIT)  # Ray's agent exports every 2 s here (RAY_metrics_report_interval_ms)
-    hits = routers.hit_rate(before, _metrics(ctx), replicas)
+    after = _metrics(ctx)
+    hits = routers.hit_rate(before, after, replicas)
+    if not hits[1]:
+        raise RehearsalFailed(
+            f"{policy}: no prompt token counted by vLLM's prefix cache ({routers.QUERIES} per ReplicaId "
+            f"{replicas}; found {sorted(after)}): is enable_prefix_caching on for this role?"
+        )
     component = f"{ctx.app}_{deployment}"
     land = routers.landing(result.records, routers.served_by(_replica_logs(ctx, deployment), component))
     return routers.phase(policy, hits, land, bench.read_point(result.summary, CONCURRENCY), result.records)
@@ -124,6 +141,20 @@ def _first_request(ctx: Context) -> float:
     if not result.ok:
         raise RehearsalFailed(f"the first request after the router switch failed: {result.error}")
     return time.monotonic() - start
+
+
+def _warm(ctx: Context) -> None:
+    """The restarted engines answer a few distinct prompts first, as the first phase's did (its smoke and
+    requests): new prompts match no prefix, so the prefix router spreads them over the least-used trees."""
+    api = core.client(ctx.url, ctx.api_key, timeout=FIRST_REQUEST_DEADLINE)
+
+    async def some() -> list:
+        prompts = [[{"role": "user", "content": f"Warm-up {i}: count from one to ten."}] for i in range(4)]
+        return await asyncio.gather(*(core.stream_chat(api, ctx.model, p, 8, deadline=240.0) for p in prompts))
+
+    failed = [r.error for r in asyncio.run(some()) if not r.ok]
+    if failed:
+        raise RehearsalFailed(f"warm-up after the router switch: {failed[0]}")
 
 
 def _switch(ctx: Context, deployment: str, router: dict) -> str:
@@ -181,9 +212,7 @@ def _compare(ctx: Context) -> None:
     what = _switch(ctx, deployment, ctx.args.compare_routers_config)
     first_request = _first_request(ctx)
     ctx.mark(f"first request after the switch answered in {first_request:.1f} s")
-    # Every replica serves once (other prompts) before the measured phase, as before the first.
-    running = topology.running_replicas(verify.application(ctx.dashboard, ctx.app))
-    asyncio.run(verify.serve_every_replica(ctx.url, ctx.model, ctx.metrics_urls, running, 2, api_key=ctx.api_key))
+    _warm(ctx)
     second = _phase(ctx, "prefixAffinity", 12, deployment, out)
     trees = _prefix_tree_actors(ctx)
     lines = routers.table([first, second])
