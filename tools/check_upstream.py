@@ -642,8 +642,15 @@ def check_ray_request_routing(ctx: Context) -> list[str]:
         "ray/serve/_private/deploy_utils.py": ["get_app_code_version"],
         "ray/serve/_private/router.py": ["AsyncioRouter.update_deployment_config"],
         "ray/serve/_private/logging_utils.py": ["ServeFormatter", "access_log_msg"],
+        "ray/serve/_private/request_router/request_router.py": ["RequestRouter._probe_queue_lens"],
     }
-    return problems + fingerprints("ray-request-routing", ctx, ray, symbols, "python")
+    vllm = {"vllm/engine/arg_utils.py": ["EngineArgs._set_default_chunked_prefill_and_prefix_caching_args"]}
+    entry = "ray-request-routing"
+    return (
+        problems
+        + fingerprints(entry, ctx, ray, symbols, "python")
+        + fingerprints(entry, ctx, _vllm(ctx), vllm, "python")
+    )
 
 
 def check_aiperf_config(ctx: Context) -> list[str]:
