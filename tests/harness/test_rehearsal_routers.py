@@ -111,7 +111,7 @@ def test_prepare_deploys_power_of_two_and_keeps_the_stacks_router_for_the_switch
     assert args.compare_routers_config["request_router_kwargs"] == {"imbalanced_threshold": 16}
     assert "power-of-two" in lines[0]
     env = plan.document["applications"][0]["runtime_env"]["env_vars"]
-    assert env["RAY_SERVE_QUEUE_LENGTH_RESPONSE_DEADLINE_S"] == "1.0"
+    assert env["RAY_SERVE_QUEUE_LENGTH_RESPONSE_DEADLINE_S"] == routing_check.PROBE_DEADLINE_HERE
     xpyd = _plan("xpyd")
     routing_check._prepare(xpyd, argparse.Namespace())
     assert (
