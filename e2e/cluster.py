@@ -310,8 +310,11 @@ class LocalCluster:
         cluster that runs both has them."""
         crd_dir = self.bins["kuberay-operator"] / "crds"
         names = []
+        # The RayService CRD of the chart we install (v1.7.0, vendored): the e2e's v1.6.2 operator's lacks
+        # gcsFaultToleranceOptions.backend and .storage, which the API server would prune without a word.
         paths = [
-            *sorted(crd_dir.glob("*.yaml")),
+            *sorted(p for p in crd_dir.glob("*.yaml") if "rayservices" not in p.name),
+            PROMETHEUS_OPERATOR_CRDS / "ray.io_rayservices.v1.7.0.yaml",
             *sorted(PROMETHEUS_OPERATOR_CRDS.glob("monitoring.coreos.com_*.yaml")),
         ]
         for path in paths:

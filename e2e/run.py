@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from adapters import stack as stack_adapter  # noqa: E402
 from adapters.kube_client import KubeClient  # noqa: E402
-from domain import api_keys, cluster_checks, observability  # noqa: E402
+from domain import api_keys, cluster_checks, gcs_ft, observability  # noqa: E402
 from domain.facts import POOL_NODE_LABEL  # noqa: E402
 from domain.ray_service import ray_service_spec, served_document  # noqa: E402
 from e2e import build  # noqa: E402
@@ -46,6 +46,7 @@ from e2e.checks import max_model_lens, names_failed_resource, unkept_fields  # n
 from e2e.cluster import LocalCluster, node_shapes  # noqa: E402
 from e2e.observe import object_path, ray_cluster_of, wait_for, wait_for_gone, wait_scheduled  # noqa: E402
 from e2e.scale_up import ScaleUp  # noqa: E402
+from e2e.upgrades import kill_up_while_creating, new_cluster_beside_old, pending_operations  # noqa: E402
 
 STACK = "e2e"
 BASE_STACK_FILE = REPO / "Pulumi.dev.yaml"  # the seed deployment: 1 system node, prefill + decode
@@ -430,6 +431,16 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
     pods_left = api.get(f"/api/v1/namespaces/{NS}/pods")["items"] if not gone else []
     checks.expect(not pods_left, "no pod is left")
 
+    # 8b. An up killed while it creates the RayService converges when run again (docs/operations.md), and
+    # upgradeStrategy NewCluster keeps the old cluster while the new one is pending (e2e/upgrades.py).
+    interrupted_up(stack, api, cfg, kubeconfig, svc, objs, timeline, checks)
+    prod = settings_of(REPO / "Pulumi.prod.yaml")
+    ft_specs = {
+        "gcs-redis": ray_service_spec(prod, gcs_ft.redis_address("master.gcs.example.cache.amazonaws.com")),
+        "gcs-rocksdb": ray_service_spec(replace(prod, gcs_ft=replace(prod.gcs_ft, backend="rocksdb"))),
+    }
+    new_cluster_beside_old(api, ray_service_spec(settings_of(BASE_STACK_FILE, cfg)), timeline.log, checks, ft_specs)
+
     # 9. The scheduling check can fail: a nodeSelector no node carries, a worker bigger than its node
     # (on the now empty nodes, so nothing else competes for them).
     negative_cases(api, settings, nodes, timeline, checks)
@@ -470,6 +481,46 @@ def observability_admitted(stack: Stack, api: KubeClient, objs: list, checks: Ch
         llm["metadata"]["labels"] == observability.DASHBOARD_LABEL and any("NIXL" in p["title"] for p in panels),
         "the LLM dashboard's ConfigMap keeps the sidecar's label and its NIXL panels",
     )
+
+
+def interrupted_up(stack: Stack, api: KubeClient, cfg: dict, kubeconfig: str, svc: str, expected: list, timeline,
+                   checks: Checks) -> None:  # fmt: skip
+    """On the emptied stack: `pulumi up` killed while it creates the RayService, then `pulumi up` again (the
+    recovery docs/operations.md names), then the state must hold what an uninterrupted up made (`expected`:
+    its Kubernetes objects), the API server one RayService and one RayCluster, and a refresh find no drift."""
+    path = object_path("ray.io/v1", "RayService", NS, svc)
+    waiting = {**cfg, "ray-llm-eks:waitForReady": True}  # the create then waits for a Ready that never comes
+    stack.configure(waiting, kubeconfig)
+    outcome = kill_up_while_creating(stack, api, path, timeline.log)
+    checks.expect(bool(outcome["killed"]) and "not interrupted" not in outcome["result"],
+                  "pulumi up killed while it creates the RayService", str(outcome)[:300])  # fmt: skip
+    pending = pending_operations(stack)
+    timeline.log(f"interrupted up: pending operations in the state: {pending}")
+    checks.expect(any(RAY_SERVICE in p for p in pending), "the state records the RayService's create as pending",
+                  str(pending))  # fmt: skip
+    stack.configure(cfg, kubeconfig)
+    res = stack.up("again after the interrupted up")
+    checks.expect(res.summary.result == "succeeded", "pulumi up after the interrupted one succeeds")
+    left = pending_operations(stack)
+    timeline.log(f"after the second up: pending operations {left}")
+    if left:  # the recovery's second step (docs/operations.md): clear what the new up already recorded
+        stack.stack.refresh(clear_pending_creates=True, color="never")
+        left = pending_operations(stack)
+    checks.expect(not left, "no pending operation is left", str(left))
+    objs = state_kubernetes_objects(stack.stack)
+    checks.expect(sorted(map(str, objs)) == sorted(map(str, expected)),
+                  "the state holds the same Kubernetes objects as after an uninterrupted up",
+                  f"{sorted(set(map(str, objs)) ^ set(map(str, expected)))}")  # fmt: skip
+    services = api.get("/apis/ray.io/v1/rayservices")["items"]
+    clusters = api.get(f"/apis/ray.io/v1/namespaces/{NS}/rayclusters")["items"]
+    names = [o["metadata"]["name"] for o in services + clusters]
+    checks.expect(len(services) == 1 and len(clusters) == 1,
+                  "nothing orphaned or doubled: one RayService, one RayCluster", str(names))  # fmt: skip
+    drift = stack.stack.preview_refresh(color="never").change_summary
+    checks.expect(set(drift) <= {"same"}, "pulumi refresh finds no drift", str(drift))
+    res = stack.destroy()
+    checks.expect(res.summary.result == "succeeded" and wait_for_gone(api, f"/api/v1/namespaces/{NS}", 60),
+                  "destroy after the recovery leaves nothing")  # fmt: skip
 
 
 def negative_cases(api: KubeClient, settings, nodes: dict, timeline: Timeline, checks: Checks) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import json
 import secrets
 import signal
@@ -26,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from domain import serve_config
 from llmclient import faultload
 from rehearsal import faults, topology, verify
 from rehearsal.checks import Check
@@ -57,6 +59,8 @@ FAULTS = {
               LIGHT_BOUND + STALL),
         Fault("head", "Ray head restarted: every process of the head node killed, `ray start --head` again",
               True, ENGINE_BOUND),
+        Fault("serve-config", "serve config changed in place: decode's max_num_seqs lowered by one, submitted to "
+              "the running app (what KubeRay does with a serveConfigV2 change)", True, ENGINE_BOUND),
     )
 }  # fmt: skip
 CI_FAULTS = ("prefill-engine",)
@@ -88,7 +92,7 @@ def chosen(args: argparse.Namespace) -> list[Fault]:
 
 def _prepare(plan, args: argparse.Namespace) -> list[str]:
     picked = chosen(args)
-    if not plan.pd and any(f.name in {"prefill-engine", "decode-engine", "kv-stall"} for f in picked):
+    if not plan.pd and any(f.name in {"prefill-engine", "decode-engine", "kv-stall", "serve-config"} for f in picked):
         raise ValueError("--faults: the prefill/decode faults need a PD stack (dev, xpyd, tp)")
     return [f"fault to inject: {f.name}: {f.what}" for f in picked]
 
@@ -161,6 +165,8 @@ def _inject(ctx: Context, fault: Fault) -> tuple[Callable[[], bool], dict]:
         return (lambda: not resumed.is_alive()), {"stopped": engines, "seconds": STALL}
     if fault.name == "head":
         return _restart_head(ctx)
+    if fault.name == "serve-config":
+        return _change_serve_config(ctx)
     raise RehearsalFailed(f"unknown fault {fault.name}")
 
 
@@ -206,6 +212,28 @@ def _restart_head(ctx: Context) -> tuple[Callable[[], bool], dict]:
     return back, facts
 
 
+def _decode_replicas(ctx: Context) -> set[str]:
+    running = topology.running_replicas(verify.application(ctx.dashboard, ctx.app))
+    return {r["replica_id"] for r in running.get("decode", [])}
+
+
+def _change_serve_config(ctx: Context) -> tuple[Callable[[], bool], dict]:
+    """An engine argument changed in the running app's serve config: Serve replaces decode's replicas (new
+    engines), prefill's stay. The gap is what a serveConfigV2 change costs a role with one replica."""
+    from rehearsal.deploy import deploy
+
+    doc = copy.deepcopy(ctx.document)
+    config = serve_config.llm_configs_by_role(doc, "rehearsal")["decode"]
+    engine = config.setdefault("engine_kwargs", {})
+    before_seqs = int(engine.get("max_num_seqs", 16))
+    engine["max_num_seqs"] = max(1, before_seqs - 1)
+    before = _decode_replicas(ctx)
+    deploy(ctx.dashboard, doc)
+    ctx.document = doc
+    facts = {"decode max_num_seqs": [before_seqs, engine["max_num_seqs"]], "decode replicas before": sorted(before)}
+    return (lambda: bool(_decode_replicas(ctx)) and not _decode_replicas(ctx) & before), facts
+
+
 def _alerts(ctx: Context) -> list[str]:
     """The alerts firing now, where the rehearsal runs a Prometheus with our rules (obsmetrics puts a callable
     under ctx.results["alerts"]); empty otherwise."""
@@ -230,6 +258,8 @@ def run_fault(ctx: Context, load: faultload.Load, fault: Fault) -> dict:
     t_end = load.now()
     result = faultload.window(fault.name, load.outcomes, t_inject, t_end).as_dict()
     facts = dict(facts)
+    if fault.name == "serve-config":
+        facts["decode replicas after"] = sorted(_decode_replicas(ctx))
     if fault.name == "head":
         facts["engines_after"] = {role: faults.engine_pids(ctx.run_id, role) for role in ("prefill", "decode")}
         facts["engines_survived"] = facts["engines_after"] == facts["engines_before"]
