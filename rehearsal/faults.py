@@ -66,6 +66,17 @@ def node_pids(run_id: str, node: str) -> list[int]:
     return sorted(p for p in our_pids(run_id) if environ(p).get(NODE_MARKER) == node)
 
 
+def with_children(pids: Iterable[int]) -> list[int]:
+    """The processes and all their descendants (an engine's VLLM::Worker holds its NIXL agent and side channel)."""
+    import psutil  # the rehearsal venv's (Ray's dependency)
+
+    found = []
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            found += [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
+    return found
+
+
 def send(pids: Iterable[int], sig: int) -> list[int]:
     sent = []
     for pid in pids:

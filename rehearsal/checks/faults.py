@@ -158,7 +158,7 @@ def _inject(ctx: Context, fault: Fault) -> tuple[Callable[[], bool], dict]:
         faults.send(before[:1], signal.SIGKILL)
         return (lambda: bool(set(faults.replica_pids(run_id, "Ingress")) - set(before))), {"killed": before[:1]}
     if fault.name == "kv-stall":
-        engines = faults.engine_pids(run_id, "prefill")
+        engines = faults.with_children(faults.engine_pids(run_id, "prefill"))  # its workers hold NIXL
         faults.send(engines, signal.SIGSTOP)
         resumed = threading.Timer(STALL, lambda: faults.send(engines, signal.SIGCONT))
         resumed.start()
