@@ -61,11 +61,13 @@ class Cluster:
         return node_command(self, node, node is self.nodes[0])
 
     def node_env(self, node: Node) -> dict[str, str]:
-        env = {**self.env, **node.env}
+        env = dict(self.env)
         if node is not self.nodes[0]:
             # A second node refused to join with it set (seen on the GPU machine); --node-ip-address is explicit.
+            # A node may set it again in its own env (the CPU head fault's worker: without it the worker
+            # canonicalises 127.0.0.1 to the host's address, where the loopback GCS does not listen).
             env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
-        return env
+        return {**env, **node.env}
 
     def later(self) -> dict[str, Node]:
         """role -> the node that waits for it."""

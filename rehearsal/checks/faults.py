@@ -110,7 +110,10 @@ def _nodes(args: argparse.Namespace, nodes: list[Node], run_id: str, run_dir) ->
     args.worker_proxy = f"http://127.0.0.1:{worker_port}"
     # The worker's own Serve proxy port (Ray 2.58 serve/_private/constants.py RAY_SERVE_WORKER_PROXY_HTTP_PORT):
     # two proxies on one host, as the head pod's and a worker pod's behind the serve Service.
-    worker_env = {faults.NODE_MARKER: "worker", "RAY_SERVE_WORKER_PROXY_HTTP_PORT": str(worker_port)}
+    # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER kept: without it the worker's `ray start` turned 127.0.0.1 into the host's
+    # address ("Local node IP: <host>", then no GCS there: it listens on loopback) and timed out.
+    worker_env = {faults.NODE_MARKER: "worker", "RAY_SERVE_WORKER_PROXY_HTTP_PORT": str(worker_port),
+                  "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # fmt: skip
     worker_env |= store.worker_env
     worker = Node("worker", cpus=nodes[0].cpus, env=worker_env)
     say(f"  - Ray: two nodes (head with 0 CPUs, worker with {worker.cpus}); GCS store: {store.description}")
