@@ -499,8 +499,16 @@ def interrupted_up(stack: Stack, api: KubeClient, cfg: dict, kubeconfig: str, sv
     checks.expect(any(RAY_SERVICE in p for p in pending), "the state records the RayService's create as pending",
                   str(pending))  # fmt: skip
     stack.configure(cfg, kubeconfig)
-    res = stack.up("again after the interrupted up")
-    checks.expect(res.summary.result == "succeeded", "pulumi up after the interrupted one succeeds")
+    try:  # the killed CLI left its lock (the file backend's lock file; Pulumi Cloud holds the update open)
+        stack.up("at once after the interrupted up")
+        locked = "no error"
+    except Exception as exc:  # the Automation API's ConcurrentUpdateError
+        locked = str(exc)
+    checks.expect("currently locked" in locked and "pulumi cancel" in locked,
+                  "the next up refuses: the stack is locked, the CLI names `pulumi cancel`", locked[-300:])  # fmt: skip
+    stack.stack.cancel()  # the recovery's first step (docs/operations.md)
+    res = stack.up("again after pulumi cancel")
+    checks.expect(res.summary.result == "succeeded", "pulumi up after pulumi cancel succeeds")
     left = pending_operations(stack)
     timeline.log(f"after the second up: pending operations {left}")
     if left:  # the recovery's second step (docs/operations.md): clear what the new up already recorded
