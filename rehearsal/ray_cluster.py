@@ -33,6 +33,10 @@ class Node:
     env: dict[str, str] = field(default_factory=dict)  # this node's processes only (CUDA_VISIBLE_DEVICES, ...)
     after_role: str | None = None
     args: list[str] = field(default_factory=list)  # more `ray start` flags (a GCS store's password)
+    # Its address, on loopback. Several nodes use 127.0.0.2: Ray turns "127.0.0.1" and "localhost" in a joining
+    # node's --address into the host's network address (ray/_private/services.py resolve_ip_for_localhost,
+    # is_localhost), where the GCS, bound to the node address, does not listen; any other 127/8 address stays.
+    ip: str = "127.0.0.1"
     metrics_port: int = 0
     started: bool = False
 
@@ -55,7 +59,7 @@ class Cluster:
 
     @property
     def metrics_urls(self) -> list[str]:
-        return [f"http://127.0.0.1:{n.metrics_port}/metrics" for n in self.nodes]
+        return [f"http://{n.ip}:{n.metrics_port}/metrics" for n in self.nodes]
 
     def command(self, node: Node) -> list[str]:
         return node_command(self, node, node is self.nodes[0])
@@ -63,9 +67,8 @@ class Cluster:
     def node_env(self, node: Node) -> dict[str, str]:
         env = dict(self.env)
         if node is not self.nodes[0]:
-            # A second node refused to join with it set (seen on the GPU machine); --node-ip-address is explicit.
-            # A node may set it again in its own env (the CPU head fault's worker: without it the worker
-            # canonicalises 127.0.0.1 to the host's address, where the loopback GCS does not listen).
+            # A second node refused to join with it set ("Multi-node Ray clusters are not supported on Windows
+            # and OSX", ray/scripts/scripts.py start); --node-ip-address is explicit.
             env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
         return {**env, **node.env}
 
@@ -92,7 +95,7 @@ def _own_ports() -> list[str]:
 
 def node_command(c: Cluster, node: Node, head: bool) -> list[str]:
     ray = str(Path(sys.executable).parent / "ray")
-    command = [ray, "start", "--node-ip-address=127.0.0.1", f"--num-cpus={node.cpus}", "--disable-usage-stats",
+    command = [ray, "start", f"--node-ip-address={node.ip}", f"--num-cpus={node.cpus}", "--disable-usage-stats",
                f"--metrics-export-port={node.metrics_port}", *_own_ports()]  # fmt: skip
     if node.gpus is not None:
         command.append(f"--num-gpus={node.gpus}")
@@ -105,7 +108,7 @@ def node_command(c: Cluster, node: Node, head: bool) -> list[str]:
             f"--temp-dir={c.temp_dir}", f"--ray-client-server-port={free_port()}",
         ]  # fmt: skip
     else:
-        command.append(f"--address=127.0.0.1:{c.gcs_port}")
+        command.append(f"--address={c.nodes[0].ip}:{c.gcs_port}")
     return command
 
 

@@ -64,6 +64,7 @@ FAULTS = {
     )
 }  # fmt: skip
 CI_FAULTS = ("prefill-engine",)
+MULTI_NODE_IP = "127.0.0.2"  # loopback, yet not "localhost" to Ray (rehearsal.ray_cluster.Node.ip)
 
 
 def _options(parser: argparse.ArgumentParser) -> None:
@@ -103,19 +104,19 @@ def _nodes(args: argparse.Namespace, nodes: list[Node], run_id: str, run_dir) ->
         return nodes
     store = faults.gcs_store(args.gcs_ft, run_id, free_port(), secrets.token_hex(16), run_dir)
     args.gcs_store = store
-    head = Node("head", cpus=0, env={faults.NODE_MARKER: "head", **store.head_env})
+    # Multi-node Ray on loopback: Ray clusters enabled (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1, Linux's default; the
+    # rehearsal's "0" refuses a second node) and both nodes on 127.0.0.2 (rehearsal.ray_cluster.Node.ip).
+    multi = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
+    head = Node("head", cpus=0, env={faults.NODE_MARKER: "head", **multi, **store.head_env}, ip=MULTI_NODE_IP)
     if args.gcs_ft == "redis":
         head.args = [f"--redis-password={store.head_env['REDIS_PASSWORD']}"]
     worker_port = free_port()
     args.worker_proxy = f"http://127.0.0.1:{worker_port}"
     # The worker's own Serve proxy port (Ray 2.58 serve/_private/constants.py RAY_SERVE_WORKER_PROXY_HTTP_PORT):
     # two proxies on one host, as the head pod's and a worker pod's behind the serve Service.
-    # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER kept: without it the worker's `ray start` turned 127.0.0.1 into the host's
-    # address ("Local node IP: <host>", then no GCS there: it listens on loopback) and timed out.
-    worker_env = {faults.NODE_MARKER: "worker", "RAY_SERVE_WORKER_PROXY_HTTP_PORT": str(worker_port),
-                  "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # fmt: skip
+    worker_env = {faults.NODE_MARKER: "worker", "RAY_SERVE_WORKER_PROXY_HTTP_PORT": str(worker_port), **multi}
     worker_env |= store.worker_env
-    worker = Node("worker", cpus=nodes[0].cpus, env=worker_env)
+    worker = Node("worker", cpus=nodes[0].cpus, env=worker_env, ip=MULTI_NODE_IP)
     say(f"  - Ray: two nodes (head with 0 CPUs, worker with {worker.cpus}); GCS store: {store.description}")
     return [head, worker]
 
