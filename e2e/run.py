@@ -445,7 +445,7 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
     # (on the now empty nodes, so nothing else competes for them).
     negative_cases(api, settings, nodes, timeline, checks)
 
-    # 10. Scaling (issue 11) on the emptied cluster, same (now empty) stack: see e2e/scale_up.py.
+    # 10. Scaling per role on the emptied cluster, same (now empty) stack: see e2e/scale_up.py.
     scaling = {**base_config(SCALING_STACK_FILE), **EXISTING_CLUSTER}
     timeline.log(
         "scaling: REAL Pulumi engine + our program, API server, KubeRay operator, scheduler, our ASG tags; "
