@@ -98,11 +98,13 @@ def _matches(declared_type: str | None, items: dict | None, value) -> bool:
 
 def _raw_string(value) -> str:
     """How the CLI passes a value to the program: strings as is, booleans/numbers as text,
-    lists and mappings as JSON."""
+    lists and mappings as JSON, every mapping's keys sorted (Go's encoding/json sorts map keys: Pulumi
+    sdk v3.274.1 go/common/resource/config/plaintext.go Plaintext.marshalText). So `make plan` sees
+    gpuPools in the order `pulumi up` does, whatever order the stack file lists them in."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, dict)):
-        return json.dumps(value)
+        return json.dumps(value, sort_keys=True)
     return str(value)
 
 

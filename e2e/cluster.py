@@ -38,6 +38,9 @@ NODE_IP_PREFIX = "127.0.1."
 _EFFECT = {"NO_SCHEDULE": "NoSchedule"}
 
 
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -341,13 +344,23 @@ class LocalCluster:
         self.log(f"registered nodes {self.node_names}")
 
     def add_node(self, node: dict) -> None:
-        """Register a Node (its status patched in, as a kubelet does) and keep it Ready from now on."""
+        """Register a Node (its status patched in, as a kubelet does) and keep it Ready from now on.
+        Returns once the scheduler may use it: the API server's TaintNodesByCondition admission gives
+        every new Node the taint node.kubernetes.io/not-ready:NoSchedule, which the node lifecycle
+        controller removes only after it saw the node Ready; a pod judged before that is refused for
+        the taint, not for what the node offers."""
         name = node["metadata"]["name"]
         status = {"conditions": [ready_condition()], **node["status"]}
         self.api.request("POST", "/api/v1/nodes", {k: v for k, v in node.items() if k != "status"})
         self.api.request("PATCH", f"/api/v1/nodes/{name}/status", {"status": status},
                          "application/strategic-merge-patch+json")  # fmt: skip
         self.node_names.append(name)
+
+        def schedulable() -> bool:
+            taints = self.api.get(f"/api/v1/nodes/{name}").get("spec", {}).get("taints") or []
+            return all(t.get("key") != NOT_READY_TAINT for t in taints)
+
+        self._wait(f"node {name} without the {NOT_READY_TAINT} taint", schedulable, 60)
 
     def remove_node(self, name: str) -> None:
         """Take a node out (no pod may be on it: none is evicted)."""

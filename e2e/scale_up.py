@@ -79,7 +79,7 @@ class ScaleUp:
         self.log, self.checks = log, checks
         self.ns, self.svc = settings.serving.namespace, settings.serving.service_name
         self.pools = settings.gpu_pools
-        self.grow = next(iter(self.pools))  # prefill in xpyd
+        self.grow = "prefill" if "prefill" in self.pools else next(iter(self.pools))
         self.other = next(r for r in self.pools if r != self.grow)
 
     def run(self) -> None:

@@ -21,6 +21,16 @@ def test_a_field_pruned_or_changed_by_the_api_server_is_named():
     pruned = copy.deepcopy(live)
     del pruned["rayClusterConfig"]["workerGroupSpecs"][0]["resources"]
     assert unkept_fields(sent, pruned) == ["spec.rayClusterConfig.workerGroupSpecs[0].resources"]
+    # The operator writes quantities back in canonical form: the same amount is kept, another is not.
+    head = live["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]
+    assert head["requests"]["cpu"] == "2000m" and head["limits"]["memory"] == "8192Mi"
+    head["requests"]["cpu"], head["limits"]["memory"] = "2", "8Gi"
+    assert unkept_fields(sent, live) == []
+    head["requests"]["cpu"] = "3"
+    assert unkept_fields(sent, live) == [
+        "spec.rayClusterConfig.headGroupSpec.template.spec.containers[0].resources.requests.cpu"
+    ]
+    head["requests"]["cpu"] = "2"
     changed = copy.deepcopy(live)
     changed["rayClusterConfig"]["workerGroupSpecs"][1]["maxReplicas"] = 7
     changed["rayClusterConfig"]["enableInTreeAutoscaling"] = 0  # falsy, yet not the False we sent

@@ -83,8 +83,8 @@ def test_existing_cluster_cost_prices_only_the_gpu_nodes_its_workers_occupy_and_
     plan = run_program("dev", EXISTING)
     estimate = plan.outputs["costEstimate"]
     assert [(x["item"], x["quantity"]) for x in estimate["lines"]] == [
+        ("decode nodes g6.8xlarge", 1),  # pools in name order, as the Pulumi CLI hands them over
         ("prefill nodes g6.8xlarge", 1),
-        ("decode nodes g6.8xlarge", 1),
     ]
     dev_lines = {x["item"]: x["usdPerHour"] for x in dev.outputs["costEstimate"]["lines"]}
     assert estimate["usdPerHour"] == round(dev_lines["prefill nodes g6.8xlarge"] * 2, 4)

@@ -162,7 +162,7 @@ def test_gpu_type_not_offered_in_the_gpu_zone_fails():
     with pytest.raises(preflight.PreflightError) as caught:
         run()
     message = str(caught.value)
-    assert "gpuPools.prefill.instanceType g6.8xlarge is not offered in ['us-east-1a']" in message
+    assert "gpuPools.decode.instanceType g6.8xlarge is not offered in ['us-east-1a']" in message  # the first by name
     assert "['us-east-1b', 'us-east-1c']" in message
     assert monitor.registrations == []
 

@@ -121,7 +121,7 @@ def test_replacement_covers_every_cluster_field_but_the_autoscalers_replica_coun
     assert _replaced_by(dev_patterns, ("spec", "rayClusterConfig", "workerGroupSpecs", 0, "replicas"))
     # A worker group added or removed shows as a new list element, which no field path contains:
     assert _replaced_by(patterns, ("metadata", "annotations", "ray-llm-eks/worker-groups"))
-    assert xpyd.one(RAY_SERVICE).inputs["metadata"]["annotations"]["ray-llm-eks/worker-groups"] == "prefill,decode"
+    assert xpyd.one(RAY_SERVICE).inputs["metadata"]["annotations"]["ray-llm-eks/worker-groups"] == "decode,prefill"
 
 
 def test_pools_that_scale_carry_the_node_template_tags_on_their_asg(plans, xpyd):

@@ -177,16 +177,16 @@ def test_each_mismatch_is_named(seed):
     found = check_cluster(FakeApi(seed_nodes(settings, break_nodes), rayservice_crd()), spec, settings.gpu_pools)
     assert found == [
         "no node is labelled ray-llm-eks/pool=system (the Ray head's nodeSelector)",
-        "pool prefill: node prefill-0 lacks taint nvidia.com/gpu=true:NoSchedule",
         "pool decode: node decode-0 lacks label nvidia.com/gpu.present=true (the NVIDIA device plugin selects it)",
         "pool decode: node decode-0 does not advertise vpc.amazonaws.com/efa 1 (allocatable none)",
+        "pool prefill: node prefill-0 lacks taint nvidia.com/gpu=true:NoSchedule",
     ]
 
 
 def test_a_missing_pool_and_a_worker_too_big_are_named(seed):
     settings, spec = seed
     big = copy.deepcopy(spec)
-    worker = big["rayClusterConfig"]["workerGroupSpecs"][0]
+    (worker,) = [g for g in big["rayClusterConfig"]["workerGroupSpecs"] if g["groupName"] == "prefill"]
     worker["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"] = "500Gi"
     nodes = [n for n in seed_nodes(settings) if n["metadata"]["labels"][POOL_NODE_LABEL] != "decode"]
     found = check_cluster(FakeApi(nodes, rayservice_crd()), big, settings.gpu_pools)

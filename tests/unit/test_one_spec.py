@@ -4,6 +4,7 @@ serve document is the keyed one, and every Ray pod carries what the key check ne
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import replace
 
 import pytest
@@ -84,3 +85,13 @@ def test_on_this_machine_moves_only_the_two_pod_paths(settings):
             k: pod_app["runtime_env"]["env_vars"][k] for k in ("PYTHONPATH", api_keys.KEYS_FILE_ENV)
         }
         assert moved == pod_app
+
+
+def test_worker_groups_come_in_the_order_pulumi_up_hands_the_pools_over():
+    """The CLI passes gpuPools as JSON with sorted keys (Go's encoding/json): whatever order the
+    stack file lists the pools in, the plan's worker groups are the deployed ones, in name order."""
+    config = stack.stack_file("dev")
+    pools = json.loads(config.values["ray-llm-eks:gpuPools"])
+    assert list(pools) == sorted(pools) == ["decode", "prefill"]  # the file lists prefill first
+    groups = ray_service_spec(stack.load_settings(config))["rayClusterConfig"]["workerGroupSpecs"]
+    assert [g["groupName"] for g in groups] == ["decode", "prefill"]
