@@ -73,3 +73,25 @@ def test_faults_are_chosen_by_name_or_all():
         assert "unknown ['typo']" in str(err)
     else:
         raise AssertionError("an unknown fault must be refused")
+
+
+def test_the_head_fault_lays_out_two_loopback_nodes_a_joining_node_can_reach(tmp_path):
+    from rehearsal.ray_cluster import Node, cluster
+
+    class Args:
+        faults = "head"
+        gcs_ft = "off"
+
+    nodes = faults._nodes(Args, [Node("head", cpus=8)], "run", tmp_path)
+    head, worker = nodes
+    assert (head.cpus, worker.cpus) == (0, 8)  # the engines go to the worker, as KubeRay's head has num-cpus 0
+    ray = cluster(nodes, "run", {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
+    command = ray.command(worker)
+    # Not 127.0.0.1: Ray would turn it into the host's address for a joining node (resolve_ip_for_localhost).
+    assert f"--address=127.0.0.2:{ray.gcs_port}" in command and "--node-ip-address=127.0.0.2" in command
+    assert ray.node_env(worker)["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "1"  # Ray refuses a second node with 0
+    assert ray.node_env(worker)["RAY_SERVE_WORKER_PROXY_HTTP_PORT"] == Args.worker_proxy.rsplit(":", 1)[1]
+    assert all(url.startswith("http://127.0.0.2:") for url in ray.metrics_urls)
+    assert faults._nodes(type("A", (), {"faults": "kv-stall"}), [Node("head", cpus=8)], "run", tmp_path)[0].ip == (
+        "127.0.0.1"
+    )
