@@ -176,7 +176,9 @@ def summary(strategy_type: str, single_replica_roles: Iterable[str]) -> list[str
     gap = f" (roles with one replica: {', '.join(single)}: a gap while it reloads)" if single else ""
     cluster = (
         "a Ray cluster change (image, Ray version, pod templates, worker groups or bounds, GCS options) deletes "
-        "the RayService and creates it again: no endpoint until the new cluster's engines have loaded the model"
+        "the RayService and creates it again: no endpoint until the new cluster's engines have loaded the model "
+        "(about a minute per engine on warm nodes, tens of minutes on new ones: docs/operations.md, "
+        "What a start costs)"
         if strategy_type == "None"
         else "a Ray cluster change starts a second RayCluster beside the running one, which serves until the new "
         "one does: the GPU pools must hold both meanwhile"
