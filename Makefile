@@ -23,7 +23,7 @@ BENCH_VENV ?= $(CACHE_DIR)/bench-venv-$(shell sha256sum $(BENCH_REQS) | cut -c1-
 URL ?= http://localhost:8000
 
 .PHONY: test test-fast e2e e2e-cluster plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
-	rehearse-faults rehearse-mistakes smoke verify bench bench-venv compare policy policy-sdk ingress-check rehearsal-venv check-upstream docs
+	rehearse-faults rehearse-mistakes smoke verify bench bench-venv compare policy policy-sdk rehearsal-venv check-upstream docs
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
 	@echo "Installing the pinned Python requirements into $(VENV) (Pulumi SDKs, Ray for its serve schemas, pytest, ruff: about 1 GB, a few minutes the first time; later runs reuse it)..."
@@ -83,10 +83,6 @@ rehearse-stop: $(REHEARSAL_VENV)/.installed
 # Each engine-only mistake must fail the rehearsal with the engine's own message.
 rehearse-mistakes: $(REHEARSAL_VENV)/.installed
 	$(REHEARSAL_VENV)/bin/python -m rehearsal.mistakes --stack $(STACK)
-
-# The API key check around Ray Serve LLM's real OpenAiIngress (needs vLLM: the rehearsal venv; no engine).
-ingress-check: $(REHEARSAL_VENV)/.installed
-	$(REHEARSAL_VENV)/bin/python serve_ingress/check_real_ingress.py
 
 # Prove an endpoint serves (ARGS: --metrics-url URL --expect-pd, --model, --api-key).
 smoke: $(VENV)/.installed

@@ -485,7 +485,6 @@ def check_ray_openai_ingress(ctx: Context) -> list[str]:
     needed = {
         "ray/llm/_internal/serve/core/ingress/ingress.py": ["OpenAiIngress", "make_fastapi_ingress"],
         "ray/serve/_private/http_util.py": ["_walk_fastapi_routes"],
-        "ray/llm/_internal/serve/core/configs/openai_api_models.py": ["ModelCard"],
     }
     problems = []
     for path, names in needed.items():

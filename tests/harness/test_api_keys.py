@@ -1,7 +1,8 @@
 """The API key check (serve_ingress/api_keys.py) run through a real FastAPI app, routed the way
 Ray Serve LLM's make_fastapi_ingress routes OpenAiIngress's methods: a request without a key or
 with a wrong one is refused before the endpoint runs; the right key (old or new during a
-rotation) is served. (The same check around Ray's real OpenAiIngress: serve_ingress/check_real_ingress.py.)"""
+rotation) is served. The same check through Ray's real OpenAiIngress, served by Ray Serve:
+`make rehearse STACK=dev` (CI), whose smoke sends no key, a wrong key and the right one."""
 
 from __future__ import annotations
 
