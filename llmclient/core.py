@@ -134,12 +134,19 @@ def request_counters(metrics_text: str) -> list[tuple[dict[str, str], float]]:
     return [(dict(_LABEL.findall(labels)), float(value)) for labels, value in _COUNTER.findall(metrics_text)]
 
 
+def metrics_urls(metrics_url: str) -> list[str]:
+    """One Prometheus endpoint, or several comma-separated (a Ray cluster of several nodes: each node exports
+    the replicas it runs)."""
+    return [url for url in metrics_url.split(",") if url]
+
+
 def deployment_requests(metrics_url: str, timeout: float = 10.0) -> dict[str, float]:
-    """deployment name -> requests it handled so far, summed over replicas and routes."""
-    with urllib.request.urlopen(metrics_url, timeout=timeout) as response:
-        text = response.read().decode()
+    """deployment name -> requests it handled so far, summed over replicas, routes and endpoints."""
     counts: dict[str, float] = {}
-    for labels, value in request_counters(text):
-        name = labels.get("deployment", "")
-        counts[name] = counts.get(name, 0.0) + value
+    for url in metrics_urls(metrics_url):
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            text = response.read().decode()
+        for labels, value in request_counters(text):
+            name = labels.get("deployment", "")
+            counts[name] = counts.get(name, 0.0) + value
     return counts

@@ -33,7 +33,7 @@ class SmokeResult:
 
 
 def _kv(metrics_url: str) -> kv_proof.KvCounters:
-    return kv_proof.counters(metrics.scrape([metrics_url], kv_proof.SERIES))
+    return kv_proof.counters(metrics.scrape(core.metrics_urls(metrics_url), kv_proof.SERIES))
 
 
 async def _kv_moved(metrics_url: str, before: kv_proof.KvCounters, requests: int) -> str:

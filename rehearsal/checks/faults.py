@@ -307,8 +307,9 @@ def _run(ctx: Context) -> None:
     refs = asyncio.run(faultload.reference(ctx.url, ctx.model, ctx.api_key))
     clear = [r for r in refs if r.expected()]
     for r in refs:
+        margins = " ".join(f"{m:.3f}" for m in r.margins[:6])
         say(f"  reference {r.prompt!r}: {faultload.clear_prefix(r.margins)} of {len(r.tokens)} tokens clear "
-            f"(margin >= {faultload.DEFAULT_MARGIN} nats)")  # fmt: skip
+            f"(margin >= {faultload.DEFAULT_MARGIN} nats; first margins {margins})")  # fmt: skip
     if not clear:
         raise RehearsalFailed("faults: no prompt has a clear first token on the stand-in model: nothing to compare")
     load = faultload.Load(ctx.url, ctx.model, clear, ctx.api_key, concurrency=2)

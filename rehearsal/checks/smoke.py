@@ -22,7 +22,7 @@ def run_smoke(ctx: Context) -> None:
             api_key=ctx.api_key,
             timeout=SMOKE_TIMEOUT,
             deadline=SMOKE_TIMEOUT * 2,
-            metrics_url=ctx.metrics_url,
+            metrics_url=",".join(ctx.metrics_urls),  # every node's: replicas may run on any of them
             expect_pd=ctx.pd,
         )
     )

@@ -19,10 +19,10 @@ def test_each_request_is_classified_by_what_the_caller_saw():
 
 
 def test_only_the_clear_prefix_of_a_reference_is_compared():
-    ref = fl.Reference("p", ("A", "B", "C", "D"), (2.0, 0.9, 0.01, 3.0))
+    ref = fl.Reference("p", ("A", "B", "C", "D"), (2.0, 0.09, 0.001, 3.0))
     assert fl.clear_prefix(ref.margins) == 2
-    assert ref.expected() == "AB"  # C is a near tie (0.01 nats): D after it is not compared either
-    assert fl.Reference("p", ("A",), (0.1,)).expected() == ""
+    assert ref.expected() == "AB"  # C is a near tie (0.001 nats): D after it is not compared either
+    assert fl.Reference("p", ("A",), (0.005,)).expected() == ""
 
 
 def _o(outcome, start, end=None, status=200):
