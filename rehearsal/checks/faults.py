@@ -250,7 +250,8 @@ def run_fault(ctx: Context, load: faultload.Load, fault: Fault) -> dict:
     time.sleep(SETTLE)
     before = faultload.window("before", load.outcomes, t_settle, load.now())
     if before.outcomes[faultload.OK] != before.requests or not before.requests:
-        raise RehearsalFailed(f"before fault {fault.name}: the load was not all good: {before.outcomes}")
+        bad = "; ".join(o for o in before.examples[:2])
+        raise RehearsalFailed(f"before fault {fault.name}: the load was not all good: {before.outcomes} ({bad})")
     t_inject = load.now()
     ctx.mark(f"fault {fault.name}: {fault.what}")
     condition, facts = _inject(ctx, fault)
@@ -306,10 +307,11 @@ def _run(ctx: Context) -> None:
     picked = chosen(ctx.args)
     refs = asyncio.run(faultload.reference(ctx.url, ctx.model, ctx.api_key))
     clear = [r for r in refs if r.expected()]
-    for r in refs:
+    for r in clear:
         margins = " ".join(f"{m:.3f}" for m in r.margins[:6])
         say(f"  reference {r.prompt!r}: {faultload.clear_prefix(r.margins)} of {len(r.tokens)} tokens clear "
             f"(margin >= {faultload.DEFAULT_MARGIN} nats; first margins {margins})")  # fmt: skip
+    say(f"  {len(clear)} of {len(refs)} prompts have a clear first token: the load uses those")
     if not clear:
         raise RehearsalFailed("faults: no prompt has a clear first token on the stand-in model: nothing to compare")
     load = faultload.Load(ctx.url, ctx.model, clear, ctx.api_key, concurrency=2)
