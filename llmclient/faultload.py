@@ -48,8 +48,10 @@ class Reference:
     tokens: tuple[str, ...]  # the healthy run's greedy tokens
     margins: tuple[float, ...]  # top-1 logprob minus runner-up, per token
 
-    def expected(self, margin: float = DEFAULT_MARGIN) -> str:
-        return "".join(self.tokens[: clear_prefix(self.margins, margin)])
+    def expected(self, margin: float = DEFAULT_MARGIN) -> tuple[str, ...]:
+        """The clear prefix, token by token (compared as tokens: a token's own text is not always a prefix of
+        the detokenised answer, e.g. a byte-level token that splits a character)."""
+        return self.tokens[: clear_prefix(self.margins, margin)]
 
 
 def clear_prefix(margins: tuple[float, ...] | list[float], margin: float = DEFAULT_MARGIN) -> int:
@@ -73,17 +75,20 @@ class Outcome:
     text: str = ""
 
 
-def classify(status: int | None, finished: bool, text: str, expected: str | None, error: str = "") -> tuple[str, str]:
+def classify(
+    status: int | None, finished: bool, text: str, expected: tuple[str, ...], error: str = "", tokens=()
+) -> tuple[str, str]:
     """(outcome, detail) of one request: `finished` is whether the stream ended properly (a finish_reason and
-    [DONE]); `expected` the clear prefix of the healthy answer (None: not compared)."""
+    [DONE]); `expected` the clear prefix of the healthy answer's tokens (empty: not compared); `tokens` the
+    answer's tokens as the stream's logprobs name them."""
     if status is None or status != 200:
         return FAILED, error or f"HTTP {status}"
     if not finished:
         return CUT, error or "stream ended before its finish_reason/[DONE]"
-    if not text:
+    if not text and not tokens:
         return EMPTY, "200 with no content"
-    if expected and not text.startswith(expected):
-        return WRONG, f"expected {expected!r}..., got {text[: len(expected) + 10]!r}"
+    if expected and tuple(tokens[: len(expected)]) != tuple(expected):
+        return WRONG, f"expected tokens {list(expected)!r}..., got {list(tokens[: len(expected) + 2])!r}"
     return OK, ""
 
 
@@ -100,8 +105,8 @@ def _body(model: str, prompt: str, stream: bool) -> dict:
         "seed": 0,
         "stream": stream,
     }
-    if not stream:
-        body |= {"logprobs": True, "top_logprobs": 2}
+    # The answer's tokens as vLLM names them; the reference also asks each token's runner-up.
+    body |= {"logprobs": True} | ({} if stream else {"top_logprobs": 2})
     return body
 
 
@@ -131,7 +136,7 @@ async def one_request(
     http: aiohttp.ClientSession, url: str, model: str, ref: Reference, clock: Callable[[], float], api_key: str | None
 ) -> Outcome:
     start = clock()
-    status, finished, parts, error = None, False, [], ""
+    status, finished, parts, tokens, error = None, False, [], [], ""
     try:
         async with http.post(
             f"{url.rstrip('/')}/v1/chat/completions", json=_body(model, ref.prompt, True), headers=_headers(api_key)
@@ -156,11 +161,12 @@ async def one_request(
                     for choice in chunk.get("choices") or []:
                         delta = choice.get("delta") or {}
                         parts.append((delta.get("content") or "") + (delta.get("reasoning_content") or ""))
+                        tokens += [t["token"] for t in (choice.get("logprobs") or {}).get("content") or []]
                         reason = choice.get("finish_reason") or reason
     except (TimeoutError, aiohttp.ClientError, json.JSONDecodeError) as exc:
         error = f"{type(exc).__name__}: {str(exc)[:160]}"
     text = "".join(parts)
-    outcome, detail = classify(status, finished, text, ref.expected(), error)
+    outcome, detail = classify(status, finished, text, ref.expected(), error, tokens)
     return Outcome(ref.prompt, outcome, start, clock(), status, detail, text[:80])
 
 
