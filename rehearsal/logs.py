@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from rehearsal.context import say
@@ -30,14 +31,25 @@ NIXL_FAILURE = r"NIXL transfer failure: "
 FATAL = re.compile(r"Engine core initialization failed|EngineCore failed to start|Traceback \(most recent call last\)")
 
 
-def root_errors(log_dir: Path, limit: int = 3) -> list[str]:
+def dirs(where: Path | Sequence[Path]) -> list[Path]:
+    """Ray's log directories: one, or one per Ray node (each node of a rehearsal has its own temp dir)."""
+    return [where] if isinstance(where, Path) else list(where)
+
+
+def log_files(where: Path | Sequence[Path]) -> list[Path]:
+    return [
+        p
+        for d in dirs(where)
+        if d.exists()
+        for p in d.rglob("*")
+        if p.is_file() and p.suffix in {".err", ".out", ".log"}
+    ]
+
+
+def root_errors(log_dir: Path | Sequence[Path], limit: int = 3) -> list[str]:
     """The distinct exception lines of Ray's logs, wrappers last; each with the file it is in."""
     found: dict[str, tuple[int, str]] = {}
-    if not log_dir.exists():
-        return []
-    files = sorted(
-        (p for p in log_dir.rglob("*") if p.is_file() and p.suffix in {".err", ".out", ".log"}), key=os.path.getmtime
-    )
+    files = sorted(log_files(log_dir), key=os.path.getmtime)
     for order, path in enumerate(files):
         try:
             text = path.read_text(errors="replace")
@@ -71,11 +83,9 @@ def root_errors(log_dir: Path, limit: int = 3) -> list[str]:
     return [f"{msg}    [{where}]" for msg, (_, where) in ranked[:limit]]
 
 
-def fatal_logged(log_dir: Path) -> bool:
+def fatal_logged(log_dir: Path | Sequence[Path]) -> bool:
     """An engine failed to start: Serve would retry the replica for minutes, the error stays the same."""
-    if not log_dir.exists():
-        return False
-    for path in [*log_dir.glob("worker-*.err"), *log_dir.glob("serve/controller_*.log")]:
+    for path in [p for d in dirs(log_dir) for p in [*d.glob("worker-*.err"), *d.glob("serve/controller_*.log")]]:
         try:
             text = path.read_text(errors="replace")
         except OSError:
@@ -85,22 +95,21 @@ def fatal_logged(log_dir: Path) -> bool:
     return False
 
 
-def grep_logs(log_dir: Path, pattern: str) -> list[str]:
+def grep_logs(log_dir: Path | Sequence[Path], pattern: str) -> list[str]:
     hits = []
     rx = re.compile(pattern)
-    for path in log_dir.rglob("*") if log_dir.exists() else []:
-        if path.is_file() and path.suffix in {".err", ".out", ".log"}:
-            try:
-                hits += [line.strip() for line in path.read_text(errors="replace").splitlines() if rx.search(line)]
-            except OSError:
-                continue
+    for path in log_files(log_dir):
+        try:
+            hits += [line.strip() for line in path.read_text(errors="replace").splitlines() if rx.search(line)]
+        except OSError:
+            continue
     return hits
 
 
-def report_errors(log_dir: Path) -> None:
+def report_errors(log_dir: Path | Sequence[Path]) -> None:
     errors = root_errors(log_dir)
     if not errors:
-        say(f"(no exception found in Ray's logs at {log_dir})")
+        say(f"(no exception found in Ray's logs at {', '.join(map(str, dirs(log_dir)))})")
         return
     say(ENGINE_HEADER)
     for line in errors:

@@ -1,8 +1,10 @@
 """Phase 1 of a rehearsal: render the stack's document with the project's own code, change only what cannot
-exist on this machine (each change printed with its reason), build the stand-in model. Nothing runs yet."""
+exist on this machine (each change printed with its reason), build the stand-in model (CPU) or lay the roles
+out on the GPUs and find the weights (GPU). Nothing runs yet."""
 
 from __future__ import annotations
 
+import copy
 import os
 import secrets
 import subprocess
@@ -12,10 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from adapters import stack as stack_adapter
 from domain import api_keys, model_fit, serve_config
-from domain.ray_service import ray_service_spec
-from rehearsal import substitute, topology
+from rehearsal import gpu, substitute, topology
 from rehearsal.context import say
 from rehearsal.logs import ROLE_HEADER
 
@@ -25,6 +25,9 @@ CACHE = Path(os.environ.get("RAY_LLM_EKS_CACHE", Path.home() / ".cache" / "ray-l
 
 def deployed_spec(stack: str) -> dict:
     """The RayService spec the program deploys for the stack (domain/ray_service.py, the one builder)."""
+    from adapters import stack as stack_adapter  # here: a GPU machine given --spec needs no stack adapter
+    from domain.ray_service import ray_service_spec
+
     return ray_service_spec(stack_adapter.load_settings(stack_adapter.stack_file(stack)))
 
 
@@ -75,12 +78,48 @@ class Prepared:
     plan: substitute.Plan
     api_key: str | None  # None: the stack's document checks no key
     keys_file: Path | None
+    gpu: GpuRun | None = None  # TARGET=gpu
+
+
+@dataclass(frozen=True)
+class GpuRun:
+    """What the GPU target decided before anything runs."""
+
+    here: gpu.GpuHere
+    emulate: gpu.Emulation | None
+    nodes: list[gpu.NodeLayout]
+    model: model_fit.ModelSpec | None  # the served model's row of the fit check's table
+    cpu_engines: bool  # the layout rehearsed with CPU engines (a dry run of the GPU target on a CPU machine)
+    weights_from_hub: bool  # vLLM downloads the stack's model_source (HF_HUB_OFFLINE must stay unset)
+    prediction_document: dict  # what the fit check predicts for: the rendered document with the engine
+    # arguments the GPU engines run with, at the stack's own budget (gpu_memory_utilization as rendered)
+
+    @property
+    def budget_mib(self) -> int:
+        """The GPU memory the fit check predicts against: the emulated GPU's, or this one's."""
+        return self.emulate.memory_mib if self.emulate else self.here.total_mib
+
+
+# --cpu-engines pretends this GPU (an H200 as CUDA reports it) for the substitutions it prints.
+PRETENDED_GPU = gpu.GpuHere(count=1, name="H200 (pretended by --cpu-engines)", total_mib=143771, efa=False,
+                            flashinfer=False)  # fmt: skip
+
+
+def spec_of(path: Path) -> dict:
+    """A RayService spec from a file (JSON or YAML): the spec itself, or a whole RayService manifest."""
+    loaded = yaml.safe_load(path.read_text())
+    return loaded.get("spec", loaded) if isinstance(loaded, dict) else {}
+
+
+def served_model(doc: dict) -> model_fit.ModelSpec | None:
+    """The served model's row of domain/model_fit.py's table (None: a model of the user's)."""
+    loading = next(iter(serve_config.llm_configs_by_role(doc, "rehearsal").values()))["model_loading_config"]
+    return model_fit.KNOWN_MODELS.get(loading.get("model_source")) or model_fit.KNOWN_MODELS.get(loading["model_id"])
 
 
 def stand_in_family(doc: dict) -> str:
     """The stand-in for the served model's family (domain/model_fit.py's table), or by its layer kinds."""
-    loading = next(iter(serve_config.llm_configs_by_role(doc, "rehearsal").values()))["model_loading_config"]
-    spec = model_fit.KNOWN_MODELS.get(loading.get("model_source")) or model_fit.KNOWN_MODELS.get(loading["model_id"])
+    spec = served_model(doc)
     if spec is None:
         return substitute.stand_in(None, False)
     return substitute.stand_in(spec.family.name if spec.family else None, spec.hybrid)
@@ -122,25 +161,114 @@ def stack_run_dir(stack: str) -> Path:
     return CACHE / "rehearsal-runs" / stack
 
 
-def prepare(args, checks, port: int) -> Prepared | None:
-    """Render, substitute (printed), build the stand-in, make this run's key; then each selected check's own
-    changes (printed). None: a kv_role mistake (printed under ROLE_HEADER)."""
-    spec = deployed_spec(args.stack)
-    rendered = yaml.safe_load(spec["serveConfigV2"])
-    configs = serve_config.llm_configs_by_role(rendered, "rehearsal")
-    max_len = max(int(c.get("engine_kwargs", {}).get("max_model_len", 4096)) for c in configs.values())
+def _max_len(doc: dict) -> int:
+    configs = serve_config.llm_configs_by_role(doc, "rehearsal")
+    return max(int(c.get("engine_kwargs", {}).get("max_model_len", 4096)) for c in configs.values())
+
+
+def _cpu(rendered: dict, port: int, keep_pools: bool = False) -> substitute.Plan:
     family = stand_in_family(rendered)
     cores = physical_cores()
-    plan = substitute.plan(rendered, str(model_dir(family)), family, port, nixl_core=max(cores), cores=cores)
+    plan = substitute.plan(
+        rendered, str(model_dir(family)), family, port, nixl_core=max(cores), cores=cores, keep_pools=keep_pools
+    )
+    make_model(family, _max_len(rendered))
+    return plan
+
+
+def _weights(args, rendered: dict, device: str) -> tuple[str | None, str]:
+    """Where the GPU engines load weights from, and why: --weights DIR, --random-weights (built here), or the
+    stack's own model_source (None)."""
+    if args.weights:
+        if not (args.weights / "config.json").exists():
+            raise substitute.CannotRehearse(f"--weights {args.weights}: no config.json there (a model directory)")
+        return str(args.weights.resolve()), "a local copy of the weights (--weights)"
+    if not args.random_weights:
+        return None, ""
+    model_id = next(iter(serve_config.llm_configs_by_role(rendered, "rehearsal").values()))["model_loading_config"][
+        "model_id"
+    ]
+    config = args.model_config or ROOT / "rehearsal" / "model_configs" / f"{model_id.replace('/', '--')}.json"
+    if not config.exists():
+        raise substitute.CannotRehearse(
+            f"--random-weights: no config.json for {model_id} at {config} (give --model-config FILE: the model's "
+            "config.json)"
+        )
+    out = CACHE / "gpu-models" / f"{model_id.replace('/', '--')}-random"
+    subprocess.run(
+        [sys.executable, str(ROOT / "rehearsal" / "gpu_model.py"), str(config), str(out), device], check=True
+    )
+    arch = (yaml.safe_load(config.read_text()).get("architectures") or ["?"])[0]
+    return str(out), f"random bf16 weights of the real {arch}, built here from {config.name} (--random-weights)"
+
+
+def _gpu(args, rendered: dict, port: int) -> tuple[substitute.Plan, GpuRun, list[str]]:
+    """The GPU target's plan: the layout on this machine's GPUs and the substitutions (rehearsal.gpu)."""
+    from rehearsal import gpu_probe
+
+    model = served_model(rendered)
+    here = PRETENDED_GPU if args.cpu_engines else gpu_probe.probe()
+    emulate = gpu.emulation(args.emulate) if args.emulate else None
+    nodes, layout_line = gpu.layout(gpu.role_needs(rendered), here.count)
+    weights, why = _weights(args, rendered, "cpu" if args.cpu_engines else "cuda")
+    family = stand_in_family(rendered)
+    plan = gpu.plan(
+        rendered, here, family=family, hybrid=bool(model and model.hybrid), port=port, weights=weights,
+        weights_why=why, emulate=emulate, nodes_on_one_host=len(nodes),
+    )  # fmt: skip
+    lines = [f"GPUs here: {here.count} x {here.name}, {here.total_mib} MiB each as CUDA reports it"
+             + ("" if here.efa else "; no EFA") + ("" if here.flashinfer else "; no FlashInfer")]  # fmt: skip
+    lines += plan.substitutions
+    if weights is None:
+        lines.append("weights: the stack's model_source, downloaded by vLLM (needs the hub; HF_TOKEN for a gated one)")
+    lines.append(f"Ray: {layout_line}; NIXL side channels from Ray Serve LLM's own bases (prefill 20000, decode 22000)")
+    predicted = _prediction_document(rendered, plan.document)
+    if args.cpu_engines:
+        cpu_plan = _cpu(plan.document, port, keep_pools=True)
+        lines += [f"CPU engines (--cpu-engines: this layout, rehearsed on the CPU): {line}"
+                  for line in cpu_plan.substitutions]  # fmt: skip
+        plan = cpu_plan
+    return plan, GpuRun(here, emulate, nodes, model, args.cpu_engines, weights is None, predicted), lines
+
+
+def _prediction_document(rendered: dict, deployed: dict) -> dict:
+    """The rendered document with the deployed engine arguments but its own budget and model source: the fit
+    check predicts for the GPU being emulated, which the deployed budget stands for."""
+    doc = copy.deepcopy(rendered)
+    ran = serve_config.llm_configs_by_role(deployed, "rehearsal")
+    for role, config in serve_config.llm_configs_by_role(doc, "rehearsal").items():
+        own = config.setdefault("engine_kwargs", {})
+        budget = own.get("gpu_memory_utilization")
+        own.update(ran[role]["engine_kwargs"])
+        if budget is None:
+            own.pop("gpu_memory_utilization", None)
+        else:
+            own["gpu_memory_utilization"] = budget
+    return doc
+
+
+def prepare(args, checks, port: int) -> Prepared | None:
+    """Render, substitute (printed), build the stand-in or find the weights, make this run's key; then each
+    selected check's own changes (printed). None: a kv_role mistake (printed under ROLE_HEADER)."""
+    spec = spec_of(args.spec) if args.spec else deployed_spec(args.stack)
+    rendered = yaml.safe_load(spec["serveConfigV2"])
+    gpu_run = None
+    if args.target == "gpu":
+        plan, gpu_run, lines = _gpu(args, rendered, port)
+    else:
+        plan = _cpu(rendered, port)
+        lines = [*plan.substitutions]
     keys_dir = stack_run_dir(args.stack) / "api-keys"
-    plan, mounted = key_check_here(plan, spec, keys_dir)
-    make_model(family, max_len)
+    plan, moved = key_check_here(plan, spec, keys_dir)
+    lines += moved
     kind = "prefill/decode" if plan.pd else "collocated"
-    say(f"Stack {args.stack}: {kind}, model {plan.model_ids[0]}; substitutions:")
-    for line in [*plan.substitutions, *mounted]:
+    target = "" if gpu_run is None else " (GPU target" + (", CPU engines)" if gpu_run.cpu_engines else ")")
+    say(f"Stack {args.stack}{target}: {kind}, model {plan.model_ids[0]}; substitutions:")
+    for line in lines:
         say(f"  - {line}")
-    say("  - Ray: one node on 127.0.0.1, CPUs only (NIXL side channel on 127.0.0.1; UCX picks its transports)")
-    if plan.hybrid:
+    if gpu_run is None:
+        say("  - Ray: one node on 127.0.0.1, CPUs only (NIXL side channel on 127.0.0.1; UCX picks its transports)")
+    if plan.hybrid and (gpu_run is None or gpu_run.cpu_engines):
         say("  - process env: AMX hidden from vLLM's CPU platform (rehearsal/amx_hidden/sitecustomize.py)")
     if plan.pd:
         say(f"  - process env: VLLM_LOGGING_CONFIG_PATH (vLLM's format, plus DEBUG for {topology.PULL_WORKER_LOGGER}"
@@ -162,7 +290,7 @@ def prepare(args, checks, port: int) -> Prepared | None:
         return None
     if not key_checked(plan.document):
         say("  (the stack's document checks no API key: the smoke sends none)")
-        return Prepared(plan, None, None)
+        return Prepared(plan, None, None, gpu_run)
     key = new_key(keys_dir)
     say(f"  - API key: a random one for this run, in {keys_dir / api_keys.KEYS_FILE} (the smoke sends it)")
-    return Prepared(plan, key, keys_dir / api_keys.KEYS_FILE)
+    return Prepared(plan, key, keys_dir / api_keys.KEYS_FILE, gpu_run)

@@ -19,6 +19,10 @@ from rehearsal.verify import http_json
 # The dashboard gives each of its module processes 30 s to start (ray/dashboard/consts.py); on 2 busy cores
 # (load 15) MetricsHead took longer and the dashboard, so the deploy API, never came up.
 DASHBOARD_MODULE_WAIT = "180"
+# Several Ray nodes on this host: each on 127.0.0.2 (Node.ip) with Ray clusters enabled (Linux's default; the
+# rehearsal's "0" refuses a second node).
+MULTI_NODE_IP = "127.0.0.2"
+MULTI_NODE_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
 
 
 @dataclass
@@ -37,14 +41,19 @@ class Node:
     # node's --address into the host's network address (ray/_private/services.py resolve_ip_for_localhost,
     # is_localhost), where the GCS, bound to the node address, does not listen; any other 127/8 address stays.
     ip: str = "127.0.0.1"
+    object_store_bytes: int | None = None  # None: Ray's default
     metrics_port: int = 0
+    temp_dir: Path = Path()  # its own (Ray names its daemons' log files alike on every node)
     started: bool = False
+
+    @property
+    def log_dir(self) -> Path:
+        return self.temp_dir / "session_latest" / "logs"
 
 
 @dataclass
 class Cluster:
     nodes: list[Node]
-    temp_dir: Path
     gcs_port: int
     dashboard_port: int
     env: dict[str, str]  # every node's processes
@@ -54,8 +63,12 @@ class Cluster:
         return f"http://127.0.0.1:{self.dashboard_port}"
 
     @property
-    def log_dir(self) -> Path:
-        return self.temp_dir / "session_latest" / "logs"
+    def temp_dirs(self) -> list[Path]:
+        return [n.temp_dir for n in self.nodes]
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        return [n.log_dir for n in self.nodes]
 
     @property
     def metrics_urls(self) -> list[str]:
@@ -78,10 +91,11 @@ class Cluster:
 
 
 def cluster(nodes: list[Node], run_id: str, env: dict[str, str]) -> Cluster:
-    for node in nodes:
+    for i, node in enumerate(nodes):
         node.metrics_port = free_port()
-    # Ray's session dir holds unix sockets: keep the path short.
-    return Cluster(nodes, Path(f"/tmp/rllm-{run_id}"), free_port(), free_port(), env)
+        # Ray's session dir holds unix sockets: keep the path short.
+        node.temp_dir = Path(f"/tmp/rllm-{run_id}" + (f"-{i}" if i else ""))
+    return Cluster(nodes, free_port(), free_port(), env)
 
 
 def _own_ports() -> list[str]:
@@ -94,18 +108,21 @@ def _own_ports() -> list[str]:
 
 
 def node_command(c: Cluster, node: Node, head: bool) -> list[str]:
-    ray = str(Path(sys.executable).parent / "ray")
-    command = [ray, "start", f"--node-ip-address={node.ip}", f"--num-cpus={node.cpus}", "--disable-usage-stats",
-               f"--metrics-export-port={node.metrics_port}", *_own_ports()]  # fmt: skip
+    # Ray's CLI through this Python (its `ray` script need not be on PATH, e.g. a GPU machine's --target install).
+    command = [sys.executable, "-m", "ray.scripts.scripts", "start", f"--node-ip-address={node.ip}",
+               f"--num-cpus={node.cpus}", "--disable-usage-stats", f"--metrics-export-port={node.metrics_port}",
+               f"--temp-dir={node.temp_dir}", *_own_ports()]  # fmt: skip
     if node.gpus is not None:
         command.append(f"--num-gpus={node.gpus}")
+    if node.object_store_bytes is not None:
+        command.append(f"--object-store-memory={node.object_store_bytes}")
     if node.resources:
         command.append(f"--resources={json.dumps(node.resources, sort_keys=True)}")
     command += node.args
     if head:
         command += [
             "--head", f"--port={c.gcs_port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={c.dashboard_port}",
-            f"--temp-dir={c.temp_dir}", f"--ray-client-server-port={free_port()}",
+            f"--ray-client-server-port={free_port()}",
         ]  # fmt: skip
     else:
         command.append(f"--address={c.nodes[0].ip}:{c.gcs_port}")
@@ -113,22 +130,31 @@ def node_command(c: Cluster, node: Node, head: bool) -> list[str]:
 
 
 def start_node(c: Cluster, node: Node, run_id: str, clock: Clock) -> None:
-    start_ray(c.command(node), c.node_env(node), run_id, clock)
+    head = node is c.nodes[0]
+    # Another head can be started over a failed one; a node that joins cannot (its half-started raylet stays).
+    start_ray(c.command(node), c.node_env(node), run_id, clock, attempts=2 if head else 1, end_on_failure=head)
     node.started = True
+    latest, sessions = node.temp_dir / "session_latest", sorted(node.temp_dir.glob("session_2*"))
+    if not latest.exists() and sessions:  # where Ray leaves no session_latest link: the logs are found the same way
+        latest.symlink_to(sessions[-1])
 
 
-def start_ray(command: list[str], env: dict, run_id: str, clock: Clock, attempts: int = 2) -> None:
+def start_ray(
+    command: list[str], env: dict, run_id: str, clock: Clock, attempts: int = 2, end_on_failure: bool = True
+) -> None:
     """`ray start`, once more if it fails: on 2 busy cores the raylet can miss Ray's fixed 30 s to register
     with the GCS ("The current node timed out during startup", ray/_private/node.py)."""
     for attempt in range(1, attempts + 1):
         try:
             done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
             reason = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-        except subprocess.TimeoutExpired:
-            done, reason = None, "no answer within 180 s"
+        except subprocess.TimeoutExpired as exc:
+            said = (exc.stderr or b"").decode(errors="replace").strip().splitlines()
+            done, reason = None, "no answer within 180 s" + (f"; it said last: {said[-1]}" if said else "")
         if done is not None and done.returncode == 0:
             return
-        end_processes(run_id)
+        if end_on_failure:
+            end_processes(run_id)
         clock.mark(f"ray start failed (attempt {attempt} of {attempts}): {reason[:300]}")
     raise RehearsalFailed(f"ray start failed {attempts} times; last: {reason[:300]}")
 

@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import sys
+import tarfile
 import uuid
 from pathlib import Path
 
@@ -28,12 +29,23 @@ import yaml
 
 from llmclient import smoke
 from rehearsal import checks, substitute, topology
+from rehearsal import gpu as gpu_rules
+from rehearsal.checks import engines
 from rehearsal.context import Clock, Context, RehearsalFailed, say
 from rehearsal.deploy import deploy, wait_ready
 from rehearsal.logs import report_errors
-from rehearsal.prepare import CACHE, ROOT, prepare, stack_run_dir
+from rehearsal.prepare import CACHE, ROOT, GpuRun, Prepared, prepare, stack_run_dir
 from rehearsal.processes import end_processes, free_port
-from rehearsal.ray_cluster import Cluster, Node, base_environment, cluster, start_node, wait_dashboard
+from rehearsal.ray_cluster import (
+    MULTI_NODE_ENV,
+    MULTI_NODE_IP,
+    Cluster,
+    Node,
+    base_environment,
+    cluster,
+    start_node,
+    wait_dashboard,
+)
 
 
 def parser_for(all_checks: list[checks.Check]) -> argparse.ArgumentParser:
@@ -43,8 +55,53 @@ def parser_for(all_checks: list[checks.Check]) -> argparse.ArgumentParser:
     parser.add_argument("--ready-timeout", type=float, default=900.0, help="deploy to ready, at most (s)")
     parser.add_argument("--keep", action="store_true", help="leave it running (stop: make rehearse-stop)")
     parser.add_argument("--port", type=int, default=0, help="HTTP port of the endpoint (default: a free one)")
+    parser.add_argument("--target", choices=("cpu", "gpu"), default="cpu", help="engines on the CPU, or on GPUs")
+    parser.add_argument("--spec", type=Path, help="the RayService spec or manifest to rehearse (default: rendered)")
+    parser.add_argument("--save-logs", type=Path, metavar="DIR", help="Ray's logs as a .tar.gz there, at the end")
+    gpu = parser.add_argument_group("TARGET=gpu")
+    gpu.add_argument("--weights", type=Path, metavar="DIR", help="a local copy of the model (default: its source)")
+    gpu.add_argument("--random-weights", action="store_true", help="the real architecture, random weights, built here")
+    gpu.add_argument("--model-config", type=Path, help="config.json for --random-weights (default: rehearsal/model_"
+                     "configs/<model id>.json)")  # fmt: skip
+    gpu.add_argument("--emulate", metavar="GPU", help="rehearse a smaller GPU (e.g. L4): its budget and defaults")
+    gpu.add_argument("--cpu-engines", action="store_true", help="dry run of the GPU layout with CPU engines")
     checks.add_options(parser, all_checks)
     return parser
+
+
+OBJECT_STORE_BYTES = 2 * 10**9
+
+
+def gpu_nodes(run: GpuRun) -> list[Node]:
+    """The GPU target's Ray nodes on this host (rehearsal.gpu.layout), each with its own GPUs (or sharing them,
+    started one after the other) and the custom resources of its role's pool."""
+    cpus = max(8, (os.cpu_count() or 8) // len(run.nodes))
+    several = len(run.nodes) > 1
+    return [
+        Node(
+            layout.role,
+            cpus=cpus,
+            gpus=0 if run.cpu_engines else layout.gpus,
+            # Ray's default takes 30% of RAM per node for its object store; the engines need little of it.
+            object_store_bytes=OBJECT_STORE_BYTES,
+            resources=layout.resources,
+            env={**(MULTI_NODE_ENV if several else {}),
+                 **({} if run.cpu_engines else {"CUDA_VISIBLE_DEVICES": ",".join(map(str, layout.devices))})},
+            after_role=layout.after_role,
+            ip=MULTI_NODE_IP if several else "127.0.0.1",
+        )
+        for layout in run.nodes
+    ]  # fmt: skip
+
+
+def gpu_environment(prepared: Prepared, run_id: str, run_dir: Path) -> dict[str, str]:
+    env = cpu_environment(prepared.plan, run_id, run_dir) if prepared.gpu.cpu_engines else _logging(
+        prepared.plan, run_dir, base_environment(run_id))  # fmt: skip
+    env.update(gpu_rules.NO_MULTICAST)
+    if prepared.gpu.weights_from_hub:
+        env.pop("HF_HUB_OFFLINE", None)
+        env.pop("TRANSFORMERS_OFFLINE", None)
+    return env
 
 
 def cpu_nodes(
@@ -70,6 +127,10 @@ def cpu_environment(plan: substitute.Plan, run_id: str, run_dir: Path) -> dict[s
         env["PYTHONPATH"] = os.pathsep.join(
             filter(None, [str(ROOT / "rehearsal" / "amx_hidden"), env.get("PYTHONPATH")])
         )
+    return _logging(plan, run_dir, env)
+
+
+def _logging(plan: substitute.Plan, run_dir: Path, env: dict[str, str]) -> dict[str, str]:
     if plan.pd:
         logging_config = run_dir / "vllm-logging.json"
         logging_config.write_text(json.dumps(topology.vllm_logging_config(), indent=1))
@@ -95,13 +156,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     plan = prepared.plan
     doc = plan.document
-    clock.mark("serve config rendered and substituted; stand-in model ready")
+    clock.mark("serve config rendered and substituted; " + ("stand-in model" if plan.family in substitute.FAMILY_TEXT
+               and (prepared.gpu is None or prepared.gpu.cpu_engines) else "weights") + " ready")  # fmt: skip
 
     run_id = uuid.uuid4().hex[:12]
     run_dir = stack_run_dir(args.stack)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "serve-config.yaml").write_text(yaml.safe_dump(doc, sort_keys=False, width=120))
-    ray = cluster(cpu_nodes(doc, chosen, args, run_id, run_dir), run_id, cpu_environment(plan, run_id, run_dir))
+    if prepared.gpu is None:
+        ray = cluster(cpu_nodes(doc, chosen, args, run_id, run_dir), run_id, cpu_environment(plan, run_id, run_dir))
+    else:
+        ray = cluster(gpu_nodes(prepared.gpu), run_id, gpu_environment(prepared, run_id, run_dir))
     ctx = Context(
         args=args,
         document=doc,
@@ -111,11 +176,13 @@ def main(argv: list[str] | None = None) -> int:
         pd=plan.pd,
         dashboard=ray.dashboard,
         metrics_urls=ray.metrics_urls,
-        log_dir=ray.log_dir,
+        log_dirs=ray.log_dirs,
         run_dir=run_dir,
         run_id=run_id,
         clock=clock,
         app=doc["applications"][0]["name"],
+        target=args.target,
+        gpu=prepared.gpu,
     )
     ctx.results["ray_cluster"] = ray  # the head fault restarts its nodes
 
@@ -132,18 +199,23 @@ def main(argv: list[str] | None = None) -> int:
 
         def on_healthy(role: str) -> None:
             if role in later:
-                start_node(ray, later.pop(role), run_id, clock)
-                clock.mark(f"Ray node {ray.nodes[-1].name} added once {role} was healthy")
+                node = later.pop(role)
+                start_node(ray, node, run_id, clock)
+                clock.mark(f"Ray node {node.name} started once {role} was healthy")
 
         ctx.healthy = wait_ready(
-            ctx.dashboard, ctx.app, clock, ctx.log_dir, args.ready_timeout, ctx.replica_ready, on_healthy
+            ctx.dashboard, ctx.app, clock, ctx.log_dirs, args.ready_timeout, ctx.replica_ready, on_healthy
         )
         clock.mark(f"application {ctx.app} RUNNING at {ctx.url}")
-        checks.run_all(ctx, chosen)
+        deferred = checks.run_all(ctx, chosen)
         print_timeline(ctx)
+        if deferred:
+            raise RehearsalFailed("; ".join(deferred))
         ok = True
         if args.keep:
-            (CACHE / "rehearsal-runs" / "running").write_text(f"{run_id} {ctx.url} {ray.temp_dir}\n")
+            (CACHE / "rehearsal-runs" / "running").write_text(
+                f"{run_id} {ctx.url} {' '.join(map(str, ray.temp_dirs))}\n"
+            )
             key = f"OPENAI_API_KEY=$(cat {prepared.keys_file}) " if prepared.keys_file else ""
             say(f"\nLeft running at {ctx.url} (Ray metrics {ctx.metrics_url}): {key}make smoke URL={ctx.url}. "
                 "Stop: make rehearse-stop")  # fmt: skip
@@ -151,18 +223,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except RehearsalFailed as exc:
         say(f"\nREHEARSAL FAILED: {str(exc)[:600]}")
-        report_errors(ctx.log_dir)
+        report_errors(ctx.log_dirs)
+        if ctx.target == "gpu" and "vllm memory" not in ctx.results:  # an engine refused to start: its lines
+            engines.memory_lines(ctx, fail=False)
         return 1
     except smoke.SmokeError as exc:
         say(f"\nREHEARSAL FAILED (smoke): {exc}")
-        report_errors(ctx.log_dir)
+        report_errors(ctx.log_dirs)
         return 1
     except KeyboardInterrupt:
         say("\ninterrupted")
         return 130
     finally:
         if not stopped:
-            teardown(ray, run_id, ok)
+            teardown(ray, run_id, ok, args.save_logs)
 
 
 def start(ray: Cluster, ctx: Context) -> None:
@@ -170,17 +244,32 @@ def start(ray: Cluster, ctx: Context) -> None:
     for node in ray.nodes:
         if node.after_role is None:
             start_node(ray, node, ctx.run_id, ctx.clock)
-    ctx.mark(f"Ray started (dashboard {ray.dashboard}, logs {ray.log_dir})")
+    ctx.mark(f"Ray started (dashboard {ray.dashboard}, logs {ray.nodes[0].log_dir})")
     wait_dashboard(ray.dashboard)
 
 
-def teardown(ray: Cluster, run_id: str, ok: bool) -> None:
+def teardown(ray: Cluster, run_id: str, ok: bool, save_logs: Path | None = None) -> None:
     left = end_processes(run_id)
+    if save_logs is not None:
+        say(f"Ray's logs saved in {save_ray_logs(ray, save_logs)}")
     say(f"stopped every process of this rehearsal{'' if not left else f' but {left}'}")
     if ok or not os.environ.get("KEEP_RAY_LOGS"):
-        shutil.rmtree(ray.temp_dir, ignore_errors=True)
+        for temp_dir in ray.temp_dirs:
+            shutil.rmtree(temp_dir, ignore_errors=True)
     else:
-        say(f"Ray logs kept in {ray.temp_dir}")
+        say(f"Ray logs kept in {', '.join(map(str, ray.temp_dirs))}")
+
+
+def save_ray_logs(ray: Cluster, out: Path, largest: int = 40 * 2**20) -> Path:
+    """Every node's Ray logs (but files over `largest` bytes) as one .tar.gz in `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "ray-logs.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for node in ray.nodes:
+            for file in sorted(node.log_dir.rglob("*")) if node.log_dir.exists() else []:
+                if file.is_file() and file.stat().st_size <= largest:
+                    tar.add(file, arcname=f"{node.name}/{file.relative_to(node.log_dir)}")
+    return path
 
 
 def role_lines(healthy, running, replica_ready, served, kv, t_deploy) -> list[str]:
@@ -223,9 +312,10 @@ def stop_kept() -> int:
     if not marker.exists():
         say("no rehearsal left running")
         return 0
-    run_id, _url, temp_dir = marker.read_text().split()
+    run_id, _url, *temp_dirs = marker.read_text().split()
     left = end_processes(run_id)
-    shutil.rmtree(temp_dir, ignore_errors=True)
+    for temp_dir in temp_dirs:
+        shutil.rmtree(temp_dir, ignore_errors=True)
     marker.unlink()
     say(f"stopped rehearsal {run_id}" + (f" ({left} processes survived)" if left else ""))
     return 1 if left else 0

@@ -67,6 +67,19 @@ class Plan:
     pd: bool
 
 
+def loopback(doc: dict, port: int) -> list[str]:
+    """The HTTP proxy on 127.0.0.1 and the given port (a free one here): the printed lines."""
+    subs = []
+    http = doc.setdefault("http_options", {})
+    if http.get("host") != "127.0.0.1":
+        subs.append(f"http_options.host: {http.get('host')!r} -> '127.0.0.1' (loopback only)")
+        http["host"] = "127.0.0.1"
+    if http.get("port") != port:
+        subs.append(f"http_options.port: {http.get('port')!r} -> {port} (a free port here)")
+        http["port"] = port
+    return subs
+
+
 def stand_in(family: str | None, hybrid: bool) -> str:
     """The stand-in for a model family; for a model of the user's (no family), by its layer kinds."""
     if family in STAND_INS:
@@ -81,20 +94,14 @@ def plan(
     port: int = 8000,
     nixl_core: int = 0,
     cores: tuple[int, ...] = (0, 1),
+    keep_pools: bool = False,
 ) -> Plan:
     """`family`: the stand-in's (stand_in()); `model_path`: where it was made; `nixl_core`: the core vLLM's
     NixlConnector pins each CPU engine's main thread to (rehearsal.run.nixl_pinned_core); `cores`: this
-    machine's physical cores (rehearsal.run.physical_cores)."""
+    machine's physical cores (rehearsal.run.physical_cores); `keep_pools`: the bundles keep their pool resources (the
+    GPU target's layout of Ray nodes, rehearsed with CPU engines)."""
     doc = copy.deepcopy(rendered)
-    subs: list[str] = []
-
-    http = doc.setdefault("http_options", {})
-    if http.get("host") != "127.0.0.1":
-        subs.append(f"http_options.host: {http.get('host')!r} -> '127.0.0.1' (loopback only)")
-        http["host"] = "127.0.0.1"
-    if http.get("port") != port:
-        subs.append(f"http_options.port: {http.get('port')!r} -> {port} (a free port here)")
-        http["port"] = port
+    subs = loopback(doc, port)
 
     configs = serve_config.llm_configs_by_role(doc, "rehearsal")
     hybrid = family in HYBRID_FAMILIES
@@ -110,13 +117,19 @@ def plan(
         loading["model_source"] = model_path
 
         if "accelerator_type" in config:
+            # Ray 2.58 refuses it on a CPU-only config (LLMConfig._check_accelerator_type_matches_hardware).
             subs.append(f"{where}.accelerator_type: {config.pop('accelerator_type')!r} -> removed (no GPU here)")
         pg = config.get("placement_group_config")
         if pg:
             old = pg.get("bundle_per_worker") or pg.get("bundles")
             key = "bundle_per_worker" if "bundle_per_worker" in pg else "bundles"
-            new = {"CPU": 1} if key == "bundle_per_worker" else [{"CPU": 1} for _ in pg["bundles"]]
-            subs.append(f"{where}.placement_group_config.{key}: {old} -> {new} (CPU bundles, no pool resources)")
+            new = (
+                _cpu_bundle(old, keep_pools)
+                if key == "bundle_per_worker"
+                else [_cpu_bundle(b, keep_pools) for b in old]
+            )
+            kept = "pool resources kept" if keep_pools else "no pool resources"
+            subs.append(f"{where}.placement_group_config.{key}: {old} -> {new} (CPU bundles, {kept})")
             pg[key] = new
 
         engine = config.setdefault("engine_kwargs", {})
@@ -194,6 +207,11 @@ def moved_paths(before: dict, after: dict, mounts: dict[str, str], why: dict[str
             where = f"applications[{new_app.get('name')}].runtime_env.env_vars.{key}"
             lines.append(f"{where}: {old!r} -> {new!r} ({reason})")
     return lines
+
+
+def _cpu_bundle(bundle: dict, keep_pools: bool) -> dict:
+    """A GPU bundle as a CPU one: one CPU instead of the GPU, with the pool's own resources or without."""
+    return {"CPU": 1, **({k: v for k, v in bundle.items() if k not in {"GPU", "CPU"}} if keep_pools else {})}
 
 
 def _tensor_parallel_here(where: str, config: dict, cores: tuple[int, ...]) -> list[str]:

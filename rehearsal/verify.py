@@ -10,10 +10,11 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from llmclient import core
-from rehearsal import topology
+from rehearsal import logs, topology
 
 PROMPT = [{"role": "user", "content": "Count from one to ten."}]
 METRICS_WAIT = 15.0  # s: Serve pushes every 0.1 s, Ray's agent exports every 2 s (RAY_metrics_report_interval_ms)
@@ -82,14 +83,17 @@ async def serve_every_replica(
     return served, sent, errors
 
 
-def replica_log(log_dir: Path, replica: dict) -> str:
+def replica_log(log_dir: Path | Sequence[Path], replica: dict) -> str:
     """What a replica's process and the engine processes it spawned wrote (they inherit its stdout/stderr:
     Ray's logs/worker-<worker_id>-<job>-<pid>.out/.err)."""
-    paths = {*log_dir.glob(f"worker-{replica.get('worker_id')}-*"), *log_dir.glob(f"worker-*-{replica.get('pid')}.*")}
+    worker, pid = replica.get("worker_id"), replica.get("pid")
+    paths = {p for d in logs.dirs(log_dir) for p in [*d.glob(f"worker-{worker}-*"), *d.glob(f"worker-*-{pid}.*")]}
     return "\n".join(p.read_text(errors="replace") for p in sorted(paths) if p.suffix in {".out", ".err"})
 
 
-def kv_sources(log_dir: Path, running: dict[str, list[dict]]) -> tuple[dict[str, str | None], Counter[str]]:
+def kv_sources(
+    log_dir: Path | Sequence[Path], running: dict[str, list[dict]]
+) -> tuple[dict[str, str | None], Counter[str]]:
     """(prefill replica id -> its NIXL engine id, remote engine id -> KV reads made by the decode replicas)."""
     engines = {r["replica_id"]: topology.engine_id(replica_log(log_dir, r)) for r in running.get("prefill", [])}
     reads: Counter[str] = Counter()

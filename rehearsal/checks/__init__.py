@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rehearsal import cpu_threads
-from rehearsal.context import Context
+from rehearsal.context import Context, RehearsalFailed
 from rehearsal.processes import our_pids
 from rehearsal.substitute import Plan
 
@@ -41,6 +41,9 @@ class Check:
     # The Ray nodes it needs instead of the default ones (args, nodes, run id, run dir) -> nodes: the head
     # fault puts the engines on a second node.
     nodes: Callable | None = None
+    # Its failure does not stop the engines serving (e.g. figures against a prediction): the later checks
+    # still run on them, and the run fails at the end naming it.
+    defer: bool = False
 
 
 def measure_threads(run_id: str, work) -> tuple:
@@ -55,19 +58,22 @@ def measure_threads(run_id: str, work) -> tuple:
 
 def all_checks() -> list[Check]:
     """Every check, in the order they run (imported here so that each module may import this one)."""
-    from rehearsal.checks import extras, faults, routing, smoke, threads, topology
+    from rehearsal.checks import engines, extras, faults, quick_bench, routing, smoke, threads, topology
 
     return [
         topology.REPLICAS,
+        engines.MEMORY,
         threads.IDLE_THREADS,
         smoke.SMOKE,
         topology.EVERY_REPLICA,
         threads.THREADS,
         topology.TP_RANKS,
         topology.KV_READS,
+        engines.KV_BUFFERS,
         routing.COMPARE_ROUTERS,
         extras.SCALE_DEMO,
         extras.BENCH,
+        quick_bench.QUICK_BENCH,
         faults.FAULTS_CHECK,  # last: it restarts engines and the head
     ]
 
@@ -82,7 +88,17 @@ def selected(checks: list[Check], args: argparse.Namespace) -> list[Check]:
     return [check for check in checks if check.selected(args)]
 
 
-def run_all(ctx: Context, checks: list[Check]) -> None:
+def run_all(ctx: Context, checks: list[Check]) -> list[str]:
+    """Run the checks in order; returns the failures of deferred checks (one line each)."""
+    deferred = []
     for check in checks:
-        if check.when(ctx):
+        if not check.when(ctx):
+            continue
+        try:
             check.run(ctx)
+        except RehearsalFailed as exc:
+            if not check.defer:
+                raise
+            ctx.mark(f"check '{check.name}' FAILED, the other checks go on: {str(exc)[:300]}")
+            deferred.append(f"{check.name}: {exc}")
+    return deferred

@@ -33,7 +33,7 @@ from rehearsal import faults, topology, verify
 from rehearsal.checks import Check
 from rehearsal.context import Context, RehearsalFailed, say
 from rehearsal.processes import free_port
-from rehearsal.ray_cluster import Node
+from rehearsal.ray_cluster import MULTI_NODE_ENV, MULTI_NODE_IP, Node
 
 SETTLE = 15.0  # s of clean load before each fault: the window before must be all good
 STALL = 20.0  # s the prefill engine stays stopped
@@ -64,7 +64,6 @@ FAULTS = {
     )
 }  # fmt: skip
 CI_FAULTS = ("prefill-engine",)
-MULTI_NODE_IP = "127.0.0.2"  # loopback, yet not "localhost" to Ray (rehearsal.ray_cluster.Node.ip)
 
 
 def _options(parser: argparse.ArgumentParser) -> None:
@@ -106,7 +105,7 @@ def _nodes(args: argparse.Namespace, nodes: list[Node], run_id: str, run_dir) ->
     args.gcs_store = store
     # Multi-node Ray on loopback: Ray clusters enabled (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1, Linux's default; the
     # rehearsal's "0" refuses a second node) and both nodes on 127.0.0.2 (rehearsal.ray_cluster.Node.ip).
-    multi = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
+    multi = MULTI_NODE_ENV
     head = Node("head", cpus=0, env={faults.NODE_MARKER: "head", **multi, **store.head_env}, ip=MULTI_NODE_IP)
     if args.gcs_ft == "redis":
         head.args = [f"--redis-password={store.head_env['REDIS_PASSWORD']}"]

@@ -32,7 +32,7 @@ def run_smoke(ctx: Context) -> None:
     ctx.results["smoke"] = result
     ctx.t_smoke = ctx.mark("smoke passed")
     if ctx.pd:
-        check_nixl(ctx.log_dir)
+        check_nixl(ctx.log_dirs)
 
 
 SMOKE = Check("smoke", run_smoke)

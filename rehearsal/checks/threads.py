@@ -28,7 +28,7 @@ def judge(ctx: Context) -> None:
 
 
 def on_cpu(ctx: Context) -> bool:
-    return ctx.target == "cpu"
+    return ctx.cpu_engines
 
 
 IDLE_THREADS = Check("threads idle", idle, when=on_cpu)

@@ -4,6 +4,7 @@ worked, and (PD) the decode engine read KV from every prefill replica without a 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from rehearsal import topology, verify
@@ -12,7 +13,7 @@ from rehearsal.context import Context, RehearsalFailed
 from rehearsal.logs import NIXL_FAILURE, PREFIXES, grep_logs
 
 
-def check_nixl(log_dir: Path) -> None:
+def check_nixl(log_dir: Path | Sequence[Path]) -> None:
     """A KV read that failed: vLLM then recomputes the prompt on the decode engine (kv_load_failure_policy
     "recompute"), so the answers come though nothing went through NIXL."""
     if failed := grep_logs(log_dir, NIXL_FAILURE):
@@ -61,8 +62,8 @@ def tp_ranks(ctx: Context) -> None:
 
 
 def kv_reads(ctx: Context) -> None:
-    ctx.kv = verify.kv_sources(ctx.log_dir, ctx.running)
-    check_nixl(ctx.log_dir)  # again: the later requests reached the other prefill replicas
+    ctx.kv = verify.kv_sources(ctx.log_dirs, ctx.running)
+    check_nixl(ctx.log_dirs)  # again: the later requests reached the other prefill replicas
     if unread := topology.prefills_not_read(*ctx.kv):
         raise RehearsalFailed(f"KV not transferred from every prefill replica: {'; '.join(unread)}")
 
@@ -70,6 +71,6 @@ def kv_reads(ctx: Context) -> None:
 REPLICAS = Check("replicas", replicas)
 EVERY_REPLICA = Check("every replica served", every_replica)
 # Worker processes per rank are vLLM's multiprocessing executor's, as Ray Serve LLM runs a CPU engine.
-TP_RANKS = Check("tp ranks", tp_ranks, when=lambda ctx: ctx.target == "cpu" and topology.tensor_parallel_size(
+TP_RANKS = Check("tp ranks", tp_ranks, when=lambda ctx: ctx.cpu_engines and topology.tensor_parallel_size(
     ctx.document) > 1)  # fmt: skip
 KV_READS = Check("kv reads", kv_reads, when=lambda ctx: ctx.pd)

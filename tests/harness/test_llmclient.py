@@ -190,6 +190,14 @@ def test_smoke_fails_on_an_endpoint_that_takes_any_key(server):
     assert "no key -> 401" in str(failed.value)  # no key at all is still refused by this one
 
 
+def test_requests_are_summed_over_the_metrics_of_every_ray_node(server):
+    server.requests = 3
+    one = core.deployment_requests(f"{url(server)}/metrics")
+    assert one == {"PDPrefillServer:m": 3.0, "PDDecodeServer:m": 3.0, "OpenAiIngress": 3.0}
+    both = core.deployment_requests([f"{url(server)}/metrics"] * 2)
+    assert both == {name: 2 * count for name, count in one.items()}
+
+
 def test_smoke_cli_fails_on_an_http_error(server, capsys):
     server.mode = "http500"
     assert main(["smoke", url(server), "--timeout", "5"]) == 1

@@ -218,3 +218,20 @@ def test_ray_is_given_cpus_for_every_engine_and_the_scale_demos_one_more():
     assert topology.logical_cpus(doc, {"decode": 1}, floor=0) == 10
     assert topology.logical_cpus(rendered("tp"), floor=0) == 7  # one replica over 4 ranks
     assert topology.logical_cpus(rendered("baseline")) == 8  # never below the floor
+
+
+def test_a_deferred_check_fails_the_run_at_the_end_and_the_others_still_run():
+    from rehearsal.checks import Check, run_all
+    from rehearsal.context import Clock, Context, RehearsalFailed
+
+    ran = []
+
+    def failing(ctx):
+        raise RehearsalFailed("figures off")
+
+    ctx = Context(None, {}, "", None, "m", False, "", [], [], None, "r", Clock(), "llm")
+    checks = [Check("figures", failing, defer=True), Check("smoke", lambda ctx: ran.append("smoke"))]
+    assert run_all(ctx, checks) == ["figures: figures off"] and ran == ["smoke"]
+    with pytest.raises(RehearsalFailed, match="figures off"):
+        run_all(ctx, [Check("figures", failing), *checks[1:]])
+    assert ran == ["smoke"]  # a failure that is not deferred stops the run there

@@ -1,0 +1,210 @@
+"""The GPU target (`make rehearse STACK=<stack> TARGET=gpu`): the rendered document on a machine with NVIDIA
+GPUs, with fewer substitutions than on the CPU (kv_buffer_device, compile and CUDA graphs stay as rendered),
+each printed with its reason; and the Ray nodes that lay the roles out on this machine's GPUs. Pure Python:
+what the machine has comes in as a GpuHere (rehearsal.gpu_probe reads it)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+from domain import aws_facts, serve_config, vllm_fit
+from rehearsal.substitute import CannotRehearse, Plan, loopback
+
+GIB_MIB = 1024
+# NCCL, PyTorch and NVSHMEM without NVLink multicast: the GPU machines this is rehearsed on ask for it (a
+# program using multicast can take a shared host's GPUs out of service); harmless everywhere else.
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+@dataclass(frozen=True)
+class GpuHere:
+    """This machine's GPUs, as CUDA sees them (vLLM's budget is a share of `total_mib`)."""
+
+    count: int
+    name: str  # e.g. "NVIDIA H200"
+    total_mib: int  # cudaMemGetInfo's total of GPU 0
+    efa: bool  # an EFA device is present (NIXL's LIBFABRIC backend can run)
+    flashinfer: bool  # the flashinfer package is installed
+
+
+@dataclass(frozen=True)
+class Emulation:
+    """A smaller GPU rehearsed on this one: vLLM's budget and memory-dependent defaults become its own."""
+
+    gpu: str  # e.g. "L4"
+    memory_mib: int  # per GPU, as the fit check assumes it (domain/aws_facts.py, from EC2's GpuInfo)
+    instance_type: str  # one with that GPU: what the fit check predicts for (its per-GPU figures)
+
+
+def emulation(gpu: str) -> Emulation:
+    """`--emulate L4`: the GPU model's memory from domain/aws_facts.py's instance table."""
+    known: dict[str, tuple[int, str]] = {}
+    for name, spec in aws_facts.INSTANCE_SPECS.items():
+        if spec.gpu_model:
+            known.setdefault(spec.gpu_model, (spec.gpu_memory_mib, name))
+    if gpu not in known:
+        raise CannotRehearse(f"--emulate {gpu}: not a GPU of domain/aws_facts.py's table; one of {sorted(known)}")
+    return Emulation(gpu, *known[gpu])
+
+
+def server_defaults(memory_mib: int, name: str) -> dict[str, int]:
+    """What vLLM sets an unset max_num_seqs and max_num_batched_tokens to on this GPU under Ray Serve LLM
+    (domain/vllm_fit.py: on a GPU of 70 GiB or more 1024 and 8192, on an L4 256 and 2048). A big GPU
+    rehearsing a small one must render the small one's, or it runs a different engine."""
+    return {
+        "max_num_seqs": vllm_fit.default_max_num_seqs(memory_mib, name),
+        "max_num_batched_tokens": vllm_fit.default_max_num_batched_tokens(memory_mib, name),
+    }
+
+
+@dataclass(frozen=True)
+class RoleNeed:
+    role: str
+    gpus: int  # replicas x tensor parallel x pipeline parallel
+    resources: dict[str, float]  # the custom resources its bundles ask for (the pool's), per GPU
+    accelerator: str | None  # accelerator_type the config asks for
+
+
+def role_needs(doc: dict) -> list[RoleNeed]:
+    """What each LLM role needs of a Ray node, from its config as deployed (roles in the document's order)."""
+    from rehearsal.topology import _start_replicas
+
+    needs = []
+    for role, config in serve_config.llm_configs_by_role(doc, "rehearsal").items():
+        engine = config.get("engine_kwargs") or {}
+        per_replica = int(engine.get("tensor_parallel_size", 1)) * int(engine.get("pipeline_parallel_size", 1))
+        bundle = (config.get("placement_group_config") or {}).get("bundle_per_worker") or {}
+        custom = {k: float(v) for k, v in bundle.items() if k not in {"GPU", "CPU", "memory"}}
+        replicas = _start_replicas(config.get("deployment_config") or {})
+        needs.append(RoleNeed(role, replicas * per_replica, custom, config.get("accelerator_type")))
+    return needs
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    role: str
+    gpus: int
+    devices: tuple[int, ...]  # CUDA_VISIBLE_DEVICES of the node
+    resources: dict[str, float]
+    after_role: str | None  # started once that role is healthy (None: before deploy)
+
+
+def layout(needs: list[RoleNeed], gpu_count: int) -> tuple[list[NodeLayout], str]:
+    """One Ray node per role on this host. Enough GPUs: each role its own (CUDA_VISIBLE_DEVICES); fewer: the
+    roles share the same GPUs and start one after the other (vLLM profiles the free memory of the whole device,
+    so an engine starting beside another's profiling run would count the other's memory as its own)."""
+    total = sum(n.gpus for n in needs)
+    if total <= gpu_count:
+        nodes, first = [], 0
+        for need in needs:
+            devices = tuple(range(first, first + need.gpus))
+            first += need.gpus
+            nodes.append(NodeLayout(need.role, need.gpus, devices, _resources(need), None))
+        return nodes, f"{len(needs)} Ray node(s), one per role, each on its own GPU(s) ({total} of {gpu_count})"
+    if biggest := [n for n in needs if n.gpus > gpu_count]:
+        raise CannotRehearse(
+            f"{biggest[0].role} needs {biggest[0].gpus} GPUs (replicas x tensor parallel); this machine has {gpu_count}"
+        )
+    nodes = []
+    for i, need in enumerate(needs):
+        devices = tuple(range(need.gpus))
+        nodes.append(NodeLayout(need.role, need.gpus, devices, _resources(need), needs[i - 1].role if i else None))
+    order = " -> ".join(n.role for n in needs)
+    return nodes, (
+        f"{len(needs)} Ray nodes on this host sharing GPU(s) {','.join(map(str, range(max(n.gpus for n in needs))))}"
+        f", started one after the other ({order}: each once the one before is healthy)"
+    )
+
+
+def _resources(need: RoleNeed) -> dict[str, float]:
+    resources = {k: v * need.gpus for k, v in need.resources.items()}
+    if need.accelerator:
+        resources[f"accelerator_type:{need.accelerator}"] = 1.0
+    return resources
+
+
+def plan(
+    rendered: dict,
+    here: GpuHere,
+    *,
+    family: str,
+    hybrid: bool,
+    port: int,
+    weights: str | None = None,
+    weights_why: str = "",
+    emulate: Emulation | None = None,
+    nodes_on_one_host: int = 1,
+) -> Plan:
+    """The document as this GPU machine runs it; every change printed with its reason."""
+    doc = copy.deepcopy(rendered)
+    subs = loopback(doc, port)
+    if nodes_on_one_host > 1 and doc.get("proxy_location") != "HeadOnly":
+        subs.append(
+            f"proxy_location: {doc.get('proxy_location')!r} -> 'HeadOnly' ({nodes_on_one_host} Ray nodes on one host: "
+            "a proxy per node would bind the same HTTP port twice)"
+        )
+        doc["proxy_location"] = "HeadOnly"
+
+    configs = serve_config.llm_configs_by_role(doc, "rehearsal")
+    model_ids = []
+    for role, config in configs.items():
+        loading = config["model_loading_config"]
+        model_ids.append(loading["model_id"])
+        if weights is not None:
+            subs.append(
+                f"{role}.model_loading_config.model_source: {loading.get('model_source')!r} -> {weights!r} "
+                f"({weights_why}; model_id stays {loading['model_id']!r})"
+            )
+            loading["model_source"] = weights
+        engine = config.setdefault("engine_kwargs", {})
+        if emulate is not None:
+            subs += _emulate(role, engine, here, emulate)
+        if hybrid and not here.flashinfer and "gdn_prefill_backend" not in engine:
+            subs.append(
+                f"{role}.engine_kwargs.gdn_prefill_backend: None -> 'triton' (FlashInfer is not installed here; "
+                "vLLM 0.26 picks FlashInfer's kernel only on SM 9.0/10.x and Triton's on an L4, SM 8.9: "
+                "model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py _resolve_gdn_prefill_backend)"
+            )
+            engine["gdn_prefill_backend"] = "triton"
+        if not here.flashinfer:
+            env = config.setdefault("runtime_env", {}).setdefault("env_vars", {})
+            if (old := env.get("VLLM_USE_FLASHINFER_SAMPLER")) != "0":
+                subs.append(
+                    f"{role}.runtime_env.env_vars.VLLM_USE_FLASHINFER_SAMPLER: {old!r} -> '0' (FlashInfer is not "
+                    "installed here: PyTorch's top-k/top-p sampler instead)"
+                )
+                env["VLLM_USE_FLASHINFER_SAMPLER"] = "0"
+        kv = engine.get("kv_transfer_config")
+        if kv is not None and not here.efa:
+            extra = kv.setdefault("kv_connector_extra_config", {})
+            if extra.get("backends") not in (None, ["UCX"]):
+                subs.append(
+                    f"{role}.kv_transfer_config.kv_connector_extra_config.backends: {extra.get('backends')} -> ['UCX'] "
+                    "(no EFA device here; kv_buffer_device stays "
+                    f"{kv.get('kv_buffer_device')!r})"
+                )
+                extra["backends"] = ["UCX"]
+    return Plan(doc, subs, family, hybrid, model_ids, pd="prefill" in configs)
+
+
+def _emulate(role: str, engine: dict, here: GpuHere, emulate: Emulation) -> list[str]:
+    subs = []
+    util = float(engine.get("gpu_memory_utilization", 0.92))
+    scaled = round(util * emulate.memory_mib / here.total_mib, 8)
+    budget = util * emulate.memory_mib / GIB_MIB
+    subs.append(
+        f"{role}.engine_kwargs.gpu_memory_utilization: {util} -> {scaled} (so that vLLM's budget, {scaled} x "
+        f"{here.total_mib} MiB of this {here.name}, is the {emulate.gpu}'s {util} x {emulate.memory_mib} MiB = "
+        f"{budget:.2f} GiB)"
+    )
+    engine["gpu_memory_utilization"] = scaled
+    theirs, ours = server_defaults(emulate.memory_mib, emulate.gpu), server_defaults(here.total_mib, here.name)
+    for key, value in theirs.items():
+        if key not in engine:
+            subs.append(
+                f"{role}.engine_kwargs.{key}: None -> {value} (what vLLM 0.26 defaults to on the {emulate.gpu}; "
+                f"unset, this {here.name} would run {ours[key]}: vLLM 0.26 engine/arg_utils.py get_batch_defaults)"
+            )
+            engine[key] = value
+    return subs

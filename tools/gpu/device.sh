@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The GPU rehearsal on a machine without network (the device tool runs this in a copy of the repository;
+# `make gpu-wheels` made .whl/ here first). One piece a call, then one detached run:
+#
+#   tools/gpu/device.sh stage N   carry .whl/pN: park piece N under /tmp/w (it survives between calls)
+#   tools/gpu/device.sh go        carry the last piece and .whl/kit: check the pieces' sha256, install the wheels
+#                                 into /tmp/site, copy the repository to /tmp/kit, start the rehearsal(s) detached
+#                                 (setsid: they outlive the call), then wait like `poll`
+#   tools/gpu/device.sh poll      wait for them (printing their new lines) until done or WAIT seconds, then copy
+#                                 the results to $OUT: rehearsal-<n>.log, bench-<n>.json, ray-logs-<n>.tar.gz
+#
+# RUNS: rehearsal arguments, one run per line, run one after the other (default: the dev stack's PD app with
+# random weights of the real model at the L4's budget, compile and CUDA graphs on, then a bench).
+# WAIT: seconds this call may wait (default 540: a call may run 600).
+set -u
+mode="${1:-}"
+T0=$(date +%s)
+el() { echo $(($(date +%s) - T0)); }
+# Everything under one directory that outlives the calls (DEVICE_TMP: to try this script elsewhere).
+BASE="${DEVICE_TMP:-/tmp}"
+W=$BASE/w RES=$BASE/res KIT=$BASE/kit SITE=$BASE/site WHEELS=$BASE/wheels OUT="${OUT:-$BASE/out}"
+mkdir -p "$W" "$RES" "$OUT"
+export PYTHONPATH=$SITE:$KIT/repo PATH=$SITE/bin:$PATH PYTHONUNBUFFERED=1 RAY_LLM_EKS_CACHE=$BASE/cache
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+DEFAULT_RUNS="--stack dev --spec $KIT/kit/dev.rayservice.json --random-weights --emulate L4 --quick-bench $RES/bench-1.json"
+
+harvest() {
+  n=0
+  for log in "$RES"/rehearsal-*.log; do
+    [ -f "$log" ] || continue
+    n=$((n + 1))
+    cp "$log" "$OUT/" 2>/dev/null
+  done
+  cp "$RES"/bench-*.json "$RES"/install.log "$OUT/" 2>/dev/null
+  for logs in "$RES"/logs-*/ray-logs.tar.gz; do
+    [ -f "$logs" ] || continue
+    name="ray-$(basename "$(dirname "$logs")").tar.gz"
+    if [ "$(stat -c %s "$logs")" -lt 16000000 ]; then cp "$logs" "$OUT/$name"; else
+      echo "$name is over 16 MB: left in $(dirname "$logs") on the machine" >> "$OUT/install.log"
+    fi
+  done
+  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+  cat "$RES/STATE" 2>/dev/null >> "$OUT/gpu.txt"
+  ls -la "$OUT"
+}
+
+poll() {
+  wait_s="${WAIT:-540}"
+  seen=0
+  while [ "$(el)" -lt "$wait_s" ]; do
+    for log in "$RES"/rehearsal-*.log; do
+      [ -f "$log" ] || continue
+      lines=$(wc -l < "$log")
+      key=$(basename "$log")
+      last=$(cat "$RES/.seen-$key" 2>/dev/null || echo 0)
+      if [ "$lines" -gt "$last" ]; then
+        sed -n "$((last + 1)),${lines}p" "$log" | cut -c1-240 | tail -40
+        echo "$lines" > "$RES/.seen-$key"
+      fi
+    done
+    grep -q "ALL DONE" "$RES/STATE" 2>/dev/null && { seen=1; break; }
+    sleep 10
+  done
+  echo "== $(date -u +%T) after $(el) s: $(cat "$RES/STATE" 2>/dev/null)"
+  harvest
+  [ "$seen" = 1 ]
+}
+
+case "$mode" in
+stage)
+  n="$2"
+  cp ".whl/p$n/wheels.tar.part$n" "$W/" && sha256sum "$W/wheels.tar.part$n"
+  if [ "$n" = 0 ]; then
+    {
+      echo "== probe $(date -u)"; nproc; free -g | head -2; df -h /tmp | tail -1
+      nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
+      python3 -c "import sys, torch; print(sys.version.split()[0], 'torch', torch.__version__, torch.version.cuda)"
+      ls /sys/class/infiniband 2>/dev/null || echo "no RDMA devices"
+    } 2>&1 | tee "$OUT/probe.txt"
+  fi
+  ;;
+go)
+  pieces=$(cat .whl/kit/pieces)
+  last=$((pieces - 1))
+  cp ".whl/p$last/wheels.tar.part$last" "$W/"
+  rm -rf "$KIT" && mkdir -p "$KIT/repo" && cp -r .whl/kit "$KIT/kit"
+  tar --exclude=./.whl --exclude=./.git -cf - . | tar -xf - -C "$KIT/repo"
+  parts=$(for i in $(seq 0 "$last"); do echo "$W/wheels.tar.part$i"; done)
+  sum=$(cat $parts | sha256sum | cut -d' ' -f1)
+  [ "$sum" = "$(cat .whl/kit/wheels.sha256)" ] || { echo "CHECKSUM MISMATCH: $(ls -la $W)"; exit 3; }
+  rm -rf "$WHEELS" && mkdir -p "$WHEELS" && cat $parts | tar -x -C "$WHEELS"
+  {
+    python3 -m pip install -q --no-index --no-deps --no-compile --disable-pip-version-check --target "$SITE" \
+      "$WHEELS"/*.whl 2>&1 | grep -v "Running pip as"
+    echo "[$(el) s] installed $(ls "$WHEELS" | wc -l) wheels into $SITE ($(du -sh "$SITE" | cut -f1))"
+    python3 -c "import vllm, ray, nixl; from ray.serve.llm import build_pd_openai_app; print('vllm', vllm.__version__, 'ray', ray.__version__)"
+    echo "[$(el) s] imports checked"
+  } 2>&1 | tee "$RES/install.log"
+  printf '%s\n' "${RUNS:-$DEFAULT_RUNS}" > "$RES/runs"
+  cat > "$RES/driver.sh" <<EOF
+#!/usr/bin/env bash
+cd $KIT/repo
+n=0
+while IFS= read -r args; do
+  [ -n "\$args" ] || continue
+  n=\$((n + 1))
+  echo "run \$n: \$args" > $RES/STATE
+  python3 -m rehearsal.run --target gpu --save-logs $RES/logs-\$n \$args > $RES/rehearsal-\$n.log 2>&1 < /dev/null
+  echo "run \$n exit \$?" >> $RES/rehearsal-\$n.log
+done < $RES/runs
+echo "ALL DONE (\$n runs)" > $RES/STATE
+EOF
+  chmod +x "$RES/driver.sh"
+  setsid nohup "$RES/driver.sh" > "$RES/driver.log" 2>&1 < /dev/null &
+  echo "[$(el) s] started: $(cat "$RES/runs" | wc -l) run(s); poll with: tools/gpu/device.sh poll"
+  poll
+  ;;
+poll) poll ;;
+*)
+  echo "usage: tools/gpu/device.sh stage N | go | poll" >&2
+  exit 2
+  ;;
+esac
