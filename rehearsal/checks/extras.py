@@ -49,12 +49,6 @@ def _bench_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-# On GPU engines: the issue's reference bench (~512-token prompts, 128 output tokens, 4 at a time), after a
-# warm-up of 8 requests (first requests compile and capture); on CPU engines a short one.
-GPU_BENCH = {"concurrency": 4, "requests": 32, "prompt_words": 492, "max_tokens": 128, "time_cap": 300}
-CPU_BENCH = {"concurrency": 2, "requests": 8, "prompt_words": 64, "max_tokens": 32, "time_cap": 240}
-
-
 def _bench(ctx: Context) -> None:
     """`make bench` against the rehearsal: the stack's SLO and cost, the engines' KV figures, a small sweep."""
     tokenizer = next(iter(llm_configs_by_role(ctx.document, "rehearsal").values()))["model_loading_config"]
