@@ -97,7 +97,7 @@ async def run(
     timeout: float = core.DEFAULT_TIMEOUT,
     deadline: float = core.DEFAULT_DEADLINE,
     max_tokens: int = 32,
-    metrics_url: str | list[str] | None = None,
+    metrics_url: str | None = None,
     expect_pd: bool = False,
     extra_body: dict | None = None,
 ) -> SmokeResult:

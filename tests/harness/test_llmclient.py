@@ -194,7 +194,7 @@ def test_requests_are_summed_over_the_metrics_of_every_ray_node(server):
     server.requests = 3
     one = core.deployment_requests(f"{url(server)}/metrics")
     assert one == {"PDPrefillServer:m": 3.0, "PDDecodeServer:m": 3.0, "OpenAiIngress": 3.0}
-    both = core.deployment_requests([f"{url(server)}/metrics"] * 2)
+    both = core.deployment_requests(",".join([f"{url(server)}/metrics"] * 2))  # two nodes' endpoints
     assert both == {name: 2 * count for name, count in one.items()}
 
 
