@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import time
 from pathlib import Path
 
@@ -71,9 +72,17 @@ def summary(results: list[core.RequestResult], seconds: float, shape: dict) -> d
         "prompt_tokens_mean": round(sum(r.prompt_tokens for r in ok) / len(ok), 1) if ok else None,
         "output_tokens": tokens,
         "output_tokens_per_s": round(tokens / seconds, 1) if seconds else None,
-        "ttft_ms": {q: _ms(core.percentile(ttft, q)) for q in (50, 95)},
-        "itl_ms": {q: _ms(core.percentile(itl, q)) for q in (50, 95)},
+        "ttft_ms": {q: _ms(percentile(ttft, q)) for q in (50, 95)},
+        "itl_ms": {q: _ms(percentile(itl, q)) for q in (50, 95)},
     }
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(q / 100 * len(ordered))) - 1]
 
 
 def _ms(seconds: float | None) -> float | None:

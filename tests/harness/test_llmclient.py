@@ -245,3 +245,23 @@ def test_bench_writes_the_generators_config_without_the_key(server, tmp_path, mo
 def test_compare_needs_two_runs(tmp_path):
     with pytest.raises(SystemExit):
         main(["compare", str(tmp_path / "a.json"), "--out", str(tmp_path / "c.png")])
+
+
+def test_the_rehearsals_quick_bench_measures_through_the_same_client(server, tmp_path):
+    """rehearsal.checks.quick_bench (what a GPU machine without the bench venv runs), against this server."""
+    import argparse
+
+    from rehearsal.checks import quick_bench
+    from rehearsal.context import Clock, Context, RehearsalFailed
+
+    args = argparse.Namespace(quick_bench=tmp_path / "quick.json")
+    ctx = Context(args, {}, url(server), None, MODEL, False, "", [], [], tmp_path, "r", Clock(), "llm")
+    quick_bench.QUICK_BENCH.run(ctx)  # CPU engines: 8 requests, 2 at a time
+    figures = json.loads(args.quick_bench.read_text())
+    assert (figures["requests"], figures["failed"], figures["output_tokens"]) == (8, 0, 8 * 7)
+    assert figures["ttft_ms"][str(50)] > 0 and figures["itl_ms"][str(95)] >= figures["itl_ms"][str(50)] > 0
+    assert ctx.timeline[0].startswith("quick bench: 8 requests, 2 at a time, prompt ~5.0 tokens, 32 out: TTFT")
+    assert quick_bench.percentile([5.0, 1.0, 3.0, 2.0], 50) == 2.0 and quick_bench.percentile([], 95) is None
+    server.mode = "http500"  # every request fails: named in one line
+    with pytest.raises(RehearsalFailed, match=r"quick bench: 8 requests failed; first: HTTP 500"):
+        quick_bench.QUICK_BENCH.run(ctx)
