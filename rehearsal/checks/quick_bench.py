@@ -45,17 +45,19 @@ def prompt(i: int, words: int) -> list[dict]:
 
 
 async def load(ctx: Context, shape: dict, first: int, count: int) -> tuple[list[core.RequestResult], float]:
-    api = core.client(ctx.url, ctx.api_key, timeout=300.0)
     gate = asyncio.Semaphore(shape["concurrency"])
+    # Closed inside its event loop: a client left to the garbage collector closes its connections after
+    # asyncio.run has closed the loop, and prints "Event loop is closed" tracebacks.
+    async with core.client(ctx.url, ctx.api_key, timeout=300.0) as api:
 
-    async def one(i: int) -> core.RequestResult:
-        async with gate:
-            return await core.stream_chat(api, ctx.model, prompt(i, shape["prompt_words"]), shape["max_tokens"],
-                                          deadline=600.0, extra_body={"ignore_eos": True})  # fmt: skip
+        async def one(i: int) -> core.RequestResult:
+            async with gate:
+                return await core.stream_chat(api, ctx.model, prompt(i, shape["prompt_words"]), shape["max_tokens"],
+                                              deadline=600.0, extra_body={"ignore_eos": True})  # fmt: skip
 
-    start = time.monotonic()
-    results = await asyncio.gather(*(one(first + i) for i in range(count)))
-    return list(results), time.monotonic() - start
+        start = time.monotonic()
+        results = await asyncio.gather(*(one(first + i) for i in range(count)))
+        return list(results), time.monotonic() - start
 
 
 def summary(results: list[core.RequestResult], seconds: float, shape: dict) -> dict:
