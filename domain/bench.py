@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from domain import kv_proof
 from domain.errors import ConfigError
 
 # A load point meets the SLO when at least this share of its requests met every target: DistServe's
@@ -242,6 +243,12 @@ class KvFigures:
     transfers: float
     megabytes: float
     seconds: float  # summed transfer time
+
+    @classmethod
+    def of(cls, counters: kv_proof.KvCounters) -> KvFigures:
+        """From one reading of the engines' KV counters (`make verify`'s reader and kv_proof.counters); the
+        byte and time totals are Ray's histogram sums (bucket midpoints: domain/kv_proof.py)."""
+        return cls(counters.transfers, counters.bytes_sum / 1e6, counters.seconds_sum)
 
     def per_transfer(self) -> dict[str, float | None]:
         if not self.transfers:

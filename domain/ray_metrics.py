@@ -27,6 +27,10 @@ NIXL_FAILURE_COUNTERS = (NIXL_FAILED_TRANSFERS, NIXL_FAILED_NOTIFICATIONS, NIXL_
 PROMPT_TOKENS = "ray_vllm_prompt_tokens_total"
 # label `source`: local_compute, local_cache_hit, external_kv_transfer (vllm/v1/metrics/stats.py PromptTokenStats)
 PROMPT_TOKENS_BY_SOURCE = "ray_vllm_prompt_tokens_by_source_total"
+# Prompt tokens looked up in, and found in, the engine's prefix cache (counters; label ReplicaId: the Serve
+# replica, vllm/v1/metrics/ray_wrappers.py). Exported only where the engine keeps a prefix cache.
+PREFIX_CACHE_QUERIES = "ray_vllm_prefix_cache_queries_total"
+PREFIX_CACHE_HITS = "ray_vllm_prefix_cache_hits_total"
 GENERATION_TOKENS = "ray_vllm_generation_tokens_total"
 REQUEST_SUCCESS = "ray_vllm_request_success_total"
 TTFT = "ray_vllm_time_to_first_token_seconds"  # histogram

@@ -15,38 +15,15 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from adapters.metrics import MetricsError
 from domain import bench as plan
+from domain import kv_proof
 from domain.errors import ConfigError
-from llmclient import aiperf, core
-
-# vLLM 0.26 NixlPromMetrics through Ray (every `:` -> `_`, `ray_` prefix; histograms _sum/_count), recorded
-# where the KV is read (the decode engine).
-NIXL_BYTES = "ray_vllm_nixl_bytes_transferred"
-NIXL_TIME = "ray_vllm_nixl_xfer_time_seconds"
-
-
-def metric_sums(urls: list[str]) -> plan.KvFigures:
-    """NIXL totals so far over every engine the metrics endpoints export."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    totals = {"count": 0.0, "bytes": 0.0, "seconds": 0.0}
-    for url in urls:
-        with urllib.request.urlopen(url, timeout=15) as response:  # the user's or the rehearsal's endpoint
-            text = response.read().decode()
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == f"{NIXL_BYTES}_count":
-                    totals["count"] += sample.value
-                elif sample.name == f"{NIXL_BYTES}_sum":
-                    totals["bytes"] += sample.value
-                elif sample.name == f"{NIXL_TIME}_sum":
-                    totals["seconds"] += sample.value
-    return plan.KvFigures(totals["count"], totals["bytes"] / 1e6, totals["seconds"])
+from llmclient import aiperf, core, verify
 
 
 def _delta(after: plan.KvFigures, before: plan.KvFigures) -> plan.KvFigures:
@@ -116,6 +93,7 @@ def stack_facts(stack: str) -> dict:
         "usd_per_hour": estimate.usd_per_hour,
         "cost_source": f"stack {stack}, on-demand, {estimate.scope}",
         "pd": settings.serving.serve_document["applications"][0]["import_path"] == PD_IMPORT,
+        "namespace": settings.serving.namespace,
     }
 
 
@@ -129,6 +107,7 @@ def default_facts() -> dict:
         "usd_per_hour": None,
         "cost_source": "unknown (no --stack or --usd-per-hour)",
         "pd": None,
+        "namespace": None,
     }
 
 
@@ -160,7 +139,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--model", help="model id (default: the first the endpoint lists)")
     p.add_argument("--tokenizer", help="Hugging Face id or local directory (default: the model id)")
-    p.add_argument("--metrics-url", action="append", default=[], help="Ray metrics endpoint(s): KV transfer figures")
+    # The KV transfer figures of each point (PD): where the engines' metrics are, as for `make verify`.
+    verify.add_metrics_arguments(p)
     p.add_argument("--usd-per-hour", type=float, help="the endpoint's cost per hour (default: the stack's)")
     p.add_argument("--note", default="", help="a line under the plot's title, e.g. 'CPU rehearsal'")
 
@@ -201,7 +181,8 @@ def run(args: argparse.Namespace, api_key: str | None = None, say: Callable[[str
         f"{facts['slo'][0]:g} ms, TPOT {facts['slo'][1]:g} ms ({facts['slo_source']}); at most "
         f"{bounds.worst_case_seconds(len(sweep_.points)) / 60:.0f} min of load"
     )
-    kv = (lambda: metric_sums(args.metrics_url)) if args.metrics_url else None
+    read = verify.kv_reader(args, facts["namespace"])
+    kv = (lambda: plan.KvFigures.of(kv_proof.counters(read()))) if read else None
     points = sweep(
         target, workload, sweep_, bounds, facts["slo"], args.seed, out, api_key, kv, facts["usd_per_hour"], say
     )
@@ -229,9 +210,9 @@ def main_bench(args: argparse.Namespace) -> int:
     try:
         result = run(args)
         plot([args.out / "bench.json"], args.out / "bench.png")
-    except (ConfigError, aiperf.AiperfFailed) as exc:
+    except (ConfigError, verify.VerifyError, aiperf.AiperfFailed, MetricsError) as exc:
         print(f"bench FAILED: {exc}", file=sys.stderr)
-        return 1 if isinstance(exc, aiperf.AiperfFailed) else 2
+        return 1 if isinstance(exc, (aiperf.AiperfFailed, MetricsError)) else 2
     print(plan.text_table(plan.point_rows(result)))
     print()
     print(plan.text_table(plan.verdict_rows([result])))

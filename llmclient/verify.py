@@ -191,9 +191,7 @@ def target_tokens(max_model_len: int) -> int:
 
 def add_arguments(p) -> None:
     p.add_argument("--stack", required=True, help="the stack deployed at URL (what to expect)")
-    p.add_argument("--prometheus", help="a Prometheus that scrapes the Ray pods (its URL)")
-    p.add_argument("--metrics-url", action="append", default=[], help="a Ray metrics endpoint (repeatable)")
-    p.add_argument("--kube", action="store_true", help="read the Ray pods through the Kubernetes API (KUBECONFIG)")
+    add_metrics_arguments(p)
     p.add_argument("--dashboard", help="the Ray dashboard's URL, to read the engines' NIXL backend from their logs")
     p.add_argument("--served-config", type=Path, help="the serve config as deployed (default: the stack's)")
     p.add_argument("--requests", type=int, default=3)
@@ -201,24 +199,48 @@ def add_arguments(p) -> None:
     p.add_argument("--wait", type=float, default=120.0, help="how long the counters may take to show the requests")
 
 
-def sources_from(args, settings, app: str) -> Sources:
+def add_metrics_arguments(p) -> None:
+    """Where the engines' metrics are read from (`make verify` and `make bench` alike)."""
+    p.add_argument("--prometheus", help="a Prometheus that scrapes the Ray pods (its base URL)")
+    p.add_argument("--metrics-url", action="append", default=[], help="a Ray metrics endpoint (repeatable)")
+    p.add_argument("--kube", action="store_true", help="read the Ray pods through the Kubernetes API (KUBECONFIG)")
+
+
+def _kube_client():
     from adapters import kube_client
+
+    text, folder = kube_client.environment_kubeconfig()
+    return kube_client.KubeClient.from_kubeconfig(text, folder)
+
+
+def kv_reader(args, namespace: str | None) -> Callable[[], list[Sample]] | None:
+    """The engines' KV series (kv_proof.SERIES) from where `add_metrics_arguments` said, or None when it said
+    nothing. `namespace`: the RayService's, for --kube (from the stack)."""
+    from adapters import metrics as adapter
+
+    if args.kube:
+        if namespace is None:
+            raise VerifyError("--kube needs the stack (--stack) to know the RayService's namespace")
+        client = _kube_client()
+        return lambda: adapter.kube_pods(client, namespace, kv_proof.SERIES)
+    if args.prometheus:
+        return lambda: adapter.prometheus(args.prometheus, kv_proof.SERIES)
+    if args.metrics_url:
+        return lambda: adapter.scrape(args.metrics_url, kv_proof.SERIES)
+    return None
+
+
+def sources_from(args, settings, app: str) -> Sources:
     from adapters import metrics as adapter
 
     logs = None
-    if args.kube:
-        text, folder = kube_client.environment_kubeconfig()
-        client = kube_client.KubeClient.from_kubeconfig(text, folder)
-        ns = settings.serving.namespace
-        read_metrics = lambda: adapter.kube_pods(client, ns, kv_proof.SERIES)  # noqa: E731
-        fetch = adapter.kube_dashboard(client, ns, f"{settings.serving.service_name}-head-svc")
-        logs = lambda: adapter.replica_logs(fetch, app)  # noqa: E731
-    elif args.prometheus:
-        read_metrics = lambda: adapter.prometheus(args.prometheus, kv_proof.SERIES)  # noqa: E731
-    elif args.metrics_url:
-        read_metrics = lambda: adapter.scrape(args.metrics_url, kv_proof.SERIES)  # noqa: E731
-    else:
+    read_metrics = kv_reader(args, settings.serving.namespace)
+    if read_metrics is None:
         raise VerifyError("say where the engines' metrics are: --prometheus URL, --metrics-url URL or --kube")
+    if args.kube:
+        ns = settings.serving.namespace
+        fetch = adapter.kube_dashboard(_kube_client(), ns, f"{settings.serving.service_name}-head-svc")
+        logs = lambda: adapter.replica_logs(fetch, app)  # noqa: E731
     if args.dashboard:
         fetch = adapter.dashboard(args.dashboard)
         logs = lambda: adapter.replica_logs(fetch, app)  # noqa: E731

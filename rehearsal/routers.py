@@ -11,28 +11,25 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from domain import bench
+from domain import ray_metrics as m
+from domain.kv_proof import Sample
 
-# vLLM 0.26 vllm/v1/metrics/loggers.py PrometheusStatLogger: prompt tokens looked up in, and found in, the
-# engine's prefix cache; through Ray (ray_wrappers.py) with the Serve replica's unique id as `ReplicaId`.
-QUERIES = "ray_vllm_prefix_cache_queries_total"
-HITS = "ray_vllm_prefix_cache_hits_total"
+# vLLM's prefix-cache counters through Ray, with the Serve replica's unique id as `ReplicaId`.
+QUERIES, HITS = m.PREFIX_CACHE_QUERIES, m.PREFIX_CACHE_HITS
 # A Serve replica's access line (Ray 2.58 ray/serve/_private/logging_utils.py ServeFormatter):
 # "INFO 2026-12-01 14:41:47,906 <app>_<deployment> <replica> <request id> -- CALL chat OK 838.5ms".
 CALL = re.compile(r"^\w+ \S+ \S+ (?P<component>\S+) (?P<replica>\S+) (?P<request>\S+) -- CALL (?:chat|completions) ")
-_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)", re.M)
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
-def prefix_cache_counts(metrics_texts: Iterable[str]) -> dict[str, tuple[float, float]]:
-    """replica id -> (prompt tokens queried, found in the prefix cache) so far, over every metrics text."""
+def prefix_cache_counts(samples: Iterable[Sample]) -> dict[str, tuple[float, float]]:
+    """replica id -> (prompt tokens queried, found in the prefix cache) so far, from the samples of QUERIES and
+    HITS that adapters/metrics.py read (every Ray node's endpoint)."""
     counts: dict[str, list[float]] = {}
-    for text in metrics_texts:
-        for m in _SAMPLE.finditer(text):
-            if m["name"] not in (QUERIES, HITS):
-                continue
-            replica = dict(_LABEL.findall(m["labels"])).get("ReplicaId", "")
-            pair = counts.setdefault(replica, [0.0, 0.0])
-            pair[0 if m["name"] == QUERIES else 1] += float(m["value"])
+    for sample in samples:
+        if sample.name not in (QUERIES, HITS):
+            continue
+        pair = counts.setdefault(sample.labels.get("ReplicaId", ""), [0.0, 0.0])
+        pair[0 if sample.name == QUERIES else 1] += sample.value
     return {replica: (q, h) for replica, (q, h) in counts.items()}
 
 

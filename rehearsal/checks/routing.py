@@ -13,9 +13,9 @@ import argparse
 import asyncio
 import json
 import time
-import urllib.request
 from pathlib import Path
 
+from adapters import metrics
 from domain import bench, routing
 from domain.serve_config import llm_configs_by_role
 from llmclient import aiperf, core
@@ -81,11 +81,7 @@ def _replicas(ctx: Context) -> dict[str, list[tuple[str, int | None]]]:
 
 
 def _metrics(ctx: Context) -> dict[str, tuple[float, float]]:
-    texts = []
-    for url in ctx.metrics_urls:
-        with urllib.request.urlopen(url, timeout=15) as response:  # loopback only
-            texts.append(response.read().decode())
-    return routers.prefix_cache_counts(texts)
+    return routers.prefix_cache_counts(metrics.scrape(ctx.metrics_urls, (routers.QUERIES, routers.HITS)))
 
 
 def _prefix_tree_actors(ctx: Context) -> int:

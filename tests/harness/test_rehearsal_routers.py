@@ -7,6 +7,7 @@ import argparse
 
 import pytest
 
+from adapters.metrics import parse_text
 from domain import bench, routing
 from rehearsal import routers
 from rehearsal.checks import routing as routing_check
@@ -22,6 +23,7 @@ INFO 2026-12-01 14:41:49,201 llm_LLMServer:Qwen--Qwen3_5-9B oz3a0ro1 req-b1 -- C
 INFO 2026-12-01 14:41:49,301 llm_OpenAiIngress 1nxk0hge req-b1 -- POST /v1/chat/completions 200 854.1ms
 INFO 2026-12-01 14:41:49,401 llm_LLMServer:Qwen--Qwen3_5-9B oz3a0ro1 req-x -- CALL llm_config OK 1.0ms
 """
+NAMES = (routers.QUERIES, routers.HITS)
 METRICS = """\
 # HELP ray_vllm_prefix_cache_queries_total Prefix cache queries
 # TYPE ray_vllm_prefix_cache_queries_total counter
@@ -70,13 +72,13 @@ def test_landing_counts_turns_on_their_previous_turns_replica():
 
 
 def test_prefix_cache_hit_rate_is_the_change_over_the_phase():
-    before = routers.prefix_cache_counts([METRICS])
+    before = routers.prefix_cache_counts(parse_text(METRICS, NAMES))
     assert before == {"euscoro1": (1000.0, 600.0), "oz3a0ro1": (500.0, 0.0)}
     later = METRICS.replace("1000.0", "1400.0").replace("} 600.0", "} 900.0") + (
         'ray_vllm_prefix_cache_queries_total{ReplicaId="new1",engine="0",model_name="m"} 100.0\n'
         'ray_vllm_prefix_cache_hits_total{ReplicaId="new1",engine="0",model_name="m"} 50.0\n'
     )
-    after = routers.prefix_cache_counts([later])
+    after = routers.prefix_cache_counts(parse_text(later, NAMES))
     # euscoro1: 300 of 400 more; new1 (started after the first snapshot): 50 of 100.
     assert routers.hit_rate(before, after, ["euscoro1", "oz3a0ro1", "new1"]) == (350.0, 500.0)
 

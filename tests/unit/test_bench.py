@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from domain import bench
+from domain import bench, kv_proof
 from domain.errors import ConfigError
+from domain.kv_proof import Sample
 
 SUMMARY = Path(__file__).resolve().parent.parent / "data" / "aiperf-0.13.0-summary.json"
 TARGET = bench.Target("http://127.0.0.1:8000/", "Qwen/Qwen3.5-9B", "Qwen/Qwen3.5-9B")
@@ -154,3 +155,18 @@ def test_kv_figures_per_transfer():
     figures = bench.KvFigures(transfers=4, megabytes=8.0, seconds=0.2).per_transfer()
     assert figures == {"transfers": 4, "mb_per_transfer": 2.0, "ms_per_transfer": 50.0, "gb_per_s": 0.04}
     assert bench.KvFigures(0, 0, 0).per_transfer()["mb_per_transfer"] is None
+
+
+def test_kv_figures_come_from_the_counters_make_verify_reads():
+    # The engines' samples as adapters/metrics.py returns them: decode records the reads (two transfers,
+    # 3 MB and 0.1 s in all); prefill's own series and Serve's gauge join the roles, as kv_proof does.
+    samples = [
+        Sample("ray_serve_replica_processing_queries", {"WorkerId": "d", "deployment": "Decode:m"}, 0),
+        Sample("ray_vllm_nixl_bytes_transferred_bucket", {"WorkerId": "d", "le": "2097152.0"}, 2),
+        Sample("ray_vllm_nixl_bytes_transferred_bucket", {"WorkerId": "d", "le": "+Inf"}, 2),
+        Sample("ray_vllm_nixl_bytes_transferred_sum", {"WorkerId": "d"}, 3e6),
+        Sample("ray_vllm_nixl_xfer_time_seconds_sum", {"WorkerId": "d"}, 0.1),
+    ]
+    figures = bench.KvFigures.of(kv_proof.counters(samples))
+    assert figures == bench.KvFigures(transfers=2, megabytes=3.0, seconds=0.1)
+    assert figures.per_transfer()["ms_per_transfer"] == pytest.approx(50.0)
