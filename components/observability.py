@@ -16,7 +16,7 @@ import yaml
 
 from adapters import botocore_facts
 from components.helm import helm_release
-from components.pod_identity import pod_identity_role
+from components.pod_identity import default_version_addon, pod_identity_role
 from domain import observability, versions
 from domain.observability import ObservabilitySettings
 
@@ -45,21 +45,18 @@ class EbsCsiDriver(pulumi.ComponentResource):
             policy_arn=f"arn:{partition}:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy",
             opts=child,
         )
-        default = aws.eks.get_addon_version_output(
-            addon_name=versions.EBS_CSI_ADDON, kubernetes_version=kubernetes_version, most_recent=False
-        )
-        self.addon = aws.eks.Addon(
+        self.addon = default_version_addon(
             name,
-            cluster_name=cluster_name,
-            addon_name=versions.EBS_CSI_ADDON,
-            addon_version=default.version,
+            cluster_name,
+            versions.EBS_CSI_ADDON,
+            kubernetes_version,
+            pulumi.ResourceOptions(parent=self, depends_on=[agent, attachment]),
             configuration_values=json.dumps(observability.ebs_csi_configuration(), sort_keys=True),
             pod_identity_associations=[
                 aws.eks.AddonPodIdentityAssociationArgs(
                     role_arn=role.arn, service_account=observability.EBS_CSI_SERVICE_ACCOUNT
                 )
             ],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[agent, attachment]),
         )
         manifest = observability.storage_class()
         self.storage_class = k8s.storage.v1.StorageClass(

@@ -23,18 +23,27 @@ class PodIdentityAgent(pulumi.ComponentResource):
 
     def __init__(self, name: str, cluster_name: str, kubernetes_version: str, opts: pulumi.ResourceOptions):
         super().__init__("ray-llm-eks:pod_identity:PodIdentityAgent", name, None, opts)
-        # EKS's default version of the add-on for this minor (domain/versions.py says why not a table).
-        default = aws.eks.get_addon_version_output(
-            addon_name=versions.POD_IDENTITY_AGENT_ADDON, kubernetes_version=kubernetes_version, most_recent=False
-        )
-        self.addon = aws.eks.Addon(
+        self.addon = default_version_addon(
             name,
-            cluster_name=cluster_name,
-            addon_name=versions.POD_IDENTITY_AGENT_ADDON,
-            addon_version=default.version,
-            opts=pulumi.ResourceOptions(parent=self),
+            cluster_name,
+            versions.POD_IDENTITY_AGENT_ADDON,
+            kubernetes_version,
+            pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({})
+
+
+def default_version_addon(
+    name: str, cluster_name: str, addon: str, kubernetes_version: str, opts: pulumi.ResourceOptions, **args
+) -> aws.eks.Addon:
+    """An EKS add-on at EKS's default version for the cluster's minor (domain/versions.py says why not a
+    table); `args`: the add-on's other inputs."""
+    default = aws.eks.get_addon_version_output(
+        addon_name=addon, kubernetes_version=kubernetes_version, most_recent=False
+    )
+    return aws.eks.Addon(
+        name, cluster_name=cluster_name, addon_name=addon, addon_version=default.version, opts=opts, **args
+    )
 
 
 def pod_identity_role(name: str, parent: pulumi.Resource) -> aws.iam.Role:

@@ -73,12 +73,8 @@ FLOOR_SHARE_OF_NETWORK = 0.25
 
 def parse(raw: Mapping[str, Any] | None) -> AlertThresholds:
     """The `alerts` value over the table's default (None: the default)."""
-    if raw is not None and not isinstance(raw, Mapping):
-        raise ConfigError(KEY, raw, f"a mapping with fields from {sorted(_FIELDS)}")
     values = {}
-    for name, value in {**config_keys.default(KEY), **(raw or {})}.items():
-        if name not in _FIELDS:
-            raise ConfigError(f"{KEY}.{name}", value, f"unknown field; fields: {sorted(_FIELDS)}")
+    for name, value in config_keys.fields_over_default(KEY, raw, _FIELDS).items():
         attr, kind, allowed = _FIELDS[name]
         ok = not isinstance(value, bool) and isinstance(value, int | float) and value > 0
         if kind is int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,18 @@ def default(key: str) -> Any:
     if "default" not in entry:
         raise KeyError(f"{key} has no default in {KEYS_FILE.name} (its default_text says how it is computed)")
     return copy.deepcopy(entry["default"])
+
+
+def fields_over_default(key: str, raw: Any, fields: Collection[str]) -> dict[str, Any]:
+    """A mapping key's fields: the stack's value (None: not set) over the table's default. ConfigError, one
+    line, for a value that is not a mapping or a field not in `fields`; the caller checks each value."""
+    if raw is not None and not isinstance(raw, Mapping):
+        raise ConfigError(key, raw, f"a mapping with fields from {sorted(fields)}")
+    merged = {**default(key), **(raw or {})}
+    for name, value in merged.items():
+        if name not in fields:
+            raise ConfigError(f"{key}.{name}", value, f"unknown field; fields: {sorted(fields)}")
+    return merged
 
 
 def secret_keys() -> frozenset[str]:

@@ -37,12 +37,8 @@ _FIELDS = {"ttftMs": "ttft_ms", "tpotMs": "tpot_ms"}
 
 def parse(raw: Mapping[str, Any] | None) -> Slo:
     """The `slo` value over the table's default (None: the default); ConfigError naming the field otherwise."""
-    if raw is not None and not isinstance(raw, Mapping):
-        raise ConfigError(KEY, raw, f"a mapping with {sorted(_FIELDS)}")
     values = {}
-    for name, value in {**config_keys.default(KEY), **(raw or {})}.items():
-        if name not in _FIELDS:
-            raise ConfigError(f"{KEY}.{name}", value, f"unknown field; fields: {sorted(_FIELDS)}")
+    for name, value in config_keys.fields_over_default(KEY, raw, _FIELDS).items():
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ConfigError(f"{KEY}.{name}", value, "a whole number of milliseconds above 0")
         values[_FIELDS[name]] = value

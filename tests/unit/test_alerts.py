@@ -46,6 +46,12 @@ def test_a_bad_value_is_one_line_naming_the_field(key, value, message):
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize("parse", [slo.parse, alerts.parse])
+def test_a_value_that_is_not_a_mapping_is_refused_naming_the_fields(parse):
+    with pytest.raises(ConfigError, match=r" = 500: a mapping with fields from \['"):
+        parse(500)
+
+
 def test_a_gpu_memory_threshold_the_engines_always_exceed_is_refused():
     # vLLM holds gpu_memory_utilization (0.92 by default, vllm 0.26 CacheConfig) of each GPU from the start.
     with pytest.raises(ConfigError, match=r"alerts\.gpuMemoryUsage = 0\.9: above the decode engine's"):
