@@ -9,9 +9,15 @@ OUT ?= plan-$(STACK)
 # Local file state backend, used unless PULUMI_BACKEND_URL is set or `pulumi login` was done before.
 STATE_DIR ?= $(HOME)/.pulumi-ray-llm-eks
 
-# Everything heavy we build lives outside the checkout, under one root (rehearsal/run.py and e2e/build.py read
-# the same variable), so a cold run can be measured with an empty one.
-CACHE_DIR ?= $(or $(RAY_LLM_EKS_CACHE),$(HOME)/.cache/ray-llm-eks)
+# Everything heavy we build lives outside the checkout, under one root, so a cold run can be measured with an
+# empty one. Which root (RAY_LLM_EKS_CACHE, else the XDG cache) is adapters/environment.py's rule, asked here as
+# the Python code asks it; the system python3 can: that module needs only the standard library.
+ifndef CACHE_DIR
+CACHE_DIR := $(shell $(PYTHON) -c 'from adapters.environment import cache_dir; print(cache_dir())')
+endif
+ifeq ($(CACHE_DIR),)
+$(error $(PYTHON) did not name the cache root (adapters/environment.py cache_dir))
+endif
 
 # The serving rehearsal's own venv (vLLM for the CPU, torch, Ray: ~7 GB), outside the repo, named by
 # the hash of its pinned requirements so a change of pins builds a new one.

@@ -2,7 +2,7 @@
 the KubeRay operator, the Pulumi CLI and the Pulumi Kubernetes provider.
 
 Everything is built from the Go module proxy into a cache OUTSIDE the repository
-(``$RAY_LLM_EKS_E2E_CACHE``, default ``$RAY_LLM_EKS_CACHE/e2e``, itself ``~/.cache/ray-llm-eks``), one directory per
+(``$RAY_LLM_EKS_E2E_CACHE``, default ``e2e`` under the cache root of adapters/environment.py), one directory per
 component and version, stamped with a hash of what built it; a second run is a no-op.
 Go's own caches (GOMODCACHE, GOCACHE) are left where Go puts them (``go env``).
 
@@ -21,6 +21,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from adapters import environment  # stdlib only, as this module must be
 
 HERE = Path(__file__).resolve().parent
 WRAPPERS = HERE / "build"
@@ -115,7 +117,7 @@ def cache_root() -> Path:
     env = os.environ.get("RAY_LLM_EKS_E2E_CACHE")
     if env:
         return Path(env)
-    return Path(os.environ.get("RAY_LLM_EKS_CACHE") or Path.home() / ".cache" / "ray-llm-eks") / "e2e"
+    return environment.cache_dir() / "e2e"
 
 
 def component_dir(c: Component) -> Path:

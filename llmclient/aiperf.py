@@ -13,9 +13,11 @@ from pathlib import Path
 
 import yaml
 
+from adapters import environment
+
 ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS = ROOT / "llmclient" / "bench-requirements.txt"
-CACHE = Path(os.environ.get("RAY_LLM_EKS_CACHE", Path.home() / ".cache" / "ray-llm-eks"))
+CACHE = environment.cache_dir()
 SUMMARY = "profile_export_aiperf.json"
 RECORDS = "profile_export.jsonl"
 
@@ -25,7 +27,7 @@ class AiperfFailed(RuntimeError):
 
 
 def bench_venv() -> Path:
-    """$RAY_LLM_EKS_CACHE/bench-venv-<first 12 hex of the requirements' sha256>, as the Makefile names it."""
+    """<cache root>/bench-venv-<first 12 hex of the requirements' sha256>, as the Makefile names it."""
     digest = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()[:12]
     return Path(os.environ.get("RAY_LLM_EKS_BENCH_VENV", CACHE / f"bench-venv-{digest}"))
 

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import yaml
 
+from adapters import environment
 from domain import api_keys, model_fit, serve_config
 from rehearsal import gpu, substitute, topology
 from rehearsal.context import say
 from rehearsal.logs import ROLE_HEADER
 
 ROOT = Path(__file__).resolve().parent.parent
-CACHE = Path(os.environ.get("RAY_LLM_EKS_CACHE", Path.home() / ".cache" / "ray-llm-eks"))
+CACHE = environment.cache_dir()
 
 
 def deployed_spec(stack: str) -> dict:

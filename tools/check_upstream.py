@@ -22,7 +22,6 @@ import ast
 import hashlib
 import importlib.metadata
 import json
-import os
 import re
 import subprocess
 import sys
@@ -123,8 +122,9 @@ def entry_problems(entries: list[Entry], root: Path = ROOT) -> list[str]:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("RAY_LLM_EKS_CACHE") or Path.home() / ".cache" / "ray-llm-eks"
-    path = Path(root) / "upstream"
+    from adapters import environment
+
+    path = environment.cache_dir() / "upstream"
     path.mkdir(parents=True, exist_ok=True)
     return path
 

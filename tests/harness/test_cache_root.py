@@ -1,0 +1,68 @@
+"""One rule for the cache root (adapters/environment.py cache_dir): the Makefile, the e2e build, the rehearsal,
+the load generator and the upstream checker all ask it, so a venv `make` builds is the one the Python code
+looks for."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from adapters import environment
+
+ROOT = Path(__file__).resolve().parents[2]
+RULE = ROOT / "adapters" / "environment.py"
+# What a second copy of the rule would spell: the variable's name or the default folder.
+COPY = re.compile(r"RAY_LLM_EKS_CACHE\b|[\"']\.cache[\"']|\.cache/ray-llm-eks")
+
+
+def _make_cache_dir(env: dict[str, str]) -> str:
+    show = "show-cache-dir: ; @echo $(CACHE_DIR)"
+    run = subprocess.run(
+        ["make", "-s", "--no-print-directory", "--eval", show, "show-cache-dir"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return run.stdout.strip()
+
+
+def test_make_and_the_python_code_name_the_same_cache_root(tmp_path, monkeypatch):
+    monkeypatch.delenv(environment.CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    from e2e import build
+
+    assert environment.cache_dir() == tmp_path / "ray-llm-eks"
+    assert build.cache_root() == environment.cache_dir() / "e2e"
+    env = {k: v for k, v in os.environ.items() if k != "CACHE_DIR"}
+    assert _make_cache_dir(env) == str(environment.cache_dir())
+    assert _make_cache_dir({**env, environment.CACHE_ENV: str(tmp_path / "own")}) == str(tmp_path / "own")
+
+
+def test_no_other_file_spells_the_cache_root_rule():
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    sources = [ROOT / f for f in tracked if f.endswith(".py") or f in ("Makefile", ".ci/run")]
+    copies = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in sources
+        if path != RULE and not path.is_relative_to(ROOT / "tests") and path.exists()
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if COPY.search(line) and not line.lstrip().startswith("#")
+    ]
+    assert copies == []
+
+
+def test_the_e2e_build_runs_on_the_standard_library_alone():
+    """.ci/run starts it with the system python3 before any venv exists; -S: no site-packages."""
+    run = subprocess.run(
+        [sys.executable, "-S", "-c", "import e2e.build; print(e2e.build.cache_root())"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().endswith("e2e")
