@@ -29,7 +29,7 @@ BENCH_VENV ?= $(CACHE_DIR)/bench-venv-$(shell sha256sum $(BENCH_REQS) | cut -c1-
 URL ?= http://localhost:8000
 
 .PHONY: test test-fast e2e e2e-cluster plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
-	rehearse-faults rehearse-mistakes smoke verify bench bench-venv compare policy policy-sdk rehearsal-venv check-upstream docs gpu-wheels
+	rehearse-faults rehearse-mistakes smoke verify test-rules bench bench-venv compare policy policy-sdk rehearsal-venv check-upstream docs gpu-wheels
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
 	@echo "Installing the pinned Python requirements into $(VENV) (Pulumi SDKs, Ray for its serve schemas, pytest, ruff: about 1 GB, a few minutes the first time; later runs reuse it)..."
@@ -116,6 +116,11 @@ rehearse-mistakes: $(REHEARSAL_VENV)/.installed
 # Prove an endpoint serves (ARGS: --metrics-url URL --expect-pd, --model, --api-key).
 smoke: $(VENV)/.installed
 	$(BIN)/python -m llmclient smoke $(URL) $(ARGS)
+
+# promtool on the alert rules (`check rules` per stack, the unit tests in observability/rules-tests/): make test
+# runs them when promtool is there (e2e/build.py builds it); this target insists on it (CI, after the Go build).
+test-rules: $(VENV)/.installed
+	RAY_LLM_EKS_REQUIRE_PROMTOOL=1 $(BIN)/python -m pytest tests/unit/test_promtool.py
 
 # Prove that every request's KV moves from prefill to decode over NIXL (docs/observability.md): long-prompt
 # requests to URL, the engines' own counters read from ARGS: --prometheus URL, --metrics-url URL or --kube

@@ -1,5 +1,5 @@
-"""Build, once, the real binaries the e2e runs: etcd, the Kubernetes control plane,
-the KubeRay operator, the Pulumi CLI and the Pulumi Kubernetes provider.
+"""Build, once, the real binaries the e2e and the rehearsal run: Prometheus and promtool, etcd, the
+Kubernetes control plane, the KubeRay operator, the Pulumi CLI and the Pulumi Kubernetes provider.
 
 Everything is built from the Go module proxy into a cache OUTSIDE the repository
 (``$RAY_LLM_EKS_E2E_CACHE``, default ``e2e`` under the cache root of adapters/environment.py), one directory per
@@ -27,6 +27,10 @@ from adapters import environment  # stdlib only, as this module must be
 HERE = Path(__file__).resolve().parent
 WRAPPERS = HERE / "build"
 
+# kube-prometheus-stack 88.5.x deploys Prometheus v3.14.0 (values.yaml prometheus.prometheusSpec.image.tag
+# v3.14.0-distroless); its Go module tags v0.3XX.Y are Prometheus v3.XX.Y.
+PROMETHEUS_VERSION = "v3.14.0"
+PROMETHEUS_MODULE_VERSION = "v0.314.0"
 KUBE_VERSION = "v1.35.4"  # EKS 1.35 (DESIGN: standard support to 2027-03-27); newest 1.35 the proxy serves
 ETCD_VERSION = "v3.6.5"  # the etcd that k8s.io/kubernetes v1.35.4's go.mod requires
 # KubeRay v1.7.0: the proxy serves its .info/.mod but refuses its .zip ("This module
@@ -47,11 +51,34 @@ class Component:
     packages: tuple[tuple[str, str], ...]
     wrapper: str | None = None  # directory under e2e/build/, or None for `go install pkg@version`
     ldflags: str = "-s -w"
+    tags: str = ""  # go build -tags
     # files copied from a module in GOMODCACHE: (module@version, path in module, dest name)
     module_files: tuple[tuple[str, str, str], ...] = field(default_factory=tuple)
 
 
+PROMETHEUS = Component(
+    "prometheus",
+    PROMETHEUS_VERSION,
+    (
+        ("github.com/prometheus/prometheus/cmd/prometheus", "prometheus"),
+        ("github.com/prometheus/prometheus/cmd/promtool", "promtool"),
+    ),
+    wrapper="prometheus",
+    # What Prometheus's own build sets (.promu.yml: netgo; ldflags -X .../common/version.*). remove_all_sd
+    # leaves out the cloud service discoveries (plugins/plugin_*.go), so their SDKs are neither downloaded nor
+    # compiled; file and static discovery stay (plugins/minimum.go). builtinassets is left out: the module zip
+    # has no built web UI (the API answers, the UI pages do not).
+    tags="netgo,remove_all_sd",
+    ldflags=(
+        f"-s -w -X github.com/prometheus/common/version.Version={PROMETHEUS_VERSION.lstrip('v')}"
+        f" -X github.com/prometheus/common/version.Revision={PROMETHEUS_MODULE_VERSION}"
+        " -X github.com/prometheus/common/version.Branch=HEAD"
+    ),
+)
+
+# In build order: Prometheus first (the rehearsal, which runs while CI's build goes on, needs it earliest).
 COMPONENTS: tuple[Component, ...] = (
+    PROMETHEUS,
     Component(
         "etcd",
         ETCD_VERSION,
@@ -125,16 +152,27 @@ def component_dir(c: Component) -> Path:
 
 
 def _recipe_hash(c: Component) -> str:
-    h = hashlib.sha256(json.dumps([c.name, c.version, c.packages, c.ldflags, c.module_files]).encode())
+    # Tags only where a component has some: the stamps of components built before tags existed stay valid.
+    recipe = [c.name, c.version, c.packages, c.ldflags, c.module_files] + ([c.tags] if c.tags else [])
+    h = hashlib.sha256(json.dumps(recipe).encode())
     if c.wrapper:
         for f in sorted((WRAPPERS / c.wrapper).iterdir()):
             h.update(f.name.encode() + f.read_bytes())
     return h.hexdigest()
 
 
-def _go(args: list[str], cwd: Path | None, env: dict[str, str]) -> None:
+def _go(args: list[str], cwd: Path | None, env: dict[str, str], attempts: int = 3) -> None:
+    """Run go; again when it fails: a module download under a loaded, niced build once failed with "TLS
+    handshake timeout" (a compile error fails again at once, from the build cache)."""
     print("  $ go " + " ".join(args), flush=True)
-    subprocess.run(["go", *args], cwd=cwd, env=env, check=True)
+    for attempt in range(1, attempts + 1):
+        try:
+            subprocess.run(["go", *args], cwd=cwd, env=env, check=True)
+            return
+        except subprocess.CalledProcessError:
+            if attempt == attempts:
+                raise
+            print(f"  go failed (attempt {attempt} of {attempts}); again", flush=True)
 
 
 def _module_dir(mod_at_version: str, env: dict[str, str]) -> Path:
@@ -161,12 +199,13 @@ def build(c: Component) -> float:
     tmp.mkdir(parents=True)
     # The machine's own Go settings (CGO as `go env` says); -buildvcs=false: the modules come as zips.
     env = dict(os.environ, GOFLAGS="-buildvcs=false -mod=readonly")
+    tags = ["-tags", c.tags] if c.tags else []
     for pkg, binary in c.packages:
         if c.wrapper:
-            _go(["build", "-ldflags", c.ldflags, "-o", str(tmp / binary), pkg], WRAPPERS / c.wrapper, env)
+            _go(["build", *tags, "-ldflags", c.ldflags, "-o", str(tmp / binary), pkg], WRAPPERS / c.wrapper, env)
         else:
             genv = dict(env, GOBIN=str(tmp), GOFLAGS="-buildvcs=false")
-            _go(["install", "-ldflags", c.ldflags, f"{pkg}@{c.version}"], None, genv)
+            _go(["install", *tags, "-ldflags", c.ldflags, f"{pkg}@{c.version}"], None, genv)
             built = tmp / pkg.rsplit("/", 1)[-1]
             if built.name != binary:
                 built.rename(tmp / binary)

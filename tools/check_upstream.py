@@ -608,6 +608,93 @@ def check_prometheus_operator_crds(ctx: Context) -> list[str]:
     return problems
 
 
+def check_vllm_ray_metric_names(ctx: Context) -> list[str]:
+    """Every vLLM metric domain/ray_metrics.py names is still declared by the pinned vLLM (as `vllm:<name>`),
+    every Serve metric by the pinned Ray, and the functions that shape them (name sanitising, a counter's
+    first increment, histogram sums as bucket midpoints) are the ones we read."""
+    from domain import ray_metrics
+
+    vllm, ray = _vllm(ctx), _ray(ctx)
+    declared = vllm.read("vllm/v1/metrics/loggers.py") + vllm.read(
+        "vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py"
+    )
+    problems = []
+    for name in ray_metrics.VLLM_NAMES:
+        if f'"vllm:{name}"' not in declared:
+            problems.append(f"{vllm}: no metric vllm:{name} (domain/ray_metrics.py)")
+    serve = ray.read("ray/serve/_private/replica.py")
+    for name in ray_metrics.SERVE_NAMES:
+        if f'"{name}"' not in serve:
+            problems.append(f"{ray}: ray/serve/_private/replica.py declares no {name}")
+    entry = "vllm-ray-metric-names"
+    wrappers = {
+        "vllm/v1/metrics/ray_wrappers.py": [
+            "RayCounterWrapper.inc",
+            "RayPrometheusMetric._get_sanitized_opentelemetry_name",
+        ]
+    }
+    recorder = {
+        "ray/_private/telemetry/open_telemetry_metric_recorder.py": [
+            "OpenTelemetryMetricRecorder.register_histogram_metric",
+            "OpenTelemetryMetricRecorder.record_histogram_aggregated_batch",
+        ]
+    }
+    return (
+        problems
+        + fingerprints(entry, ctx, vllm, wrappers, "python")
+        + fingerprints(entry, ctx, ray, recorder, "python")
+    )
+
+
+def check_vllm_kv_failure_path(ctx: Context) -> list[str]:
+    symbols = {
+        "vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py": [
+            "NixlBaseConnectorWorker._handle_failed_transfer",
+            "NixlBaseConnectorWorker._validate_remote_agent_handshake",
+        ],
+        "vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py": [
+            "NixlBaseConnectorScheduler._get_remote_prefill_token_count"
+        ],
+        "vllm/v1/core/sched/scheduler.py": [
+            "Scheduler._update_waiting_for_remote_kv",
+            "Scheduler._handle_invalid_blocks",
+        ],
+    }
+    return fingerprints("vllm-kv-failure-path", ctx, _vllm(ctx), symbols, "python")
+
+
+def check_prometheus_build(ctx: Context) -> list[str]:
+    """Our wrapper repeats the module's replace and exclude directives; the cloud discoveries still sit behind
+    the remove_all_sd tag."""
+    from e2e import build
+
+    module = ctx.source(GoModule, "github.com/prometheus/prometheus", build.PROMETHEUS_MODULE_VERSION)
+
+    def directives(text: str) -> list[str]:
+        lines, block = [], None
+        for raw in text.splitlines():
+            line = raw.split("//")[0].strip()
+            if block and line == ")":
+                block = None
+            elif block:
+                if line:
+                    lines.append(f"{block} {line}")
+            elif line.startswith(("replace", "exclude")):
+                verb, _, rest = line.partition(" ")
+                if rest.strip() == "(":
+                    block = verb
+                else:
+                    lines.append(f"{verb} {rest.strip()}")
+        return sorted(lines)
+
+    ours = directives((ROOT / "e2e" / "build" / "prometheus" / "go.mod").read_text())
+    theirs = directives(module.read("go.mod"))
+    problems = [] if ours == theirs else [f"e2e/build/prometheus/go.mod: {ours} differ from {module}'s go.mod {theirs}"]
+    if "remove_all_sd" not in module.read("plugins/plugin_aws.go"):
+        problems.append(f"{module}: plugins/plugin_aws.go no longer honours the remove_all_sd build tag")
+    return problems
+
+
 def check_ray_dashboards(ctx: Context) -> list[str]:
     """tools/ray_dashboards.py regenerates the dashboards from the installed Ray and checks its patches."""
     _ray(ctx)
@@ -684,6 +771,9 @@ def check_aiperf_config(ctx: Context) -> list[str]:
 
 CHECKS: dict[str, Callable[[Context], list[str]]] = {
     "ray-dashboards": check_ray_dashboards,
+    "vllm-ray-metric-names": check_vllm_ray_metric_names,
+    "vllm-kv-failure-path": check_vllm_kv_failure_path,
+    "prometheus-build": check_prometheus_build,
     "ray-dashboard-nixl-patch": check_ray_dashboards,
     "pulumi-cli-config": check_pulumi_cli_config,
     "pulumi-replace-on-changes": check_pulumi_replace_on_changes,
