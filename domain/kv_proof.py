@@ -260,6 +260,8 @@ def judge(
     for size in per_rank:
         expected[bucket_of(size, bounds)] += shape.transfers_per_request
     got = landed(before.bytes_buckets, after.bytes_buckets)
+    # Other traffic between the readings adds transfers of its own: every expected one must be there.
+    missing = expected - got
     mean_tokens = sum(prompt_tokens) / n
     v.lines.append(
         f"KV bytes per request: {shape.describe(round(mean_tokens))} expected for {mean_tokens:.0f} prompt tokens; "
@@ -268,7 +270,7 @@ def judge(
         + ", measured: "
         + ("; ".join(f"{c} in {_bucket_text(b)}" for b, c in sorted(got.items())) or "no transfer")
     )
-    if got != expected:
+    if missing:
         if sum(got.values()) < sum(expected.values()):
             v.failures.append(
                 f"KV did not move for every request: {sum(got.values())} NIXL transfer(s) for {n} long-prompt "
@@ -311,7 +313,9 @@ def judge(
     received = after.decode_tokens.get("external_kv_transfer", 0.0) - before.decode_tokens.get(
         "external_kv_transfer", 0.0
     )
-    allowed = RECOMPUTED_PER_REQUEST * n
+    # Each transfer of other traffic between the readings is a request whose last token decode computes too.
+    others = max(sum(got.values()) - sum(expected.values()), 0) // shape.transfers_per_request
+    allowed = RECOMPUTED_PER_REQUEST * (n + others)
     v.lines.append(f"decode prompt tokens: {received:g} received as KV, {local:g} computed (at most {allowed} allowed)")
     if local > allowed:
         v.failures.append(

@@ -65,27 +65,43 @@ def prompt(words: int, rng: random.Random) -> str:
     return " ".join([nonce, *(f"{rng.choice(WORDS)}{rng.randrange(1000)}" for _ in range(words))])
 
 
-async def send(url: str, model: str, api_key: str | None, target_tokens: int, count: int, seed: int) -> list[int]:
+async def _ask(api, model: str, text: str) -> int:
+    """One chat completion; its prompt tokens."""
+    try:
+        reply = await asyncio.wait_for(
+            api.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": text}], max_tokens=MAX_TOKENS
+            ),
+            core.DEFAULT_DEADLINE * 2,
+        )
+    except Exception as exc:
+        raise VerifyError(f"a long-prompt request failed: {core._error_text(exc)}") from exc
+    used = reply.usage.prompt_tokens if reply.usage else 0
+    if not used:
+        raise VerifyError("the endpoint reported no prompt tokens (usage missing)")
+    return used
+
+
+async def calibrate(url: str, model: str, api_key: str | None, seed: int) -> tuple[float, int]:
+    """(prompt tokens per word of `prompt` for this model's tokenizer, the chat template included; its prompt
+    tokens), from one short request sent before the first reading."""
+    api = core.client(url, api_key, timeout=core.DEFAULT_TIMEOUT * 4)
+    words = 64
+    used = await _ask(api, model, prompt(words, random.Random(seed)))
+    return used / (words + 1), used
+
+
+async def send(
+    url: str, model: str, api_key: str | None, target_tokens: int, count: int, seed: int, tokens_per_word: float
+) -> list[int]:
     """`count` chat completions of about `target_tokens` prompt tokens, one at a time; their prompt tokens."""
     api = core.client(url, api_key, timeout=core.DEFAULT_TIMEOUT * 4)
     rng = random.Random(seed)
-    tokens_per_word = 3.0  # a first guess, corrected by each answer's usage
     sent = []
     for _ in range(count):
         words = max(8, int(target_tokens / tokens_per_word))
-        messages = [{"role": "user", "content": prompt(words, rng)}]
-        try:
-            reply = await asyncio.wait_for(
-                api.chat.completions.create(model=model, messages=messages, max_tokens=MAX_TOKENS),
-                core.DEFAULT_DEADLINE * 2,
-            )
-        except Exception as exc:
-            raise VerifyError(f"a long-prompt request failed: {core._error_text(exc)}") from exc
-        used = reply.usage.prompt_tokens if reply.usage else 0
-        if not used:
-            raise VerifyError("the endpoint reported no prompt tokens (usage missing)")
-        sent.append(used)
-        tokens_per_word = used / (words + 1)
+        sent.append(await _ask(api, model, prompt(words, rng)))
+        tokens_per_word = sent[-1] / (words + 1)
     return sent
 
 
@@ -117,10 +133,19 @@ def run(
     requests: int = 3,
     say: Callable[[str], None] = print,
 ) -> Verdict:
-    before = read(sources)
-    if not before.engines.get("decode"):
+    seed = int(time.time())
+    start = read(sources)
+    if not start.engines.get("decode"):
         raise VerifyError("no decode engine in the metrics: not a prefill/decode endpoint, or not scraped yet")
-    sent = asyncio.run(send(url, model, api_key, target_tokens, requests, seed=int(time.time())))
+    tokens_per_word, calibration = asyncio.run(calibrate(url, model, api_key, seed))
+    # The first reading once every counter shows the calibration request (its transfer and its prompt tokens
+    # are recorded at different moments), or the wait ran out (a KV path that moves nothing).
+    end = time.monotonic() + sources.wait
+    while not settled(start, before := read(sources), [calibration], shape):
+        if time.monotonic() > end:
+            break
+        time.sleep(POLL)
+    sent = asyncio.run(send(url, model, api_key, target_tokens, requests, seed + 1, tokens_per_word))
     say(f"sent {len(sent)} requests, one at a time, of {', '.join(map(str, sent))} prompt tokens")
     end = time.monotonic() + sources.wait
     while True:

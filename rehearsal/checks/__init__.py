@@ -58,10 +58,11 @@ def measure_threads(run_id: str, work) -> tuple:
 
 def all_checks() -> list[Check]:
     """Every check, in the order they run (imported here so that each module may import this one)."""
-    from rehearsal.checks import engines, extras, faults, quick_bench, routing, smoke, threads, topology
+    from rehearsal.checks import engines, extras, faults, observability, quick_bench, routing, smoke, threads, topology
 
     return [
         topology.REPLICAS,
+        observability.PROMETHEUS,  # from here on, it scrapes every request
         engines.MEMORY,
         threads.IDLE_THREADS,
         smoke.SMOKE,
@@ -70,11 +71,14 @@ def all_checks() -> list[Check]:
         topology.TP_RANKS,
         topology.KV_READS,
         engines.KV_BUFFERS,
+        observability.VERIFY,
+        observability.QUERIES,  # right after verify's requests: the panels' rate windows hold them
         routing.COMPARE_ROUTERS,
         extras.SCALE_DEMO,
         extras.BENCH,
         quick_bench.QUICK_BENCH,
-        faults.FAULTS_CHECK,  # last: it restarts engines and the head
+        faults.FAULTS_CHECK,  # restarts engines and the head
+        observability.KV_FAULT,  # last: it breaks the KV path for good
     ]
 
 

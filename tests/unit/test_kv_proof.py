@@ -125,3 +125,15 @@ def test_the_shape_of_the_served_model_comes_from_the_fits_layout():
     llama = kv_proof.shape_of(model_fit.KNOWN_MODELS["meta-llama/Llama-3.1-8B-Instruct"], {"max_model_len": 4096})
     assert (llama.kv_bytes_per_token, llama.block_size, llama.state_bytes_per_sequence) == (131072, 16, 0)
     assert llama.tokens_read(1000) == 1000 and qwen.tokens_read(1000) == 999
+
+
+def test_other_traffic_between_the_readings_does_not_hide_or_fail_the_proof():
+    # Someone else's short request moved a 20 KiB transfer meanwhile (and decode computed its last token);
+    # ours are all there.
+    after = reading(sizes=[*SIZES, 20_000], seconds=[0.01] * 4, local=4, received=sum(PROMPTS) - 3 + 40)
+    assert kv_proof.judge(reading(), after, PROMPTS, TINY, None, [], None).ok
+    # ...but not two tokens for it.
+    after = reading(sizes=[*SIZES, 20_000], seconds=[0.01] * 4, local=5, received=sum(PROMPTS) - 3 + 40)
+    assert not kv_proof.judge(reading(), after, PROMPTS, TINY, None, [], None).ok
+    short = reading(sizes=[SIZES[0], 20_000, 20_000], seconds=[0.01] * 3, local=3, received=sum(PROMPTS) - 3)
+    assert not kv_proof.judge(reading(), short, PROMPTS, TINY, None, [], None).ok

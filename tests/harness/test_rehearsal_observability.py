@@ -1,0 +1,70 @@
+"""The rehearsal's observability checks, their pure parts: the Prometheus it starts, the panels a healthy PD
+run must fill, the `make verify` command it runs, and the fault it injects. The checks themselves run on
+real engines: `make rehearse STACK=dev ARGS="--prometheus --kv-fault"` (CI)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from adapters import stack
+from domain import dashboards
+from rehearsal import prometheus, substitute
+from rehearsal.checks import all_checks, observability
+
+
+def test_the_prometheus_scrapes_the_ray_endpoints_and_loads_the_rules():
+    config = prometheus.config(["127.0.0.1:1234", "127.0.0.1:1235"], "rules.yaml")
+    assert config["rule_files"] == ["rules.yaml"]
+    (job,) = config["scrape_configs"]
+    assert job["static_configs"] == [{"targets": ["127.0.0.1:1234", "127.0.0.1:1235"]}]
+    assert config["global"]["evaluation_interval"] == prometheus.INTERVAL
+
+
+def test_every_panel_that_must_have_data_exists_in_the_shipped_dashboards():
+    shipped = dashboards.shipped_dashboards(stack.load_settings(stack.stack_file("dev")))
+    titles = {
+        name: {q.panel for q in dashboards.panel_queries(name, json.loads(text))} for name, text in shipped.items()
+    }
+    missing = [f"{d}: {t}" for d, ts in observability.PD_PANELS.items() for t in ts if t not in titles.get(d, set())]
+    assert missing == []
+
+
+def test_verify_is_the_users_command_against_the_rehearsal(tmp_path):
+    ctx = SimpleNamespace(
+        url="http://127.0.0.1:8000",
+        args=argparse.Namespace(stack="dev"),
+        run_dir=tmp_path,
+        dashboard="http://127.0.0.1:8265",
+        results={"prometheus": "http://127.0.0.1:9090"},
+        metrics_urls=["http://127.0.0.1:1/metrics"],
+    )
+    command = observability._verify_command(ctx)
+    assert command[1:5] == ["-m", "llmclient", "verify", "http://127.0.0.1:8000"]
+    assert command[-2:] == ["--prometheus", "http://127.0.0.1:9090"]
+    assert ["--served-config", str(tmp_path / "serve-config.yaml")] == command[7:9]
+    ctx.results = {}
+    assert observability._verify_command(ctx)[-2:] == ["--metrics-url", "http://127.0.0.1:1/metrics"]
+
+
+def test_the_checks_run_in_their_order_and_the_fault_last():
+    names = [c.name for c in all_checks()]
+    assert names.index("prometheus") < names.index("smoke") < names.index("make verify")
+    assert names.index("make verify") < names.index("dashboard and rule queries")
+    assert names[-1] == "fault: KV path broken in place"
+
+
+def test_the_fault_is_refused_where_it_would_not_break_the_kv_path():
+    collocated = SimpleNamespace(pd=False, hybrid=True)
+    with pytest.raises(ValueError, match="hybrid model's KV path"):
+        observability._prepare_fault(collocated, argparse.Namespace())
+    assert observability._prepare_fault(SimpleNamespace(pd=True, hybrid=True), argparse.Namespace()) == []
+    assert "block-size-mismatch" in substitute.MUTATIONS  # the same mistake, made before deploy
+
+
+def test_prometheus_times_are_read_to_the_microsecond_and_in_utc():
+    assert prometheus._unix("1970-01-01T00:01:00.5Z") == 60.5
+    assert prometheus._unix("2026-12-01T17:01:02.123456789Z") == pytest.approx(1796144462.123457)
