@@ -31,7 +31,7 @@ WRAPPERS = HERE / "build"
 # v3.14.0-distroless); its Go module tags v0.3XX.Y are Prometheus v3.XX.Y.
 PROMETHEUS_VERSION = "v3.14.0"
 PROMETHEUS_MODULE_VERSION = "v0.314.0"
-KUBE_VERSION = "v1.35.4"  # EKS 1.35 (DESIGN: standard support to 2027-03-27); newest 1.35 the proxy serves
+KUBE_VERSION = "v1.35.4"  # EKS 1.35 (standard support to 2027-03-27); newest 1.35 the proxy serves
 ETCD_VERSION = "v3.6.5"  # the etcd that k8s.io/kubernetes v1.35.4's go.mod requires
 # KubeRay v1.7.0: the proxy serves its .info/.mod but refuses its .zip ("This module
 # version is not available"), and its tag commit as a pseudo-version too; v1.6.2 is the

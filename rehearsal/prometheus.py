@@ -50,15 +50,17 @@ def config(targets: list[str], rules_file: str) -> dict:
     }
 
 
-def start(executable: Path, directory: Path, metrics_urls: list[str], rules: dict, env: dict[str, str]) -> str:
-    """Start it (loopback only) and wait until it is ready; its URL."""
+def start(
+    executable: Path, directory: Path, metrics_urls: list[str], rules: dict, env: dict[str, str]
+) -> tuple[str, subprocess.Popen]:
+    """Start it (loopback only) and wait until it is ready; its URL and process."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False, width=1000))
     targets = [urllib.parse.urlsplit(u).netloc for u in metrics_urls]
     (directory / "prometheus.yml").write_text(yaml.safe_dump(config(targets, "rules.yaml"), sort_keys=False))
     port = free_port()
     log = (directory / "prometheus.log").open("w")
-    subprocess.Popen(
+    process = subprocess.Popen(
         [
             str(executable),
             f"--config.file={directory / 'prometheus.yml'}",
@@ -77,7 +79,7 @@ def start(executable: Path, directory: Path, metrics_urls: list[str], rules: dic
         try:
             with urllib.request.urlopen(f"{url}/-/ready", timeout=5) as response:
                 if response.status == 200:
-                    return url
+                    return url, process
         except (urllib.error.URLError, OSError):
             pass
         if time.monotonic() > end:

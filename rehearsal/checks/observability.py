@@ -92,8 +92,10 @@ def _start_prometheus(ctx: Context) -> None:
     executable = prometheus.binary(ctx.args.prometheus_wait, say)
     env = dict(os.environ, **{MARKER: ctx.run_id})
     spec = alerts.render(_rule_inputs(ctx))
-    url = prometheus.start(executable, ctx.run_dir / "prometheus", ctx.metrics_urls, spec, env)
+    url, _ = prometheus.start(executable, ctx.run_dir / "prometheus", ctx.metrics_urls, spec, env)
     ctx.results["prometheus"] = url
+    # The fault rehearsal's table names the alerts firing at the end of each fault window.
+    ctx.results["alerts"] = lambda: prometheus.firing(url)
     rules = sum(len(g["rules"]) for g in spec["groups"])
     ctx.mark(
         f"Prometheus (the chart's v3.14.0) at {url}: scrapes {len(ctx.metrics_urls)} Ray endpoint(s), {rules} rules"

@@ -12,8 +12,10 @@ import pytest
 
 from adapters import stack
 from domain import dashboards
+from e2e import build
 from rehearsal import prometheus, substitute
 from rehearsal.checks import all_checks, observability
+from rehearsal.context import RehearsalFailed
 
 
 def test_the_prometheus_scrapes_the_ray_endpoints_and_loads_the_rules():
@@ -68,3 +70,56 @@ def test_the_fault_is_refused_where_it_would_not_break_the_kv_path():
 def test_prometheus_times_are_read_to_the_microsecond_and_in_utc():
     assert prometheus._unix("1970-01-01T00:01:00.5Z") == 60.5
     assert prometheus._unix("2026-12-01T17:01:02.123456789Z") == pytest.approx(1796144462.123457)
+
+
+def test_the_fault_table_names_the_alerts_firing_on_this_prometheus(monkeypatch, tmp_path):
+    from rehearsal.checks import faults
+
+    monkeypatch.setattr(prometheus, "binary", lambda wait, say: tmp_path / "prometheus")
+    monkeypatch.setattr(prometheus, "start", lambda *args: ("http://127.0.0.1:9", None))
+    monkeypatch.setattr(prometheus, "firing", lambda url: [f"NixlTransferFailed at {url}"])
+    ctx = SimpleNamespace(
+        args=argparse.Namespace(stack="dev", prometheus_wait=0.0),
+        run_dir=tmp_path,
+        run_id="test",
+        metrics_urls=["http://127.0.0.1:1/metrics"],
+        pd=True,
+        results={},
+        mark=lambda text: None,
+    )
+    observability._start_prometheus(ctx)
+    assert faults._alerts(ctx) == ["NixlTransferFailed at http://127.0.0.1:9"]
+
+
+@pytest.fixture
+def idle_prometheus(tmp_path):
+    """The built Prometheus with the dev stack's rules, scraping an address where nothing listens: the
+    queries' own errors are real, and no panel can have data."""
+    directory = build.component_dir(build.PROMETHEUS)
+    if not (directory / ".built").is_file():
+        pytest.skip(f"no Prometheus built under {directory}: `python3 -m e2e.build prometheus`")
+    ctx = SimpleNamespace(args=argparse.Namespace(stack="dev"), pd=True, timeline=[], mark=lambda text: None)
+    rules = observability.alerts.render(observability._rule_inputs(ctx))
+    url, process = prometheus.start(directory / "prometheus", tmp_path, ["http://127.0.0.1:9/metrics"], rules, {})
+    ctx.results = {"prometheus": url}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(observability.time, "sleep", lambda seconds: None)  # the wait for the last scrapes
+        yield ctx
+    process.terminate()
+    process.wait(30)
+
+
+def test_the_queries_check_fails_on_pd_panels_without_data(idle_prometheus):
+    # Every panel query and rule expression parses and runs on the real Prometheus; then the panels fail.
+    with pytest.raises(RehearsalFailed, match=r"PD panels without data after PD traffic: .*NIXL: Transfer Throughput"):
+        observability._queries(idle_prometheus)
+
+
+def test_the_queries_check_fails_on_a_query_prometheus_refuses(idle_prometheus, monkeypatch):
+    def with_a_broken_one(name, board, window="5m"):
+        return [*panel_queries(name, board, window), dashboards.PanelQuery(name, "broken", "A", "rate(x[")]
+
+    panel_queries = dashboards.panel_queries
+    monkeypatch.setattr(dashboards, "panel_queries", with_a_broken_one)
+    with pytest.raises(RehearsalFailed, match=r"quer\(ies\) failed on Prometheus; first: .* panel 'broken' A: .*parse"):
+        observability._queries(idle_prometheus)
