@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -33,6 +34,11 @@ def test_every_panel_that_must_have_data_exists_in_the_shipped_dashboards():
     }
     missing = [f"{d}: {t}" for d, ts in observability.PD_PANELS.items() for t in ts if t not in titles.get(d, set())]
     assert missing == []
+
+
+def test_the_docs_name_every_panel_that_must_have_data():
+    text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "observability.md").read_text().split())
+    assert [t for ts in observability.PD_PANELS.values() for t in ts if f'"{t}"' not in text] == []
 
 
 def test_verify_is_the_users_command_against_the_rehearsal(tmp_path):
