@@ -80,7 +80,8 @@ PD_REQUIRED = (
 # The upstream names behind them: vLLM's `vllm:<name>` and Ray Serve's metric names (tools/check_upstream.py
 # finds each in the pinned sources).
 _VLLM = (NIXL_BYTES, NIXL_XFER_TIME, *NIXL_FAILURE_COUNTERS, PROMPT_TOKENS, PROMPT_TOKENS_BY_SOURCE, GENERATION_TOKENS,
-         REQUEST_SUCCESS, TTFT, ITL, E2E_LATENCY, REQUESTS_WAITING, REQUESTS_RUNNING, KV_CACHE_USAGE)  # fmt: skip
+         REQUEST_SUCCESS, TTFT, ITL, E2E_LATENCY, REQUESTS_WAITING, REQUESTS_RUNNING, KV_CACHE_USAGE,
+         PREFIX_CACHE_QUERIES, PREFIX_CACHE_HITS)  # fmt: skip
 VLLM_NAMES = tuple(n.removeprefix("ray_vllm_").removesuffix("_total") for n in _VLLM)
 SERVE_NAMES = tuple(
     n.removeprefix("ray_").removesuffix("_total") for n in (SERVE_REQUESTS, SERVE_REPLICA_STARTS, SERVE_REPLICA_QUERIES)
