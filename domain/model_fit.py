@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from domain import aws_facts, vllm_fit
 from domain.errors import ConfigError
@@ -155,6 +156,10 @@ class ModelSpec:
         return 2 * self.kv_layers * self.kv_heads * self.head_dim * kv_bytes
 
 
+# Dense transformers in bf16: no linear-attention state. Llama 3.1: its shared shape stated once.
+_dense_bf16 = partial(ModelSpec, weight_dtype="bfloat16", state_mib_per_sequence=0.0)
+_llama31 = partial(_dense_bf16, kv_heads=8, head_dim=128, max_context=131072, gated=True, family=FAMILIES["llama3"])
+
 # Known models. Each row's numbers come from the model's config.json / model card on Hugging Face.
 KNOWN_MODELS: dict[str, ModelSpec] = {
     # Qwen/Qwen3.5-9B config.json (text part qwen3_5_text): 32 layers, full attention every 4th
@@ -186,43 +191,14 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
         ),
         calibration=QWEN35_9B_L4,
     ),
-    # meta-llama/Llama-3.1-8B-Instruct config.json: 32 layers, 8 KV heads, head_dim 128 (4096/32),
-    # max_position_embeddings 131072; 8.03B parameters (model card).
-    "meta-llama/Llama-3.1-8B-Instruct": ModelSpec(
-        parameters=8.03e9,
-        weight_dtype="bfloat16",
-        kv_layers=32,
-        kv_heads=8,
-        head_dim=128,
-        state_mib_per_sequence=0.0,
-        max_context=131072,
-        gated=True,
-        family=FAMILIES["llama3"],
-    ),
-    # meta-llama/Llama-3.1-70B-Instruct config.json: 80 layers, 8 KV heads, head_dim 128 (8192/64),
-    # max_position_embeddings 131072; 70.6B parameters (model card).
-    "meta-llama/Llama-3.1-70B-Instruct": ModelSpec(
-        parameters=70.6e9,
-        weight_dtype="bfloat16",
-        kv_layers=80,
-        kv_heads=8,
-        head_dim=128,
-        state_mib_per_sequence=0.0,
-        max_context=131072,
-        gated=True,
-        family=FAMILIES["llama3"],
-    ),
+    # meta-llama/Llama-3.1-8B-Instruct and -70B-Instruct config.json: 32 and 80 layers, 8 KV heads, head_dim
+    # 128 (4096/32, 8192/64), max_position_embeddings 131072; 8.03B and 70.6B parameters (model cards).
+    "meta-llama/Llama-3.1-8B-Instruct": _llama31(parameters=8.03e9, kv_layers=32),
+    "meta-llama/Llama-3.1-70B-Instruct": _llama31(parameters=70.6e9, kv_layers=80),
     # Qwen/Qwen3-32B config.json: 64 layers, 8 KV heads, head_dim 128, max_position_embeddings
     # 40960; 32.8B parameters (model card).
-    "Qwen/Qwen3-32B": ModelSpec(
-        parameters=32.8e9,
-        weight_dtype="bfloat16",
-        kv_layers=64,
-        kv_heads=8,
-        head_dim=128,
-        state_mib_per_sequence=0.0,
-        max_context=40960,
-        family=FAMILIES["qwen3"],
+    "Qwen/Qwen3-32B": _dense_bf16(
+        parameters=32.8e9, kv_layers=64, kv_heads=8, head_dim=128, max_context=40960, family=FAMILIES["qwen3"]
     ),
 }
 
