@@ -215,6 +215,7 @@ class Window:
     outcomes: dict[str, int]
     http_codes: dict[str, int]  # status (or "none") -> failed requests
     serving_again_s: float | None  # injection -> start of the first good request after the last bad one
+    slowest_ok_s: float | None  # the longest a request answered correctly took (a stall shows here, not as errors)
     examples: list[str]
 
     def as_dict(self) -> dict:
@@ -234,4 +235,6 @@ def window(fault: str, outcomes: list[Outcome], t_inject: float, t_end: float) -
         good_after = [o.start for o in inside if o.outcome == OK and o.start > last_bad]
         again = max(0.0, min(good_after) - t_inject) if good_after else None
     examples = [f"{o.outcome} at +{o.start - t_inject:.1f} s: {o.detail[:140]}" for o in bad[:4]]
-    return Window(fault, len(inside), {k: counts.get(k, 0) for k in OUTCOMES}, dict(codes), again, examples)
+    slowest = max((o.end - o.start for o in inside if o.outcome == OK), default=None)
+    outcomes_by_kind = {k: counts.get(k, 0) for k in OUTCOMES}
+    return Window(fault, len(inside), outcomes_by_kind, dict(codes), again, slowest, examples)

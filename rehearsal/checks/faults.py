@@ -288,16 +288,18 @@ def verdicts(rows: list[dict]) -> list[str]:
 
 def table(rows: list[dict]) -> str:
     head = f"{'fault':<16} {'reqs':>5} {'ok':>4} {'failed (codes)':<22} {'cut':>4} {'wrong':>5} {'empty':>5} " \
-           f"{'serving again':>13}  alert"  # fmt: skip
+           f"{'serving again':>13} {'slowest ok':>10}  alert"  # fmt: skip
     lines = [head, "-" * len(head)]
     for r in rows:
         o = r["outcomes"]
         codes = ",".join(f"{k}x{v}" for k, v in sorted(r["http_codes"].items())) or "-"
         again = "never" if r["serving_again_s"] is None else f"{r['serving_again_s']:.1f} s"
+        slowest = "-" if r.get("slowest_ok_s") is None else f"{r['slowest_ok_s']:.1f} s"
         gate = "" if r["gated"] else " (not gated)"
         lines.append(
             f"{r['fault']:<16} {r['requests']:>5} {o['ok']:>4} {str(o['failed']) + ' (' + codes + ')':<22} "
-            f"{o['cut']:>4} {o['wrong']:>5} {o['empty']:>5} {again:>13}  {', '.join(r['alerts']) or '-'}{gate}"
+            f"{o['cut']:>4} {o['wrong']:>5} {o['empty']:>5} {again:>13} {slowest:>10}  {', '.join(r['alerts']) or '-'}"
+            f"{gate}"
         )
     return "\n".join(lines)
 

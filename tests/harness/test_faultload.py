@@ -33,13 +33,16 @@ def _o(outcome, start, end=None, status=200):
 
 
 def test_a_window_counts_codes_and_finds_when_the_endpoint_served_again():
-    outcomes = [_o(fl.OK, 0), _o(fl.OK, 9.5), _o(fl.FAILED, 11, status=500), _o(fl.FAILED, 13, status=None),
+    outcomes = [_o(fl.OK, 0), _o(fl.OK, 9.5), _o(fl.FAILED, 11, status=500), _o(fl.FAILED, 13, end=15, status=None),
                 _o(fl.CUT, 14), _o(fl.OK, 20), _o(fl.OK, 22), _o(fl.OK, 40)]  # fmt: skip
     w = fl.window("decode-engine", outcomes, t_inject=10.0, t_end=30.0)
     assert w.requests == 6  # ended after 10, started before 30
     assert w.outcomes == {"ok": 3, "wrong": 0, "empty": 0, "cut": 1, "failed": 2}
     assert w.http_codes == {"500": 1, "none": 1}
     assert w.serving_again_s == 10.0  # the first good request after the last bad one started at 20
+    assert w.slowest_ok_s == 1.0  # the 2 s failure (13 -> 15) is not an answer
+    stalled = fl.window("kv-stall", [_o(fl.OK, 9, end=31), _o(fl.OK, 31)], 10.0, 40.0)
+    assert (stalled.serving_again_s, stalled.slowest_ok_s) == (0.0, 22.0)  # no error, one 22 s wait
     assert fl.window("x", [_o(fl.OK, 11)], 10.0, 30.0).serving_again_s == 0.0
     assert fl.window("x", [_o(fl.FAILED, 11, status=503)], 10.0, 30.0).serving_again_s is None
 
@@ -48,7 +51,8 @@ def _row(name, gated, wrong=0, recovered=True):
     outcomes = {"ok": 5, "wrong": wrong, "empty": 0, "cut": 0, "failed": 1}
     again = 12.0 if recovered else None
     return {"fault": name, "gated": gated, "outcomes": outcomes, "recovered": recovered, "bound_s": 600.0,
-            "http_codes": {"500": 1}, "serving_again_s": again, "alerts": [], "requests": 6}  # fmt: skip
+            "http_codes": {"500": 1}, "serving_again_s": again, "slowest_ok_s": 3.5, "alerts": [],
+            "requests": 6}  # fmt: skip
 
 
 def test_the_gate_fails_on_a_wrong_200_where_gated_and_on_no_recovery():
@@ -59,7 +63,7 @@ def test_the_gate_fails_on_a_wrong_200_where_gated_and_on_no_recovery():
     ]
     assert "did not serve again within 600 s" in faults.verdicts([_row("head", True, recovered=False)])[0]
     table = faults.table([_row("kv-stall", False, wrong=3)])
-    assert "kv-stall" in table and "(not gated)" in table and "500x1" in table
+    assert "kv-stall" in table and "(not gated)" in table and "500x1" in table and "3.5 s" in table
 
 
 def test_faults_are_chosen_by_name_or_all():
