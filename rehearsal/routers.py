@@ -10,9 +10,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from domain import bench
+from domain import bench, kv_proof
 from domain import ray_metrics as m
-from domain.kv_proof import Sample
 
 # vLLM's prefix-cache counters through Ray, with the Serve replica's unique id as `ReplicaId`.
 QUERIES, HITS = m.PREFIX_CACHE_QUERIES, m.PREFIX_CACHE_HITS
@@ -21,7 +20,7 @@ QUERIES, HITS = m.PREFIX_CACHE_QUERIES, m.PREFIX_CACHE_HITS
 CALL = re.compile(r"^\w+ \S+ \S+ (?P<component>\S+) (?P<replica>\S+) (?P<request>\S+) -- CALL (?:chat|completions) ")
 
 
-def prefix_cache_counts(samples: Iterable[Sample]) -> dict[str, tuple[float, float]]:
+def prefix_cache_counts(samples: Iterable[kv_proof.Sample]) -> dict[str, tuple[float, float]]:
     """replica id -> (prompt tokens queried, found in the prefix cache) so far, from the samples of QUERIES and
     HITS that adapters/metrics.py read (every Ray node's endpoint)."""
     counts: dict[str, list[float]] = {}
@@ -180,3 +179,34 @@ def table(phases: list[Phase]) -> list[str]:
         ["requests / errors", *(f"{p.requests} / {p.errors}" for p in phases)],
     ]
     return bench.text_table(rows).splitlines()
+
+
+@dataclass(frozen=True)
+class PrefixOverNixl:
+    line: str
+    problem: str | None  # None: the cached prefix moved to decode as any prompt does
+
+
+def prefix_over_nixl(
+    before: kv_proof.KvCounters, after: kv_proof.KvCounters, hits: tuple[float, float], requests: int
+) -> PrefixOverNixl:
+    """`requests` sharing a long prefix, one at a time, on PD with a prefix cache on prefill: prefill's cache
+    must have hit (tokens), every request must have moved its KV to decode with no failed read, and decode
+    may compute only the last prompt token of each itself (as without a hit: kv_proof)."""
+    transfers = after.transfers - before.transfers
+    failed = (after.failed_transfers - before.failed_transfers) + (
+        after.failed_notifications - before.failed_notifications
+    )
+    recomputed = after.decode_tokens.get("local_compute", 0.0) - before.decode_tokens.get("local_compute", 0.0)
+    line = (
+        f"prefix over NIXL ({requests} requests sharing a prefix, one at a time): prefill prefix-cache hits "
+        f"{hits[0]:.0f} of {hits[1]:.0f} prompt tokens; {transfers:.0f} KV reads, {failed:.0f} failed; decode "
+        f"computed {recomputed:.0f} prompt tokens itself"
+    )
+    if not hits[0]:
+        return PrefixOverNixl(line, "no request found the shared prefix cached on prefill")
+    if transfers < requests or failed:
+        return PrefixOverNixl(line, "a request's KV did not move to decode over NIXL")
+    if recomputed > requests:
+        return PrefixOverNixl(line, "decode computed the prompt again")
+    return PrefixOverNixl(line, None)

@@ -73,6 +73,7 @@ def all_checks() -> list[Check]:
         engines.KV_BUFFERS,
         observability.VERIFY,
         observability.QUERIES,  # right after verify's requests: the panels' rate windows hold them
+        routing.PREFIX_OVER_NIXL,
         routing.COMPARE_ROUTERS,
         extras.SCALE_DEMO,
         extras.BENCH,

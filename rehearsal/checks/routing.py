@@ -12,13 +12,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import time
 from pathlib import Path
 
 from adapters import metrics
-from domain import bench, routing
+from domain import bench, kv_proof, routing
 from domain.serve_config import llm_configs_by_role
 from llmclient import aiperf, core
+from llmclient import verify as verify_client
 from rehearsal import routers, substitute, topology, verify
 from rehearsal.checks import Check
 from rehearsal.context import Context, RehearsalFailed, say
@@ -247,3 +249,55 @@ COMPARE_ROUTERS = Check(
     options=_options,
     prepare=_prepare,
 )
+
+
+# A prefix of this many words (about three of the stand-in's tokens each): longer than an attention block, so
+# that the second request finds whole blocks of it in the prefill engine's cache.
+SHARED_WORDS, TAIL_WORDS = 700, 12
+
+
+def _prefill_caches_prefixes(ctx: Context) -> bool:
+    """PD whose prefill engines were asked for a prefix cache (hybrid models keep it off unless asked)."""
+    prefill = llm_configs_by_role(ctx.document, "rehearsal").get("prefill") or {}
+    return ctx.pd and bool((prefill.get("engine_kwargs") or {}).get("enable_prefix_caching"))
+
+
+def _kv_and_prefix(ctx: Context) -> tuple[kv_proof.KvCounters, dict[str, tuple[float, float]]]:
+    samples = metrics.scrape(ctx.metrics_urls, (*kv_proof.SERIES, routers.QUERIES, routers.HITS))
+    return kv_proof.counters(samples), routers.prefix_cache_counts(samples)
+
+
+def prefix_over_nixl(ctx: Context) -> None:
+    """A prompt whose prefix the prefill engine has cached, then read by decode over NIXL: prefix caching on
+    a hybrid model's prefill (Mamba layers in vLLM's 'align' mode) composed with NIXL's transfer (vLLM 0.26
+    nixl/base_worker.py _apply_prefix_caching: the SSM group's earlier blocks are placeholders, the last one
+    the state). Requests one after the other sharing a long prefix, one more than there are prefill replicas
+    (then at least one lands where the prefix is cached, whatever the router): prefill's prefix cache must hit,
+    and each request must move its KV to decode without a failed read and without decode computing the prompt
+    again (prompt tokens by source, as `make verify` judges)."""
+    rng = random.Random(7)
+    shared = verify_client.prompt(SHARED_WORDS, rng)
+    prefills = [r["replica_id"] for r in verify.running(ctx.dashboard, ctx.app, "prefill")]
+    questions = [f"{shared} {verify_client.prompt(TAIL_WORDS, rng)}" for _ in range(len(prefills) + 1)]
+    count = len(questions)
+    kv_before, cache_before = _kv_and_prefix(ctx)
+    api = core.client(ctx.url, ctx.api_key, timeout=FIRST_REQUEST_DEADLINE)
+    for question in questions:
+        result = asyncio.run(core.stream_chat(api, ctx.model, [{"role": "user", "content": question}], 4))
+        if not result.ok or not result.output_tokens:
+            raise RehearsalFailed(f"prefix over NIXL: a request sharing a cached prefix failed: {result.error}")
+    end = time.monotonic() + verify.METRICS_WAIT * 4
+    while True:
+        kv_after, cache_after = _kv_and_prefix(ctx)
+        hits, queried = routers.hit_rate(cache_before, cache_after, prefills)
+        if (kv_after.transfers - kv_before.transfers >= count and hits) or time.monotonic() > end:
+            break
+        time.sleep(2.0)
+    verdict = routers.prefix_over_nixl(kv_before, kv_after, (hits, queried), count)
+    ctx.mark(verdict.line)
+    ctx.results["prefix over nixl"] = verdict
+    if verdict.problem:
+        raise RehearsalFailed(f"{verdict.line}: {verdict.problem}")
+
+
+PREFIX_OVER_NIXL = Check("prefix over nixl", prefix_over_nixl, when=_prefill_caches_prefixes)

@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from adapters.metrics import parse_text
-from domain import bench, routing
+from domain import bench, kv_proof, routing
 from rehearsal import routers
 from rehearsal.checks import routing as routing_check
 from rehearsal.substitute import Plan
@@ -125,3 +125,20 @@ def test_prepare_deploys_power_of_two_and_keeps_the_stacks_router_for_the_switch
 def test_prepare_refuses_a_stack_without_two_replicas_of_a_routed_role():
     with pytest.raises(ValueError, match="2 replicas or more"):
         routing_check._prepare(_plan("dev"), argparse.Namespace())
+
+
+def test_prefix_over_nixl_needs_a_hit_every_read_and_no_recompute():
+    before = kv_proof.KvCounters(bytes_buckets={float("inf"): 10.0}, decode_tokens={"local_compute": 5.0})
+    after = kv_proof.KvCounters(bytes_buckets={float("inf"): 13.0}, decode_tokens={"local_compute": 8.0})
+    good = routers.prefix_over_nixl(before, after, (1056.0, 4200.0), 3)
+    assert good.problem is None
+    assert "hits 1056 of 4200 prompt tokens; 3 KV reads, 0 failed; decode computed 3" in good.line
+    assert "no request found" in routers.prefix_over_nixl(before, after, (0.0, 4200.0), 3).problem
+    short = kv_proof.KvCounters(bytes_buckets={float("inf"): 12.0}, decode_tokens={"local_compute": 7.0})
+    assert "did not move" in routers.prefix_over_nixl(before, short, (1056.0, 4200.0), 3).problem
+    failed = kv_proof.KvCounters(
+        bytes_buckets={float("inf"): 13.0}, failed_transfers=1.0, decode_tokens={"local_compute": 8.0}
+    )
+    assert "did not move" in routers.prefix_over_nixl(before, failed, (1056.0, 4200.0), 3).problem
+    recomputed = kv_proof.KvCounters(bytes_buckets={float("inf"): 13.0}, decode_tokens={"local_compute": 4205.0})
+    assert "computed the prompt again" in routers.prefix_over_nixl(before, recomputed, (1056.0, 4200.0), 3).problem
