@@ -18,6 +18,10 @@ QUERIES, HITS = m.PREFIX_CACHE_QUERIES, m.PREFIX_CACHE_HITS
 # A Serve replica's access line (Ray 2.58 ray/serve/_private/logging_utils.py ServeFormatter):
 # "INFO 2026-12-01 14:41:47,906 <app>_<deployment> <replica> <request id> -- CALL chat OK 838.5ms".
 CALL = re.compile(r"^\w+ \S+ \S+ (?P<component>\S+) (?P<replica>\S+) (?P<request>\S+) -- CALL (?:chat|completions) ")
+# What a Serve router logs for each replica that did not answer a queue-length probe in time (Ray 2.58
+# ray/serve/_private/request_router/request_router.py RequestRouter._probe_queue_lens): the sign of a starved
+# router loop.
+LATE_PROBE = "Failed to get queue length from"
 
 
 def prefix_cache_counts(samples: Iterable[kv_proof.Sample]) -> dict[str, tuple[float, float]]:
@@ -54,6 +58,11 @@ def served_by(log_lines: Iterable[str], component: str) -> dict[str, str]:
         if m and m["component"] == component:
             found[m["request"]] = m["replica"]
     return found
+
+
+def late_probes(log_lines: Iterable[str]) -> int:
+    """Queue-length probes that ran out their deadline, in Serve's logs."""
+    return sum(1 for line in log_lines if LATE_PROBE in line)
 
 
 @dataclass(frozen=True)
@@ -120,6 +129,7 @@ class Phase:
     later_ttft_ms: dict[str, float | None]  # turns after the first: p50, p95
     requests: int
     errors: int
+    late_probes: int = 0  # queue-length probes past their deadline during the phase (Serve's logs)
 
     @property
     def hit_rate(self) -> float | None:
@@ -139,10 +149,13 @@ class Phase:
             "later_turn_ttft_ms": self.later_ttft_ms,
             "requests": self.requests,
             "errors": self.errors,
+            "late_queue_length_probes": self.late_probes,
         }
 
 
-def phase(policy: str, hits: tuple[float, float], land: Landing, point: bench.Point, records: list[dict]) -> Phase:
+def phase(
+    policy: str, hits: tuple[float, float], land: Landing, point: bench.Point, records: list[dict], late: int = 0
+) -> Phase:
     later = later_turn_ttfts_ms(records)
     ttft = point.latencies.get("ttft_ms", {})
     return Phase(
@@ -154,6 +167,7 @@ def phase(policy: str, hits: tuple[float, float], land: Landing, point: bench.Po
         {"p50": percentile(later, 50), "p95": percentile(later, 95)},
         point.requests,
         point.errors,
+        late,
     )
 
 
@@ -177,6 +191,7 @@ def table(phases: list[Phase]) -> list[str]:
             *(f"{ms(p.later_ttft_ms['p50'])} / {ms(p.later_ttft_ms['p95'])}" for p in phases),
         ],
         ["requests / errors", *(f"{p.requests} / {p.errors}" for p in phases)],
+        ["queue-length probes past their deadline", *(str(p.late_probes) for p in phases)],
     ]
     return bench.text_table(rows).splitlines()
 

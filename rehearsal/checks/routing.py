@@ -27,16 +27,21 @@ from rehearsal.context import Context, RehearsalFailed, say
 from rehearsal.verify import http_json
 
 # The workload: conversations of TURNS turns, each opening with its own CONTEXT tokens (the prefix a replica
-# caches), at CONCURRENCY requests in flight: one per replica. Small enough for 2 CPU cores.
-CONVERSATIONS, TURNS, CONTEXT, USER_TOKENS, ANSWER_TOKENS, CONCURRENCY = 8, 4, 512, 64, 16, 2
+# caches), one request in flight. With two or more in flight Ray 2.58's prefix router stalled on 2 busy cores
+# (PROBE_DEADLINE below): it blocks the router's event loop in ray.get on its tree actor for every routing
+# decision, so one request's blocking calls outlast the queue-length probes of another's, which then retries.
+# With one in flight the routers still differ where it matters here: power of two picks between idle replicas
+# at random, prefix affinity picks the replica holding the conversation.
+CONVERSATIONS, TURNS, CONTEXT, USER_TOKENS, ANSWER_TOKENS, CONCURRENCY = 8, 4, 512, 64, 16, 1
 SWITCH_TIMEOUT = 900.0  # s: Serve restarts the engines one at a time, 1.5-2 min each on 2 busy cores
 FIRST_REQUEST_DEADLINE = 600.0  # s: the router's PrefixTreeActor took ~2 min to start on 2 busy cores
 DEFAULT_AFFINITY = routing.RoleRouting("prefixAffinity").request_router_config()
 # Ray 2.58 ray/serve/_private/constants.py (default 0.1 s); prefix_aware_router.py _prefix_match_best_replicas
 # calls _probe_queue_lens(..., 0): always the first deadline, where Serve's own routers back off to 1 s.
 PROBE_DEADLINE = "RAY_SERVE_QUEUE_LENGTH_RESPONSE_DEADLINE_S"
-# At 1 s, 4 requests in flight still stalled here: each routing attempt blocks the router's loop in ray.get on
-# the tree actor (a process competing for 2 busy cores) while the other attempts' probes run out their time.
+# At 1 s (4 in flight) and 5 s (2 in flight) it still stalled here: each routing attempt blocks the router's
+# loop in ray.get on the tree actor (a process competing for 2 busy cores) while the other attempts' probes run
+# out their time. Kept raised for the first requests after the switch, whose probes find no cached queue length.
 PROBE_DEADLINE_HERE = "5.0"
 
 
@@ -102,6 +107,16 @@ def _replica_logs(ctx: Context, deployment: str) -> list[str]:
     return lines
 
 
+def _late_probes(ctx: Context) -> int:
+    """Serve's warnings so far, over every node's replica logs (the router runs in the caller: the ingress, or
+    decode for prefill on PD)."""
+    return sum(
+        routers.late_probes(path.read_text(errors="replace").splitlines())
+        for log_dir in ctx.log_dirs
+        for path in sorted((log_dir / "serve").glob("replica_*.log"))
+    )
+
+
 def _phase(ctx: Context, policy: str, seed: int, deployment: str, out: Path) -> routers.Phase:
     role = ctx.args.compare_routers_role
     tokenizer = llm_configs_by_role(ctx.document, "rehearsal")[role]["model_loading_config"]["model_source"]
@@ -112,7 +127,7 @@ def _phase(ctx: Context, policy: str, seed: int, deployment: str, out: Path) -> 
     target = bench.Target(ctx.url, ctx.model, tokenizer, api_key=ctx.api_key is not None)
     config = bench.aiperf_config(target, workload, "concurrency", CONCURRENCY, bounds, 1e9, 1e9, seed, "", False)
     replicas = [r["replica_id"] for r in verify.running(ctx.dashboard, ctx.app, role)]
-    before = _metrics(ctx)
+    before, late = _metrics(ctx), _late_probes(ctx)
     ctx.mark(f"{policy}: {CONVERSATIONS} conversations x {TURNS} turns, {CONCURRENCY} in flight (AIPerf)")
     result = aiperf.run_point(config, out / policy, ctx.api_key, timeout=bounds.worst_case_seconds(1) + 240)
     time.sleep(verify.METRICS_WAIT)  # Ray's agent exports every 2 s here (RAY_metrics_report_interval_ms)
@@ -125,7 +140,8 @@ def _phase(ctx: Context, policy: str, seed: int, deployment: str, out: Path) -> 
         )
     component = f"{ctx.app}_{deployment}"
     land = routers.landing(result.records, routers.served_by(_replica_logs(ctx, deployment), component))
-    return routers.phase(policy, hits, land, bench.read_point(result.summary, CONCURRENCY), result.records)
+    point = bench.read_point(result.summary, CONCURRENCY)
+    return routers.phase(policy, hits, land, point, result.records, _late_probes(ctx) - late)
 
 
 def _class_name(path: str) -> str:
@@ -146,12 +162,13 @@ def _first_request(ctx: Context) -> float:
 
 def _warm(ctx: Context) -> None:
     """The restarted engines answer a few distinct prompts first, as the first phase's did (its smoke and
-    requests): new prompts match no prefix, so the prefix router spreads them over the least-used trees."""
+    requests), one after the other as the phase sends them: new prompts match no prefix, so the prefix router
+    spreads them over the least-used trees."""
     api = core.client(ctx.url, ctx.api_key, timeout=FIRST_REQUEST_DEADLINE)
 
     async def some() -> list:
-        prompts = [[{"role": "user", "content": f"Warm-up {i}: count from one to ten."}] for i in range(CONCURRENCY)]
-        return await asyncio.gather(*(core.stream_chat(api, ctx.model, p, 8, deadline=240.0) for p in prompts))
+        prompts = [[{"role": "user", "content": f"Warm-up {i}: count from one to ten."}] for i in range(2)]
+        return [await core.stream_chat(api, ctx.model, p, 8, deadline=240.0) for p in prompts]
 
     failed = [r.error for r in asyncio.run(some()) if not r.ok]
     if failed:

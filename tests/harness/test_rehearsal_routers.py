@@ -22,6 +22,8 @@ INFO 2026-12-01 14:41:49,101 llm_LLMServer:Qwen--Qwen3_5-9B oz3a0ro1 req-b0 -- C
 INFO 2026-12-01 14:41:49,201 llm_LLMServer:Qwen--Qwen3_5-9B oz3a0ro1 req-b1 -- CALL chat OK 385.0ms
 INFO 2026-12-01 14:41:49,301 llm_OpenAiIngress 1nxk0hge req-b1 -- POST /v1/chat/completions 200 854.1ms
 INFO 2026-12-01 14:41:49,401 llm_LLMServer:Qwen--Qwen3_5-9B oz3a0ro1 req-x -- CALL llm_config OK 1.0ms
+WARNING 2026-12-01 15:26:02,114 llm_ApiKeyIngress 1nxk0hge req-c0 -- Failed to get queue length from Replica(id=\
+'oz3a0ro1', deployment='LLMServer:Qwen--Qwen3_5-9B', app='llm') within 5.0s. If this ...
 """
 NAMES = (routers.QUERIES, routers.HITS)
 METRICS = """\
@@ -52,6 +54,7 @@ def test_serve_access_lines_give_each_requests_replica():
     assert served == {"req-a0": "euscoro1", "req-a1": "euscoro1", "req-a2": "oz3a0ro1", "req-b0": "oz3a0ro1",
                       "req-b1": "oz3a0ro1"}  # fmt: skip
     assert routers.served_by(LOG.splitlines(), "llm_Prefill:m") == {}
+    assert routers.late_probes(LOG.splitlines()) == 1
 
 
 def test_landing_counts_turns_on_their_previous_turns_replica():
@@ -87,12 +90,13 @@ def test_the_table_shows_both_policies_side_by_side():
     point = bench.Point(4, 32, 0, 10.0, 3.2, 50.0, 3.2, 1.0, {"ttft_ms": {"p50": 120.0, "p95": 300.0, "p99": 400.0}})
     records = [record("a", 0, "r0", ttft=500.0), record("a", 1, "r1", ttft=100.0), record("a", 2, "r2", ttft=300.0)]
     first = routers.phase("powerOfTwo", (100.0, 400.0), routers.Landing(1, 2, 0), point, records)
-    second = routers.phase("prefixAffinity", (300.0, 400.0), routers.Landing(2, 2, 0), point, records)
+    second = routers.phase("prefixAffinity", (300.0, 400.0), routers.Landing(2, 2, 0), point, records, 7)
     assert first.later_ttft_ms == {"p50": 100.0, "p95": 300.0}
     lines = routers.table([first, second])
     assert lines[0].split() == ["powerOfTwo", "prefixAffinity"]
     assert "25.0% of 400 tok" in lines[1] and "75.0% of 400 tok" in lines[1]
     assert "50.0% (1/2)" in lines[2] and "100.0% (2/2)" in lines[2]
+    assert lines[-1].split()[-2:] == ["0", "7"]
     assert first.as_json()["prefix_cache_hit_rate"] == 0.25
 
 
