@@ -8,7 +8,10 @@ Per GPU, as vLLM 0.26 counts it (v1/worker/gpu_worker.py Worker.determine_availa
     KV cache = budget - weights - runtime reserve         (activation peak + non-torch + CUDA graphs)
     blocks   = KV cache // (page x layers per group)      (domain/vllm_fit.py: vLLM's own arithmetic)
 
-The runtime reserve depends on max_num_seqs (more CUDA graphs, larger sampler buffers), and a hybrid
+The runtime reserve depends on max_num_seqs (more CUDA graphs, larger sampler buffers) and on whether the
+start compiles: the profiling pass of a start without vLLM's compile cache holds torch.compile's own memory
+in its activation peak, so a cold start (every new node) has the least KV cache and decides whether vLLM
+starts; a restart that loads the compiled graphs from the cache gets more. And a hybrid
 model needs one block per running sequence before vLLM captures its CUDA graphs; so the largest
 max_num_seqs that fits is a fixed point: s <= blocks(s). It is derived and rendered for hybrid models,
 and an explicit one that cannot fit is refused with vLLM's own reason.
@@ -71,6 +74,10 @@ class Measured:
     weights_gib: float
     kv_cache_gib: float
     budget_gib: float
+    # The compiled graphs loaded from vLLM's compile cache ("Directly load the compiled graph(s)"): the
+    # profiling pass then runs without torch.compile, whose memory is in a cold start's activation peak
+    # (1.98 GiB cold, 0.42 GiB from the cache: Qwen3.5-9B, 2048 batched tokens).
+    compile_cache: bool = False
 
     @property
     def reserve_gib(self) -> float:
@@ -86,12 +93,14 @@ class Calibration:
     points: tuple[Measured, ...]
     emulated: bool  # measured on a larger GPU at this GPU's budget: its reserve may differ on the real one
 
-    def reserve_gib(self, max_num_seqs: int, cudagraphs: bool) -> float:
-        """With CUDA graphs: the least-squares line through the measured points (reserve vs
-        max_num_seqs); eager: the largest eager reserve measured."""
+    def reserve_gib(self, max_num_seqs: int, cudagraphs: bool, compile_cache: bool = False) -> float:
+        """With CUDA graphs: the least-squares line through the measured points of the same kind of start
+        (cold, or compiled graphs from the cache when such points exist; reserve vs max_num_seqs); eager:
+        the largest eager reserve measured."""
         if not cudagraphs:
             return max(p.reserve_gib for p in self.points if not p.cudagraphs)
-        graph = [(p.max_num_seqs, p.reserve_gib) for p in self.points if p.cudagraphs]
+        warm = compile_cache and any(p.cudagraphs and p.compile_cache for p in self.points)
+        graph = [(p.max_num_seqs, p.reserve_gib) for p in self.points if p.cudagraphs and p.compile_cache == warm]
         n = len(graph)
         mean_s = sum(s for s, _ in graph) / n
         mean_r = sum(r for _, r in graph) / n
@@ -115,6 +124,8 @@ QWEN35_9B_L4 = Calibration(
     points=(
         Measured(256, True, 16.8, 1.17, _L4_BUDGET_GIB),  # refused: 72 Mamba blocks
         Measured(64, True, 16.8, 1.39, _L4_BUDGET_GIB),
+        Measured(78, True, 16.8, 1.34, _L4_BUDGET_GIB),  # the rendered dev stack, PD prefill and decode alike
+        Measured(78, True, 16.8, 2.93, _L4_BUDGET_GIB, compile_cache=True),  # the same, restarted
         Measured(64, False, 16.8, 3.15, _L4_BUDGET_GIB),  # PD prefill, eager
         Measured(64, False, 16.8, 3.22, _L4_BUDGET_GIB),  # PD decode, eager
     ),
@@ -269,6 +280,9 @@ class Engine:
     block_size: int | None = None
     prefix_caching: bool = False  # enable_prefix_caching: off by default for hybrid models in vLLM 0.26
     mamba_ssm_cache_dtype: str | None = None  # overrides the model's mamba_ssm_dtype
+    # Not an engine argument: the start loads its compiled graphs from vLLM's compile cache (a restart on the
+    # same node). False, a cold start, is what every check and the derived max_num_seqs use.
+    compile_cache: bool = False
 
     @classmethod
     def from_engine_kwargs(cls, kwargs: Mapping) -> Engine:
@@ -319,6 +333,7 @@ class Prediction:
     tolerance: float  # on the KV cache memory
     calibrated: bool  # the reserve comes from this model's own measurements
     emulated: bool  # ... taken on a larger GPU at this GPU's budget
+    compile_cache: bool = False  # predicted for a start that loads its compiled graphs from the cache
 
     @property
     def kv_cache(self) -> float:
@@ -372,6 +387,12 @@ class Prediction:
             return vllm_fit.mamba_refusal(self.max_num_seqs, blocks)
         return None
 
+    @property
+    def _mode(self) -> str:
+        if not self.cudagraphs:
+            return "eager"
+        return "CUDA graphs, compiled graphs from the cache" if self.compile_cache else "CUDA graphs"
+
     def summary(self) -> str:
         kind = "measured reserve" + (", emulated" if self.emulated else "") if self.calibrated else "estimated reserve"
         layout = self.layout
@@ -381,7 +402,7 @@ class Prediction:
         )
         return (
             f"budget {_gib(self.budget)} = weights {_gib(self.weights)} + runtime {_gib(self.reserve)} "
-            f"(max_num_seqs {self.max_num_seqs}, {'CUDA graphs' if self.cudagraphs else 'eager'}) + KV cache "
+            f"(max_num_seqs {self.max_num_seqs}, {self._mode}) + KV cache "
             f"{_gib(self.kv_cache)} -> {block}: {self.kv_tokens:,} tokens, {self.concurrency:.2f}x concurrency "
             f"at {self.max_model_len:,} tokens (+-{_gib(self.tolerance)} KV, {kind})"
         )
@@ -421,7 +442,7 @@ def reserve_gib(model: ModelSpec, engine: Engine) -> float:
     seqs, tokens, graphs = engine.max_num_seqs, engine.max_num_batched_tokens, not engine.enforce_eager
     cal = model.calibration
     if cal is not None:
-        base = cal.reserve_gib(seqs, graphs)
+        base = cal.reserve_gib(seqs, graphs, engine.compile_cache)
         extra_tokens = tokens > cal.max_num_batched_tokens
     else:
         base = RUNTIME_RESERVE_GIB + max(seqs - RESERVE_REFERENCE_SEQS, 0) * RESERVE_PER_SEQUENCE_MIB / 1024
@@ -452,6 +473,7 @@ def predict(model: ModelSpec, engine: Engine, gpu: aws_facts.InstanceSpec) -> Pr
         tolerance=KV_TOLERANCE_GIB * GIB,
         calibrated=calibrated,
         emulated=calibrated and model.calibration.emulated,
+        compile_cache=engine.compile_cache,
     )
 
 
@@ -576,10 +598,14 @@ class RoleFit:
     prediction: Prediction
     max_num_seqs_from: str  # "derived" (by the stack), "set" (in the serve file), "vLLM default"
 
-    def at(self, max_num_seqs: int | None = None, enforce_eager: bool | None = None) -> Prediction:
-        """The prediction with another max_num_seqs or eager mode (what a rehearsal forced)."""
+    def at(
+        self, max_num_seqs: int | None = None, enforce_eager: bool | None = None, compile_cache: bool = False
+    ) -> Prediction:
+        """The prediction with another max_num_seqs or eager mode (what a rehearsal forced), or for a start
+        that loads its compiled graphs from the compile cache."""
         engine = self.engine if max_num_seqs is None else replace(self.engine, max_num_seqs=max_num_seqs)
         engine = engine if enforce_eager is None else replace(engine, enforce_eager=enforce_eager)
+        engine = replace(engine, compile_cache=compile_cache)
         return predict(self.model, engine, _spec(self.instance_type))
 
     def line(self) -> str:

@@ -9,6 +9,8 @@ Every pattern is a log format string of vLLM 0.26.0 (the PyPI wheel), named wher
 - "Setting attention block size to %d tokens ...", "Padding mamba page size by %.2f%% ...":
   platforms/interface.py Platform._align_hybrid_block_size;
 - "Estimated CUDA graph memory: %.2f GiB total": gpu_model_runner.py profile_cudagraph_memory;
+- "Directly load the compiled graph(s) for compile range %s from the cache" and "Compiling a graph for compile
+  range %s takes %.2f s": compilation/backends.py (whether the profiling pass compiled, which sets the reserve);
 - "... Actual usage is %s GiB for weight, %s GiB for peak activation, %s GiB for non-torch memory, and
   %s GiB for CUDAGraph memory ...": gpu_worker.py Worker.compile_or_warm_up_model;
 - the refusals: "max_num_seqs (%d) exceeds available Mamba cache blocks (%d)" (config/compilation.py
@@ -35,6 +37,8 @@ _PATTERNS: dict[str, re.Pattern] = {
     "block_size": re.compile(r"Setting attention block size to (\d+) tokens"),
     "mamba_padding": re.compile(r"Padding mamba page size by ([\d.]+)%"),
     "cudagraph_estimate": re.compile(rf"Estimated CUDA graph memory: {_NUM} GiB total"),
+    "compile_cache_hit": re.compile(r"Directly load the compiled graph\(s\) for compile range"),
+    "compiled": re.compile(r"Compiling a graph for compile range"),
     "usage": re.compile(
         rf"Desired GPU memory utilization is \({_NUM}, {_NUM} GiB\)\. Actual usage is {_NUM} GiB for weight, "
         rf"{_NUM} GiB for peak activation, {_NUM} GiB for non-torch memory, and {_NUM} GiB for CUDAGraph memory"
@@ -55,6 +59,8 @@ LOGGED_BY: dict[str, tuple[str, tuple[str, ...]]] = {
     "block_size": ("vllm/platforms/interface.py", ("Setting attention block size to %d tokens ",)),
     "mamba_padding": ("vllm/platforms/interface.py", ("Padding mamba page size by %.2f%% to ensure ",)),
     "cudagraph_estimate": ("vllm/v1/worker/gpu_model_runner.py", ("Estimated CUDA graph memory: %.2f GiB total",)),
+    "compile_cache_hit": ("vllm/compilation/backends.py", ("Directly load the compiled graph(s) for compile range ",)),
+    "compiled": ("vllm/compilation/backends.py", ("Compiling a graph for compile range %s takes %.2f s",)),
     "usage": (
         "vllm/v1/worker/gpu_worker.py",
         ("Desired GPU memory utilization is ", "Actual usage is ", "GiB for weight, ", "for peak activation, "),
@@ -99,6 +105,9 @@ class EngineMemory:
     block_size: int | None = None  # only logged when vLLM grows the block (hybrid models)
     mamba_padding_pct: float | None = None
     cudagraph_estimate_gib: float | None = None
+    # True: the compiled graphs came from vLLM's compile cache; False: compiled during this start's profiling
+    # pass (whose activation peak then includes the compile's, model_fit.Measured.compile_cache).
+    compile_cache: bool | None = None
     budget_gib: float | None = None  # "Desired GPU memory utilization is (u, X GiB)"
     activation_gib: float | None = None
     non_torch_gib: float | None = None
@@ -133,6 +142,8 @@ class EngineMemory:
             self.mamba_padding_pct = float(g[0])
         elif kind == "cudagraph_estimate":
             self.cudagraph_estimate_gib = float(g[0])
+        elif kind in ("compile_cache_hit", "compiled"):
+            self.compile_cache = kind == "compile_cache_hit"
         elif kind == "usage":
             self.budget_gib = float(g[1])
             self.activation_gib, self.non_torch_gib, self.cudagraph_gib = float(g[3]), float(g[4]), float(g[5])
@@ -223,10 +234,11 @@ def compare(
     measured: EngineMemory, predicted: model_fit.Prediction | model_fit.RoleFit, emulated: bool = False
 ) -> Verdict:
     """Does vLLM's own log agree with the prediction within the fit's tolerance? A RoleFit is compared
-    at the max_num_seqs the engine ran with when its log names it (the Mamba refusal does)."""
+    at the max_num_seqs the engine ran with when its log names it (the Mamba refusal does), and for a
+    start whose compiled graphs came from the compile cache when its log says so."""
     if isinstance(predicted, model_fit.RoleFit):
         seqs = measured.max_num_seqs
-        predicted = predicted.prediction if seqs in (None, predicted.prediction.max_num_seqs) else predicted.at(seqs)
+        predicted = predicted.at(seqs, compile_cache=bool(measured.compile_cache))
     p = predicted
     kv_tol = p.tolerance / GIB + _ROUNDING_GIB
     block_tol = kv_tol * GIB / p.layout.bytes_per_block

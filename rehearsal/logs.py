@@ -22,6 +22,9 @@ EXC_LINE = re.compile(r"^((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)\b(?:
 PREFIXES = re.compile(
     r"^(?:\(\w+ pid=\d+[^)]*\) ?)?(?:(?:ERROR|WARNING|INFO|DEBUG|CRITICAL) \d\d-\d\d [\d:]+ \[[^\]]+\] ?)?"
 )
+# A traceback vLLM logs as a warning is not an error: vLLM 0.26 with nixl-cu13 1.3 logs a missing optional
+# module's (`nixl_ep_cu13`) import traceback at WARNING (vllm/utils/import_utils.py) on every engine start.
+WARNED = re.compile(r"(?:WARNING|INFO|DEBUG) \d\d-\d\d [\d:]+ \[[^\]]+\] ")
 # The headers under which a failure's cause is printed (rehearsal.mistakes looks for them).
 ENGINE_HEADER = "ENGINE ERROR (from Ray's logs, root cause first):"
 ROLE_HEADER = "KV ROLE ERROR (checked by the rehearsal before deploying: no engine reports it):"
@@ -57,9 +60,10 @@ def root_errors(log_dir: Path | Sequence[Path], limit: int = 3) -> list[str]:
             continue
         if "Error" not in text and "Exception" not in text:
             continue
-        lines = [PREFIXES.sub("", line, count=1) for line in text.splitlines()]
+        raw = text.splitlines()
+        lines = [PREFIXES.sub("", line, count=1) for line in raw]
         for i, line in enumerate(lines):
-            if "Traceback (most recent call last)" not in line:
+            if "Traceback (most recent call last)" not in line or WARNED.search(raw[i]):
                 continue
             # The exception line closes the traceback: the first non-indented line that names one.
             for follow in lines[i + 1 : i + 400]:

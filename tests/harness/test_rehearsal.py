@@ -226,3 +226,17 @@ def test_a_failed_ray_start_is_retried_then_named_in_one_line(tmp_path):
              "p.touch(); sys.exit(0 if t else 'Exception: busy')"]  # fmt: skip
     start_ray(flaky, {}, "no-such-run", Clock())
     assert flag.exists()
+
+
+def test_a_traceback_vllm_logs_as_a_warning_is_not_an_engine_error(tmp_path):
+    # vLLM 0.26 with nixl-cu13 logs a missing optional module's import traceback at WARNING on every start
+    # (seen on the GPU rehearsal); the engine's real error, logged at ERROR, must come first and alone.
+    warned = "(Worker pid=8) WARNING 12-01 18:00:39 [import_utils.py:408] "
+    (tmp_path / "worker-3.out").write_text(
+        f"{warned}Traceback (most recent call last):\n"
+        f'{warned}  File "<frozen importlib._bootstrap>", line 1387, in _gcd_import\n'
+        f"{warned}ModuleNotFoundError: No module named 'nixl_ep_cu13'\n"
+        "(Worker pid=8) ERROR 12-01 18:00:40 [core.py:1] Traceback (most recent call last):\n"
+        "(Worker pid=8) ERROR 12-01 18:00:40 [core.py:1] ValueError: max_num_seqs (256) exceeds available Mamba\n"
+    )
+    assert root_errors(tmp_path) == ["ValueError: max_num_seqs (256) exceeds available Mamba    [worker-3.out]"]

@@ -58,7 +58,9 @@ def test_a_stack_asking_64_sequences_gets_them():
     plan = run_program("dev", {NS + "maxNumSeqs": 64})
     document = yaml.safe_load(plan.one("kubernetes:ray.io/v1:RayService").inputs["spec"]["serveConfigV2"])
     assert {c["engine_kwargs"]["max_num_seqs"] for c in llm_configs_by_role(document, "x").values()} == {64}
-    assert "86 blocks of 528 tokens" in plan.summary()
+    # vLLM logged 86 blocks at 64 sequences on a cold start; the fit's line through the cold starts says 85
+    # (within its tolerance of 6 blocks).
+    assert "max_num_seqs 64, CUDA graphs) + KV cache 1.37 GiB -> 85 blocks of 528 tokens" in plan.summary()
 
 
 def test_gated_model_without_token_fails_at_deploy():

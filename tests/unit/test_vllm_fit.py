@@ -159,7 +159,9 @@ def test_largest_max_num_seqs_is_a_fixed_point_between_the_measured_runs():
     assert seqs <= at(seqs).num_blocks_low and seqs + 1 > at(seqs + 1).num_blocks_low
     # 64 started on the GPU; for s >= 64 the blocks are at most the 86 that 64 left.
     assert 64 <= seqs <= 86
-    assert at(64).num_blocks - at(256).num_blocks == 86 - 72
+    # The least-squares line through the cold starts (64, 78 and 256 sequences): each measured pool within
+    # the tolerance (86 and 72 blocks measured).
+    assert abs(at(64).num_blocks - 86) <= 6 and abs(at(256).num_blocks - 72) <= 6
 
 
 def _doc(**engine_kwargs) -> dict:
@@ -221,7 +223,9 @@ def test_a_role_fit_predicts_what_a_rehearsal_forced():
 def test_an_explicit_max_num_seqs_that_fits_is_kept():
     document, (line,) = model_fit.fit_serving(_doc(max_num_seqs=64), [("collocated", "g6.8xlarge")], set(), None)
     assert _kwargs(document)["max_num_seqs"] == 64 and "max_num_seqs set" in line
-    assert "86 blocks of 528 tokens" in line and "32,023 tokens, 7.82x concurrency" in line
+    # vLLM logged 86 blocks, 32,023 tokens and 7.82x at 64 sequences: the line through the cold starts says
+    prediction = predict(QWEN, replace(DEV, max_num_seqs=64), L4)
+    assert prediction.num_blocks == 85 and f"{prediction.kv_tokens:,} tokens, {prediction.concurrency:.2f}x" in line
 
 
 def test_the_cuda_context_stays_outside_the_budget():
@@ -346,3 +350,58 @@ def test_model_spec_helper_derives_a_gated_deltanet_state_that_sizes_the_pool_as
     assert replace(model_fit.layout(own, DEV), mamba_page_bytes=0) == replace(
         model_fit.layout(QWEN, DEV), mamba_page_bytes=0
     )
+
+
+# ---- A restart that loads its compiled graphs from vLLM's compile cache (the GPU rehearsal, run twice)
+
+_WORKER = "(EngineCore pid=14279) (RayWorkerProc pid=14519) (Worker pid=14519) "
+_FROM_CACHE = (
+    f"{_WORKER}INFO 12-01 18:00:49 [gpu_model_runner.py:5347] Model loading took 16.8 GiB memory and 3.675025 seconds\n"
+    f"{_WORKER}INFO 12-01 18:00:54 [backends.py:292] Directly load the compiled graph(s) for compile range (1, 2048) "
+    "from the cache, took 1.622 s\n"
+    f"{_WORKER}INFO 12-01 18:00:57 [gpu_worker.py:560] Available KV cache memory: 2.93 GiB\n"
+    "(EngineCore pid=14279) INFO 12-01 18:00:57 [kv_cache_utils.py:2177] GPU KV cache size: 67,397 tokens\n"
+    "(EngineCore pid=14279) INFO 12-01 18:00:57 [kv_cache_utils.py:2178] Maximum concurrency for 4,096 tokens per "
+    "request: 16.45x\n"
+)
+_COMPILED = (
+    _FROM_CACHE.replace(
+        "Directly load the compiled graph(s) for compile range (1, 2048) from the cache, took 1.622 s",
+        "Compiling a graph for compile range (1, 2048) takes 26.17 s",
+    )
+    .replace("2.93 GiB", "1.34 GiB")
+    .replace("67,397", "30,533")
+    .replace("16.45x", "7.45x")
+)
+
+
+def _rendered_dev_fit() -> model_fit.RoleFit:
+    document, _ = model_fit.fit_serving(_doc(), [("collocated", "g6.8xlarge")], set(), None)
+    return model_fit.fit_document(document, {"collocated": "g6.8xlarge"})["collocated"]
+
+
+def test_the_log_says_whether_the_compiled_graphs_came_from_the_cache():
+    (warm,) = vllm_log.parse(_FROM_CACHE)
+    (cold,) = vllm_log.parse(_COMPILED)
+    assert (warm.compile_cache, warm.kv_cache_gib) == (True, 2.93)
+    assert (cold.compile_cache, cold.kv_cache_gib) == (False, 1.34)
+
+
+def test_a_restart_from_the_compile_cache_is_held_against_its_own_reserve():
+    """The rendered dev engine (78 sequences) started cold with 1.34 GiB of KV cache and, restarted on the
+    same machine with the compiled graphs from the cache, with 2.93 GiB: each agrees with its own prediction,
+    and the restart's lines refute the cold prediction (what the GPU rehearsal's second run showed)."""
+    fit = _rendered_dev_fit()
+    assert fit.prediction.max_num_seqs == 78
+    (warm,) = vllm_log.parse(_FROM_CACHE)
+    (cold,) = vllm_log.parse(_COMPILED)
+    assert vllm_log.compare(cold, fit).agree
+    assert vllm_log.compare(warm, fit).agree, str(vllm_log.compare(warm, fit))
+    assert not vllm_log.compare(warm, fit.prediction).agree
+
+
+def test_the_derived_max_num_seqs_is_the_cold_starts():
+    """A new node compiles: its smaller KV cache decides whether vLLM starts, whatever a restart gets."""
+    cold = model_fit.largest_max_num_seqs(QWEN, DEV, L4)
+    warm = model_fit.largest_max_num_seqs(QWEN, replace(DEV, compile_cache=True), L4)
+    assert cold == _rendered_dev_fit().prediction.max_num_seqs < warm
