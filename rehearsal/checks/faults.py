@@ -269,6 +269,9 @@ def run_fault(ctx: Context, load: faultload.Load, fault: Fault) -> dict:
         facts["engines_survived"] = facts["engines_after"] == facts["engines_before"]
     result |= {"what": fault.what, "gated": fault.gated, "bound_s": fault.bound, "alerts": _alerts(ctx),
                "recovered": t_end - t_inject <= fault.bound and result["serving_again_s"] is not None,
+               # Until Serve reports the app RUNNING with its replicas and the fault's own condition holds: it
+               # can lag the caller's view (serving_again_s).
+               "healthy_again_s": round(t_end - t_inject, 1),
                "facts": facts}  # fmt: skip
     ctx.mark(f"fault {fault.name}: {result['outcomes']}, serving again after {result['serving_again_s']} s")
     return result
@@ -283,6 +286,11 @@ def verdicts(rows: list[dict]) -> list[str]:
             problems.append(f"{row['fault']}: {bad} response(s) with status 200 and wrong or empty content")
         if not row["recovered"]:
             problems.append(f"{row['fault']}: the endpoint did not serve again within {row['bound_s']:g} s")
+        facts = row.get("facts") or {}
+        if row["fault"] == "head" and facts.get("gcs_ft", "off") != "off" and not facts.get("engines_survived"):
+            before, after = facts.get("engines_before"), facts.get("engines_after")
+            problems.append(f"head: with GCS fault tolerance ({facts['gcs_ft']}) the engines did not survive the head "
+                            f"restart (engine PIDs before {before}, after {after})")  # fmt: skip
     return problems
 
 

@@ -62,6 +62,13 @@ def test_the_gate_fails_on_a_wrong_200_where_gated_and_on_no_recovery():
         "decode-engine: 1 response(s) with status 200 and wrong or empty content"
     ]
     assert "did not serve again within 600 s" in faults.verdicts([_row("head", True, recovered=False)])[0]
+    # With GCS fault tolerance the point of a head restart is that the engines keep running (same PIDs).
+    survived = {"gcs_ft": "redis", "engines_before": {"decode": [7]}, "engines_after": {"decode": [7]}}
+    assert faults.verdicts([_row("head", True) | {"facts": survived | {"engines_survived": True}}]) == []
+    reloaded = survived | {"engines_after": {"decode": [9]}, "engines_survived": False}
+    assert "did not survive the head restart" in faults.verdicts([_row("head", True) | {"facts": reloaded}])[0]
+    off = reloaded | {"gcs_ft": "off"}  # without it a reload is what is expected (and measured)
+    assert faults.verdicts([_row("head", True) | {"facts": off}]) == []
     table = faults.table([_row("kv-stall", False, wrong=3)])
     assert "kv-stall" in table and "(not gated)" in table and "500x1" in table and "3.5 s" in table
 
