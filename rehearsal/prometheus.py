@@ -6,6 +6,7 @@ so the teardown ends it)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 import urllib.error
@@ -50,6 +51,15 @@ def config(targets: list[str], rules_file: str) -> dict:
     }
 
 
+def fresh_storage(directory: Path) -> Path:
+    """An empty TSDB for this run. The run directory is per stack and outlives a run: a kept TSDB replays the
+    last run's series from its WAL, and an alert that run fired (--kv-fault's NixlTransferFailed) fires again in
+    the next, healthy run while those samples are within the query lookback (5 min)."""
+    data = directory / "data"
+    shutil.rmtree(data, ignore_errors=True)
+    return data
+
+
 def start(
     executable: Path, directory: Path, metrics_urls: list[str], rules: dict, env: dict[str, str]
 ) -> tuple[str, subprocess.Popen]:
@@ -58,13 +68,14 @@ def start(
     (directory / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False, width=1000))
     targets = [urllib.parse.urlsplit(u).netloc for u in metrics_urls]
     (directory / "prometheus.yml").write_text(yaml.safe_dump(config(targets, "rules.yaml"), sort_keys=False))
+    data = fresh_storage(directory)
     port = free_port()
     log = (directory / "prometheus.log").open("w")
     process = subprocess.Popen(
         [
             str(executable),
             f"--config.file={directory / 'prometheus.yml'}",
-            f"--storage.tsdb.path={directory / 'data'}",
+            f"--storage.tsdb.path={data}",
             f"--web.listen-address=127.0.0.1:{port}",
         ],
         cwd=directory,

@@ -27,6 +27,15 @@ def test_the_prometheus_scrapes_the_ray_endpoints_and_loads_the_rules():
     assert config["global"]["evaluation_interval"] == prometheus.INTERVAL
 
 
+def test_each_run_starts_prometheus_on_an_empty_tsdb(tmp_path):
+    wal = tmp_path / "data" / "wal"
+    wal.mkdir(parents=True)
+    (wal / "00000005").write_bytes(b"the last run's series")
+    assert prometheus.fresh_storage(tmp_path) == tmp_path / "data"
+    assert not (tmp_path / "data").exists()  # Prometheus creates it again, empty
+    assert prometheus.fresh_storage(tmp_path) == tmp_path / "data"  # nothing there: fine too
+
+
 def test_every_panel_that_must_have_data_exists_in_the_shipped_dashboards():
     shipped = dashboards.shipped_dashboards(stack.load_settings(stack.stack_file("dev")))
     titles = {
