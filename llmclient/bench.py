@@ -20,41 +20,43 @@ from dataclasses import replace
 from pathlib import Path
 
 from adapters.metrics import MetricsError
-from domain import bench as plan
+from domain import bench as domain_bench
 from domain import kv_proof
 from domain.errors import ConfigError
 from llmclient import aiperf, core, verify
 
 
-def _delta(after: plan.KvFigures, before: plan.KvFigures) -> plan.KvFigures:
-    return plan.KvFigures(
+def _delta(after: domain_bench.KvFigures, before: domain_bench.KvFigures) -> domain_bench.KvFigures:
+    return domain_bench.KvFigures(
         after.transfers - before.transfers, after.megabytes - before.megabytes, after.seconds - before.seconds
     )
 
 
 def sweep(
-    target: plan.Target,
-    workload: plan.Workload,
-    sweep_: plan.Sweep,
-    bounds: plan.Bounds,
+    target: domain_bench.Target,
+    workload: domain_bench.Workload,
+    sweep_: domain_bench.Sweep,
+    bounds: domain_bench.Bounds,
     slo: tuple[float, float],
     seed: int,
     out: Path,
     api_key: str | None,
-    kv_totals: Callable[[], plan.KvFigures] | None = None,
+    kv_totals: Callable[[], domain_bench.KvFigures] | None = None,
     usd_per_hour: float | None = None,
     say: Callable[[str], None] = print,
-) -> list[plan.Point]:
+) -> list[domain_bench.Point]:
     """Every load point in order, one AIPerf run each (a warm-up before the first); the KV figures of each
     point are the change of the engines' NIXL totals across it."""
     points = []
     for i, load in enumerate(sweep_.points):
-        config = plan.aiperf_config(target, workload, sweep_.kind, load, bounds, *slo, seed, "", warmup=i == 0)
+        config = domain_bench.aiperf_config(target, workload, sweep_.kind, load, bounds, *slo, seed, "", warmup=i == 0)
         before = kv_totals() if kv_totals else None
         cap = bounds.worst_case_seconds(1) + 240  # AIPerf's own start and stop, on a busy machine
         result = aiperf.run_point(config, out / f"{sweep_.kind}-{load:g}", api_key, timeout=cap)
-        point = plan.read_point(result.summary, load)
-        point.usd_per_million_output_tokens = plan.usd_per_million_tokens(usd_per_hour, point.output_tokens_per_s)
+        point = domain_bench.read_point(result.summary, load)
+        point.usd_per_million_output_tokens = domain_bench.usd_per_million_tokens(
+            usd_per_hour, point.output_tokens_per_s
+        )
         if kv_totals and before is not None:
             point.kv = _delta(kv_totals(), before).per_transfer()
         points.append(point)
@@ -125,17 +127,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stack", help="the stack behind the endpoint: its SLO, hourly cost, PD or not")
     p.add_argument("--label", help="name of this run in plots and tables (default: the stack or the URL)")
     p.add_argument("--sweep", default="concurrency:1,2,4,8", help="concurrency:1,2,4,8 or rate:0.5,1,2,4")
-    p.add_argument("--workload", default="fixed", choices=plan.WORKLOADS)
-    p.add_argument("--isl", type=int, default=plan.Workload.isl, help="prompt tokens (per user turn)")
-    p.add_argument("--osl", type=int, default=plan.Workload.osl, help="output tokens (per answer)")
-    p.add_argument("--turns", type=int, default=plan.Workload.turns, help="turns per conversation (multiturn)")
-    p.add_argument("--context-tokens", type=int, default=plan.Workload.context_tokens, help="per conversation")
-    p.add_argument("--system-tokens", type=int, default=plan.Workload.system_tokens, help="shared by all")
+    p.add_argument("--workload", default="fixed", choices=domain_bench.WORKLOADS)
+    p.add_argument("--isl", type=int, default=domain_bench.Workload.isl, help="prompt tokens (per user turn)")
+    p.add_argument("--osl", type=int, default=domain_bench.Workload.osl, help="output tokens (per answer)")
+    p.add_argument("--turns", type=int, default=domain_bench.Workload.turns, help="turns per conversation (multiturn)")
+    p.add_argument("--context-tokens", type=int, default=domain_bench.Workload.context_tokens, help="per conversation")
+    p.add_argument("--system-tokens", type=int, default=domain_bench.Workload.system_tokens, help="shared by all")
     p.add_argument("--dataset", help="your own JSONL (workload dataset)")
-    p.add_argument("--dataset-format", default="single_turn", choices=plan.DATASET_FORMATS)
-    p.add_argument("--requests", type=int, default=plan.Bounds.requests, help="per load point, at most")
-    p.add_argument("--seconds", type=float, default=plan.Bounds.seconds, help="per load point, at most")
-    p.add_argument("--warmup-requests", type=int, default=plan.Bounds.warmup_requests)
+    p.add_argument("--dataset-format", default="single_turn", choices=domain_bench.DATASET_FORMATS)
+    p.add_argument("--requests", type=int, default=domain_bench.Bounds.requests, help="per load point, at most")
+    p.add_argument("--seconds", type=float, default=domain_bench.Bounds.seconds, help="per load point, at most")
+    p.add_argument("--warmup-requests", type=int, default=domain_bench.Bounds.warmup_requests)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--model", help="model id (default: the first the endpoint lists)")
     p.add_argument("--tokenizer", help="Hugging Face id or local directory (default: the model id)")
@@ -152,11 +154,11 @@ def bench_arguments(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def run(args: argparse.Namespace, api_key: str | None = None, say: Callable[[str], None] = print) -> plan.Run:
+def run(args: argparse.Namespace, api_key: str | None = None, say: Callable[[str], None] = print) -> domain_bench.Run:
     """The sweep; the key from `api_key` or $OPENAI_API_KEY (never on a command line)."""
     api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
-    workload = plan.check_workload(
-        plan.Workload(
+    workload = domain_bench.check_workload(
+        domain_bench.Workload(
             kind=args.workload,
             isl=args.isl,
             osl=args.osl,
@@ -167,13 +169,15 @@ def run(args: argparse.Namespace, api_key: str | None = None, say: Callable[[str
             dataset_format=args.dataset_format,
         )
     )
-    sweep_ = plan.parse_sweep(args.sweep)
+    sweep_ = domain_bench.parse_sweep(args.sweep)
     facts = stack_facts(args.stack) if args.stack else default_facts()
     if args.usd_per_hour is not None:
         facts.update(usd_per_hour=args.usd_per_hour, cost_source="--usd-per-hour")
-    bounds = replace(plan.Bounds(), requests=args.requests, seconds=args.seconds, warmup_requests=args.warmup_requests)
+    bounds = replace(
+        domain_bench.Bounds(), requests=args.requests, seconds=args.seconds, warmup_requests=args.warmup_requests
+    )
     model = args.model or first_model(args.url, api_key)
-    target = plan.Target(args.url, model, args.tokenizer or model, api_key=api_key is not None)
+    target = domain_bench.Target(args.url, model, args.tokenizer or model, api_key=api_key is not None)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     say(
@@ -182,11 +186,11 @@ def run(args: argparse.Namespace, api_key: str | None = None, say: Callable[[str
         f"{bounds.worst_case_seconds(len(sweep_.points)) / 60:.0f} min of load"
     )
     read = verify.kv_reader(args, facts["namespace"])
-    kv = (lambda: plan.KvFigures.of(kv_proof.counters(read()))) if read else None
+    kv = (lambda: domain_bench.KvFigures.of(kv_proof.counters(read()))) if read else None
     points = sweep(
         target, workload, sweep_, bounds, facts["slo"], args.seed, out, api_key, kv, facts["usd_per_hour"], say
     )
-    result = plan.Run(
+    result = domain_bench.Run(
         label=args.label or args.stack or args.url,
         url=args.url,
         model=model,
@@ -213,17 +217,17 @@ def main_bench(args: argparse.Namespace) -> int:
     except (ConfigError, verify.VerifyError, aiperf.AiperfFailed, MetricsError) as exc:
         print(f"bench FAILED: {exc}", file=sys.stderr)
         return 1 if isinstance(exc, (aiperf.AiperfFailed, MetricsError)) else 2
-    print(plan.text_table(plan.point_rows(result)))
+    print(domain_bench.text_table(domain_bench.point_rows(result)))
     print()
-    print(plan.text_table(plan.verdict_rows([result])))
+    print(domain_bench.text_table(domain_bench.verdict_rows([result])))
     print(f"saved {args.out / 'bench.json'} and {args.out / 'bench.png'}")
     return 1 if any(p.errors for p in result.points) else 0
 
 
 def main_compare(runs: list[Path], png: Path, title: str | None = None) -> int:
     """Two (or more) saved runs: one plot, one verdict table."""
-    loaded = [plan.run_from_json(json.loads(Path(p).read_text())) for p in runs]
+    loaded = [domain_bench.run_from_json(json.loads(Path(p).read_text())) for p in runs]
     plot(list(runs), png, title)
-    print(plan.text_table(plan.verdict_rows(loaded)))
+    print(domain_bench.text_table(domain_bench.verdict_rows(loaded)))
     print(f"saved {png}")
     return 0

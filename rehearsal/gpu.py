@@ -9,7 +9,7 @@ import copy
 from dataclasses import dataclass
 
 from domain import aws_facts, serve_config, vllm_fit
-from rehearsal.substitute import CannotRehearse, Plan, loopback
+from rehearsal.substitute import CannotRehearse, LocalDocument, loopback
 
 GIB_MIB = 1024
 # NCCL, PyTorch and NVSHMEM without NVLink multicast: the GPU machines this is rehearsed on ask for it (a
@@ -124,7 +124,7 @@ def _resources(need: RoleNeed) -> dict[str, float]:
     return resources
 
 
-def plan(
+def for_gpus(
     rendered: dict,
     here: GpuHere,
     *,
@@ -135,7 +135,7 @@ def plan(
     weights_why: str = "",
     emulate: Emulation | None = None,
     nodes_on_one_host: int = 1,
-) -> Plan:
+) -> LocalDocument:
     """The document as this GPU machine runs it; every change printed with its reason."""
     doc = copy.deepcopy(rendered)
     subs = loopback(doc, port)
@@ -185,7 +185,7 @@ def plan(
                     f"{kv.get('kv_buffer_device')!r})"
                 )
                 extra["backends"] = ["UCX"]
-    return Plan(doc, subs, family, hybrid, model_ids, pd="prefill" in configs)
+    return LocalDocument(doc, subs, family, hybrid, model_ids, pd="prefill" in configs)
 
 
 def _emulate(role: str, engine: dict, here: GpuHere, emulate: Emulation) -> list[str]:

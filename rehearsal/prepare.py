@@ -52,14 +52,16 @@ STAND_INS = {
 }
 
 
-def key_check_here(plan: substitute.Plan, spec: dict, keys_dir: Path) -> tuple[substitute.Plan, list[str]]:
+def key_check_here(
+    local: substitute.LocalDocument, spec: dict, keys_dir: Path
+) -> tuple[substitute.LocalDocument, list[str]]:
     """The key check with this machine's paths for the pods' two mounts (domain/api_keys.py on_this_machine),
     each move printed with the mount it stands for; a document without the key check is left as it is."""
-    if not key_checked(plan.document):
-        return plan, []
-    here = api_keys.on_this_machine(plan.document, str(ROOT / "serve_ingress"), str(keys_dir / api_keys.KEYS_FILE))
-    lines = substitute.moved_paths(plan.document, here, substitute.pod_mounts(spec), STAND_INS)
-    return replace(plan, document=here), lines
+    if not key_checked(local.document):
+        return local, []
+    here = api_keys.on_this_machine(local.document, str(ROOT / "serve_ingress"), str(keys_dir / api_keys.KEYS_FILE))
+    lines = substitute.moved_paths(local.document, here, substitute.pod_mounts(spec), STAND_INS)
+    return replace(local, document=here), lines
 
 
 def new_key(keys_dir: Path) -> str:
@@ -76,7 +78,7 @@ def new_key(keys_dir: Path) -> str:
 
 @dataclass(frozen=True)
 class Prepared:
-    plan: substitute.Plan
+    local: substitute.LocalDocument
     api_key: str | None  # None: the stack's document checks no key
     keys_file: Path | None
     gpu: GpuRun | None = None  # TARGET=gpu
@@ -167,14 +169,14 @@ def _max_len(doc: dict) -> int:
     return max(int(c.get("engine_kwargs", {}).get("max_model_len", 4096)) for c in configs.values())
 
 
-def _cpu(rendered: dict, port: int, keep_pools: bool = False) -> substitute.Plan:
+def _cpu(rendered: dict, port: int, keep_pools: bool = False) -> substitute.LocalDocument:
     family = stand_in_family(rendered)
     cores = physical_cores()
-    plan = substitute.plan(
+    local = substitute.for_cpu(
         rendered, str(model_dir(family)), family, port, nixl_core=max(cores), cores=cores, keep_pools=keep_pools
     )
     make_model(family, _max_len(rendered))
-    return plan
+    return local
 
 
 def _weights(args, rendered: dict, device: str) -> tuple[str | None, str]:
@@ -203,8 +205,8 @@ def _weights(args, rendered: dict, device: str) -> tuple[str | None, str]:
     return str(out), f"random bf16 weights of the real {arch}, built here from {config.name} (--random-weights)"
 
 
-def _gpu(args, rendered: dict, port: int) -> tuple[substitute.Plan, GpuRun, list[str]]:
-    """The GPU target's plan: the layout on this machine's GPUs and the substitutions (rehearsal.gpu)."""
+def _gpu(args, rendered: dict, port: int) -> tuple[substitute.LocalDocument, GpuRun, list[str]]:
+    """The document as this GPU machine runs it: the roles laid out on its GPUs, the substitutions (rehearsal.gpu)."""
     from rehearsal import gpu_probe
 
     model = served_model(rendered)
@@ -213,23 +215,23 @@ def _gpu(args, rendered: dict, port: int) -> tuple[substitute.Plan, GpuRun, list
     nodes, layout_line = gpu.layout(gpu.role_needs(rendered), here.count)
     weights, why = _weights(args, rendered, "cpu" if args.cpu_engines else "cuda")
     family = stand_in_family(rendered)
-    plan = gpu.plan(
+    local = gpu.for_gpus(
         rendered, here, family=family, hybrid=bool(model and model.hybrid), port=port, weights=weights,
         weights_why=why, emulate=emulate, nodes_on_one_host=len(nodes),
     )  # fmt: skip
     lines = [f"GPUs here: {here.count} x {here.name}, {here.total_mib} MiB each as CUDA reports it"
              + ("" if here.efa else "; no EFA") + ("" if here.flashinfer else "; no FlashInfer")]  # fmt: skip
-    lines += plan.substitutions
+    lines += local.substitutions
     if weights is None:
         lines.append("weights: the stack's model_source, downloaded by vLLM (needs the hub; HF_TOKEN for a gated one)")
     lines.append(f"Ray: {layout_line}; NIXL side channels from Ray Serve LLM's own bases (prefill 20000, decode 22000)")
-    predicted = _prediction_document(rendered, plan.document)
+    predicted = _prediction_document(rendered, local.document)
     if args.cpu_engines:
-        cpu_plan = _cpu(plan.document, port, keep_pools=True)
+        cpu_local = _cpu(local.document, port, keep_pools=True)
         lines += [f"CPU engines (--cpu-engines: this layout, rehearsed on the CPU): {line}"
-                  for line in cpu_plan.substitutions]  # fmt: skip
-        plan = cpu_plan
-    return plan, GpuRun(here, emulate, nodes, model, args.cpu_engines, weights is None, predicted), lines
+                  for line in cpu_local.substitutions]  # fmt: skip
+        local = cpu_local
+    return local, GpuRun(here, emulate, nodes, model, args.cpu_engines, weights is None, predicted), lines
 
 
 def _prediction_document(rendered: dict, deployed: dict) -> dict:
@@ -255,43 +257,43 @@ def prepare(args, checks, port: int) -> Prepared | None:
     rendered = yaml.safe_load(spec["serveConfigV2"])
     gpu_run = None
     if args.target == "gpu":
-        plan, gpu_run, lines = _gpu(args, rendered, port)
+        local, gpu_run, lines = _gpu(args, rendered, port)
     else:
-        plan = _cpu(rendered, port)
-        lines = [*plan.substitutions]
+        local = _cpu(rendered, port)
+        lines = [*local.substitutions]
     keys_dir = stack_run_dir(args.stack) / "api-keys"
-    plan, moved = key_check_here(plan, spec, keys_dir)
+    local, moved = key_check_here(local, spec, keys_dir)
     lines += moved
-    kind = "prefill/decode" if plan.pd else "collocated"
+    kind = "prefill/decode" if local.pd else "collocated"
     target = "" if gpu_run is None else " (GPU target" + (", CPU engines)" if gpu_run.cpu_engines else ")")
-    say(f"Stack {args.stack}{target}: {kind}, model {plan.model_ids[0]}; substitutions:")
+    say(f"Stack {args.stack}{target}: {kind}, model {local.model_ids[0]}; substitutions:")
     for line in lines:
         say(f"  - {line}")
     if gpu_run is None:
         say("  - Ray: one node on 127.0.0.1, CPUs only (NIXL side channel on 127.0.0.1; UCX picks its transports)")
-    if plan.hybrid and (gpu_run is None or gpu_run.cpu_engines):
+    if local.hybrid and (gpu_run is None or gpu_run.cpu_engines):
         say("  - process env: AMX hidden from vLLM's CPU platform (rehearsal/amx_hidden/sitecustomize.py)")
-    if plan.pd:
+    if local.pd:
         say(f"  - process env: VLLM_LOGGING_CONFIG_PATH (vLLM's format, plus DEBUG for {topology.PULL_WORKER_LOGGER}"
             ": it names the prefill engine of each KV read)")  # fmt: skip
     for mutation in args.mutate:
-        say(f"  ! {substitute.mutate(plan.document, mutation)}")
+        say(f"  ! {substitute.mutate(local.document, mutation)}")
     for check in checks:
         if check.prepare is not None:
             try:
-                lines = check.prepare(plan, args)
+                lines = check.prepare(local, args)
             except ValueError as exc:
                 raise substitute.CannotRehearse(str(exc)) from None
             for line in lines:
                 say(f"  - {line}")
-    if wrong_roles := substitute.role_mistakes(plan.document):
+    if wrong_roles := substitute.role_mistakes(local.document):
         say(f"\nREHEARSAL FAILED: kv_role on the wrong side\n{ROLE_HEADER}")
         for line in wrong_roles:
             say(f"  {line}")
         return None
-    if not key_checked(plan.document):
+    if not key_checked(local.document):
         say("  (the stack's document checks no API key: the smoke sends none)")
-        return Prepared(plan, None, None, gpu_run)
+        return Prepared(local, None, None, gpu_run)
     key = new_key(keys_dir)
     say(f"  - API key: a random one for this run, in {keys_dir / api_keys.KEYS_FILE} (the smoke sends it)")
-    return Prepared(plan, key, keys_dir / api_keys.KEYS_FILE, gpu_run)
+    return Prepared(local, key, keys_dir / api_keys.KEYS_FILE, gpu_run)

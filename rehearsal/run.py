@@ -95,8 +95,8 @@ def gpu_nodes(run: GpuRun) -> list[Node]:
 
 
 def gpu_environment(prepared: Prepared, run_id: str, run_dir: Path) -> dict[str, str]:
-    env = cpu_environment(prepared.plan, run_id, run_dir) if prepared.gpu.cpu_engines else _logging(
-        prepared.plan, run_dir, base_environment(run_id))  # fmt: skip
+    env = cpu_environment(prepared.local, run_id, run_dir) if prepared.gpu.cpu_engines else _logging(
+        prepared.local, run_dir, base_environment(run_id))  # fmt: skip
     env.update(gpu_rules.NO_MULTICAST)
     if prepared.gpu.weights_from_hub:
         env.pop("HF_HUB_OFFLINE", None)
@@ -121,17 +121,17 @@ def cpu_nodes(
     return nodes
 
 
-def cpu_environment(plan: substitute.Plan, run_id: str, run_dir: Path) -> dict[str, str]:
+def cpu_environment(local: substitute.LocalDocument, run_id: str, run_dir: Path) -> dict[str, str]:
     env = base_environment(run_id)
-    if plan.hybrid:
+    if local.hybrid:
         env["PYTHONPATH"] = os.pathsep.join(
             filter(None, [str(ROOT / "rehearsal" / "amx_hidden"), env.get("PYTHONPATH")])
         )
-    return _logging(plan, run_dir, env)
+    return _logging(local, run_dir, env)
 
 
-def _logging(plan: substitute.Plan, run_dir: Path, env: dict[str, str]) -> dict[str, str]:
-    if plan.pd:
+def _logging(local: substitute.LocalDocument, run_dir: Path, env: dict[str, str]) -> dict[str, str]:
+    if local.pd:
         logging_config = run_dir / "vllm-logging.json"
         logging_config.write_text(json.dumps(topology.vllm_logging_config(), indent=1))
         env["VLLM_LOGGING_CONFIG_PATH"] = str(logging_config)
@@ -154,9 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     if prepared is None:
         return 1
-    plan = prepared.plan
-    doc = plan.document
-    clock.mark("serve config rendered and substituted; " + ("stand-in model" if plan.family in substitute.FAMILY_TEXT
+    local = prepared.local
+    doc = local.document
+    clock.mark("serve config rendered and substituted; " + ("stand-in model" if local.family in substitute.FAMILY_TEXT
                and (prepared.gpu is None or prepared.gpu.cpu_engines) else "weights") + " ready")  # fmt: skip
 
     run_id = uuid.uuid4().hex[:12]
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "serve-config.yaml").write_text(yaml.safe_dump(doc, sort_keys=False, width=120))
     if prepared.gpu is None:
-        ray = cluster(cpu_nodes(doc, chosen, args, run_id, run_dir), run_id, cpu_environment(plan, run_id, run_dir))
+        ray = cluster(cpu_nodes(doc, chosen, args, run_id, run_dir), run_id, cpu_environment(local, run_id, run_dir))
     else:
         ray = cluster(gpu_nodes(prepared.gpu), run_id, gpu_environment(prepared, run_id, run_dir))
     ctx = Context(
@@ -172,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         document=doc,
         url=f"http://127.0.0.1:{doc['http_options']['port']}",
         api_key=prepared.api_key,
-        model=plan.model_ids[0],
-        pd=plan.pd,
+        model=local.model_ids[0],
+        pd=local.pd,
         dashboard=ray.dashboard,
         metrics_urls=ray.metrics_urls,
         log_dirs=ray.log_dirs,

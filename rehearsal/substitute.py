@@ -58,7 +58,10 @@ MUTATIONS = {
 
 
 @dataclass(frozen=True)
-class Plan:
+class LocalDocument:
+    """The stack's serve document as this machine runs it, each substitution made and printed, and what the
+    run needs to know of it."""
+
     document: dict  # the serve config to deploy here
     substitutions: list[str]  # one line per change, for the terminal
     family: str
@@ -87,7 +90,7 @@ def stand_in(family: str | None, hybrid: bool) -> str:
     return "qwen3_next" if hybrid else "llama"
 
 
-def plan(
+def for_cpu(
     rendered: dict,
     model_path: str,
     family: str,
@@ -95,7 +98,7 @@ def plan(
     nixl_core: int = 0,
     cores: tuple[int, ...] = (0, 1),
     keep_pools: bool = False,
-) -> Plan:
+) -> LocalDocument:
     """`family`: the stand-in's (stand_in()); `model_path`: where it was made; `nixl_core`: the core vLLM's
     NixlConnector pins each CPU engine's main thread to (rehearsal.run.nixl_pinned_core); `cores`: this
     machine's physical cores (rehearsal.run.physical_cores); `keep_pools`: the bundles keep their pool resources (the
@@ -177,7 +180,7 @@ def plan(
                 "vLLM's NixlConnector pins the engine's main thread to; two on one core: a forward pass took ~60 s)"
             )
 
-    return Plan(doc, subs, family, hybrid, model_ids, pd="prefill" in configs)
+    return LocalDocument(doc, subs, family, hybrid, model_ids, pd="prefill" in configs)
 
 
 def pod_mounts(spec: dict) -> dict[str, str]:

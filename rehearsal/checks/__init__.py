@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from rehearsal import cpu_threads
 from rehearsal.context import Context, RehearsalFailed
 from rehearsal.processes import our_pids
-from rehearsal.substitute import Plan
+from rehearsal.substitute import LocalDocument
 
 
 def _always(_) -> bool:
@@ -35,7 +35,7 @@ class Check:
     # The ARGS it adds to the parser.
     options: Callable[[argparse.ArgumentParser], None] | None = None
     # Its changes to the document before deploy: the printed lines (ValueError: refused in one line).
-    prepare: Callable[[Plan, argparse.Namespace], list[str]] | None = None
+    prepare: Callable[[LocalDocument, argparse.Namespace], list[str]] | None = None
     # Replicas it will add while running (role -> count): Ray is given CPUs for them.
     replicas_added: Callable[[argparse.Namespace], dict[str, int]] | None = None
     # The Ray nodes it needs instead of the default ones (args, nodes, run id, run dir) -> nodes: the head

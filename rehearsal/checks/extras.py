@@ -21,8 +21,8 @@ def _scale_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _scale_prepare(plan: substitute.Plan, args: argparse.Namespace) -> list[str]:
-    return [substitute.scale_demo(plan.document, args.scale_demo)]
+def _scale_prepare(local: substitute.LocalDocument, args: argparse.Namespace) -> list[str]:
+    return [substitute.scale_demo(local.document, args.scale_demo)]
 
 
 def _scale(ctx: Context) -> None:

@@ -90,9 +90,9 @@ def chosen(args: argparse.Namespace) -> list[Fault]:
     return [FAULTS[n] for n in names]
 
 
-def _prepare(plan, args: argparse.Namespace) -> list[str]:
+def _prepare(local, args: argparse.Namespace) -> list[str]:
     picked = chosen(args)
-    if not plan.pd and any(f.name in {"prefill-engine", "decode-engine", "kv-stall", "serve-config"} for f in picked):
+    if not local.pd and any(f.name in {"prefill-engine", "decode-engine", "kv-stall", "serve-config"} for f in picked):
         raise ValueError("--faults: the prefill/decode faults need a PD stack (dev, xpyd, tp)")
     return [f"fault to inject: {f.name}: {f.what}" for f in picked]
 

@@ -174,8 +174,8 @@ def _queries(ctx: Context) -> None:
     ctx.timeline.append(f"Prometheus: {len(queries)} panel queries, {len(exprs)} rule expressions, no alert firing")
 
 
-def _prepare_fault(plan, args: argparse.Namespace) -> list[str]:
-    if not plan.pd or not plan.hybrid:
+def _prepare_fault(local, args: argparse.Namespace) -> list[str]:
+    if not local.pd or not local.hybrid:
         raise ValueError("--kv-fault: breaks a hybrid model's KV path (prefill/decode, Qwen3.5 family) only")
     return []
 

@@ -60,16 +60,16 @@ def routed_role(document: dict) -> str | None:
     return next((r for r in routing.ROUTABLE_ROLES if r in configs and starts.get(r, 0) >= 2), None)
 
 
-def _prepare(plan: substitute.Plan, args: argparse.Namespace) -> list[str]:
-    role = routed_role(plan.document)
+def _prepare(local: substitute.LocalDocument, args: argparse.Namespace) -> list[str]:
+    role = routed_role(local.document)
     if role is None:
         raise ValueError("--compare-routers needs a collocated or prefill role with 2 replicas or more (dp, xpyd)")
-    deployment = llm_configs_by_role(plan.document, "rehearsal")[role].setdefault("deployment_config", {})
+    deployment = llm_configs_by_role(local.document, "rehearsal")[role].setdefault("deployment_config", {})
     stack_router = deployment.pop("request_router_config", None)
     args.compare_routers_role = role
     args.compare_routers_config = stack_router or DEFAULT_AFFINITY
     source = "the stack's" if stack_router else "Ray's default prefix affinity (the stack routes by power of two)"
-    app = plan.document["applications"][0]
+    app = local.document["applications"][0]
     app.setdefault("runtime_env", {}).setdefault("env_vars", {})[PROBE_DEADLINE] = PROBE_DEADLINE_HERE
     return [
         f"{role}: deployed with Serve's power-of-two router; {source} router is switched in later",

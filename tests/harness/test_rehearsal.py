@@ -44,8 +44,8 @@ def test_the_rehearsal_serves_the_keyed_document_the_rayservice_gets(stack):
 
 def test_the_pods_mounts_become_local_paths_each_printed(tmp_path):
     spec = deployed_spec("dev")
-    plan = substitute.plan(rendered("dev"), "/m", "qwen3_next")
-    here, lines = key_check_here(plan, spec, tmp_path / "keys")
+    local = substitute.for_cpu(rendered("dev"), "/m", "qwen3_next")
+    here, lines = key_check_here(local, spec, tmp_path / "keys")
     env = here.document["applications"][0]["runtime_env"]["env_vars"]
     assert env == {
         "PYTHONPATH": f"{ROOT / 'serve_ingress'}:${{PYTHONPATH}}",
@@ -59,7 +59,7 @@ def test_the_pods_mounts_become_local_paths_each_printed(tmp_path):
         f"'{tmp_path}/keys/keys' (/etc/ray-llm-eks/api-keys is the Secret api-keys mount: here a file with one random "
         "key made for this run, readable by this user only)",
     ]
-    assert here.document["applications"][0]["args"] == plan.document["applications"][0]["args"]  # the rest as it was
+    assert here.document["applications"][0]["args"] == local.document["applications"][0]["args"]  # the rest as it was
     # Only whole path components name a mount; a document without the key check is left as it is.
     moved = substitute.moved_paths(
         {"applications": [{"name": "a", "runtime_env": {"env_vars": {"Y": "/opt/ray-llm-eks/pythonic"}}}]},
@@ -68,8 +68,8 @@ def test_the_pods_mounts_become_local_paths_each_printed(tmp_path):
         {},
     )
     assert moved == ["applications[a].runtime_env.env_vars.Y: '/opt/ray-llm-eks/pythonic' -> '/x' (no pod mount)"]
-    unkeyed = substitute.plan(stack_adapter.load_settings(stack_adapter.stack_file("dev")).serving.serve_document, "/m",
-                              "qwen3_next")  # fmt: skip
+    unkeyed_document = stack_adapter.load_settings(stack_adapter.stack_file("dev")).serving.serve_document
+    unkeyed = substitute.for_cpu(unkeyed_document, "/m", "qwen3_next")
     assert key_check_here(unkeyed, spec, tmp_path) == (unkeyed, [])
 
 
@@ -85,10 +85,10 @@ def test_each_run_gets_a_new_key_only_its_user_reads(tmp_path):
 @pytest.mark.parametrize("stack", ["dev", "baseline"])
 def test_only_what_cannot_exist_on_a_cpu_changes(stack):
     doc = rendered(stack)
-    plan = substitute.plan(doc, "/models/stand-in", stand_in_family(doc), port=18000, nixl_core=3)
-    assert plan.family == "qwen3_next" and plan.hybrid  # Qwen3.5: Gated DeltaNet + full attention
-    assert plan.pd == (stack == "dev")
-    before, after = llm_configs_by_role(doc, "rehearsal"), llm_configs_by_role(plan.document, "rehearsal")
+    local = substitute.for_cpu(doc, "/models/stand-in", stand_in_family(doc), port=18000, nixl_core=3)
+    assert local.family == "qwen3_next" and local.hybrid  # Qwen3.5: Gated DeltaNet + full attention
+    assert local.pd == (stack == "dev")
+    before, after = llm_configs_by_role(doc, "rehearsal"), llm_configs_by_role(local.document, "rehearsal")
     assert before.keys() == after.keys()
     for role, old in before.items():
         new = copy.deepcopy(after[role])
@@ -114,10 +114,10 @@ def test_only_what_cannot_exist_on_a_cpu_changes(stack):
         if stack == "dev":  # one OpenMP thread per PD engine, on the core vLLM's NixlConnector pins it to
             assert env.pop(substitute.OMP_BIND) == "3"
         assert env == old_env
-    app, old_app = plan.document["applications"][0], doc["applications"][0]
+    app, old_app = local.document["applications"][0], doc["applications"][0]
     assert app["import_path"] == old_app["import_path"] and app["route_prefix"] == old_app["route_prefix"]
-    assert plan.document["http_options"] == {"host": "127.0.0.1", "port": 18000}
-    assert len(plan.substitutions) >= 5  # each change is printed
+    assert local.document["http_options"] == {"host": "127.0.0.1", "port": 18000}
+    assert len(local.substitutions) >= 5  # each change is printed
 
 
 def test_each_family_has_a_stand_in_of_its_layer_kinds():
@@ -130,24 +130,24 @@ def test_each_family_has_a_stand_in_of_its_layer_kinds():
 
 @pytest.mark.parametrize("mutation", sorted(substitute.MUTATIONS))
 def test_mutations_change_the_pd_config(mutation):
-    doc = substitute.plan(rendered("dev"), "/m", "qwen3_next").document
+    doc = substitute.for_cpu(rendered("dev"), "/m", "qwen3_next").document
     before = copy.deepcopy(doc)
     assert mutation in substitute.mutate(doc, mutation)
     assert doc != before
 
 
 def test_swapped_roles_are_named_though_no_engine_reports_them():
-    doc = substitute.plan(rendered("dev"), "/m", "qwen3_next").document
+    doc = substitute.for_cpu(rendered("dev"), "/m", "qwen3_next").document
     assert substitute.role_mistakes(doc) == []
     substitute.mutate(doc, "swap-roles")
     prefill, decode = substitute.role_mistakes(doc)
     assert prefill.startswith("prefill.engine_kwargs.kv_transfer_config.kv_role = 'kv_consumer': the prefill side")
     assert decode.startswith("decode.engine_kwargs.kv_transfer_config.kv_role = 'kv_producer': the decode side")
-    assert substitute.role_mistakes(substitute.plan(rendered("baseline"), "/m", "qwen3_next").document) == []
+    assert substitute.role_mistakes(substitute.for_cpu(rendered("baseline"), "/m", "qwen3_next").document) == []
 
 
 def test_mutations_need_a_pd_app():
-    doc = substitute.plan(rendered("baseline"), "/m", "qwen3_next").document
+    doc = substitute.for_cpu(rendered("baseline"), "/m", "qwen3_next").document
     with pytest.raises(ValueError, match="prefill/decode"):
         substitute.mutate(doc, "swap-roles")
 

@@ -23,9 +23,9 @@ def configs(doc: dict) -> dict[str, dict]:
 
 def test_the_l4_is_emulated_with_its_budget_and_its_memory_dependent_defaults():
     doc = prepare.rendered_document("dev")
-    plan = gpu.plan(doc, H200, family="qwen3_next", hybrid=True, port=18000, weights="/w", weights_why="random",
+    local = gpu.for_gpus(doc, H200, family="qwen3_next", hybrid=True, port=18000, weights="/w", weights_why="random",
                     emulate=gpu.emulation("L4"), nodes_on_one_host=2)  # fmt: skip
-    for role, config in configs(plan.document).items():
+    for role, config in configs(local.document).items():
         engine, before = config["engine_kwargs"], configs(doc)[role]["engine_kwargs"]
         # vLLM's budget on the H200 equals the L4's: 0.92 x 22888 MiB.
         assert engine["gpu_memory_utilization"] * H200.total_mib == pytest.approx(0.92 * 22888, abs=0.01)
@@ -39,21 +39,21 @@ def test_the_l4_is_emulated_with_its_budget_and_its_memory_dependent_defaults():
         assert config["accelerator_type"] == "L4"  # the Ray nodes declare it
         assert config["placement_group_config"] == configs(doc)[role]["placement_group_config"]
         assert engine.get("enforce_eager") is None  # compile and CUDA graphs stay on
-    assert plan.document["proxy_location"] == "HeadOnly"
-    assert plan.document["applications"][0]["args"]["ingress_cls_config"] == {
+    assert local.document["proxy_location"] == "HeadOnly"
+    assert local.document["applications"][0]["args"]["ingress_cls_config"] == {
         "ingress_cls": "api_key_ingress:ApiKeyIngress"
     }
-    assert "is the L4's 0.92 x 22888 MiB = 20.56 GiB" in "\n".join(plan.substitutions)
+    assert "is the L4's 0.92 x 22888 MiB = 20.56 GiB" in "\n".join(local.substitutions)
     # Unset, they would be the H200's own defaults: the L4's are rendered instead.
     for config in configs(doc).values():
         del config["engine_kwargs"]["max_num_seqs"], config["engine_kwargs"]["max_num_batched_tokens"]
-    plan = gpu.plan(doc, H200, family="qwen3_next", hybrid=True, port=18000, emulate=gpu.emulation("L4"))
-    for config in configs(plan.document).values():
+    local = gpu.for_gpus(doc, H200, family="qwen3_next", hybrid=True, port=18000, emulate=gpu.emulation("L4"))
+    for config in configs(local.document).values():
         assert (config["engine_kwargs"]["max_num_seqs"], config["engine_kwargs"]["max_num_batched_tokens"]) == (
             256,
             2048,
         )
-    lines = "\n".join(plan.substitutions)
+    lines = "\n".join(local.substitutions)
     assert (
         "max_num_seqs: None -> 256 (what vLLM 0.26 defaults to on the L4; unset, this NVIDIA H200 would run 1024"
         in lines
@@ -67,9 +67,9 @@ def test_the_l4_is_emulated_with_its_budget_and_its_memory_dependent_defaults():
 def test_without_emulation_efa_or_missing_packages_little_changes():
     doc = prepare.rendered_document("dev")
     here = gpu.GpuHere(count=2, name="NVIDIA L4", total_mib=22888, efa=True, flashinfer=True)
-    plan = gpu.plan(doc, here, family="qwen3_next", hybrid=True, port=doc["http_options"]["port"])
-    assert plan.substitutions == ["http_options.host: '0.0.0.0' -> '127.0.0.1' (loopback only)"]
-    assert configs(plan.document) == configs(doc)
+    local = gpu.for_gpus(doc, here, family="qwen3_next", hybrid=True, port=doc["http_options"]["port"])
+    assert local.substitutions == ["http_options.host: '0.0.0.0' -> '127.0.0.1' (loopback only)"]
+    assert configs(local.document) == configs(doc)
 
 
 def test_memory_dependent_defaults_follow_vllm():
@@ -149,7 +149,7 @@ def test_the_gpu_layout_dry_runs_on_cpu_engines(monkeypatch, capsys, tmp_path):
     assert "proxy_location: None -> 'HeadOnly' (2 Ray nodes on one host" in out
     assert "Ray: 2 Ray nodes on this host sharing GPU(s) 0, started one after the other (prefill -> decode" in out
     assert "CPU engines (--cpu-engines: this layout, rehearsed on the CPU): prefill.placement_group_config" in out
-    decode = configs(prepared.plan.document)["decode"]
+    decode = configs(prepared.local.document)["decode"]
     assert decode["placement_group_config"]["bundle_per_worker"] == {"CPU": 1, "pool_decode": 1}
     # Ray Serve LLM refuses accelerator_type on a CPU-only config: gone, though the Ray nodes still declare it.
     assert "accelerator_type" not in decode

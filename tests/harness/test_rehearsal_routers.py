@@ -11,7 +11,7 @@ from adapters.metrics import parse_text
 from domain import bench, kv_proof, routing
 from rehearsal import routers
 from rehearsal.checks import routing as routing_check
-from rehearsal.substitute import Plan
+from rehearsal.substitute import LocalDocument
 
 # As Ray 2.58 writes them (seen in a dp rehearsal's serve/replica_llm_LLMServer_*.log).
 LOG = """\
@@ -100,25 +100,25 @@ def test_the_table_shows_both_policies_side_by_side():
     assert first.as_json()["prefix_cache_hit_rate"] == 0.25
 
 
-def _plan(stack: str) -> Plan:
+def _local(stack: str) -> LocalDocument:
     from adapters.stack import load_settings, stack_file
 
     document = load_settings(stack_file(stack)).serving.serve_document
-    return Plan(document=document, substitutions=[], family="qwen3", hybrid=False, model_ids=["m"], pd=False)
+    return LocalDocument(document=document, substitutions=[], family="qwen3", hybrid=False, model_ids=["m"], pd=False)
 
 
 def test_prepare_deploys_power_of_two_and_keeps_the_stacks_router_for_the_switch():
-    plan, args = _plan("dp"), argparse.Namespace()
-    lines = routing_check._prepare(plan, args)
-    (config,) = routing_check.llm_configs_by_role(plan.document, "t").values()
+    local, args = _local("dp"), argparse.Namespace()
+    lines = routing_check._prepare(local, args)
+    (config,) = routing_check.llm_configs_by_role(local.document, "t").values()
     assert "request_router_config" not in config["deployment_config"]
     assert args.compare_routers_role == "collocated"
     assert args.compare_routers_config["request_router_class"] == routing.PREFIX_AFFINITY_CLASS
     assert args.compare_routers_config["request_router_kwargs"] == {"imbalanced_threshold": 16}
     assert "power-of-two" in lines[0]
-    env = plan.document["applications"][0]["runtime_env"]["env_vars"]
+    env = local.document["applications"][0]["runtime_env"]["env_vars"]
     assert env["RAY_SERVE_QUEUE_LENGTH_RESPONSE_DEADLINE_S"] == routing_check.PROBE_DEADLINE_HERE
-    xpyd = _plan("xpyd")
+    xpyd = _local("xpyd")
     routing_check._prepare(xpyd, argparse.Namespace())
     assert (
         "request_router_config"
@@ -128,7 +128,7 @@ def test_prepare_deploys_power_of_two_and_keeps_the_stacks_router_for_the_switch
 
 def test_prepare_refuses_a_stack_without_two_replicas_of_a_routed_role():
     with pytest.raises(ValueError, match="2 replicas or more"):
-        routing_check._prepare(_plan("dev"), argparse.Namespace())
+        routing_check._prepare(_local("dev"), argparse.Namespace())
 
 
 def test_prefix_over_nixl_needs_a_hit_every_read_and_no_recompute():

@@ -112,12 +112,12 @@ def test_every_tp_rank_must_have_used_cpu():
 
 def test_tensor_parallelism_is_lowered_to_the_cores_each_rank_on_its_own():
     doc = rendered("tp")
-    plan = substitute.plan(doc, "/m", "qwen3", cores=(0, 1))
-    engine = plan.document["applications"][0]["args"]["llm_configs"][0]
+    local = substitute.for_cpu(doc, "/m", "qwen3", cores=(0, 1))
+    engine = local.document["applications"][0]["args"]["llm_configs"][0]
     assert engine["engine_kwargs"]["tensor_parallel_size"] == 2
     assert engine["runtime_env"]["env_vars"][substitute.OMP_BIND] == "0|1"
-    assert any("tensor_parallel_size: 4 -> 2" in line for line in plan.substitutions)
-    kept = substitute.plan(doc, "/m", "qwen3", cores=(0, 1, 2, 3))
+    assert any("tensor_parallel_size: 4 -> 2" in line for line in local.substitutions)
+    kept = substitute.for_cpu(doc, "/m", "qwen3", cores=(0, 1, 2, 3))
     assert topology.tensor_parallel_size(kept.document) == 4
     assert kept.document["applications"][0]["args"]["llm_configs"][0]["runtime_env"]["env_vars"] == {
         substitute.OMP_BIND: "0|1|2|3"
@@ -127,11 +127,11 @@ def test_tensor_parallelism_is_lowered_to_the_cores_each_rank_on_its_own():
 
 def test_tensor_parallelism_is_refused_in_one_line_where_it_cannot_run():
     with pytest.raises(substitute.CannotRehearse, match=r"tensor_parallel_size = 4: this machine has 1 physical"):
-        substitute.plan(rendered("tp"), "/m", "qwen3", cores=(0,))
+        substitute.for_cpu(rendered("tp"), "/m", "qwen3", cores=(0,))
     pd = rendered("dev")
     pd["applications"][0]["args"]["prefill_config"]["engine_kwargs"]["tensor_parallel_size"] = 2
     with pytest.raises(substitute.CannotRehearse, match=r"prefill/decode with tensor_parallel_size > 1"):
-        substitute.plan(pd, "/m", "qwen3_next", cores=(0, 1))
+        substitute.for_cpu(pd, "/m", "qwen3_next", cores=(0, 1))
 
 
 def _fake_thread(proc, pid, tid, name, ticks, cpus, title="VLLM::Worker"):
