@@ -25,7 +25,7 @@ import time
 from adapters import stack
 from domain import alerts, dashboards
 from domain.serve_config import llm_configs_by_role
-from rehearsal import prometheus
+from rehearsal import prometheus, topology
 from rehearsal.checks import Check
 from rehearsal.context import Context, RehearsalFailed, say
 from rehearsal.deploy import deploy
@@ -180,19 +180,20 @@ def _prepare_fault(local, args: argparse.Namespace) -> list[str]:
     return []
 
 
+def _prefill_replicas(ctx: Context) -> tuple[str, set[str]]:
+    """The app's status and its RUNNING prefill replicas, read now (a fault or a router switch before this
+    check may have replaced those the rehearsal started with)."""
+    app = application(ctx.dashboard, ctx.app)
+    running = topology.running_replicas(app).get("prefill", [])
+    return app.get("status", ""), {r["replica_id"] for r in running}
+
+
 def _replaced(ctx: Context, before: set[str], cap: float) -> float:
     """Wait until Serve runs a prefill replica not in `before` and the app is RUNNING; seconds it took."""
     start = time.monotonic()
     while time.monotonic() - start < cap:
-        app = application(ctx.dashboard, ctx.app)
-        replicas = [
-            r["replica_id"]
-            for name, dep in (app.get("deployments") or {}).items()
-            if "prefill" in name.lower()
-            for r in dep.get("replicas") or []
-            if r.get("state") == "RUNNING"
-        ]
-        if app.get("status") == "RUNNING" and set(replicas) - before:
+        status, replicas = _prefill_replicas(ctx)
+        if status == "RUNNING" and replicas - before:
             return time.monotonic() - start
         time.sleep(3)
     raise RehearsalFailed(f"fault: the prefill replica was not replaced within {cap:g} s")
@@ -204,7 +205,7 @@ def _fault(ctx: Context) -> None:
     prefill = llm_configs_by_role(doc, "fault")["prefill"]["engine_kwargs"]
     old = prefill.get("block_size", "vLLM's")
     prefill["block_size"] = FAULT_BLOCK_SIZE
-    before = {r["replica_id"] for r in ctx.running.get("prefill", [])}
+    _, before = _prefill_replicas(ctx)
     deploy(ctx.dashboard, doc)
     ctx.mark(f"fault: prefill block_size {old} -> {FAULT_BLOCK_SIZE}, in place (decode keeps its own)")
     took = _replaced(ctx, before, ctx.args.ready_timeout)

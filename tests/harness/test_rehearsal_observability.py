@@ -138,3 +138,35 @@ def test_the_queries_check_fails_on_a_query_prometheus_refuses(idle_prometheus, 
     monkeypatch.setattr(dashboards, "panel_queries", with_a_broken_one)
     with pytest.raises(RehearsalFailed, match=r"quer\(ies\) failed on Prometheus; first: .* panel 'broken' A: .*parse"):
         observability._queries(idle_prometheus)
+
+
+def test_the_fault_waits_for_a_prefill_replica_newer_than_those_running_when_it_starts(monkeypatch):
+    # An earlier fault replaced the replica the rehearsal started with ("first") by "second": the broken
+    # replica is the one after that, and make verify must not run before it serves.
+    live = iter([{"second"}, {"second"}, {"second"}, {"third"}])
+    calls = []
+
+    def application(dashboard, app):
+        replicas = [{"replica_id": r, "state": "RUNNING"} for r in next(live)]
+        return {"status": "RUNNING", "deployments": {"Prefill:qwen": {"replicas": replicas}}}
+
+    def verify(ctx):
+        calls.append(sorted(next(live, {"none left"})))
+        return 1, ["VERIFY FAILED: KV did not move for every request"]
+
+    monkeypatch.setattr(observability, "application", application)
+    monkeypatch.setattr(observability, "deploy", lambda dashboard, doc: None)
+    monkeypatch.setattr(observability, "run_verify", verify)
+    monkeypatch.setattr(observability.time, "sleep", lambda seconds: None)
+    ctx = SimpleNamespace(
+        document=stack.load_settings(stack.stack_file("dev")).serving.serve_document,
+        running={"prefill": [{"replica_id": "first"}]},
+        dashboard="http://127.0.0.1:8265",
+        app="llm",
+        args=argparse.Namespace(ready_timeout=60.0),
+        results={},
+        timeline=[],
+        mark=lambda text: None,
+    )
+    observability._fault(ctx)
+    assert calls == [["none left"]]  # verify ran once "third" was running, not before
