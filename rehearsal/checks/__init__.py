@@ -24,6 +24,11 @@ def _always(_) -> bool:
     return True
 
 
+def by_flag(dest: str) -> Callable[[argparse.Namespace], bool]:
+    """`selected` for a check that its own ARGS flag turns on (`dest`: the flag's attribute, e.g. "kv_fault")."""
+    return lambda args: bool(getattr(args, dest, None))
+
+
 @dataclass(frozen=True)
 class Check:
     name: str

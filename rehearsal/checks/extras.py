@@ -11,7 +11,7 @@ from domain import bench as domain_bench
 from domain.serve_config import llm_configs_by_role
 from llmclient import bench
 from rehearsal import cpu_threads, scale_demo, substitute, topology
-from rehearsal.checks import Check, measure_threads
+from rehearsal.checks import Check, by_flag, measure_threads
 from rehearsal.context import Context, RehearsalFailed, say
 
 
@@ -70,10 +70,10 @@ def _bench(ctx: Context) -> None:
 SCALE_DEMO = Check(
     "scale demo",
     _scale,
-    selected=lambda args: bool(getattr(args, "scale_demo", None)),
+    selected=by_flag("scale_demo"),
     options=_scale_options,
     prepare=_scale_prepare,
     replicas_added=lambda args: {args.scale_demo: 1},
 )
 CPU_NOTE = "CPU rehearsal (a 2-layer stand-in model on 2 cores): not a GPU verdict"
-BENCH = Check("bench", _bench, selected=lambda args: bool(getattr(args, "bench", None)), options=_bench_options)
+BENCH = Check("bench", _bench, selected=by_flag("bench"), options=_bench_options)

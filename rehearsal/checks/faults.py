@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from domain import serve_config
 from llmclient import faultload
 from rehearsal import faults, topology, verify
-from rehearsal.checks import Check
+from rehearsal.checks import Check, by_flag
 from rehearsal.context import Context, RehearsalFailed, say
 from rehearsal.processes import free_port
 from rehearsal.ray_cluster import MULTI_NODE_ENV, MULTI_NODE_IP, Node
@@ -357,7 +357,7 @@ def _run(ctx: Context) -> None:
 FAULTS_CHECK = Check(
     "faults",
     _run,
-    selected=lambda args: bool(getattr(args, "faults", None)),
+    selected=by_flag("faults"),
     options=_options,
     prepare=_prepare,
     nodes=_nodes,

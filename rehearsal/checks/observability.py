@@ -26,7 +26,7 @@ from adapters import stack
 from domain import alerts, dashboards
 from domain.serve_config import llm_configs_by_role
 from rehearsal import prometheus, topology
-from rehearsal.checks import Check
+from rehearsal.checks import Check, by_flag
 from rehearsal.context import Context, RehearsalFailed, say
 from rehearsal.deploy import deploy
 from rehearsal.processes import MARKER
@@ -234,15 +234,15 @@ def _fault(ctx: Context) -> None:
 PROMETHEUS = Check(
     "prometheus",
     _start_prometheus,
-    selected=lambda args: bool(getattr(args, "prometheus", False)),
+    selected=by_flag("prometheus"),
     options=_options,
 )
 VERIFY = Check("make verify", _verify, when=lambda ctx: ctx.pd)
-QUERIES = Check("dashboard and rule queries", _queries, selected=lambda args: bool(getattr(args, "prometheus", False)))
+QUERIES = Check("dashboard and rule queries", _queries, selected=by_flag("prometheus"))
 KV_FAULT = Check(
     "fault: KV path broken in place",
     _fault,
     when=lambda ctx: ctx.pd,
-    selected=lambda args: bool(getattr(args, "kv_fault", False)),
+    selected=by_flag("kv_fault"),
     prepare=_prepare_fault,
 )

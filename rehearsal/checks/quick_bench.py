@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from llmclient import core
-from rehearsal.checks import Check
+from rehearsal.checks import Check, by_flag
 from rehearsal.context import Context, RehearsalFailed, say
 
 WORDS = [
@@ -114,6 +114,4 @@ def _run(ctx: Context) -> None:
         raise RehearsalFailed(f"quick bench: {figures['failed']} requests failed; first: {figures['first_error']}")
 
 
-QUICK_BENCH = Check(
-    "quick bench", _run, selected=lambda args: bool(getattr(args, "quick_bench", None)), options=_options
-)
+QUICK_BENCH = Check("quick bench", _run, selected=by_flag("quick_bench"), options=_options)

@@ -22,7 +22,7 @@ from domain.serve_config import llm_configs_by_role
 from llmclient import aiperf, core
 from llmclient import verify as verify_client
 from rehearsal import routers, substitute, topology, verify
-from rehearsal.checks import Check
+from rehearsal.checks import Check, by_flag
 from rehearsal.context import Context, RehearsalFailed, say
 from rehearsal.verify import http_json
 
@@ -262,7 +262,7 @@ def _compare(ctx: Context) -> None:
 COMPARE_ROUTERS = Check(
     "compare routers",
     _compare,
-    selected=lambda args: bool(getattr(args, "compare_routers", False)),
+    selected=by_flag("compare_routers"),
     options=_options,
     prepare=_prepare,
 )

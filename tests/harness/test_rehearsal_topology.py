@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from rehearsal import cpu_threads, prepare, run, substitute, topology, verify
+from rehearsal import checks, cpu_threads, prepare, run, substitute, topology, verify
 
 
 def rendered(stack: str) -> dict:
@@ -235,3 +235,25 @@ def test_a_deferred_check_fails_the_run_at_the_end_and_the_others_still_run():
     with pytest.raises(RehearsalFailed, match="figures off"):
         run_all(ctx, [Check("figures", failing), *checks[1:]])
     assert ran == ["smoke"]  # a failure that is not deferred stops the run there
+
+
+def test_each_extra_check_runs_only_with_its_own_flag():
+    every = checks.all_checks()
+    parser = run.parser_for(every)
+
+    def chosen(*flags: str) -> set[str]:
+        return {c.name for c in checks.selected(every, parser.parse_args(["--stack", "dev", *flags]))}
+
+    plain = chosen()
+    by_flag = {
+        "--prometheus": {"prometheus", "dashboard and rule queries"},
+        "--kv-fault": {"fault: KV path broken in place"},
+        "--compare-routers": {"compare routers"},
+        "--scale-demo=prefill": {"scale demo"},
+        "--bench=/tmp/b": {"bench"},
+        "--quick-bench=/tmp/q.json": {"quick bench"},
+        "--faults": {"faults"},
+    }
+    for flag, names in by_flag.items():
+        assert not names & plain, flag
+        assert chosen(flag) == plain | names, flag
