@@ -152,7 +152,7 @@ compare: $(VENV)/.installed $(BENCH_VENV)/.installed
 		mkdir -p $(COMPARE_OUT) && RAY_LLM_EKS_BENCH_VENV=$(BENCH_VENV) $(BIN)/python -m llmclient compare $(A) $(B) --out $(COMPARE_OUT)/compare.png; \
 	else echo "usage: make compare URL_A=... URL_B=... [ARGS=...] | make compare A=<bench dir> B=<bench dir>"; exit 2; fi
 
-# The in-cluster half for real (README: make e2e): binaries built from Go modules once into
+# The in-cluster half for real (docs/rehearsals.md): binaries built from Go modules once into
 # ~/.cache/ray-llm-eks/e2e, run on 127.0.0.1 only: the control plane, the KubeRay operator, and our
 # program through the Pulumi CLI and Kubernetes provider (`pulumi up`/`destroy`).
 # `make e2e-cluster` skips the Pulumi half (no Pulumi CLI or provider to build).

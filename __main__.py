@@ -51,7 +51,7 @@ hardening = replace(settings.hardening, internal_endpoint=False) if mode.existin
 installed = []
 store = None
 if mode.existing_cluster:
-    # A cluster this stack did not create (README: existing-cluster mode): no AWS resource at all.
+    # A cluster this stack did not create (docs/operations.md: existing clusters): no AWS resource at all.
     target = ExistingCluster("existing-cluster", mode, settings, secrets.kubeconfig)
     provider, nodes = target.provider, []
 else:

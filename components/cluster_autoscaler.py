@@ -79,7 +79,7 @@ def chart_values(cluster_name: str, region: str, kubernetes_version: str) -> dic
             # The prefill and decode pools look alike (same type, labels but the pool's name): never balance them.
             "balance-similar-node-groups": "false",
             # A GPU node joins in minutes, then pulls the image before the pod runs: the default 15 min
-            # provision timeout covers the join only (README: scaling end to end).
+            # provision timeout covers the join only (docs/scaling.md).
             "max-node-provision-time": "15m0s",
         },
     }

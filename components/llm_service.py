@@ -29,7 +29,7 @@ def ready_annotations(serving: ServingSettings, wait_for_ready: bool) -> dict[st
         return {"pulumi.com/skipAwait": "true"}  # stack setting waitForReady: false (CI deploys)
     return {
         "pulumi.com/waitFor": "condition=Ready",
-        # First start: image pull, weight download, engine start (README: first-start costs).
+        # First start: image pull, weight download, engine start (docs/operations.md: what a start costs).
         "pulumi.com/timeoutSeconds": str(serving.ready_timeout_seconds),
     }
 

@@ -36,7 +36,7 @@ class CostLine:
         return None if self.unit_usd_per_hour is None else self.quantity * self.unit_usd_per_hour
 
 
-# On a cluster this stack did not create, what it does not buy and so does not price (README).
+# On a cluster this stack did not create: what it does not buy, so does not price (docs/architecture.md).
 NOT_PRICED_ON_AN_EXISTING_CLUSTER = (
     "EKS control plane",
     "NAT gateways and their IPv4 addresses",

@@ -27,7 +27,7 @@ GPU_ROLES = (*PD_ROLES, COLLOCATED_ROLE)
 POOL_RESOURCE_PREFIX = "pool_"
 # The node label naming a node's pool (a GPU pool's name, or `system`): on the node groups, in the
 # Cluster Autoscaler's node-template tags and in the Ray pods' nodeSelector. It was `role` before
-# (README, Upgrade notes): it holds a pool's name, which is a role only when the pool is named after one.
+# (docs/upgrade-notes.md): it holds a pool's name, which is a role only when the pool is named after one.
 POOL_NODE_LABEL = f"{PROJECT}/pool"
 
 # Ports of the Ray head (KubeRay's defaults); the serve port is also every worker's.

@@ -449,7 +449,7 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
     scaling = {**base_config(SCALING_STACK_FILE), **EXISTING_CLUSTER}
     timeline.log(
         "scaling: REAL Pulumi engine + our program, API server, KubeRay operator, scheduler, our ASG tags; "
-        "EMULATED the Ray autoscaler's patch and the Cluster Autoscaler's new node (README, Scaling end to end)"
+        "EMULATED the Ray autoscaler's patch and the Cluster Autoscaler's new node (docs/scaling.md)"
     )
     ScaleUp(
         stack, cluster, scaling, settings_of(SCALING_STACK_FILE, EXISTING_CLUSTER), kubeconfig, timeline.log, checks

@@ -378,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     except FileExistsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # OUT is a file, or not writable: one line naming it
+        print(f"error: OUT={args.out}: {err.strerror}: a directory this user can write", file=sys.stderr)
+        return 2
     print(plan.summary())
     written = len(list((args.out / "manifests").iterdir()))
     print(f"\nWrote {args.out}/resources.json, manifests/ ({written} files), graph.md, outputs.json")

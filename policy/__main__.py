@@ -1,4 +1,4 @@
-"""The ray-llm-eks CrossGuard policy pack: `pulumi preview --policy-pack policy` (README, Security).
+"""The ray-llm-eks CrossGuard policy pack: `pulumi preview --policy-pack policy` (docs/security.md).
 Every rule is mandatory and lives in policy/rules.py, which `make policy` runs offline too."""
 
 import sys

@@ -1,7 +1,7 @@
 """The pack through pulumi-policy's own analyzer (the servicer the Pulumi CLI talks to over gRPC),
 fed the resources of an offline plan, without the CLI: each resource as an AnalyzeRequest (what
 `pulumi preview --policy-pack` sends before creating it), then the whole stack as an
-AnalyzeStackRequest. Run it in the pack's venv (README, Security):
+AnalyzeStackRequest. Run it in the pack's venv (docs/security.md):
 
     make plan STACK=dev OUT=plan-dev && policy/venv/bin/python policy/sdk_check.py plan-dev/resources.json
 

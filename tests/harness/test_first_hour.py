@@ -272,6 +272,15 @@ def test_plan_never_replaces_a_directory_that_is_not_a_plan(tmp_path, capsys):
     assert "is not a plan directory" in capsys.readouterr().err and keep.read_text() == "mine"
 
 
+def test_plan_out_naming_a_file_is_one_line(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    assert plan_cli.main(["--stack", "dev", "--out", str(afile)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: OUT={afile}: Not a directory") and "Traceback" not in err
+    assert afile.read_text() == "mine"
+
+
 def test_at_pulumi_up_a_serve_file_syntax_error_is_one_line(project):
     import pulumi
 
