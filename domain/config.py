@@ -616,7 +616,10 @@ def secret_checks(settings: Settings, deploying: bool) -> list[str]:
     for error in refusals:
         if deploying:
             raise error
-        warnings.append(f"{error}; `make plan` goes on without it, `pulumi up` will refuse")
+        # Not yet set is the normal state of a stack before `make stack`: say so, not "invalid config ... None".
+        warnings.append(
+            f"{error.key} is not set yet: {error.allowed}; `make plan` goes on without it, `pulumi up` will refuse"
+        )
     if not settings.hardening.api_key_check:
         unused = "; its apiKeys are not used" if settings.api_keys_set else ""
         warnings.append(
