@@ -505,7 +505,11 @@ def _alternatives(
     blocks = prediction.num_blocks_low
     if prediction.mamba_check and prediction.max_num_seqs > blocks and blocks >= prediction.blocks_per_request:
         seqs = largest_max_num_seqs(model, replace(engine, max_num_seqs=None), gpu)
-        ideas.append(f"max_num_seqs <= {seqs} (or leave it unset: the stack derives it)")
+        # Above vLLM's own "at most N": N is the pool at the refused max_num_seqs, fewer sequences reserve less.
+        ideas.append(
+            f"max_num_seqs <= {seqs} (more than vLLM's figure at {prediction.max_num_seqs}: fewer sequences reserve "
+            "less memory and leave more blocks; or leave it unset: the stack derives it)"
+        )
     longest = prediction.layout.longest_context(blocks)
     if 0 < longest < engine.max_model_len:
         ideas.append(f"max_model_len <= {longest} on this GPU")
