@@ -94,6 +94,18 @@ def kill_and_wait(pids: list[int], cap: float = 20.0) -> None:
         time.sleep(0.2)
 
 
+# Ray 2.58 `ray start --head` refuses to start where its temp dir names the cluster it last started (this file,
+# ray/_common/utils.py get_ray_address_file) while a local raylet still points at that GCS
+# (ray/_private/services.py find_gcs_addresses greps raylets' --gcs-address): ray/scripts/scripts.py start.
+CLUSTER_ADDRESS_FILE = "ray_current_cluster"
+
+
+def forget_cluster_address(temp_dir: Path) -> None:
+    """What a new head pod starts with: its /tmp has no record of the old head's cluster (here the worker node's
+    raylet, a process of this host, still names that GCS, so `ray start --head` would refuse)."""
+    (temp_dir / CLUSTER_ADDRESS_FILE).unlink(missing_ok=True)
+
+
 @dataclass(frozen=True)
 class GcsStore:
     """A GCS fault-tolerance backend for the rehearsal's head node: what the head's environment gets."""

@@ -184,6 +184,7 @@ def _restart_head(ctx: Context) -> tuple[Callable[[], bool], dict]:
     faults.kill_and_wait(faults.node_pids(run_id, "head"))
     t_killed = time.monotonic()
     head = ray.nodes[0]
+    faults.forget_cluster_address(head.temp_dir)  # the lost pod's /tmp went with it
     done = subprocess.run(ray.command(head), env=ray.node_env(head), capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         raise RehearsalFailed(f"head restart: ray start failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")

@@ -109,3 +109,12 @@ def test_the_head_fault_lays_out_two_loopback_nodes_a_joining_node_can_reach(tmp
     assert faults._nodes(type("A", (), {"faults": "kv-stall"}), [Node("head", cpus=8)], "run", tmp_path)[0].ip == (
         "127.0.0.1"
     )
+
+
+def test_a_restarted_head_starts_without_the_lost_heads_cluster_address(tmp_path):
+    from rehearsal import faults as injected
+
+    (tmp_path / injected.CLUSTER_ADDRESS_FILE).write_text("127.0.0.2:42807")
+    injected.forget_cluster_address(tmp_path)
+    assert not (tmp_path / injected.CLUSTER_ADDRESS_FILE).exists()
+    injected.forget_cluster_address(tmp_path)  # a head that never wrote it: nothing to do
