@@ -51,6 +51,13 @@ def _options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="power of two, then the stack's prefix affinity, on the same engines (needs 2 replicas of a role)",
     )
+    parser.add_argument(
+        "--compare-routers-in-flight",
+        type=int,
+        default=CONCURRENCY,
+        metavar="N",
+        help=f"requests in flight in both phases (default {CONCURRENCY}: more stalled Ray 2.58's prefix router here)",
+    )
 
 
 def routed_role(document: dict) -> str | None:
@@ -125,10 +132,11 @@ def _phase(ctx: Context, policy: str, seed: int, deployment: str, out: Path) -> 
     )  # fmt: skip
     bounds = bench.Bounds(sessions=CONVERSATIONS, seconds=300, grace_seconds=120, warmup_requests=0)
     target = bench.Target(ctx.url, ctx.model, tokenizer, api_key=ctx.api_key is not None)
-    config = bench.aiperf_config(target, workload, "concurrency", CONCURRENCY, bounds, 1e9, 1e9, seed, "", False)
+    in_flight = ctx.args.compare_routers_in_flight
+    config = bench.aiperf_config(target, workload, "concurrency", in_flight, bounds, 1e9, 1e9, seed, "", False)
     replicas = [r["replica_id"] for r in verify.running(ctx.dashboard, ctx.app, role)]
     before, late = _metrics(ctx), _late_probes(ctx)
-    ctx.mark(f"{policy}: {CONVERSATIONS} conversations x {TURNS} turns, {CONCURRENCY} in flight (AIPerf)")
+    ctx.mark(f"{policy}: {CONVERSATIONS} conversations x {TURNS} turns, {in_flight} in flight (AIPerf)")
     result = aiperf.run_point(config, out / policy, ctx.api_key, timeout=bounds.worst_case_seconds(1) + 240)
     time.sleep(verify.METRICS_WAIT)  # Ray's agent exports every 2 s here (RAY_metrics_report_interval_ms)
     after = _metrics(ctx)
@@ -140,7 +148,7 @@ def _phase(ctx: Context, policy: str, seed: int, deployment: str, out: Path) -> 
         )
     component = f"{ctx.app}_{deployment}"
     land = routers.landing(result.records, routers.served_by(_replica_logs(ctx, deployment), component))
-    point = bench.read_point(result.summary, CONCURRENCY)
+    point = bench.read_point(result.summary, in_flight)
     return routers.phase(policy, hits, land, point, result.records, _late_probes(ctx) - late)
 
 
