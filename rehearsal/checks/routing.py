@@ -276,9 +276,10 @@ COMPARE_ROUTERS = Check(
 )
 
 
-# A prefix of this many words (about three of the stand-in's tokens each): longer than an attention block, so
-# that the second request finds whole blocks of it in the prefill engine's cache.
-SHARED_WORDS, TAIL_WORDS = 700, 12
+# The shared prefix: this share of the prefill engine's max_model_len (longer than an attention block, so that
+# the next request finds whole blocks of it in the prefill engine's cache, and short enough for the tail); its
+# words are counted with the model's own tokens per word (make verify's calibration).
+SHARED_SHARE, TAIL_WORDS = 0.5, 12
 
 
 def _prefill_caches_prefixes(ctx: Context) -> bool:
@@ -301,11 +302,23 @@ def prefix_over_nixl(ctx: Context) -> None:
     and each request must move its KV to decode without a failed read and without decode computing the prompt
     again (prompt tokens by source, as `make verify` judges)."""
     rng = random.Random(7)
-    shared = verify_client.prompt(SHARED_WORDS, rng)
+    prefill = llm_configs_by_role(ctx.document, "rehearsal")["prefill"]
+    max_model_len = int((prefill.get("engine_kwargs") or {}).get("max_model_len") or 4096)
+    start, _ = _kv_and_prefix(ctx)
+    per_word, _ = asyncio.run(verify_client.calibrate(ctx.url, ctx.model, ctx.api_key, seed=7))
+    # The first reading once the calibration's transfer and decode's own prompt token are both counted (they
+    # are recorded at different moments), so that they do not fall into the check's figures.
+    end = time.monotonic() + verify.METRICS_WAIT * 4
+    while True:
+        kv_before, cache_before = _kv_and_prefix(ctx)
+        local = kv_before.decode_tokens.get("local_compute", 0.0) > start.decode_tokens.get("local_compute", 0.0)
+        if (kv_before.transfers > start.transfers and local) or time.monotonic() > end:
+            break
+        time.sleep(2.0)
+    shared = verify_client.prompt(int(max_model_len * SHARED_SHARE / per_word), rng)
     prefills = [r["replica_id"] for r in verify.running(ctx.dashboard, ctx.app, "prefill")]
     questions = [f"{shared} {verify_client.prompt(TAIL_WORDS, rng)}" for _ in range(len(prefills) + 1)]
     count = len(questions)
-    kv_before, cache_before = _kv_and_prefix(ctx)
     api = core.client(ctx.url, ctx.api_key, timeout=FIRST_REQUEST_DEADLINE)
     for question in questions:
         result = asyncio.run(core.stream_chat(api, ctx.model, [{"role": "user", "content": question}], 4))
