@@ -196,6 +196,17 @@ def table(phases: list[Phase]) -> list[str]:
     return bench.text_table(rows).splitlines()
 
 
+def verdict(first: Phase, second: Phase, prefix_trees: int) -> str | None:
+    """Why the comparison failed (None: prefix affinity, the second phase, won on hit rate)."""
+    if errors := first.errors + second.errors:
+        return f"router comparison: {errors} requests failed"
+    if not prefix_trees:
+        return "no PrefixTreeActor after the switch: the prefix-affinity router never ran"
+    if (second.hit_rate or 0) <= (first.hit_rate or 0):
+        return f"prefix affinity did not raise the prefix-cache hit rate: {second.hit_rate} vs {first.hit_rate}"
+    return None
+
+
 @dataclass(frozen=True)
 class PrefixOverNixl:
     line: str

@@ -257,14 +257,8 @@ def _compare(ctx: Context) -> None:
     (out / "routers.json").write_text(json.dumps(report, indent=2) + "\n")
     ctx.results["routers"] = report
     ctx.timeline += [f"routers ({role}): {line}" for line in lines[1:3]]
-    if errors := first.errors + second.errors:
-        raise RehearsalFailed(f"router comparison: {errors} requests failed")
-    if not trees:
-        raise RehearsalFailed("no PrefixTreeActor after the switch: the prefix-affinity router never ran")
-    if (second.hit_rate or 0) <= (first.hit_rate or 0):
-        raise RehearsalFailed(
-            f"prefix affinity did not raise the prefix-cache hit rate: {second.hit_rate} vs {first.hit_rate}"
-        )
+    if problem := routers.verdict(first, second, trees):
+        raise RehearsalFailed(problem)
 
 
 COMPARE_ROUTERS = Check(

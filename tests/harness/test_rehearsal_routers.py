@@ -4,6 +4,7 @@ AIPerf 0.13.0 write: Serve's replica access lines, Ray's Prometheus text, AIPerf
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 import pytest
 
@@ -98,6 +99,12 @@ def test_the_table_shows_both_policies_side_by_side():
     assert "50.0% (1/2)" in lines[2] and "100.0% (2/2)" in lines[2]
     assert lines[-1].split()[-2:] == ["0", "7"]
     assert first.as_json()["prefix_cache_hit_rate"] == 0.25
+    assert routers.verdict(first, second, 1) is None
+    assert "did not raise" in routers.verdict(second, first, 1)
+    assert "did not raise" in routers.verdict(first, first, 1)
+    assert "never ran" in routers.verdict(first, second, 0)
+    failed = routers.phase("prefixAffinity", (300.0, 400.0), routers.Landing(2, 2, 0), replace(point, errors=1), [])
+    assert routers.verdict(first, failed, 1) == "router comparison: 1 requests failed"
 
 
 def _local(stack: str) -> LocalDocument:
