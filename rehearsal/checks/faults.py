@@ -63,7 +63,6 @@ FAULTS = {
               "the running app (what KubeRay does with a serveConfigV2 change)", True, ENGINE_BOUND),
     )
 }  # fmt: skip
-CI_FAULTS = ("prefill-engine",)
 
 
 def _options(parser: argparse.ArgumentParser) -> None:
