@@ -313,9 +313,13 @@ def prefix_over_nixl(ctx: Context) -> None:
     prefills = [r["replica_id"] for r in verify.running(ctx.dashboard, ctx.app, "prefill")]
     questions = [f"{shared} {verify_client.prompt(TAIL_WORDS, rng)}" for _ in range(len(prefills) + 1)]
     count = len(questions)
-    api = core.client(ctx.url, ctx.api_key, timeout=FIRST_REQUEST_DEADLINE)
-    for question in questions:
-        result = asyncio.run(core.stream_chat(api, ctx.model, [{"role": "user", "content": question}], 4))
+
+    async def one_at_a_time() -> list[core.RequestResult]:
+        # One client in one event loop, closed inside it (a client is bound to the loop that first used it).
+        async with core.client(ctx.url, ctx.api_key, timeout=FIRST_REQUEST_DEADLINE) as api:
+            return [await core.stream_chat(api, ctx.model, [{"role": "user", "content": q}], 4) for q in questions]
+
+    for result in asyncio.run(one_at_a_time()):
         if not result.ok or not result.output_tokens:
             raise RehearsalFailed(f"prefix over NIXL: a request sharing a cached prefix failed: {result.error}")
     end = time.monotonic() + verify.METRICS_WAIT * 4
