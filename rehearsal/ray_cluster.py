@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,7 +133,8 @@ def node_command(c: Cluster, node: Node, head: bool) -> list[str]:
 def start_node(c: Cluster, node: Node, run_id: str, clock: Clock) -> None:
     head = node is c.nodes[0]
     # Another head can be started over a failed one; a node that joins cannot (its half-started raylet stays).
-    start_ray(c.command(node), c.node_env(node), run_id, clock, attempts=2 if head else 1, end_on_failure=head)
+    # The command again on each attempt: its own ports are drawn anew (another process may have taken one).
+    start_ray(lambda: c.command(node), c.node_env(node), run_id, clock, attempts=2 if head else 1, end_on_failure=head)
     node.started = True
     latest, sessions = node.temp_dir / "session_latest", sorted(node.temp_dir.glob("session_2*"))
     if not latest.exists() and sessions:  # where Ray leaves no session_latest link: the logs are found the same way
@@ -140,13 +142,18 @@ def start_node(c: Cluster, node: Node, run_id: str, clock: Clock) -> None:
 
 
 def start_ray(
-    command: list[str], env: dict, run_id: str, clock: Clock, attempts: int = 2, end_on_failure: bool = True
+    command: Callable[[], list[str]],
+    env: dict,
+    run_id: str,
+    clock: Clock,
+    attempts: int = 2,
+    end_on_failure: bool = True,
 ) -> None:
     """`ray start`, once more if it fails: on 2 busy cores the raylet can miss Ray's fixed 30 s to register
     with the GCS ("The current node timed out during startup", ray/_private/node.py)."""
     for attempt in range(1, attempts + 1):
         try:
-            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+            done = subprocess.run(command(), env=env, capture_output=True, text=True, timeout=180)
             reason = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
         except subprocess.TimeoutExpired as exc:
             said = (exc.stderr or b"").decode(errors="replace").strip().splitlines()

@@ -216,7 +216,7 @@ def test_a_failed_ray_start_is_retried_then_named_in_one_line(tmp_path):
     clock = Clock()
     fail = [sys.executable, "-c", "import sys; print('noise', file=sys.stderr); sys.exit('Exception: node timed out')"]
     with pytest.raises(RehearsalFailed, match=r"ray start failed 2 times; last: Exception: node timed out"):
-        start_ray(fail, {}, "no-such-run", clock)
+        start_ray(lambda: fail, {}, "no-such-run", clock)
     assert [what for _, what in clock.events] == [
         "ray start failed (attempt 1 of 2): Exception: node timed out",
         "ray start failed (attempt 2 of 2): Exception: node timed out",
@@ -224,8 +224,32 @@ def test_a_failed_ray_start_is_retried_then_named_in_one_line(tmp_path):
     flag = tmp_path / "tried"  # fails the first time only
     flaky = [sys.executable, "-c", f"import pathlib, sys; p = pathlib.Path({str(flag)!r}); t = p.exists(); "
              "p.touch(); sys.exit(0 if t else 'Exception: busy')"]  # fmt: skip
-    start_ray(flaky, {}, "no-such-run", Clock())
+    start_ray(lambda: flaky, {}, "no-such-run", Clock())
     assert flag.exists()
+
+
+def test_free_ports_never_repeat_within_a_run(monkeypatch):
+    """bind(0) may hand out a port twice; Ray refuses a start whose ports repeat."""
+    from rehearsal import processes
+
+    given = iter([41001, 41001, 41002, 41001, 41003])
+
+    class Socket:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def bind(self, address):
+            self.port = next(given)
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(processes, "_HANDED_OUT", set())
+    monkeypatch.setattr(processes.socket, "socket", Socket)
+    assert [processes.free_port() for _ in range(3)] == [41001, 41002, 41003]
 
 
 def test_a_traceback_vllm_logs_as_a_warning_is_not_an_engine_error(tmp_path):
