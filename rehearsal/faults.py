@@ -12,6 +12,7 @@ prefill pod does to decode, and needs no iptables (not installed here) nor root 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -122,6 +123,22 @@ class GcsStore:
 WORKER_RECONNECT = {"RAY_gcs_rpc_server_reconnect_timeout_s": "600"}
 
 
+# redis-server rewrites its process title over its environment (setproctitle), so the run's marker is gone
+# from /proc/<pid>/environ and end_processes cannot find it: the servers started here are stopped at exit.
+_STARTED: list[subprocess.Popen] = []
+
+
+def stop_started_servers() -> None:
+    while _STARTED:
+        process = _STARTED.pop()
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+
+
+atexit.register(stop_started_servers)
+
+
 def start_redis(run_id: str, port: int, password: str, data_dir: Path) -> subprocess.Popen:
     """Debian's redis-server on loopback with a password, no persistence of its own (Ray's GCS data lives
     only as long as this server: like ElastiCache without snapshots). Carries the run's marker."""
@@ -130,6 +147,7 @@ def start_redis(run_id: str, port: int, password: str, data_dir: Path) -> subpro
     command = ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--requirepass", password,
                "--save", "", "--appendonly", "no", "--dir", str(data_dir), "--protected-mode", "yes"]  # fmt: skip
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    _STARTED.append(process)
     end = time.monotonic() + 20
     while time.monotonic() < end:
         done = subprocess.run(

@@ -4,6 +4,10 @@ Pure functions: no server."""
 
 from __future__ import annotations
 
+import shutil
+
+import pytest
+
 from llmclient import faultload as fl
 from rehearsal.checks import faults
 
@@ -118,3 +122,15 @@ def test_a_restarted_head_starts_without_the_lost_heads_cluster_address(tmp_path
     injected.forget_cluster_address(tmp_path)
     assert not (tmp_path / injected.CLUSTER_ADDRESS_FILE).exists()
     injected.forget_cluster_address(tmp_path)  # a head that never wrote it: nothing to do
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="Debian's redis-server is not installed here")
+def test_the_rehearsals_redis_server_is_stopped_at_exit(tmp_path):
+    """redis-server overwrites its environment with its title, so the run's marker cannot find it."""
+    from rehearsal import faults as rehearsal_faults
+    from rehearsal.processes import free_port, our_pids
+
+    process = rehearsal_faults.start_redis("run-redis-test", free_port(), "a-password-16chars", tmp_path / "redis")
+    assert process.poll() is None and process.pid not in our_pids("run-redis-test")
+    rehearsal_faults.stop_started_servers()
+    assert process.poll() is not None
