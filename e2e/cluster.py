@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 import yaml
 
 from adapters.kube_client import KubeClient, KubeError
+from adapters.ports import free_port
 from domain import aws_facts, sizing
 from domain.facts import EFA_RESOURCE, GPU_RESOURCE
 from domain.placement import GPU_TAINT, SYSTEM_LABELS, gpu_labels
@@ -39,12 +39,6 @@ _EFFECT = {"NO_SCHEDULE": "NoSchedule"}
 
 
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def now() -> str:

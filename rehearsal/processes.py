@@ -7,27 +7,10 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import time
 from pathlib import Path
 
 MARKER = "RAY_LLM_EKS_REHEARSAL"  # env var every process of one rehearsal inherits: how we find them
-
-
-_HANDED_OUT: set[int] = set()
-
-
-def free_port() -> int:
-    """A port nothing listens on now and that this process has not handed out before: the kernel's bind(0)
-    can return a port twice, and Ray refuses a start whose ports repeat ("make sure the same port is not
-    used by multiple components", seen once in CI's dev rehearsal)."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
 
 
 def our_pids(run_id: str) -> list[int]:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import yaml
 
+from adapters.ports import free_port
 from e2e import build
 from rehearsal.context import RehearsalFailed
-from rehearsal.processes import free_port
 
 # The rehearsal's Ray exports every 2 s (RAY_metrics_report_interval_ms, rehearsal/ray_cluster.py); scraping
 # and evaluating as often keeps a run short. In a cluster the chart's defaults (30 s) apply.

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from adapters.ports import free_port
 from rehearsal.context import Clock, RehearsalFailed
-from rehearsal.processes import end_processes, free_port
+from rehearsal.processes import end_processes
 from rehearsal.verify import http_json
 
 # The dashboard gives each of its module processes 30 s to start (ray/dashboard/consts.py); on 2 busy cores

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import yaml
 
+from adapters.ports import free_port
 from llmclient import smoke
 from rehearsal import checks, substitute, topology
 from rehearsal import gpu as gpu_rules
@@ -35,7 +36,7 @@ from rehearsal.context import Clock, Context, RehearsalFailed, say
 from rehearsal.deploy import deploy, wait_ready
 from rehearsal.logs import report_errors
 from rehearsal.prepare import CACHE, ROOT, GpuRun, Prepared, prepare, stack_run_dir
-from rehearsal.processes import end_processes, free_port
+from rehearsal.processes import end_processes
 from rehearsal.ray_cluster import (
     MULTI_NODE_ENV,
     MULTI_NODE_IP,

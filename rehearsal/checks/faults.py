@@ -27,12 +27,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from adapters.ports import free_port
 from domain import serve_config
 from llmclient import faultload
 from rehearsal import faults, topology, verify
 from rehearsal.checks import Check, by_flag
 from rehearsal.context import Context, RehearsalFailed, say
-from rehearsal.processes import free_port
 from rehearsal.ray_cluster import MULTI_NODE_ENV, MULTI_NODE_IP, Node
 
 SETTLE = 15.0  # s of clean load before each fault: the window before must be all good

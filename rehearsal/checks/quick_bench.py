@@ -8,13 +8,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import time
 from pathlib import Path
 
 from llmclient import core
 from rehearsal.checks import Check, by_flag
 from rehearsal.context import Context, RehearsalFailed, say
+from rehearsal.routers import percentile
 
 WORDS = [
     "the",
@@ -77,14 +77,6 @@ def summary(results: list[core.RequestResult], seconds: float, shape: dict) -> d
         "ttft_ms": {q: _ms(percentile(ttft, q)) for q in (50, 95)},
         "itl_ms": {q: _ms(percentile(itl, q)) for q in (50, 95)},
     }
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(1, math.ceil(q / 100 * len(ordered))) - 1]
 
 
 def _ms(seconds: float | None) -> float | None:

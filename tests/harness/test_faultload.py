@@ -127,8 +127,9 @@ def test_a_restarted_head_starts_without_the_lost_heads_cluster_address(tmp_path
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="Debian's redis-server is not installed here")
 def test_the_rehearsals_redis_server_is_stopped_at_exit(tmp_path):
     """redis-server overwrites its environment with its title, so the run's marker cannot find it."""
+    from adapters.ports import free_port
     from rehearsal import faults as rehearsal_faults
-    from rehearsal.processes import free_port, our_pids
+    from rehearsal.processes import our_pids
 
     process = rehearsal_faults.start_redis("run-redis-test", free_port(), "a-password-16chars", tmp_path / "redis")
     assert process.poll() is None and process.pid not in our_pids("run-redis-test")

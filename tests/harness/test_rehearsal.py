@@ -230,7 +230,7 @@ def test_a_failed_ray_start_is_retried_then_named_in_one_line(tmp_path):
 
 def test_free_ports_never_repeat_within_a_run(monkeypatch):
     """bind(0) may hand out a port twice; Ray refuses a start whose ports repeat."""
-    from rehearsal import processes
+    from adapters import ports
 
     given = iter([41001, 41001, 41002, 41001, 41003])
 
@@ -247,9 +247,9 @@ def test_free_ports_never_repeat_within_a_run(monkeypatch):
         def getsockname(self):
             return ("127.0.0.1", self.port)
 
-    monkeypatch.setattr(processes, "_HANDED_OUT", set())
-    monkeypatch.setattr(processes.socket, "socket", Socket)
-    assert [processes.free_port() for _ in range(3)] == [41001, 41002, 41003]
+    monkeypatch.setattr(ports, "_HANDED_OUT", set())
+    monkeypatch.setattr(ports.socket, "socket", Socket)
+    assert [ports.free_port() for _ in range(3)] == [41001, 41002, 41003]
 
 
 def test_a_traceback_vllm_logs_as_a_warning_is_not_an_engine_error(tmp_path):
