@@ -136,9 +136,6 @@ def stop_started_servers() -> None:
             process.wait(timeout=10)
 
 
-atexit.register(stop_started_servers)
-
-
 def start_redis(run_id: str, port: int, password: str, data_dir: Path) -> subprocess.Popen:
     """Debian's redis-server on loopback with a password, no persistence of its own (Ray's GCS data lives
     only as long as this server: like ElastiCache without snapshots). Carries the run's marker."""
@@ -146,6 +143,8 @@ def start_redis(run_id: str, port: int, password: str, data_dir: Path) -> subpro
     env = {**os.environ, MARKER: run_id}
     command = ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--requirepass", password,
                "--save", "", "--appendonly", "no", "--dir", str(data_dir), "--protected-mode", "yes"]  # fmt: skip
+    atexit.unregister(stop_started_servers)  # registered once, and only in a process that starts a server
+    atexit.register(stop_started_servers)
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     _STARTED.append(process)
     end = time.monotonic() + 20
