@@ -11,7 +11,7 @@ from domain.prices import (
     AMP_USD_PER_10M_SAMPLES,
     EBS_GP3_USD_PER_GB_MONTH,
     EKS_USD_PER_HOUR,
-    ELASTICACHE_VALKEY_USD_PER_HOUR,
+    ELASTICACHE_VALKEY_USD_PER_HOUR_ESTIMATE,
     HOURS_PER_MONTH,
     INSTANCE_USD_PER_HOUR,
     KMS_KEY_USD_PER_MONTH,
@@ -30,6 +30,7 @@ class CostLine:
     item: str
     quantity: float
     unit_usd_per_hour: float | None  # None: no price known (said, not guessed)
+    estimated: bool = False  # a price of ours that AWS's price list did not give (said in the table)
 
     @property
     def usd_per_hour(self) -> float | None:
@@ -58,6 +59,10 @@ class CostEstimate:
         return [line.item for line in self.lines if line.unit_usd_per_hour is None]
 
     @property
+    def estimated(self) -> list[str]:
+        return [line.item for line in self.lines if line.estimated and line.unit_usd_per_hour is not None]
+
+    @property
     def usd_per_hour(self) -> float | None:
         """The total, or None when any line has no price."""
         if self.unknown:
@@ -79,6 +84,7 @@ class CostEstimate:
             ],
             "usdPerHour": self.usd_per_hour,
             "unknownPrices": self.unknown,
+            "estimatedPrices": self.estimated,
             "scope": self.scope,
             "notPriced": list(self.not_priced),
         }
@@ -93,6 +99,8 @@ def table(estimate: dict) -> str:
     for line in estimate["lines"]:
         unit, cost = line["unitUsdPerHour"], line["usdPerHour"]
         priced = "unknown price" if unit is None else f"{unit:>10.6g} = {cost:8.4f} $/h"
+        if line["item"] in estimate["estimatedPrices"]:
+            priced += " (estimate)"
         rows.append(f"  {line['item']:<44} {line['quantity']:>5g} x {priced}")
     total = estimate["usdPerHour"]
     if total is None:
@@ -101,6 +109,9 @@ def table(estimate: dict) -> str:
         )
     else:
         rows.append(f"  total: {total:.2f} $/h (~{total * HOURS_PER_MONTH:,.0f} $/month); data transfer not included")
+    if estimate["estimatedPrices"]:
+        estimated = ", ".join(estimate["estimatedPrices"])
+        rows.append(f"  estimated, not from AWS's price list: {estimated} (set `prices` to replace)")
     return "\n".join(rows)
 
 
@@ -168,8 +179,12 @@ def estimate(
     lines += _observability_lines(settings.serving.observability, region, overrides, gp3)
     if settings.gcs_ft.redis:  # the head's GCS store (domain/gcs_ft.py): a primary and its replicas
         ft = settings.gcs_ft
-        node_price = {**ELASTICACHE_VALKEY_USD_PER_HOUR.get(region, {}), **overrides.instances}.get(ft.redis_node_type)
-        lines.append(CostLine(f"GCS store ElastiCache Valkey {ft.redis_node_type}", 1 + ft.redis_replicas, node_price))
+        estimate = ELASTICACHE_VALKEY_USD_PER_HOUR_ESTIMATE.get(region, {}).get(ft.redis_node_type)
+        node_price = overrides.instances.get(ft.redis_node_type, estimate)
+        item = f"GCS store ElastiCache Valkey {ft.redis_node_type}"
+        lines.append(
+            CostLine(item, 1 + ft.redis_replicas, node_price, estimated=ft.redis_node_type not in overrides.instances)
+        )
     return CostEstimate(region, tuple(lines))
 
 

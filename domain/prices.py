@@ -124,11 +124,12 @@ NLB_LCU_USD_PER_HOUR = {"us-east-1": 0.006}
 # billion samples processed) depend on who looks, and are not priced.
 AMP_USD_PER_10M_SAMPLES = {"us-east-1": 0.90}
 AMP_STORAGE_USD_PER_GB_MONTH = {"us-east-1": 0.03}
-# ElastiCache for Valkey on-demand nodes, USD per hour (the GCS store, domain/gcs_ft.py): Redis OSS
-# cache.t4g.small is $0.032/h and cache.t4g.medium $0.065/h in us-east-1, and AWS prices Valkey nodes 20%
-# under Redis OSS (aws.amazon.com/elasticache/pricing, as remembered 2026-12-01, not re-read against the
-# price list: check it, and override with the `prices` key where it differs).
-ELASTICACHE_VALKEY_USD_PER_HOUR = {"us-east-1": {"cache.t4g.small": 0.0256, "cache.t4g.medium": 0.052}}
+# ElastiCache for Valkey on-demand nodes, USD per hour (the GCS store, domain/gcs_ft.py): ESTIMATES, not read
+# from AWS's price list (its pricing page renders the node table in the browser): Redis OSS's us-east-1 prices
+# for cache.t4g.small ($0.032/h) and cache.t4g.medium ($0.065/h) less the 20% AWS announced for Valkey nodes,
+# both remembered, not re-read.
+# `make plan` marks them as estimates; the `prices` key replaces them.
+ELASTICACHE_VALKEY_USD_PER_HOUR_ESTIMATE = {"us-east-1": {"cache.t4g.small": 0.0256, "cache.t4g.medium": 0.052}}
 EKS_USD_PER_HOUR = {"standard": 0.10, "extended": 0.60}
 
 

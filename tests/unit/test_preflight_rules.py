@@ -212,3 +212,14 @@ def test_auto_context_length_checks_a_minimal_context():
     predictions = model_fit.check_fit(doc, {"collocated": "g6.8xlarge"}, set(), None)
     assert predictions["collocated"].max_model_len == 16
     assert predictions["collocated"].blocks_per_request == 1  # 16 tokens: one block of 16
+
+
+def test_the_gcs_stores_estimated_price_is_said_until_the_stack_sets_one():
+    store = "GCS store ElastiCache Valkey cache.t4g.small"
+    estimate = hourly(stack="prod").as_output()
+    assert estimate["estimatedPrices"] == [store]
+    table = cost.table(estimate)
+    assert f"estimated, not from AWS's price list: {store}" in table
+    assert next(row for row in table.splitlines() if row.strip().startswith(store)).endswith("(estimate)")
+    priced = hourly({NS + "prices": {"instances": {"cache.t4g.small": 0.03}}}, stack="prod").as_output()
+    assert priced["estimatedPrices"] == [] and "estimate" not in cost.table(priced)
