@@ -17,7 +17,7 @@ from domain.facts import SECRET_MARKER
 
 SECRET_TEXT = SECRET_MARKER  # what a secret value reads as anywhere outside Pulumi
 ROOT = Path(__file__).resolve().parent.parent
-# Vendored copy of Pulumi's project-file schema (tests check it against ../shared/schemas).
+# Vendored copy of Pulumi's project-file schema (`make check-upstream` compares it with the pinned SDK's own).
 PROJECT_SCHEMA = ROOT / "offline" / "schemas" / "pulumi-project.schema.json"
 
 

@@ -159,7 +159,7 @@ _cpu = InstanceSpec
 
 # Source: EC2 DescribeInstanceTypes data (vCPU, memory, GpuInfo, EFA) as published in Karpenter's
 # generated instance-type table, cross-checked with the EC2 "Accelerated computing instance
-# specifications" pages (docs.aws.amazon.com/ec2/latest/instancetypes/), read 2026-11. network_gbps:
+# specifications" pages (docs.aws.amazon.com/ec2/latest/instancetypes/). network_gbps:
 # aws/karpenter-provider-aws pkg/providers/instancetype/zz_generated.bandwidth.go (baseline Mbit/s).
 # max_pods from awslabs/amazon-eks-ami nodeadm/internal/kubelet/eni-max-pods.txt. Extend this table to
 # use another instance type; a type that is absent is reported, never guessed.

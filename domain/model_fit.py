@@ -49,10 +49,10 @@ LARGE_BATCH_EXTRA_GIB = 1.0
 MULTI_GPU_EXTRA_GIB = 1.8
 RESERVE_REFERENCE_SEQS = 256  # the max_num_seqs those logs ran with
 # Beyond that, per sequence: the one slope measured, Qwen3.5-9B with compile + CUDA graphs between 64
-# and 256 sequences (docs/measurements.md, 2026-12-01): 1.15 MiB.
+# and 256 sequences (docs/measurements.md, GPU: vLLM 0.26 memory lines): 1.15 MiB.
 RESERVE_PER_SEQUENCE_MIB = 1.2
-# Outside vLLM's budget: nvidia-smi showed ~0.5 GiB per engine beyond it (the CUDA context), on the
-# H200 run of 2026-12-01. vLLM refuses to start when the free memory is below the budget
+# Outside vLLM's budget: nvidia-smi showed ~0.5 GiB per engine beyond it (the CUDA context) in the
+# H200 run of docs/measurements.md. vLLM refuses to start when the free memory is below the budget
 # (v1/worker/utils.py request_memory).
 CUDA_CONTEXT_GIB = 0.5
 # Tolerance of the prediction against vLLM's own lines: the KV cache memory within 0.10 GiB (the
@@ -88,7 +88,7 @@ class Measured:
 class Calibration:
     """A model's runtime reserve and weights as vLLM measured them, at one max_num_batched_tokens and TP 1."""
 
-    source: str  # where and when (docs/measurements.md)
+    source: str  # where it was measured (docs/measurements.md has when)
     max_num_batched_tokens: int
     points: tuple[Measured, ...]
     emulated: bool  # measured on a larger GPU at this GPU's budget: its reserve may differ on the real one
@@ -113,13 +113,12 @@ class Calibration:
         return max(sum(p.weights_gib for p in self.points) / len(self.points) - computed_gib, 0.0)
 
 
-# Qwen3.5-9B, vLLM 0.26.0 CUDA 13 wheel, one H200 with gpu_memory_utilization scaled so that the budget
-# equals an L4's (0.92 x 22,888 MiB), random bf16 weights of the real shape, max_model_len 4096,
-# max_num_batched_tokens 2048, TP 1, language_model_only, gdn_prefill_backend triton, 2026-12-01
-# (../shared/gpu-rehearsal/README.md; docs/measurements.md).
+# Qwen3.5-9B on one H200 with gpu_memory_utilization scaled so that the budget equals an L4's (0.92 x 22,888
+# MiB): the runs and their conditions are docs/measurements.md's "GPU: vLLM 0.26 memory lines" and "GPU
+# rehearsal".
 _L4_BUDGET_GIB = 0.92 * 22888 / 1024
 QWEN35_9B_L4 = Calibration(
-    source="H200 at the L4 budget, vLLM 0.26.0, 2026-12-01 (docs/measurements.md)",
+    source="H200 at the L4 budget, vLLM 0.26.0 (docs/measurements.md)",
     max_num_batched_tokens=2048,
     points=(
         Measured(256, True, 16.8, 1.17, _L4_BUDGET_GIB),  # refused: 72 Mamba blocks

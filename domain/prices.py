@@ -13,12 +13,12 @@ HOURS_PER_MONTH = 730  # AWS's convention for monthly prices
 # On-demand Linux, USD per hour, by region. Sources:
 # - us-east-1: aws/karpenter-provider-aws pkg/providers/pricing/zz_generated.pricing_aws.go (generated
 #   2026-07-20 from the AWS Price List API, commit 6fc13b523; still us-east-1 only in v1.15.2), every type
-#   of domain/aws_facts.py, matching a price book checked against AWS's public price list on 2026-10-08;
+#   of domain/aws_facts.py, matching a price book checked against AWS's public price list (PRICES_AS_OF);
 # - us-east-2, us-west-2: the same prices as us-east-1 for every type of domain/aws_facts.py in
 #   cristim/ec2-instances-info data/instances.json (ec2instances.info data, Go module
 #   v0.0.0-20250528091325-32acf84f42eb), except p4d/p5, which AWS cut in June 2025 (that data predates
-#   it): those from instances.vantage.sh (2026-08-26), which agrees with Karpenter's us-east-1 table;
-# - eu-west-1: the same ec2instances.info data; instances.vantage.sh (2026-08-26) for p4d. That data lists
+#   it): those from instances.vantage.sh (dated in PRICES_AS_OF), which agrees with Karpenter's us-east-1 table;
+# - eu-west-1: the same ec2instances.info data; instances.vantage.sh for p4d. That data lists
 #   no g6, g6e or p5 in eu-west-1 (not offered there then): they have no price here, and the deploy-time
 #   offering check names the zones that do offer a type.
 # A type or region missing here has no price (said, not guessed); prices change: override them with the
@@ -106,7 +106,7 @@ NAT_GATEWAY_USD_PER_HOUR = {"us-east-1": 0.045, "us-east-2": 0.045, "us-west-2":
 # gp3 storage, USD per GB-month. us-east-2: AWS's price list (AmazonEC2 offer, USE2-EBS:VolumeUsage.gp3,
 # "$0.08 per GB-month ... US East (Ohio)", effective 2023-03-01) as quoted in opencost/opencost
 # pkg/cloud/aws/provider_test.go; us-west-2: USW2-EBS:VolumeUsage.gp3 from AWS's us-west-2 price-list file,
-# as a public EKS lab cost guide quoted it on 2026-10-04; us-east-1 and eu-west-1: as checked 2026-10-08.
+# as a public EKS lab cost guide quotes it; us-east-1 and eu-west-1: checked with the instance prices (PRICES_AS_OF).
 EBS_GP3_USD_PER_GB_MONTH = {"us-east-1": 0.08, "us-east-2": 0.08, "us-west-2": 0.08, "eu-west-1": 0.088}
 PUBLIC_IPV4_USD_PER_HOUR = 0.005  # every public IPv4 address, the NAT gateways' EIPs included
 KMS_KEY_USD_PER_MONTH = 1.0

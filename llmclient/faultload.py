@@ -37,7 +37,7 @@ PROMPTS = tuple(f"{verb} {subject}." for verb in ("Describe", "Name one fact abo
 MAX_TOKENS = 12
 # Nats between top-1 and runner-up. The stand-in's random weights (initializer_range 0.02) lead by a few hundredths,
 # in steps of ~0.008 (bf16 logits); under a healthy load of two requests at a time, tokens leading by 0.02 flipped
-# (5 of 23 answers, 2026-12-01), so a token counts as clear from 0.06 (~8 steps). A too small margin shows as a
+# (docs/measurements.md), so a token counts as clear from 0.06 (~8 steps). A too small margin shows as a
 # wrong answer in the healthy window before each fault, which fails the rehearsal.
 DEFAULT_MARGIN = 0.06
 

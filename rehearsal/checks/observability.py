@@ -32,8 +32,8 @@ from rehearsal.deploy import deploy
 from rehearsal.processes import MARKER
 from rehearsal.verify import application
 
-# KV over UCX on loopback between two engines sharing 2 busy cores: 40-75 MB/s per second of transfer time
-# (dev rehearsal 2026-12-01, Ray's bucket midpoints); the floor is well under it. The stack's own floor is
+# KV over UCX on loopback between two engines sharing 2 busy cores moves tens of MB per second of transfer time
+# (docs/measurements.md, the dev rehearsal's make verify); the floor is well under it. The stack's own floor is
 # for EFA between GPU nodes.
 REHEARSAL_FLOOR_GBPS = 0.01
 WINDOW = "2m"  # the rate window the panel queries get (Grafana's $__rate_interval)

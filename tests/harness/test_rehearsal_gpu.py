@@ -101,8 +101,8 @@ def test_roles_get_their_own_gpus_or_share_them_one_after_the_other():
     assert [n.devices for n in gpu.layout(xpyd, 3)[0]] == [(0, 1), (2,)]
 
 
-# vLLM's lines of the 2026-12-01 H200 run at the L4's budget, compile and CUDA graphs, max_num_seqs 64
-# (../shared/gpu-rehearsal/README.md), as Ray logs them for a prefill replica.
+# vLLM's lines of the H200 run at the L4's budget, compile and CUDA graphs, max_num_seqs 64
+# (docs/measurements.md, GPU: vLLM 0.26 memory lines), as Ray logs them for a prefill replica.
 LOG = """\
 (ServeReplica:llm:Prefill:Qwen--Qwen3_5-9B pid=9) INFO 12-01 10:01:00 [interface.py:610] Setting attention block size to 528 tokens to ensure that attention page size is >= mamba page size.
 (ServeReplica:llm:Prefill:Qwen--Qwen3_5-9B pid=9) INFO 12-01 10:01:02 [gpu_model_runner.py:5348] Model loading took 16.8 GiB memory and 3.100000 seconds

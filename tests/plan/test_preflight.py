@@ -199,7 +199,7 @@ def test_offline_plan_defers_rather_than_passes(dev):
 # ---- The Kubernetes version calendar: refuse a new cluster, warn a running one
 
 
-OLD_VERSION = {NS + "kubernetesVersion": "1.34"}  # standard support ends 2026-12-02; tests run on 2026-11-30
+OLD_VERSION = {NS + "kubernetesVersion": "1.34"}  # standard support ends 2026-12-02, after the suite's pinned day
 
 
 def test_new_cluster_on_a_version_leaving_support_is_refused():

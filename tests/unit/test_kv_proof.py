@@ -32,8 +32,8 @@ def reading(sizes=(), seconds=(), failed=0.0, local=0.0, received=0.0, decode=1)
     )
 
 
-# Measured in the dev rehearsal (2026-12-01): prompts of 104, 925 and 3128 tokens moved transfers Ray
-# counted in (128 KiB, 512 KiB], (512 KiB, 2 MiB] and (512 KiB, 2 MiB].
+# Measured in the dev rehearsal (docs/measurements.md, the stand-in's KV per request): prompts of 104, 925
+# and 3128 tokens moved transfers Ray counted in (128 KiB, 512 KiB], (512 KiB, 2 MiB] and (512 KiB, 2 MiB].
 PROMPTS = [104, 925, 3128]
 SIZES = [TINY.expected_bytes(p) for p in PROMPTS]
 

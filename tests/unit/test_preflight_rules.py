@@ -161,7 +161,7 @@ def hourly(overrides: dict | None = None, stack: str = "dev") -> cost.CostEstima
 
 
 def test_dev_cost_is_two_gpu_nodes_a_system_node_eks_and_a_nat():
-    # us-east-1 on-demand (AWS price list, 2026): g6.8xlarge 2.0144, m7i.xlarge 0.2016, EKS 0.10,
+    # us-east-1 on-demand (AWS price list, domain/prices.py): g6.8xlarge 2.0144, m7i.xlarge 0.2016, EKS 0.10,
     # NAT gateway 0.045 per hour.
     reference = 2 * 2.0144 + 0.2016 + 0.10 + 0.045
     estimated = hourly()

@@ -1,7 +1,7 @@
 """The fit against vLLM 0.26's own memory lines: Qwen3.5-9B at the L4 budget (0.92 x 22,888 MiB),
-measured on an H200 on 2026-12-01 (docs/measurements.md). The log lines below carry those measured
-figures in vLLM 0.26's exact formats (the run's full logs were not kept in the repository; the
-figures are the issue's and ../shared/gpu-rehearsal/README.md's)."""
+measured on an H200 (docs/measurements.md). The log lines below carry those measured figures in vLLM
+0.26's exact formats (the run's full logs are not in the repository; its figures are in
+docs/measurements.md)."""
 
 from __future__ import annotations
 
