@@ -8,8 +8,8 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# How a comment says when something was done: "as remembered", "this session", "as of 2026", "measured on
-# <date>", "(dev rehearsal <date>, ...)", "(<date>)", "..., <date>)" or "the <date> run".
+# How a comment says when something was done: a remembered or this-session figure, a date after "measured",
+# "checked", "read" or "run", a date in parentheses or closing them, "the <date> run".
 WHEN = re.compile(
     r"\b(as remembered|this session|as of 20\d\d)"
     r"|\b(measured|checked|read|run|seen|quoted it)\b(\s+\S+){0,3}?\s+(on\s+|in\s+|of\s+)?20\d\d-\d\d"
