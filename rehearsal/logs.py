@@ -18,13 +18,20 @@ WRAPPERS = re.compile(
     r"KeyboardInterrupt|CancelledError|asyncio\.exceptions|GetTimeoutError"
 )
 EXC_LINE = re.compile(r"^((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)\b(?:\(\w+\))?:? ?.*)$")
-# Prefixes before a logged line: Ray's "(Worker pid=1) " and vLLM's "ERROR 11-30 14:23:51 [file.py:901] ".
-PREFIXES = re.compile(
-    r"^(?:\(\w+ pid=\d+[^)]*\) ?)?(?:(?:ERROR|WARNING|INFO|DEBUG|CRITICAL) \d\d-\d\d [\d:]+ \[[^\]]+\] ?)?"
-)
-# A traceback vLLM logs as a warning is not an error: vLLM 0.26 with nixl-cu13 1.3 logs a missing optional
+# vLLM's log levels, and whether a line at that level reports an error.
+LEVELS = {"ERROR": True, "CRITICAL": True, "WARNING": False, "INFO": False, "DEBUG": False}
+
+
+def _header(levels) -> str:
+    """vLLM's header of a logged line at one of these levels: "ERROR 11-30 14:23:51 [file.py:901]"."""
+    return rf"(?:{'|'.join(levels)}) \d\d-\d\d [\d:]+ \[[^\]]+\]"
+
+
+# Prefixes before a logged line: Ray's "(Worker pid=1) " and vLLM's header at any level.
+PREFIXES = re.compile(rf"^(?:\(\w+ pid=\d+[^)]*\) ?)?(?:{_header(LEVELS)} ?)?")
+# A traceback vLLM logs below ERROR is not an error: vLLM 0.26 with nixl-cu13 1.3 logs a missing optional
 # module's (`nixl_ep_cu13`) import traceback at WARNING (vllm/utils/import_utils.py) on every engine start.
-WARNED = re.compile(r"(?:WARNING|INFO|DEBUG) \d\d-\d\d [\d:]+ \[[^\]]+\] ")
+WARNED = re.compile(_header(level for level, error in LEVELS.items() if not error) + " ")
 # The headers under which a failure's cause is printed (rehearsal.mistakes looks for them).
 ENGINE_HEADER = "ENGINE ERROR (from Ray's logs, root cause first):"
 ROLE_HEADER = "KV ROLE ERROR (checked by the rehearsal before deploying: no engine reports it):"

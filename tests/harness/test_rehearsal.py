@@ -264,3 +264,11 @@ def test_a_traceback_vllm_logs_as_a_warning_is_not_an_engine_error(tmp_path):
         "(Worker pid=8) ERROR 12-01 18:00:40 [core.py:1] ValueError: max_num_seqs (256) exceeds available Mamba\n"
     )
     assert root_errors(tmp_path) == ["ValueError: max_num_seqs (256) exceeds available Mamba    [worker-3.out]"]
+
+
+@pytest.mark.parametrize(("level", "error"), [("ERROR", True), ("CRITICAL", True), ("WARNING", False),
+                                              ("INFO", False), ("DEBUG", False)])  # fmt: skip
+def test_a_traceback_is_an_engine_error_at_vllms_error_levels_only(tmp_path, level, error):
+    logged = f"(Worker pid=8) {level} 12-01 18:00:40 [core.py:1] "
+    (tmp_path / "worker-3.out").write_text(f"{logged}Traceback (most recent call last):\n{logged}ValueError: boom\n")
+    assert root_errors(tmp_path) == (["ValueError: boom    [worker-3.out]"] if error else [])
