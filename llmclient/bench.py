@@ -71,7 +71,8 @@ def sweep(
 
 def first_model(url: str, api_key: str | None) -> str:
     async def listed() -> str:
-        models = await asyncio.wait_for(core.client(url, api_key).models.list(), core.DEFAULT_DEADLINE)
+        async with core.client(url, api_key) as api:
+            models = await asyncio.wait_for(api.models.list(), core.DEFAULT_DEADLINE)
         if not models.data:
             raise RuntimeError("the endpoint lists no model")
         return models.data[0].id

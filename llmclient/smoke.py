@@ -101,71 +101,71 @@ async def run(
     expect_pd: bool = False,
     extra_body: dict | None = None,
 ) -> SmokeResult:
-    api = core.client(url, api_key, timeout)
-    out: list[str] = []
-    if api_key:
-        out.append(await key_check(url, api_key, timeout))
-    before = core.deployment_requests(metrics_url) if metrics_url else {}
-    kv_before = _kv(metrics_url) if metrics_url and expect_pd else None
-    try:
-        listed = await asyncio.wait_for(api.models.list(), deadline)
-    except Exception as exc:
-        raise SmokeError(f"list models at {core.api_base(url)}: {core._error_text(exc)}") from exc
-    models = [m.id for m in listed.data]
-    if not models:
-        raise SmokeError("the endpoint lists no model")
-    model = model or models[0]
-    if model not in models:
-        raise SmokeError(f"model {model!r} not served; served: {models}")
-    out.append(f"models: {models}")
+    async with core.client(url, api_key, timeout) as api:
+        out: list[str] = []
+        if api_key:
+            out.append(await key_check(url, api_key, timeout))
+        before = core.deployment_requests(metrics_url) if metrics_url else {}
+        kv_before = _kv(metrics_url) if metrics_url and expect_pd else None
+        try:
+            listed = await asyncio.wait_for(api.models.list(), deadline)
+        except Exception as exc:
+            raise SmokeError(f"list models at {core.api_base(url)}: {core._error_text(exc)}") from exc
+        models = [m.id for m in listed.data]
+        if not models:
+            raise SmokeError("the endpoint lists no model")
+        model = model or models[0]
+        if model not in models:
+            raise SmokeError(f"model {model!r} not served; served: {models}")
+        out.append(f"models: {models}")
 
-    try:
-        reply = await asyncio.wait_for(
-            api.chat.completions.create(
-                model=model, messages=PROMPT, max_tokens=max_tokens, extra_body=extra_body or None
-            ),
-            deadline,
-        )
-    except Exception as exc:
-        raise SmokeError(f"chat completion: {core._error_text(exc)}") from exc
-    if not reply.choices:
-        raise SmokeError("chat completion: no choices")
-    message = reply.choices[0].message
-    answer = message.content or getattr(message, "reasoning_content", None) or ""
-    tokens = reply.usage.completion_tokens if reply.usage else 0
-    if not answer and not tokens:
-        raise SmokeError("chat completion: empty answer and no completion tokens")
-    out.append(f"chat: {tokens} tokens, finish_reason={reply.choices[0].finish_reason}: {answer[:120]!r}")
-
-    streamed = await core.stream_chat(api, model, PROMPT, max_tokens, deadline, extra_body)
-    if not streamed.ok:
-        raise SmokeError(f"streamed chat completion: {streamed.error}")
-    out.append(
-        f"stream: {streamed.output_tokens} tokens, first token after {streamed.ttft:.3f} s, "
-        f"finish_reason={streamed.finish_reason}: {streamed.text[:120]!r}"
-    )
-
-    evidence: dict[str, float] = {}
-    if metrics_url:
-        # Two requests went through; wait until the counters show them (or the wait runs out).
-        end = time.monotonic() + METRICS_WAIT
-        while True:
-            after = core.deployment_requests(metrics_url)
-            deltas = {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0) > 0}
-            evidence = _pd_roles(deltas)
-            engines = sum(v for k, v in deltas.items() if "ingress" not in k.lower())
-            seen_all = evidence.get("prefill", 0) >= 2 and evidence.get("decode", 0) >= 2
-            if seen_all or (not expect_pd and not evidence and engines >= 2) or time.monotonic() > end:
-                break
-            await asyncio.sleep(1.0)
-        out.append(f"Ray Serve requests during the smoke, per deployment: {deltas or 'none'}")
-        if evidence.get("prefill") and evidence.get("decode"):
-            out.append(
-                f"prefill/decode: both handled the requests (prefill +{evidence['prefill']:g}, "
-                f"decode +{evidence['decode']:g})"
+        try:
+            reply = await asyncio.wait_for(
+                api.chat.completions.create(
+                    model=model, messages=PROMPT, max_tokens=max_tokens, extra_body=extra_body or None
+                ),
+                deadline,
             )
-    if expect_pd and not (evidence.get("prefill") and evidence.get("decode")):
-        raise SmokeError(f"no evidence that both prefill and decode served (Ray metrics: {evidence or 'none'})")
-    if kv_before is not None:
-        out.append(await _kv_moved(metrics_url, kv_before, requests=2))
-    return SmokeResult(model, models, answer, streamed.text, streamed.ttft, evidence, out)
+        except Exception as exc:
+            raise SmokeError(f"chat completion: {core._error_text(exc)}") from exc
+        if not reply.choices:
+            raise SmokeError("chat completion: no choices")
+        message = reply.choices[0].message
+        answer = message.content or getattr(message, "reasoning_content", None) or ""
+        tokens = reply.usage.completion_tokens if reply.usage else 0
+        if not answer and not tokens:
+            raise SmokeError("chat completion: empty answer and no completion tokens")
+        out.append(f"chat: {tokens} tokens, finish_reason={reply.choices[0].finish_reason}: {answer[:120]!r}")
+
+        streamed = await core.stream_chat(api, model, PROMPT, max_tokens, deadline, extra_body)
+        if not streamed.ok:
+            raise SmokeError(f"streamed chat completion: {streamed.error}")
+        out.append(
+            f"stream: {streamed.output_tokens} tokens, first token after {streamed.ttft:.3f} s, "
+            f"finish_reason={streamed.finish_reason}: {streamed.text[:120]!r}"
+        )
+
+        evidence: dict[str, float] = {}
+        if metrics_url:
+            # Two requests went through; wait until the counters show them (or the wait runs out).
+            end = time.monotonic() + METRICS_WAIT
+            while True:
+                after = core.deployment_requests(metrics_url)
+                deltas = {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0) > 0}
+                evidence = _pd_roles(deltas)
+                engines = sum(v for k, v in deltas.items() if "ingress" not in k.lower())
+                seen_all = evidence.get("prefill", 0) >= 2 and evidence.get("decode", 0) >= 2
+                if seen_all or (not expect_pd and not evidence and engines >= 2) or time.monotonic() > end:
+                    break
+                await asyncio.sleep(1.0)
+            out.append(f"Ray Serve requests during the smoke, per deployment: {deltas or 'none'}")
+            if evidence.get("prefill") and evidence.get("decode"):
+                out.append(
+                    f"prefill/decode: both handled the requests (prefill +{evidence['prefill']:g}, "
+                    f"decode +{evidence['decode']:g})"
+                )
+        if expect_pd and not (evidence.get("prefill") and evidence.get("decode")):
+            raise SmokeError(f"no evidence that both prefill and decode served (Ray metrics: {evidence or 'none'})")
+        if kv_before is not None:
+            out.append(await _kv_moved(metrics_url, kv_before, requests=2))
+        return SmokeResult(model, models, answer, streamed.text, streamed.ttft, evidence, out)

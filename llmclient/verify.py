@@ -85,9 +85,9 @@ async def _ask(api, model: str, text: str) -> int:
 async def calibrate(url: str, model: str, api_key: str | None, seed: int) -> tuple[float, int]:
     """(prompt tokens per word of `prompt` for this model's tokenizer, the chat template included; its prompt
     tokens), from one short request sent before the first reading."""
-    api = core.client(url, api_key, timeout=core.DEFAULT_TIMEOUT * 4)
     words = 64
-    used = await _ask(api, model, prompt(words, random.Random(seed)))
+    async with core.client(url, api_key, timeout=core.DEFAULT_TIMEOUT * 4) as api:
+        used = await _ask(api, model, prompt(words, random.Random(seed)))
     return used / (words + 1), used
 
 
@@ -95,13 +95,13 @@ async def send(
     url: str, model: str, api_key: str | None, target_tokens: int, count: int, seed: int, tokens_per_word: float
 ) -> list[int]:
     """`count` chat completions of about `target_tokens` prompt tokens, one at a time; their prompt tokens."""
-    api = core.client(url, api_key, timeout=core.DEFAULT_TIMEOUT * 4)
     rng = random.Random(seed)
     sent = []
-    for _ in range(count):
-        words = max(8, int(target_tokens / tokens_per_word))
-        sent.append(await _ask(api, model, prompt(words, rng)))
-        tokens_per_word = sent[-1] / (words + 1)
+    async with core.client(url, api_key, timeout=core.DEFAULT_TIMEOUT * 4) as api:
+        for _ in range(count):
+            words = max(8, int(target_tokens / tokens_per_word))
+            sent.append(await _ask(api, model, prompt(words, rng)))
+            tokens_per_word = sent[-1] / (words + 1)
     return sent
 
 

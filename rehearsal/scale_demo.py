@@ -21,26 +21,26 @@ async def hold_until_scaled(
 ):
     """Hold `streams` long streamed requests until Serve's targets move (or DECISION_CAP), then cancel them.
     Returns (targets at start, targets at the end). `mark(text) -> seconds` prints a timeline line."""
-    api = core.client(url, api_key, timeout=300.0)
-    start = topology.targets(verify.application(dashboard, app))
-    mark(f"scale demo: targets {start}; holding {streams} streams for {role}")
-    long = {"ignore_eos": True}
-    held = [
-        asyncio.create_task(core.stream_chat(api, model, verify.PROMPT, MAX_TOKENS, DECISION_CAP + 60, long))
-        for _ in range(streams)
-    ]
-    t0 = time.monotonic()
-    now = start
-    try:
-        while time.monotonic() - t0 < DECISION_CAP:
-            await asyncio.sleep(2.0)
-            now = topology.targets(verify.application(dashboard, app))
-            if now != start:
-                break
-    finally:
-        for task in held:
-            task.cancel()
-        await asyncio.gather(*held, return_exceptions=True)
+    async with core.client(url, api_key, timeout=300.0) as api:
+        start = topology.targets(verify.application(dashboard, app))
+        mark(f"scale demo: targets {start}; holding {streams} streams for {role}")
+        long = {"ignore_eos": True}
+        held = [
+            asyncio.create_task(core.stream_chat(api, model, verify.PROMPT, MAX_TOKENS, DECISION_CAP + 60, long))
+            for _ in range(streams)
+        ]
+        t0 = time.monotonic()
+        now = start
+        try:
+            while time.monotonic() - t0 < DECISION_CAP:
+                await asyncio.sleep(2.0)
+                now = topology.targets(verify.application(dashboard, app))
+                if now != start:
+                    break
+        finally:
+            for task in held:
+                task.cancel()
+            await asyncio.gather(*held, return_exceptions=True)
     mark(f"scale demo: targets {now} after {time.monotonic() - t0:.0f} s of held streams (streams cancelled)")
     return start, now
 

@@ -63,23 +63,23 @@ async def serve_every_replica(
     """Rounds of `concurrency` streamed requests until every RUNNING LLM replica has served one (Serve's
     router picks 2 random replicas and the shorter queue, so a few rounds suffice) or `max_rounds` ran.
     Returns (replica -> requests so far, requests sent, errors)."""
-    api = core.client(url, api_key, timeout=120.0)
     sent, errors = 0, []
     served: dict[str, float] = {}
-    for _ in range(max_rounds):
-        results = await asyncio.gather(
-            *(core.stream_chat(api, model, PROMPT, 8, deadline=240.0) for _ in range(concurrency))
-        )
-        sent += len(results)
-        errors += [r.error for r in results if not r.ok]
-        end = time.monotonic() + METRICS_WAIT
-        while True:
-            served = served_so_far(metrics_urls)
-            if not topology.idle_replicas(running, served) or time.monotonic() > end:
+    async with core.client(url, api_key, timeout=120.0) as api:
+        for _ in range(max_rounds):
+            results = await asyncio.gather(
+                *(core.stream_chat(api, model, PROMPT, 8, deadline=240.0) for _ in range(concurrency))
+            )
+            sent += len(results)
+            errors += [r.error for r in results if not r.ok]
+            end = time.monotonic() + METRICS_WAIT
+            while True:
+                served = served_so_far(metrics_urls)
+                if not topology.idle_replicas(running, served) or time.monotonic() > end:
+                    break
+                await asyncio.sleep(1.0)
+            if not topology.idle_replicas(running, served) or errors:
                 break
-            await asyncio.sleep(1.0)
-        if not topology.idle_replicas(running, served) or errors:
-            break
     return served, sent, errors
 
 

@@ -156,13 +156,22 @@ def _class_name(path: str) -> str:
     return str(path).replace(":", ".").rpartition(".")[2]
 
 
+def _stream(ctx: Context, prompts: list[str], deadline: float = 240.0) -> list:
+    """One streamed request of 8 tokens per prompt, one after the other; the client is closed before the loop."""
+
+    async def each() -> list:
+        async with core.client(ctx.url, ctx.api_key, timeout=FIRST_REQUEST_DEADLINE) as api:
+            chats = ([{"role": "user", "content": prompt}] for prompt in prompts)
+            return [await core.stream_chat(api, ctx.model, chat, 8, deadline=deadline) for chat in chats]
+
+    return asyncio.run(each())
+
+
 def _first_request(ctx: Context) -> float:
     """Seconds one streamed request takes right after the switch: the new router's first use creates its
     PrefixTreeActor (a new Ray worker process), and Ray 2.58's router waits on it with ray.get."""
     start = time.monotonic()
-    api = core.client(ctx.url, ctx.api_key, timeout=FIRST_REQUEST_DEADLINE)
-    prompt = [{"role": "user", "content": "Count from one to ten."}]
-    result = asyncio.run(core.stream_chat(api, ctx.model, prompt, 8, deadline=FIRST_REQUEST_DEADLINE))
+    (result,) = _stream(ctx, ["Count from one to ten."], FIRST_REQUEST_DEADLINE)
     if not result.ok:
         raise RehearsalFailed(f"the first request after the router switch failed: {result.error}")
     return time.monotonic() - start
@@ -172,13 +181,7 @@ def _warm(ctx: Context) -> None:
     """The restarted engines answer a few distinct prompts first, as the first phase's did (its smoke and
     requests), one after the other as the phase sends them: new prompts match no prefix, so the prefix router
     spreads them over the least-used trees."""
-    api = core.client(ctx.url, ctx.api_key, timeout=FIRST_REQUEST_DEADLINE)
-
-    async def some() -> list:
-        prompts = [[{"role": "user", "content": f"Warm-up {i}: count from one to ten."}] for i in range(2)]
-        return [await core.stream_chat(api, ctx.model, p, 8, deadline=240.0) for p in prompts]
-
-    failed = [r.error for r in asyncio.run(some()) if not r.ok]
+    failed = [r.error for r in _stream(ctx, [f"Warm-up {i}: count from one to ten." for i in range(2)]) if not r.ok]
     if failed:
         raise RehearsalFailed(f"warm-up after the router switch: {failed[0]}")
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -204,6 +207,11 @@ def test_smoke_cli_fails_on_an_http_error(server, capsys):
     assert "HTTP 500" in capsys.readouterr().err
 
 
+async def _stream(server, timeout: float, deadline: float):
+    async with core.client(url(server), timeout=timeout) as api:
+        return await core.stream_chat(api, MODEL, [{"role": "user", "content": "hi"}], 7, deadline=deadline)
+
+
 @pytest.mark.parametrize(
     ("mode", "expected"),
     [("stall", "timed out"), ("malformed", ""), ("no_finish", "without a finish_reason"), ("http500", "HTTP 500")],
@@ -212,16 +220,14 @@ def test_a_bad_stream_is_an_error_not_a_hang(server, mode, expected):
     """The stall lasts 3 s and then the stream goes on: only the client's 1 s stall timeout makes it an
     error, so the error itself shows the timeout fired (no wall-clock bound needed)."""
     server.mode = mode
-    api = core.client(url(server), timeout=1.0)
-    result = asyncio.run(core.stream_chat(api, MODEL, [{"role": "user", "content": "hi"}], 7, deadline=10.0))
+    result = asyncio.run(_stream(server, timeout=1.0, deadline=10.0))
     assert not result.ok
     assert expected in result.error
 
 
 def test_the_deadline_bounds_a_slow_stream(server):
     server.mode = "stall"
-    api = core.client(url(server), timeout=10.0)  # the stall alone would not trip
-    result = asyncio.run(core.stream_chat(api, MODEL, [{"role": "user", "content": "hi"}], 7, deadline=1.0))
+    result = asyncio.run(_stream(server, timeout=10.0, deadline=1.0))  # the stall alone would not trip
     assert not result.ok and result.error == "deadline exceeded"
 
 
@@ -265,3 +271,19 @@ def test_the_rehearsals_quick_bench_measures_through_the_same_client(server, tmp
     server.mode = "http500"  # every request fails: named in one line
     with pytest.raises(RehearsalFailed, match=r"quick bench: 8 requests failed; first: HTTP 500"):
         quick_bench.QUICK_BENCH.run(ctx)
+
+
+def test_every_openai_client_is_closed_inside_its_event_loop():
+    """An AsyncOpenAI client left to the garbage collector after asyncio.run closed its loop prints "Event loop
+    is closed" tracebacks: every client of llmclient.core.client is opened by `async with`, which closes it
+    while its loop still runs."""
+    root = Path(__file__).resolve().parents[2]
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=root, capture_output=True, text=True, check=True)
+    opened = [
+        f"{path}:{n}"
+        for path in tracked.stdout.split()
+        if (root / path).exists() and path != "llmclient/core.py"
+        for n, line in enumerate((root / path).read_text().splitlines(), 1)
+        if re.search(r"\bcore\.client\(|\bAsyncOpenAI\(", line) and not re.search(r"\basync with core\.client\(", line)
+    ]
+    assert opened == []
