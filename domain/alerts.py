@@ -8,7 +8,6 @@ Metric names and why they look as they do: domain/ray_metrics.py.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -40,9 +39,6 @@ DECODE_RECOMPUTE_SHARE = 0.5
 ENGINE_ROLE = "ray_llm_eks:engine_role"  # 1 per vLLM engine (WorkerId) with its Serve deployment and role
 TTFT_P95 = "ray_llm_eks:ttft_seconds:p95_5m"
 ITL_P95 = "ray_llm_eks:itl_seconds:p95_5m"
-# Ray Serve LLM's deployment names carry the role (Prefill:<model>, Decode:<model>); the ingress never
-# runs an engine. Anything else that serves is one collocated engine.
-NOT_ENGINES = "(?i).*(ingress|proxy|router).*"
 
 
 @dataclass(frozen=True)
@@ -186,22 +182,16 @@ def _role_join(expr: str) -> str:
 
 
 def with_role(expr: str) -> str:
-    """`expr` (a vector with the label `deployment`) with a `role` label read from the deployment's name."""
-    collocated = f'label_replace({expr}, "role", "collocated", "deployment", ".+")'
-    prefill = f'label_replace({collocated}, "role", "prefill", "deployment", "(?i).*prefill.*")'
-    return f'label_replace({prefill}, "role", "decode", "deployment", "(?i).*decode.*")'
-
-
-def role_of(deployment: str) -> str | None:
-    """What `with_role` reads from a deployment's name, in Python; None for what runs no engine."""
-    if re.fullmatch(NOT_ENGINES, deployment):
-        return None
-    low = deployment.lower()
-    return next((role for role in facts.PD_ROLES if role in low), facts.COLLOCATED_ROLE)
+    """`expr` (a vector with the label `deployment`) with a `role` label read from the deployment's name, as
+    serve_config.role_of reads it (a later label_replace wins: the PD roles after the collocated default)."""
+    expr = f'label_replace({expr}, "role", "{facts.COLLOCATED_ROLE}", "deployment", ".+")'
+    for role in facts.PD_ROLES:
+        expr = f'label_replace({expr}, "role", "{role}", "deployment", "(?i).*{role}.*")'
+    return expr
 
 
 def recording_rules() -> list[dict]:
-    engines = with_role(f'{m.SERVE_REPLICA_QUERIES}{{deployment!~"{NOT_ENGINES}"}} * 0 + 1')
+    engines = with_role(f'{m.SERVE_REPLICA_QUERIES}{{deployment!~"{serve_config.NOT_ENGINES}"}} * 0 + 1')
     rules = [{"record": ENGINE_ROLE, "expr": f"max by (WorkerId, deployment, role) ({engines})"}]
     for record, histogram in ((TTFT_P95, m.TTFT), (ITL_P95, m.ITL)):
         rate = _role_join(f"sum by (le, model_name, WorkerId) (rate({histogram}_bucket[5m]))")

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from domain import alerts, cost
+from domain import alerts, cost, serve_config
 from domain import ray_metrics as m
 from domain.settings import Settings
 
@@ -161,7 +161,7 @@ def endpoint_dashboard(inputs: EndpointInputs) -> dict:
         "The fullest engine of each role.",
     )
     replicas = alerts.with_role(
-        f'count by (deployment) ({m.SERVE_REPLICA_QUERIES}{{deployment!~"{alerts.NOT_ENGINES}"}})'
+        f'count by (deployment) ({m.SERVE_REPLICA_QUERIES}{{deployment!~"{serve_config.NOT_ENGINES}"}})'
     )
     layout.panel(
         "Replicas per role",

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from domain import alerts, model_fit, model_spec_helper, vllm_fit
+from domain import model_fit, model_spec_helper, serve_config, vllm_fit
 from domain import ray_metrics as m
 
 # vLLM's decode engine computes the last prompt token itself (it needs that token's logits): one token per
@@ -71,7 +71,7 @@ def engine_roles(samples: Iterable[Sample]) -> dict[str, str]:
     roles = {}
     for s in samples:
         if s.name == m.SERVE_REPLICA_QUERIES and s.labels.get("WorkerId"):
-            role = alerts.role_of(s.labels.get("deployment", ""))
+            role = serve_config.role_of(s.labels.get("deployment", ""))
             if role:
                 roles[s.labels["WorkerId"]] = role
     return roles

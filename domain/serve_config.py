@@ -10,6 +10,7 @@ argument names for the image's vLLM version. The tests also run Ray's own schema
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,21 @@ APP_ARGS = {
     COLLOCATED_IMPORT: {"llm_configs", "ingress_cls_config", "ingress_deployment_config"},
 }
 PD_ARG_ROLES = {f"{role}_config": role for role in PD_ROLES}  # PDServingArgs' prefill_config, decode_config
+
+
+# Ray Serve LLM's deployment names carry the role (Prefill:<model>, Decode:<model>); the ingress (or a proxy or
+# router) runs no engine; anything else that serves is one collocated engine. A regex Python and PromQL (RE2)
+# read alike: the alerts and dashboards match Serve's `deployment` label with it.
+NOT_ENGINES = "(?i).*(ingress|proxy|router).*"
+
+
+def role_of(deployment: str) -> str | None:
+    """The role of a Serve deployment's engines, read from its name; None for one that runs no engine."""
+    if re.fullmatch(NOT_ENGINES, deployment):
+        return None
+    low = deployment.lower()
+    # The last PD role the name holds, as the alerts' label_replace chain reads it (alerts.with_role).
+    return next((role for role in reversed(PD_ROLES) if role in low), COLLOCATED_ROLE)
 
 
 def role_resource(role: str) -> str:

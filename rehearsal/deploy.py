@@ -7,7 +7,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from rehearsal import topology, verify
+from domain.serve_config import role_of
+from rehearsal import verify
 from rehearsal.context import Clock, RehearsalFailed
 from rehearsal.logs import fatal_logged
 from rehearsal.verify import http_json
@@ -42,10 +43,11 @@ def wait_ready(
             if seen.get(name) != state:
                 seen[name] = state
                 t = clock.mark(f"deployment {name}: {state}")
-                if state == "HEALTHY" and topology.role_of(name) not in healthy:
-                    healthy[topology.role_of(name)] = t
+                role = role_of(name)
+                if state == "HEALTHY" and role is not None and role not in healthy:
+                    healthy[role] = t
                     if on_healthy is not None:
-                        on_healthy(topology.role_of(name))
+                        on_healthy(role)
             for replica in dep.get("replicas") or []:
                 if replica.get("state") == "RUNNING" and replica["replica_id"] not in replica_ready:
                     rid = replica["replica_id"]

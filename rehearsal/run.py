@@ -278,8 +278,6 @@ def role_lines(healthy, running, replica_ready, served, kv, t_deploy) -> list[st
     engines, reads = kv
     lines = []
     for role, t in sorted(healthy.items(), key=lambda item: item[1]):
-        if role == "ingress":
-            continue
         replicas = running.get(role, [])
         lines.append(f"engine {role:<10} ready after {t - t_deploy:6.1f} s from deploy; {len(replicas)} replica(s):")
         for r in replicas:

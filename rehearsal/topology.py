@@ -8,27 +8,14 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from domain.serve_config import llm_configs_by_role
+from domain.serve_config import llm_configs_by_role, role_of
 from llmclient import core
 
-LLM_ROLES = ("prefill", "decode", "collocated")
 # vLLM 0.26's NIXL worker names its engine at start (nixl/base_worker.py, "Initializing NIXL worker %s"); Ray
 # Serve LLM makes the id unique per replica (ray/llm/.../kv_transfer/nixl.py: "<suffix>-<host>-<port>").
 ENGINE_ID = re.compile(r"Initializing NIXL worker (\S+)")
 # The pull side names the remote engine of every KV read, at DEBUG (nixl/pull_worker.py _read_blocks_for_req).
 KV_READ = re.compile(r"Remote agent (\S+) available, calling _read_blocks")
-
-
-def role_of(deployment: str) -> str:
-    """Ray Serve LLM's deployment names: `Prefill:...`, `Decode:...`, `...Ingress`, else one collocated model."""
-    low = deployment.lower()
-    if "prefill" in low:
-        return "prefill"
-    if "decode" in low:
-        return "decode"
-    if "ingress" in low:
-        return "ingress"
-    return "collocated"
 
 
 def _start_replicas(deployment_config: dict) -> int:
@@ -57,7 +44,7 @@ def running_replicas(application: dict) -> dict[str, list[dict]]:
     found: dict[str, list[dict]] = {}
     for name, deployment in (application.get("deployments") or {}).items():
         role = role_of(name)
-        if role not in LLM_ROLES:
+        if role is None:
             continue
         running = [dict(r, deployment=name) for r in deployment.get("replicas") or [] if r.get("state") == "RUNNING"]
         found.setdefault(role, []).extend(running)
@@ -170,7 +157,7 @@ def targets(application: dict) -> dict[str, int]:
     """role -> replicas Serve currently aims at for the LLM deployments (target_num_replicas, REST API)."""
     found: dict[str, int] = {}
     for name, deployment in (application.get("deployments") or {}).items():
-        if (role := role_of(name)) in LLM_ROLES:
+        if (role := role_of(name)) is not None:
             found[role] = found.get(role, 0) + int(deployment.get("target_num_replicas", 0))
     return found
 

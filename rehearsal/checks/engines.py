@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from domain import model_fit, vllm_log
+from domain.serve_config import role_of
 from rehearsal import logs, topology, verify
 from rehearsal.checks import Check
 from rehearsal.context import Context, RehearsalFailed, say
@@ -32,7 +33,7 @@ def engine_logs(ctx: Context) -> dict[str, tuple[str, str]]:
             continue
         text = path.read_text(errors="replace")
         if any(not e.empty for e in vllm_log.parse(text)) and (deployment := REPLICA.search(text)):
-            found[path.name] = (topology.role_of(deployment.group(1)), text)
+            found[path.name] = (role_of(deployment.group(1)), text)
     return found
 
 

@@ -3,10 +3,12 @@ do with metrics is promtool's to test (test_promtool.py)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from adapters import stack
-from domain import alerts, slo
+from domain import alerts, serve_config, slo
 from domain.errors import ConfigError
 
 
@@ -83,3 +85,33 @@ def test_the_rules_name_this_stacks_rayservice_and_thresholds():
 def test_a_first_failure_is_caught_although_the_counter_was_absent_before():
     expr = alerts.first_or_more("c_total")
     assert "c_total unless c_total offset 5m" in expr and "increase(c_total[5m])" in expr
+
+
+# Deployment names as Ray Serve LLM 2.58 names them (PD and collocated apps), and names that run no engine.
+DEPLOYMENTS = {
+    "Prefill:Qwen--Qwen3_5-9B": "prefill",
+    "Decode:Qwen--Qwen3_5-9B": "decode",
+    "LLMServer:Qwen--Qwen3_5-9B": "collocated",
+    "OpenAiIngress": None,
+    "ApiKeyIngress": None,
+    "LLMRouter": None,
+}
+
+
+def _promql_role(expr: str, deployment: str) -> str | None:
+    """What with_role's label_replace chain gives a series of this deployment (innermost first, the last match
+    wins), under the selector that keeps engines only."""
+    if re.fullmatch(serve_config.NOT_ENGINES, deployment):
+        return None
+    role = None
+    for label, pattern in re.findall(r'"role", "(\w+)", "deployment", "([^"]+)"', expr):
+        if re.fullmatch(pattern, deployment):
+            role = label
+    return role
+
+
+def test_one_rule_reads_a_role_from_a_deployment_name_in_python_and_in_promql():
+    expr = alerts.with_role("x")
+    for deployment, role in {**DEPLOYMENTS, "prefill-and-decode": "decode"}.items():
+        assert serve_config.role_of(deployment) == role, deployment
+        assert _promql_role(expr, deployment) == role, deployment
