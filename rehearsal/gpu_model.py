@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
+from domain.model_spec_helper import text_config
 from rehearsal.tiny_model import CHAT_TEMPLATE, CORPUS
 
 # Qwen's special tokens in their id order, from <|endoftext|> (the config's eos/bos id) on; the reasoning and
@@ -30,10 +31,6 @@ QWEN_SPECIALS = [
 ]  # fmt: skip
 NOT_SPECIAL = {"<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"}
 MARKER = "rehearsal-random-weights.json"
-
-
-def text_config(config: dict) -> dict:
-    return config.get("text_config") or config
 
 
 def tokenizer_json(config: dict) -> str:

