@@ -63,7 +63,7 @@ def _getter(config_: StackConfig):
 
 def load_settings(config_: StackConfig) -> Settings:
     """The stack's Settings: every key known, every value checked (ConfigError on the first bad one)."""
-    config_keys.refuse_unknown(config_.values)
+    config_keys.refuse_unknown(sorted(config_.values))
     get = _getter(config_)
     return config.load_settings(get, config_.stack, get("aws:region"), botocore_facts.load())
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import jsonschema
 
 from domain import config_keys, yaml_files
+from domain.errors import NOT_SHOWN, UNSET, ConfigError, did_you_mean, yaml_text
 from domain.facts import SECRET_MARKER
 
 SECRET_TEXT = SECRET_MARKER  # what a secret value reads as anywhere outside Pulumi
@@ -22,7 +23,8 @@ PROJECT_SCHEMA = ROOT / "offline" / "schemas" / "pulumi-project.schema.json"
 
 
 class StackFileError(ValueError):
-    """The Pulumi CLI would refuse this project or stack file."""
+    """No such stack file, or a project file the Pulumi CLI would refuse. A bad key or value in a stack file
+    is a ConfigError naming the file."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,17 @@ def _matches(declared_type: str | None, items: dict | None, value) -> bool:
     return False
 
 
+_TYPE_TEXT = {"string": "a string", "integer": "a whole number, unquoted", "boolean": "true or false, unquoted"}
+
+
+def _type_text(declared_type: str | None, items: dict | None) -> str:
+    """What a declared type allows, in YAML's words."""
+    if declared_type == "array":
+        of = _type_text((items or {}).get("type"), None) if items else "a value"
+        return f"a list of {of.removeprefix('a ').removesuffix(', unquoted')}s"
+    return _TYPE_TEXT.get(declared_type or "", f"a {declared_type}")
+
+
 def _raw_string(value) -> str:
     """How the CLI passes a value to the program: strings as is, booleans/numbers as text,
     lists and mappings as JSON, every mapping's keys sorted (Go's encoding/json sorts map keys: Pulumi
@@ -133,27 +146,25 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
         full = f"{namespace}:{short}"
         if namespace not in namespaces:
             # The CLI would pass a key of an unknown namespace to nobody: a typo that silently does nothing.
-            raise StackFileError(
-                f"{path.name}: key '{key}' is in namespace '{namespace}', which neither this project nor a "
-                f"provider it uses reads; namespaces allowed: {namespaces}"
-            )
+            hint = did_you_mean(namespace, {n: f"{n}:{short}" for n in namespaces})
+            allowed = f"namespace {namespace} is read by nobody;{hint} namespaces: {yaml_text(namespaces)}"
+            raise ConfigError(full, NOT_SHOWN, allowed, path.name)
+        config_keys.check_known(full, path.name)
         is_secret = isinstance(value, SecretValue) or (isinstance(value, dict) and set(value) == {"secure"})
+        if value is None:
+            # No key takes null (the program would read the text "None"); leaving the key out gives its default.
+            raise ConfigError(full, None, "a value: leave the key out to get its default", path.name)
         if namespace == name:
-            if short not in declared:
-                raise StackFileError(
-                    f"{path.name}: key '{short}' is not a key of this project (the keys are in "
-                    f"{config_keys.KEYS_FILE.name}: {sorted(declared)})"
-                )
             decl = declared[short] if isinstance(declared[short], dict) else {}
             if decl.get("secret") and not is_secret:
-                raise StackFileError(
-                    f"Stack '{stack}' with configuration key '{short}' must be encrypted as it's secret"
+                raise ConfigError(
+                    full,
+                    "(plain text, not shown)",
+                    f"a secret: pulumi config set --secret {short} <value> (it encrypts it in the stack file)",
+                    path.name,
                 )
             if not is_secret and not _matches(decl.get("type"), decl.get("items"), value):
-                raise StackFileError(
-                    f"Stack '{stack}' with configuration key '{short}' must be of type '{decl.get('type')}' "
-                    f"(got {value!r})"
-                )
+                raise ConfigError(full, value, _type_text(decl.get("type"), decl.get("items")), path.name)
         if is_secret:
             secrets.add(full)
             values[full] = value.plaintext if isinstance(value, SecretValue) else SECRET_TEXT
@@ -173,7 +184,6 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
         elif full.startswith(f"{name}:"):
             missing.append(short)
     if missing:
-        raise StackFileError(
-            f"Stack '{stack}' is missing configuration values {sorted(missing)} (declared in Pulumi.yaml)"
-        )
+        short = sorted(missing)[0]
+        raise ConfigError(short, UNSET, "required: Pulumi.yaml declares it without a default", path.name)
     return StackConfig(name, stack, values, frozenset(secrets))

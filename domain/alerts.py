@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from domain import aws_facts, config_keys, facts, serve_config
 from domain import ray_metrics as m
-from domain.errors import ConfigError
+from domain.errors import UNSET, ConfigError, mapping_of
 from domain.model_fit import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
 from domain.slo import Slo
 from domain.slo import default as slo_default
@@ -62,6 +62,7 @@ _FIELDS = {
     "waitingMinutes": ("waiting_minutes", int, "a whole number of minutes above 0"),
     "notReadyMinutes": ("not_ready_minutes", int, "a whole number of minutes above 0"),
 }
+SHAPE = mapping_of(_FIELDS)
 # The floor's default: this share of the slower PD node's network bandwidth. KV moved over TCP instead of
 # EFA (NIXL falling back silently) measures far below it.
 FLOOR_SHARE_OF_NETWORK = 0.25
@@ -120,7 +121,7 @@ def kv_floor_bytes_per_s(thresholds: AlertThresholds, instance_types: Mapping[st
     if unknown or not pd_types:
         raise ConfigError(
             f"{KEY}.kvTransferFloorGBps",
-            None,
+            UNSET,
             f"a number of GB/s: the network bandwidth of {', '.join(unknown) or 'the PD nodes'} is not in "
             "domain/aws_facts.py, so no default floor can be derived",
         )

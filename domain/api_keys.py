@@ -9,7 +9,7 @@ import copy
 from pathlib import Path
 
 from domain import packaged
-from domain.errors import ConfigError
+from domain.errors import NOT_SHOWN, ConfigError, in_serve_config
 from domain.facts import KEY_CHECKED_INGRESS
 
 INGRESS_CLS = KEY_CHECKED_INGRESS
@@ -33,8 +33,11 @@ def check_no_own_ingress(document: dict, where: str) -> None:
     """The stack sets the ingress class itself; a serve file that sets one would lose the key check."""
     for app in document.get("applications") or []:
         if "ingress_cls_config" in (app.get("args") or {}):
-            raise ConfigError(
-                "serveConfig", where, "no ingress_cls_config: the stack sets it (the API key check, domain/api_keys.py)"
+            raise in_serve_config(
+                where,
+                "args.ingress_cls_config",
+                NOT_SHOWN,
+                "left out: the stack sets it (the API key check, domain/api_keys.py)",
             )
 
 

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from domain import kv_proof
-from domain.errors import ConfigError
+from domain.errors import UNSET, ConfigError, yaml_text
 
 # A load point meets the SLO when at least this share of its requests met every target: DistServe's
 # "SLO attainment" (Zhong et al., OSDI 2024, arXiv:2401.09670) is reported at 90%.
@@ -55,7 +55,7 @@ def parse_sweep(text: str) -> Sweep:
     """`concurrency:1,2,4,8` or `rate:0.5,1,2,4`: at least four increasing load points."""
     kind, _, values = text.partition(":")
     if kind not in SWEEP_KINDS or not values:
-        raise ConfigError("bench --sweep", text, f"KIND:P1,P2,... with KIND one of {list(SWEEP_KINDS)}")
+        raise ConfigError("bench --sweep", text, f"KIND:P1,P2,... with KIND one of {yaml_text(SWEEP_KINDS)}")
     try:
         points = tuple(float(v) for v in values.split(","))
     except ValueError:
@@ -98,7 +98,7 @@ class Workload:
 
 def check_workload(workload: Workload) -> Workload:
     if workload.kind not in WORKLOADS:
-        raise ConfigError("bench --workload", workload.kind, f"one of {list(WORKLOADS)}")
+        raise ConfigError("bench --workload", workload.kind, f"one of {yaml_text(WORKLOADS)}")
     for name in ("isl", "osl", "turns"):
         if getattr(workload, name) < 1:
             raise ConfigError(f"bench --{name}", getattr(workload, name), "1 or more")
@@ -107,9 +107,9 @@ def check_workload(workload: Workload) -> Workload:
             raise ConfigError(f"bench --{name.replace('_', '-')}", getattr(workload, name), "0 or more")
     if workload.kind == "dataset":
         if not workload.dataset:
-            raise ConfigError("bench --dataset", None, "a JSONL file for --workload dataset")
+            raise ConfigError("bench --dataset", UNSET, "a JSONL file for --workload dataset")
         if workload.dataset_format not in DATASET_FORMATS:
-            raise ConfigError("bench --dataset-format", workload.dataset_format, f"one of {list(DATASET_FORMATS)}")
+            raise ConfigError("bench --dataset-format", workload.dataset_format, f"one of {yaml_text(DATASET_FORMATS)}")
     elif workload.dataset:
         raise ConfigError("bench --dataset", workload.dataset, "only with --workload dataset")
     return workload

@@ -24,6 +24,7 @@ from domain import (
     observability,
     prices,
     roles,
+    routing,
     scaling,
     serve_config,
     sizing,
@@ -32,7 +33,7 @@ from domain import (
     versions,
 )
 from domain.aws_facts import BotocoreFacts
-from domain.errors import PROJECT, ConfigError
+from domain.errors import PROJECT, UNSET, ConfigError, kind_text, mapping_of, unknown_field, yaml_text
 from domain.facts import EXACT_CHART_VERSION, GPU_ROLES, KUBERAY_NAMESPACE
 from domain.hardening import load_hardening
 from domain.observability import ObservabilitySettings
@@ -110,23 +111,23 @@ class _Raw:
         except json.JSONDecodeError:
             parsed = value
         if not isinstance(parsed, kind):
-            raise ConfigError(key, parsed, f"a YAML {'list' if kind is list else 'mapping'}")
+            raise ConfigError(key, parsed, _MAPPINGS[key] if kind is dict else "a list")
         return parsed
 
 
 def _fields(key: str, raw: Any, allowed: Mapping[str, type], required: tuple[str, ...] = ()) -> dict:
     """Check one structured value: a mapping with only known fields of the right types."""
     if not isinstance(raw, dict):
-        raise ConfigError(key, raw, f"a mapping with fields {sorted(allowed)}")
+        raise ConfigError(key, raw, mapping_of(allowed))
     for name, value in raw.items():
         if name not in allowed:
-            raise ConfigError(f"{key}.{name}", value, f"unknown field; allowed fields: {sorted(allowed)}")
+            raise unknown_field(key, name, value, allowed)
         kind = allowed[name]
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ConfigError(f"{key}.{name}", value, f"a {kind.__name__}")
+            raise ConfigError(f"{key}.{name}", value, kind_text(kind))
     for name in required:
         if name not in raw:
-            raise ConfigError(f"{key}.{name}", None, "required")
+            raise ConfigError(f"{key}.{name}", UNSET, f"required: {mapping_of(allowed)}")
     return raw
 
 
@@ -158,6 +159,22 @@ def _gpu_instance_type(key: str, value: str, facts: BotocoreFacts, need_efa: boo
 
 
 _POOL_FIELDS = {"instanceType": str, "minSize": int, "desiredSize": int, "maxSize": int, "diskSizeGiB": int}
+# What each mapping-valued key holds, for the line that refuses a value of another kind (from the module that
+# parses the key).
+_MAPPINGS = {
+    "systemNodes": mapping_of(_POOL_FIELDS),
+    "gpuPools": mapping_of(
+        [*_POOL_FIELDS, "serves"], by=f"pool names (roles {yaml_text(GPU_ROLES)}, or any name with `serves: <role>`)"
+    ),
+    "replicas": f"a mapping of roles {yaml_text(GPU_ROLES)} to whole numbers of replicas",
+    "autoscaling": scaling.SHAPE,
+    "routing": routing.SHAPE,
+    "observability": observability.SHAPE,
+    "modelSpec": model_fit.SPEC_SHAPE,
+    "prices": prices.SHAPE,
+    "slo": slo.SHAPE,
+    "alerts": alerts.SHAPE,
+}
 
 
 def _node_pool(key: str, raw: Any, default_disk: int, facts: BotocoreFacts) -> NodePoolSettings:
@@ -224,11 +241,11 @@ def _network(raw: _Raw, region: str, cluster_name: str) -> NetworkSettings:
 
     gpu_az = raw.text("gpuAvailabilityZone", azs[0])
     if gpu_az not in azs:
-        raise ConfigError("gpuAvailabilityZone", gpu_az, f"one of availabilityZones {azs}")
+        raise ConfigError("gpuAvailabilityZone", gpu_az, f"one of availabilityZones {yaml_text(azs)}")
 
     nat = raw.text("natGateways")
     if nat not in NAT_MODES:
-        raise ConfigError("natGateways", nat, f"one of {list(NAT_MODES)}")
+        raise ConfigError("natGateways", nat, f"one of {yaml_text(NAT_MODES)}")
     return NetworkSettings(cluster_name, str(vpc), tuple(azs), gpu_az, nat)
 
 
@@ -237,7 +254,7 @@ def _kubernetes_version(raw: _Raw) -> str:
     (preflight.check_kubernetes_support), since it depends on whether the cluster exists already."""
     version = raw.text("kubernetesVersion")
     if version not in KUBERNETES_VERSIONS:
-        raise ConfigError("kubernetesVersion", version, f"one of {sorted(KUBERNETES_VERSIONS)}")
+        raise ConfigError("kubernetesVersion", version, f"one of {yaml_text(sorted(KUBERNETES_VERSIONS))}")
     return version
 
 
@@ -286,11 +303,11 @@ def _cluster(
     allowed_logs = facts.eks_log_types
     for log_type in log_types:
         if log_type not in allowed_logs:
-            raise ConfigError("clusterLogTypes", log_type, f"EKS log types {list(allowed_logs)}")
+            raise ConfigError("clusterLogTypes", log_type, f"EKS log types {yaml_text(allowed_logs)}")
 
     retention = raw.integer("clusterLogRetentionDays")
     if retention not in facts.log_retention_days:
-        raise ConfigError("clusterLogRetentionDays", retention, f"one of {list(facts.log_retention_days)}")
+        raise ConfigError("clusterLogRetentionDays", retention, f"one of {yaml_text(facts.log_retention_days)}")
 
     system = _node_pool(
         "systemNodes",
@@ -348,7 +365,7 @@ def _ami_pin(raw: _Raw) -> AmiPin:
     if (release is None) == (ami_id is None):
         raise ConfigError(
             "gpuAmiReleaseVersion",
-            release,
+            UNSET if release is None else release,
             "exactly one of gpuAmiReleaseVersion (an AL2023 NVIDIA AMI release such as v20261112) or "
             "gpuAmiId (ami-...): an unpinned GPU AMI recycles the GPU nodes when AWS publishes a new one",
         )
@@ -362,7 +379,7 @@ def _ami_pin(raw: _Raw) -> AmiPin:
 def _gpu_pools(raw: _Raw, network: NetworkSettings, version: str, facts: BotocoreFacts) -> dict[str, GpuPoolSettings]:
     pools_raw = raw.structured("gpuPools", dict)
     if not pools_raw:
-        raise ConfigError("gpuPools", pools_raw, f"a mapping of GPU pools by role, roles from {list(GPU_ROLES)}")
+        raise ConfigError("gpuPools", pools_raw, _MAPPINGS["gpuPools"])
     ami = _ami_pin(raw)
     pools = {}
     for name, pool_raw in pools_raw.items():
@@ -399,7 +416,9 @@ def _image(raw: _Raw, region: str, facts: BotocoreFacts) -> tuple[str, str, str 
     if image is not None or ray_version is not None:
         if image is None or ray_version is None:
             missing = "image" if image is None else "rayVersion"
-            raise ConfigError(missing, None, "set image and rayVersion together: rayVersion must equal the image's Ray")
+            raise ConfigError(
+                missing, UNSET, "set image and rayVersion together: rayVersion must equal the image's Ray"
+            )
         if not re.fullmatch(r"[\w./:-]+(:[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})", image) or image.endswith(":latest"):
             raise ConfigError("image", image, "an image pinned to an exact tag or sha256 digest (not :latest)")
         if not re.fullmatch(r"\d+\.\d+\.\d+", ray_version):
@@ -407,13 +426,15 @@ def _image(raw: _Raw, region: str, facts: BotocoreFacts) -> tuple[str, str, str 
         return image, ray_version, None
     tag = raw.text("dlcImageTag")
     if tag not in versions.DLC_IMAGES:
-        raise ConfigError("dlcImageTag", tag, f"a DLC tag whose Ray version we know: {sorted(versions.DLC_IMAGES)}")
+        raise ConfigError(
+            "dlcImageTag", tag, f"a DLC tag whose Ray version we know: {yaml_text(sorted(versions.DLC_IMAGES))}"
+        )
     account = versions.DLC_ACCOUNTS.get(region)
     if account is None:
         raise ConfigError(
             "aws:region",
             region,
-            f"a region with an AWS Deep Learning Containers registry {sorted(versions.DLC_ACCOUNTS)}, "
+            f"a region with an AWS Deep Learning Containers registry {yaml_text(sorted(versions.DLC_ACCOUNTS))}, "
             "or set image and rayVersion to an image you host",
         )
     dlc = versions.DLC_IMAGES[tag]
@@ -434,16 +455,16 @@ def _serve_overrides(raw: _Raw) -> serve_config.ServeOverrides:
     replicas = raw.structured("replicas", dict) or {}
     for role, count in replicas.items():
         if role not in GPU_ROLES:
-            raise ConfigError(f"replicas.{role}", count, f"a pool role from {list(GPU_ROLES)}")
+            raise ConfigError(f"replicas.{role}", count, _MAPPINGS["replicas"])
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise ConfigError(f"replicas.{role}", count, "a whole number of replicas, 1 or more")
     autoscaling = scaling.parse_autoscaling(raw.structured("autoscaling", dict) or {})
     for role in autoscaling:
         if role not in GPU_ROLES:
-            raise ConfigError(f"autoscaling.{role}", autoscaling[role], f"a pool role from {list(GPU_ROLES)}")
+            raise ConfigError(f"autoscaling.{role}", autoscaling[role], f"a pool role from {yaml_text(GPU_ROLES)}")
     kv_buffer_device = raw.text("kvBufferDevice")
     if kv_buffer_device not in serve_config.KV_BUFFER_DEVICES:
-        raise ConfigError("kvBufferDevice", kv_buffer_device, f"one of {list(serve_config.KV_BUFFER_DEVICES)}")
+        raise ConfigError("kvBufferDevice", kv_buffer_device, f"one of {yaml_text(serve_config.KV_BUFFER_DEVICES)}")
     return serve_config.ServeOverrides(model_id, model_source, max_len, replicas, autoscaling, kv_buffer_device)
 
 
@@ -494,7 +515,7 @@ def _serving(
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace) or namespace.startswith("kube-"):
         raise ConfigError("namespace", namespace, "a DNS-1123 label (not kube-*)")
     if namespace in taken:
-        raise ConfigError("namespace", namespace, f"a namespace of its own, not one of {list(taken)}")
+        raise ConfigError("namespace", namespace, f"a namespace of its own, not one of {yaml_text(taken)}")
     timeout = raw.integer("serviceReadyTimeoutSeconds")
     if not 600 <= timeout <= 14400:
         raise ConfigError("serviceReadyTimeoutSeconds", timeout, "600 to 14400 (image pull + weights + engine start)")
@@ -533,12 +554,17 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
     botocore's facts. adapters/stack.py is the one caller outside tests."""
     raw = _Raw(get)
     if region is None or facts.region_partition(region) is None:
-        raise ConfigError("aws:region", region, f"an AWS region botocore knows, e.g. {facts.known_regions()[:4]}")
+        raise ConfigError(
+            "aws:region",
+            UNSET if region is None else region,
+            f"an AWS region botocore knows, e.g. {facts.known_regions()[:4]}",
+        )
     if facts.ec2_service_principal(region) is None:
         raise ConfigError(
             "aws:region",
             region,
-            f"a region of a partition whose EC2 service principal we know {sorted(aws_facts.EC2_SERVICE_PRINCIPAL)} "
+            "a region of a partition whose EC2 service principal we know "
+            f"{yaml_text(sorted(aws_facts.EC2_SERVICE_PRINCIPAL))} "
             f"(the node role's trust policy); {region} is in {facts.region_partition(region)}",
         )
 
@@ -602,13 +628,13 @@ def secret_checks(settings: Settings, deploying: bool) -> list[str]:
     gated = model_fit.gated_models(settings.serving.serve_document)
     if not settings.hf_token_set and gated:
         refusals.append(
-            ConfigError("hfToken", None, f"set it (pulumi config set --secret hfToken hf_...): {gated[0]} is gated")
+            ConfigError("hfToken", UNSET, f"set it (pulumi config set --secret hfToken hf_...): {gated[0]} is gated")
         )
     if settings.hardening.api_key_check and not settings.api_keys_set:
         refusals.append(
             ConfigError(
                 "apiKeys",
-                None,
+                UNSET,
                 "set it: `make stack` generates a random key, or pulumi config set --secret apiKeys "
                 '"$(openssl rand -hex 24)"; without one every request gets 401 (docs/security.md)',
             )
@@ -616,7 +642,7 @@ def secret_checks(settings: Settings, deploying: bool) -> list[str]:
     for error in refusals:
         if deploying:
             raise error
-        # Not yet set is the normal state of a stack before `make stack`: say so, not "invalid config ... None".
+        # Not yet set is the normal state of a stack before `make stack`: a warning that says so, not a refusal.
         warnings.append(
             f"{error.key} is not set yet: {error.allowed}; `make plan` goes on without it, `pulumi up` will refuse"
         )

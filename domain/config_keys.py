@@ -1,6 +1,7 @@
 """The stack keys the program reads (domain/data/config_keys.yaml), and the refusal of any other key
 in the project's namespace: the Pulumi CLI passes undeclared keys through to the program, so a
-misspelt key would otherwise change nothing, silently."""
+misspelt key would otherwise change nothing, silently. Keys of the `aws` namespace are checked against
+the provider's own list (domain/data/provider_config_keys.yaml): `aws:regoin` is named as written."""
 
 from __future__ import annotations
 
@@ -11,9 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from domain import packaged
-from domain.errors import PROJECT, ConfigError
+from domain.errors import DOCS, NOT_SHOWN, PROJECT, ConfigError, did_you_mean, mapping_of, unknown_field
 
 KEYS_FILE = Path(__file__).resolve().parent / "data" / "config_keys.yaml"
+PROVIDER_KEYS_FILE = KEYS_FILE.with_name("provider_config_keys.yaml")
+REGION = "aws:region"  # the one provider key the program reads
+
+
+@functools.cache
+def provider_keys() -> dict[str, dict]:
+    """Namespace -> {version, keys}: the config keys a provider declares (only `aws` is listed)."""
+    return packaged.load_yaml(PROVIDER_KEYS_FILE)
 
 
 @functools.cache
@@ -39,11 +48,11 @@ def fields_over_default(key: str, raw: Any, fields: Collection[str]) -> dict[str
     """A mapping key's fields: the stack's value (None: not set) over the table's default. ConfigError, one
     line, for a value that is not a mapping or a field not in `fields`; the caller checks each value."""
     if raw is not None and not isinstance(raw, Mapping):
-        raise ConfigError(key, raw, f"a mapping with fields from {sorted(fields)}")
+        raise ConfigError(key, raw, mapping_of(fields))
     merged = {**default(key), **(raw or {})}
     for name, value in merged.items():
         if name not in fields:
-            raise ConfigError(f"{key}.{name}", value, f"unknown field; fields: {sorted(fields)}")
+            raise unknown_field(key, name, value, fields)
     return merged
 
 
@@ -52,9 +61,37 @@ def secret_keys() -> frozenset[str]:
     return frozenset(k for k, d in declared().items() if isinstance(d, dict) and d.get("secret"))
 
 
-def refuse_unknown(full_keys: Iterable[str]) -> None:
-    """Raise ConfigError for the first key (`namespace:name`) of our namespace that we do not read."""
-    unknown = sorted(k.partition(":")[2] for k in full_keys if k.startswith(f"{PROJECT}:"))
-    unknown = [k for k in unknown if k not in declared()]
-    if unknown:
-        raise ConfigError(unknown[0], "[set]", f"not a key of this project; the keys are in {KEYS_FILE.name}")
+def _known() -> dict[str, str]:
+    """Short name -> full key of every key a stack may set in our namespace and the providers' we list
+    (ours first where a name is in both), for "did you mean"."""
+    names = {k: f"{namespace}:{k}" for namespace, entry in provider_keys().items() for k in entry["keys"]}
+    return {**names, **{k: f"{PROJECT}:{k}" for k in declared()}}
+
+
+def check_known(full_key: str, file: str | None = None) -> None:
+    """ConfigError for a key (`namespace:name`) of our namespace that we do not read, or of a provider
+    namespace we list that the provider does not have. Other namespaces (pulumi, kubernetes, eks) pass: their
+    keys are the engine's or a provider's we hold no list of."""
+    namespace, _, name = full_key.partition(":")
+    if namespace == PROJECT:
+        if name not in declared():
+            owner = "this project"
+        else:
+            return
+    elif namespace in provider_keys():
+        entry = provider_keys()[namespace]
+        if name in entry["keys"]:
+            return
+        # Refused, not warned about: the provider's default provider refuses it at `pulumi up` anyway
+        # (pulumi-terraform-bridge pkg/tfbridge Provider.CheckConfig: "is not a valid configuration key").
+        owner = f"the {namespace} provider (pulumi-{namespace} {entry['version']}; this program reads {REGION})"
+    else:
+        return
+    hint = did_you_mean(name, _known())
+    raise ConfigError(full_key, NOT_SHOWN, f"not a key of {owner};{hint} keys: {DOCS}", file)
+
+
+def refuse_unknown(full_keys: Iterable[str], file: str | None = None) -> None:
+    """check_known for each `namespace:name` key, in the order given."""
+    for full_key in full_keys:
+        check_known(full_key, file)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import yaml
 
 from domain.config_keys import default
-from domain.errors import ConfigError
+from domain.errors import ConfigError, yaml_text
 from domain.facts import KUBERAY_NAMESPACE, SECRET_MARKER
 
 EXISTING_ONLY = ("kubeconfig", "kubeContext", "installKubeRay", "installDevicePlugins", "kuberayNamespace")
@@ -99,4 +99,4 @@ def check_kubeconfig(text: str, context: str | None) -> None:
     wanted = context or config.get("current-context")
     if wanted not in names:
         key = "kubeContext" if context else "kubeconfig"
-        raise ConfigError(key, context or SECRET_MARKER, f"a context of the kubeconfig: {names}")
+        raise ConfigError(key, context or SECRET_MARKER, f"a context of the kubeconfig: {yaml_text(names)}")

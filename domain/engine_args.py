@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 
 from domain import packaged
-from domain.errors import ConfigError
+from domain.errors import NOT_SHOWN, did_you_mean, in_serve_config, yaml_text
 
 VLLM_ARGS_FILE = Path(__file__).resolve().parent / "data" / "vllm_engine_args.json"
 _BOUNDS = {"gt": (">", float.__gt__), "ge": (">=", float.__ge__), "lt": ("<", float.__lt__), "le": ("<=", float.__le__)}
@@ -61,7 +61,7 @@ def describe(spec: Mapping) -> str:
     for kind in spec["types"]:
         own = [c for c in choices if json_type(c) == kind]
         if own:
-            parts.append(f"one of {own}")
+            parts.append(f"one of {yaml_text(own)}")
             continue
         words = _TYPE_WORDS.get(kind, kind)
         if kind in ("integer", "number"):
@@ -112,16 +112,18 @@ def check(where: str, engine_kwargs: Mapping) -> None:
     for prefix, values, names, specs, what in groups:
         for key, value in values.items():
             if key not in names:
-                raise ConfigError(
-                    "serveConfig",
-                    f"{where} {prefix}.{key}",
-                    f"a vLLM {version} {what}; see {VLLM_ARGS_FILE.name}"
-                    + (f": {names}" if len(names) < 30 else " (EngineArgs fields)"),
+                raise in_serve_config(
+                    where,
+                    f"{prefix}.{key}",
+                    NOT_SHOWN,
+                    f"not a vLLM {version} {what};{did_you_mean(key, names)} see {VLLM_ARGS_FILE.name}"
+                    + (f": {yaml_text(names)}" if len(names) < 30 else " (EngineArgs fields)"),
                 )
             spec = specs.get(key)
             if spec is not None and value_problem(value, spec):
-                raise ConfigError(
-                    "serveConfig",
-                    f"{where} {prefix}.{key}: {value!r}",
+                raise in_serve_config(
+                    where,
+                    f"{prefix}.{key}",
+                    value,
                     f"{describe(spec)} (vLLM {version} {what} {key}, from {VLLM_ARGS_FILE.name})",
                 )

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from domain.config_keys import default
-from domain.errors import ConfigError
+from domain.errors import UNSET, ConfigError, yaml_text
 from domain.facts import DEV_ENVIRONMENTS, ENVIRONMENTS
 
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -48,13 +48,13 @@ def load_hardening(
     `structured_list` and `flag` read a key as the stack sets it, or its default."""
     environment = text("environment")
     if environment not in ENVIRONMENTS:
-        raise ConfigError("environment", environment, f"one of {list(ENVIRONMENTS)}")
+        raise ConfigError("environment", environment, f"one of {yaml_text(ENVIRONMENTS)}")
     if environment not in DEV_ENVIRONMENTS:
         if not public_cidrs_set:
             raise ConfigError(
                 "endpointPublicAccessCidrs",
-                None,
-                f"required in environment {environment!r}: the networks (CIDRs) that may reach the Kubernetes API, "
+                UNSET,
+                f"required in environment {environment}: the networks (CIDRs) that may reach the Kubernetes API, "
                 "including the machine that runs `pulumi up`",
             )
         opened = [c for c in public_cidrs if c.endswith("/0")]
@@ -62,8 +62,8 @@ def load_hardening(
             raise ConfigError(
                 "endpointPublicAccessCidrs",
                 opened,
-                f"not open to the whole internet in environment {environment!r} "
-                f"(allowed only in {list(DEV_ENVIRONMENTS)})",
+                f"not open to the whole internet in environment {environment} "
+                f"(allowed only in {yaml_text(DEV_ENVIRONMENTS)})",
             )
     namespaces = structured_list("serveClientNamespaces")
     for namespace in namespaces:
@@ -85,8 +85,8 @@ def load_hardening(
         raise ConfigError(
             "apiKeyCheck",
             False,
-            f"true in environment {environment!r}: without the check the endpoint serves anyone who reaches it "
-            f"(false is allowed only in {list(DEV_ENVIRONMENTS)})",
+            f"true in environment {environment}: without the check the endpoint serves anyone who reaches it "
+            f"(false is allowed only in {yaml_text(DEV_ENVIRONMENTS)})",
         )
     return HardeningSettings(
         environment,

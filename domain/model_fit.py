@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 
 from domain import aws_facts, vllm_fit
-from domain.errors import ConfigError
+from domain.errors import UNSET, ConfigError, in_serve_config, mapping_of, unknown_field, yaml_text
 from domain.model_families import FAMILIES, ModelFamily
 from domain.serve_config import check_tensor_parallel, llm_configs_by_role
 
@@ -224,14 +224,19 @@ _SPEC_FIELDS = {
 # Optional: the number of linear-attention layers, required with a per-sequence state (vLLM pads
 # each layer's state up to a whole attention page, so the count decides the page and the pool).
 _OPTIONAL_SPEC_FIELDS = {"linearLayers": int}
+# How a line names the serve config the fit checks: rendered from the stack's serveConfig file and keys.
+SERVED = "the served document"
+SPEC_SHAPE = mapping_of({**_SPEC_FIELDS, **_OPTIONAL_SPEC_FIELDS})
 
 
 def spec_from_config(raw: Mapping) -> ModelSpec:
     """A `modelSpec` stack value for a model not in KNOWN_MODELS (every field required)."""
     fields = {**_SPEC_FIELDS, **_OPTIONAL_SPEC_FIELDS}
+    if not isinstance(raw, Mapping):
+        raise ConfigError("modelSpec", raw, SPEC_SHAPE)
     for name, value in raw.items():
         if name not in fields:
-            raise ConfigError(f"modelSpec.{name}", value, f"unknown field; fields: {sorted(fields)}")
+            raise unknown_field("modelSpec", name, value, fields)
         kind = fields[name]
         if isinstance(value, bool) or not isinstance(value, kind):
             raise ConfigError(f"modelSpec.{name}", value, "a string" if kind is str else "a number")
@@ -240,14 +245,16 @@ def spec_from_config(raw: Mapping) -> ModelSpec:
             raise ConfigError(f"modelSpec.{name}", value, "a positive number")
     missing = sorted(set(_SPEC_FIELDS) - set(raw))
     if missing:
-        raise ConfigError(f"modelSpec.{missing[0]}", None, f"required; modelSpec needs {sorted(_SPEC_FIELDS)}")
+        raise ConfigError(
+            f"modelSpec.{missing[0]}", UNSET, f"required; modelSpec needs {yaml_text(sorted(_SPEC_FIELDS))}"
+        )
     if raw["weightDtype"] not in DTYPE_BYTES:
-        raise ConfigError("modelSpec.weightDtype", raw["weightDtype"], f"one of {sorted(DTYPE_BYTES)}")
+        raise ConfigError("modelSpec.weightDtype", raw["weightDtype"], f"one of {yaml_text(sorted(DTYPE_BYTES))}")
     state, linear_layers = float(raw["stateMiBPerSequence"]), raw.get("linearLayers", 0)
     if state > 0 and not linear_layers:
         raise ConfigError(
             "modelSpec.linearLayers",
-            raw.get("linearLayers"),
+            raw.get("linearLayers", UNSET),
             "the number of linear-attention/SSM layers, required with stateMiBPerSequence > 0 (vLLM pads "
             "each layer's state to a whole attention page: the count decides the block size and the pool)",
         )
@@ -536,9 +543,10 @@ def check_role(
     check_tensor_parallel(role, instance_type, spec.gpus, engine.tensor_parallel)
     total = spec.gpu_memory_mib * MIB
     if engine.gpu_memory_utilization * total > total - CUDA_CONTEXT_GIB * GIB:
-        raise ConfigError(
-            "serveConfig",
-            f"{role} engine_kwargs.gpu_memory_utilization: {engine.gpu_memory_utilization}",
+        raise in_serve_config(
+            SERVED,
+            f"{role} engine_kwargs.gpu_memory_utilization",
+            engine.gpu_memory_utilization,
             f"at most {(total - CUDA_CONTEXT_GIB * GIB) / total:.2f} on {instance_type} ({spec.gpu_model}): the CUDA "
             f"context takes ~{CUDA_CONTEXT_GIB} GiB outside vLLM's budget, and vLLM 0.26 refuses to start with "
             "'Free memory on device ... is less than desired GPU memory utilization'",
@@ -550,22 +558,20 @@ def check_role(
     central = prediction.refusal(0.0)
     reason = central or prediction.refusal()
     would = "would" if central else f"may (within the fit's tolerance, -{_gib(prediction.tolerance)} KV cache)"
-    if prediction.mamba_check and engine.max_num_seqs is not None and reason.startswith("max_num_seqs"):
-        key, value = "serveConfig", f"{role} engine_kwargs.max_num_seqs: {engine.max_num_seqs}"
-    else:
-        key, value = f"gpuPools.{role}", instance_type
+    seqs_refused = prediction.mamba_check and engine.max_num_seqs is not None and reason.startswith("max_num_seqs")
     ideas = "; ".join(_alternatives(model, engine, prediction, spec, need_efa)) or "nothing in our instance table"
     # Short by: what one request at max_model_len still lacks, at the low end of the tolerance.
     one_request = prediction.blocks_per_request * prediction.layout.bytes_per_block
     short = one_request - (prediction.kv_cache - prediction.tolerance)
     short_by = f", short by {_gib(short)} for one request at max_model_len" if short > 0 else ""
-    raise ConfigError(
-        key,
-        value,
+    allowed = (
         f"{model_id} does not fit the {role} GPU ({spec.gpu_model}) with {_described(engine)}: vLLM "
         f"{vllm_fit.VLLM_VERSION} {would} refuse to start: '{reason}' (predicted {prediction.summary()}{short_by}). "
-        f"Would fit: {ideas}",
+        f"Would fit: {ideas}"
     )
+    if seqs_refused:
+        raise in_serve_config(SERVED, f"{role} engine_kwargs.max_num_seqs", engine.max_num_seqs, allowed)
+    raise ConfigError(f"gpuPools.{role}", instance_type, allowed)
 
 
 def _described(engine: Engine) -> str:
@@ -582,9 +588,9 @@ def model_spec(model_id: str, model_source: str, override: ModelSpec | None) -> 
     if spec is None:
         raise ConfigError(
             "modelSpec",
-            None,
-            f"the memory facts of {model_source} (not in domain/model_fit.py: {sorted(KNOWN_MODELS)}); "
-            f"set modelSpec with {sorted(_SPEC_FIELDS)}",
+            UNSET,
+            f"the memory facts of {model_source} (not in domain/model_fit.py: {yaml_text(sorted(KNOWN_MODELS))}); "
+            f"set modelSpec with {yaml_text(sorted(_SPEC_FIELDS))}",
         )
     return spec
 
@@ -708,12 +714,13 @@ def parse_max_num_seqs(value: str | None) -> int | None:
     """The stack key maxNumSeqs (Pulumi hands values over as strings)."""
     if value is None:
         return None
+    allowed = "a whole number of sequences per engine, 1 or more"
     try:
         seqs = int(value)
     except ValueError:
-        seqs = 0
+        raise ConfigError("maxNumSeqs", value, allowed) from None
     if seqs < 1:
-        raise ConfigError("maxNumSeqs", value, "a whole number of sequences per engine, 1 or more")
+        raise ConfigError("maxNumSeqs", seqs, allowed)
     return seqs
 
 
@@ -740,9 +747,9 @@ def fit_serving(
         try:
             check_fit(document, own, efa_roles, override)
         except ConfigError as error:
-            if max_num_seqs is None or ".max_num_seqs: " not in str(error.value):
+            if max_num_seqs is None or not error.key.endswith(".max_num_seqs"):
                 raise
-            raise ConfigError("maxNumSeqs", max_num_seqs, f"{error.value}: {error.allowed}") from None
+            raise ConfigError("maxNumSeqs", max_num_seqs, f"{error.key}: {error.allowed}") from None
     fits = fit_document(document, {role: _smallest(ts) for role, ts in types.items()}, override, derived)
     return document, tuple(fit.line() for fit in fits.values())
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from domain.errors import ConfigError
+from domain.errors import ConfigError, kind_text, mapping_of, unknown_field, yaml_text
 from domain.facts import HEAD_METRICS_PORTS
 from domain.placement import GPU_NODE_SELECTOR, GPU_TOLERATION, SYSTEM_LABELS
 from domain.sizing import Resources
@@ -136,6 +136,7 @@ _EMBEDDED_ONLY = ("retentionDays", "storageGiB", "grafanaIframeHost")
 _EXTERNAL_ONLY = ("prometheusRelease", "prometheusNamespace")
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+SHAPE = mapping_of(_FIELDS)
 
 
 def load_observability(
@@ -146,16 +147,16 @@ def load_observability(
     key = "observability"
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
-        raise ConfigError(key, raw, f"a mapping with fields {sorted(_FIELDS)}")
+        raise ConfigError(key, raw, SHAPE)
     for name, value in raw.items():
         kind = _FIELDS.get(name)
         if kind is None:
-            raise ConfigError(f"{key}.{name}", value, f"unknown field; allowed fields: {sorted(_FIELDS)}")
+            raise unknown_field(key, name, value, _FIELDS)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ConfigError(f"{key}.{name}", value, f"a {kind.__name__}")
+            raise ConfigError(f"{key}.{name}", value, kind_text(kind))
     mode = raw.get("mode", "none" if existing_cluster else "embedded")
     if mode not in MODES:
-        raise ConfigError(f"{key}.mode", mode, f"one of {list(MODES)}")
+        raise ConfigError(f"{key}.mode", mode, f"one of {yaml_text(MODES)}")
     if existing_cluster and mode in IN_CLUSTER_STACK:
         raise ConfigError(
             f"{key}.mode",

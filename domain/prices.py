@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from domain.errors import ConfigError
+from domain.errors import ConfigError, mapping_of, unknown_field
 
 HOURS_PER_MONTH = 730  # AWS's convention for monthly prices
 
@@ -158,12 +158,16 @@ _SCALARS = {
 }
 
 
+SHAPE = mapping_of({"instances", *_SCALARS})
+
+
 def price_overrides(raw: Mapping | None) -> PriceOverrides:
-    raw = raw or {}
-    allowed = {"instances", *_SCALARS}
+    raw = {} if raw is None else raw
+    if not isinstance(raw, Mapping):
+        raise ConfigError("prices", raw, SHAPE)
     for key, value in raw.items():
-        if key not in allowed:
-            raise ConfigError(f"prices.{key}", value, f"unknown field; fields: {sorted(allowed)}")
+        if key not in {"instances", *_SCALARS}:
+            raise unknown_field("prices", key, value, {"instances", *_SCALARS})
     instances = raw.get("instances", {})
     if not isinstance(instances, dict):
         raise ConfigError("prices.instances", instances, "a mapping of instance type to USD per hour")

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from domain.errors import ConfigError
+from domain.errors import ConfigError, yaml_text
 from domain.facts import GPU_ROLES
 from domain.serve_config import PoolShape
 from domain.settings import GpuPoolSettings
@@ -23,11 +23,13 @@ def pool_serves(name: str, pool_raw: Any) -> str | None:
     serves = pool_raw.get("serves") if isinstance(pool_raw, dict) else None
     if serves is None:
         if name not in GPU_ROLES:
-            allowed = f"a pool role from {list(GPU_ROLES)}, or a pool that sets `serves: <role>`"
+            allowed = f"a pool role from {yaml_text(GPU_ROLES)}, or a pool that sets `serves: <role>`"
             raise ConfigError(f"gpuPools.{name}", pool_raw, allowed)
         return None
     if serves not in GPU_ROLES:
-        raise ConfigError(f"gpuPools.{name}.serves", serves, f"a role of the serve config, one of {list(GPU_ROLES)}")
+        raise ConfigError(
+            f"gpuPools.{name}.serves", serves, f"a role of the serve config, one of {yaml_text(GPU_ROLES)}"
+        )
     if not POOL_NAME.fullmatch(name):
         raise ConfigError(f"gpuPools.{name}", name, "a pool name of at most 32 lowercase letters, digits and '-'")
     return serves

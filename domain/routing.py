@@ -19,7 +19,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from domain.errors import ConfigError
+from domain.errors import (
+    NOT_SHOWN,
+    ConfigError,
+    did_you_mean,
+    in_serve_config,
+    kind_text,
+    mapping_of,
+    unknown_field,
+    yaml_text,
+)
 
 KEY = "routing"
 
@@ -81,6 +90,7 @@ _EVICTION_FIELDS = {
     "targetChars": "eviction_target_chars",
     "intervalSeconds": "eviction_interval_secs",
 }
+SHAPE = mapping_of(_FIELDS, by=f"roles {yaml_text(ROUTABLE_ROLES)}")
 
 
 @dataclass(frozen=True)
@@ -111,13 +121,13 @@ def _number(key: str, value: Any, low: float, high: float | None, whole: bool = 
 def parse_role(role: str, raw: Any) -> RoleRouting:
     key = f"{KEY}.{role}"
     if not isinstance(raw, Mapping):
-        raise ConfigError(key, raw, f"a mapping with fields {sorted(_FIELDS)}")
+        raise ConfigError(key, raw, mapping_of(_FIELDS))
     for name, value in raw.items():
         if name not in _FIELDS:
-            raise ConfigError(f"{key}.{name}", value, f"unknown field; fields: {sorted(_FIELDS)}")
+            raise unknown_field(key, name, value, _FIELDS)
     policy = raw.get("policy", "powerOfTwo")
     if policy not in POLICIES:
-        raise ConfigError(f"{key}.policy", policy, f"one of {list(POLICIES)}")
+        raise ConfigError(f"{key}.policy", policy, f"one of {yaml_text(POLICIES)}")
     tuning = sorted(set(raw) - {"policy"})
     if policy == "powerOfTwo":
         if tuning:
@@ -132,11 +142,11 @@ def parse_role(role: str, raw: Any) -> RoleRouting:
     if "eviction" in raw:
         eviction = raw["eviction"]
         if not isinstance(eviction, Mapping):
-            raise ConfigError(f"{key}.eviction", eviction, f"a mapping with fields {sorted(_EVICTION_FIELDS)}")
+            raise ConfigError(f"{key}.eviction", eviction, mapping_of(_EVICTION_FIELDS))
         kwargs["do_eviction"] = True
         for name, value in eviction.items():
             if name not in _EVICTION_FIELDS:
-                raise ConfigError(f"{key}.eviction.{name}", value, f"unknown field; fields: {sorted(_EVICTION_FIELDS)}")
+                raise unknown_field(f"{key}.eviction", name, value, _EVICTION_FIELDS)
             kwargs[_EVICTION_FIELDS[name]] = int(_number(f"{key}.eviction.{name}", value, 1, None, whole=True))
         threshold = kwargs.get("eviction_threshold_chars", PREFIX_AFFINITY_KWARGS["eviction_threshold_chars"][1])
         target = kwargs.get("eviction_target_chars", PREFIX_AFFINITY_KWARGS["eviction_target_chars"][1])
@@ -155,15 +165,16 @@ def parse(raw: Any) -> dict[str, RoleRouting]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
-        raise ConfigError(KEY, raw, f"a mapping of roles ({', '.join(ROUTABLE_ROLES)}) to {{policy, ...}}")
+        raise ConfigError(KEY, raw, SHAPE)
     routing = {}
     for role, value in raw.items():
         if role not in ROUTABLE_ROLES:
             raise ConfigError(
                 f"{KEY}.{role}",
                 value,
-                f"a role of {list(ROUTABLE_ROLES)}: the roles whose replicas compute prompts (decode reads its "
-                "prompts' KV from prefill; routing it by prefix is not rehearsed here)",
+                f"a role of {yaml_text(ROUTABLE_ROLES)}, the roles whose replicas compute prompts (decode reads its "
+                f"prompts' KV from prefill; routing it by prefix is not rehearsed here), with fields "
+                f"{yaml_text(sorted(_FIELDS))}",
             )
         routing[role] = parse_role(role, value)
     return routing
@@ -173,47 +184,50 @@ def check_request_router_config(where: str, config: Any) -> None:
     """A `request_router_config` as a serve file (or our renderer) writes it: the checks Ray would make
     only on the cluster, where a wrong kwarg fails the first request inside the caller's replica."""
     if not isinstance(config, Mapping):
-        raise ConfigError(
-            "serveConfig", f"{where}: {config!r}", f"a mapping with fields {sorted(REQUEST_ROUTER_FIELDS)}"
-        )
+        raise in_serve_config(where, "", config, mapping_of(REQUEST_ROUTER_FIELDS))
     unknown = sorted(set(config) - REQUEST_ROUTER_FIELDS)
     if unknown:
-        raise ConfigError(
-            "serveConfig",
-            f"{where}.{unknown[0]}",
-            f"a field of Ray 2.58 RequestRouterConfig: {sorted(REQUEST_ROUTER_FIELDS)}",
+        raise in_serve_config(
+            where,
+            f".{unknown[0]}",
+            NOT_SHOWN,
+            f"not a field of Ray 2.58 RequestRouterConfig;{did_you_mean(unknown[0], REQUEST_ROUTER_FIELDS)} "
+            f"fields: {yaml_text(sorted(REQUEST_ROUTER_FIELDS))}",
         )
     cls = config.get("request_router_class", POWER_OF_TWO_CLASS)
     refused = next(
         (reason for name, reason in REFUSED_ROUTERS.items() if isinstance(cls, str) and cls.endswith(name)), None
     )
     if refused:
-        raise ConfigError("serveConfig", f"{where}.request_router_class: {cls}", f"not offered: {refused}")
+        raise in_serve_config(where, ".request_router_class", cls, f"not offered: {refused}")
     if cls not in ROUTER_KWARGS:
-        raise ConfigError(
-            "serveConfig",
-            f"{where}.request_router_class: {cls}",
-            f"one of {[POWER_OF_TWO_CLASS, PREFIX_AFFINITY_CLASS]} (stack key `routing` writes it for you)",
+        raise in_serve_config(
+            where,
+            ".request_router_class",
+            cls,
+            f"one of {yaml_text([POWER_OF_TWO_CLASS, PREFIX_AFFINITY_CLASS])} (stack key `routing` writes it for you)",
         )
     allowed = ROUTER_KWARGS[cls]
     kwargs = config.get("request_router_kwargs") or {}
     if not isinstance(kwargs, Mapping):
-        raise ConfigError("serveConfig", f"{where}.request_router_kwargs: {kwargs!r}", "a mapping")
+        raise in_serve_config(where, ".request_router_kwargs", kwargs, mapping_of(allowed))
     for name, value in kwargs.items():
         if name not in allowed:
-            raise ConfigError(
-                "serveConfig",
-                f"{where}.request_router_kwargs.{name}",
-                f"an argument of {cls.rpartition('.')[2].rpartition(':')[2]}.initialize_state: {sorted(allowed)}",
+            raise in_serve_config(
+                where,
+                f".request_router_kwargs.{name}",
+                NOT_SHOWN,
+                f"not an argument of {cls.rpartition('.')[2].rpartition(':')[2]}.initialize_state;"
+                f"{did_you_mean(name, allowed)} arguments: {yaml_text(sorted(allowed))}",
             )
         kind = allowed[name][0]
         ok = isinstance(value, kind) if kind is bool else isinstance(value, int if kind is int else (int, float))
         if not ok or (kind is not bool and isinstance(value, bool)):
-            raise ConfigError("serveConfig", f"{where}.request_router_kwargs.{name}: {value!r}", f"a {kind.__name__}")
+            raise in_serve_config(where, f".request_router_kwargs.{name}", value, kind_text(kind))
     for name in REQUEST_ROUTER_FIELDS - {"request_router_class", "request_router_kwargs"}:
         value = config.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-            raise ConfigError("serveConfig", f"{where}.{name}: {value!r}", "a number above 0 (Ray: PositiveFloat)")
+            raise in_serve_config(where, f".{name}", value, "a number above 0 (Ray: PositiveFloat)")
 
 
 # vLLM 0.26 engine/arg_utils.py EngineArgs._set_default_chunked_prefill_and_prefix_caching_args: prefix caching
@@ -243,7 +257,9 @@ def apply(
     `hybrid(config)`: whether the model a config serves is hybrid (the model table)."""
     for role, chosen in routing.items():
         if role not in configs_by_role:
-            raise ConfigError(f"{KEY}.{role}", chosen.policy, f"a role of {where}: {sorted(configs_by_role)}")
+            raise ConfigError(
+                f"{KEY}.{role}", chosen.policy, f"a role of {where}: {yaml_text(sorted(configs_by_role))}"
+            )
         config = configs_by_role[role]
         if chosen.policy == "prefixAffinity" and not prefix_cache_on(config, hybrid(config)):
             raise ConfigError(f"{KEY}.{role}.policy", chosen.policy, NO_PREFIX_CACHE.format(file=where))

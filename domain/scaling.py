@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from domain.errors import ConfigError
-from domain.facts import EFA_RESOURCE, GPU_RESOURCE
+from domain.errors import UNSET, ConfigError, mapping_of, unknown_field, yaml_text
+from domain.facts import EFA_RESOURCE, GPU_RESOURCE, GPU_ROLES
 from domain.placement import GPU_TAINT, gpu_labels
 from domain.pool_use import nodes_used
 from domain.serve_config import llm_configs_by_role
@@ -30,6 +30,7 @@ AUTOSCALING_FIELDS = {
     "downscaleDelayS": "downscale_delay_s",
     "upscaleDelayS": "upscale_delay_s",
 }
+SHAPE = mapping_of(AUTOSCALING_FIELDS, by=f"roles {yaml_text(GPU_ROLES)}")
 # Ray Serve 2.58 AutoscalingConfig defaults (ray/serve/config.py): min_replicas 1, max_replicas 1.
 SERVE_DEFAULT_MIN, SERVE_DEFAULT_MAX = 1, 1
 
@@ -44,16 +45,16 @@ EFFECT_K8S = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO
 def parse_autoscaling(raw: Any) -> dict[str, dict]:
     """The stack's `autoscaling` value as Ray Serve autoscaling_config dicts per role."""
     if not isinstance(raw, dict):
-        raise ConfigError("autoscaling", raw, f"a mapping of roles to {{{', '.join(AUTOSCALING_FIELDS)}}}")
+        raise ConfigError("autoscaling", raw, SHAPE)
     configs = {}
     for role, fields in raw.items():
         key = f"autoscaling.{role}"
         if not isinstance(fields, dict) or not fields:
-            raise ConfigError(key, fields, f"a mapping with fields {list(AUTOSCALING_FIELDS)}")
+            raise ConfigError(key, fields, mapping_of(AUTOSCALING_FIELDS))
         config = {}
         for name, value in fields.items():
             if name not in AUTOSCALING_FIELDS:
-                raise ConfigError(f"{key}.{name}", value, f"unknown field; allowed fields: {list(AUTOSCALING_FIELDS)}")
+                raise unknown_field(key, name, value, AUTOSCALING_FIELDS)
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             whole = name.endswith("Replicas")
             if not number or value < 0 or (whole and not isinstance(value, int)):
@@ -148,7 +149,7 @@ def check_shared_role(pools: list[GpuPoolSettings], bounds: ReplicaBounds, pools
         missing = [k for k in ("minSize", "maxSize") if k not in (pools_raw.get(pool.name) or {})]
         if bounds.autoscales and missing:
             raise ConfigError(
-                f"gpuPools.{pool.name}.{missing[0]}", None, f"set: pools {names} share role {pool.app_role}"
+                f"gpuPools.{pool.name}.{missing[0]}", UNSET, f"set: pools {yaml_text(names)} share role {pool.app_role}"
             )
 
     def replicas_on(size: str) -> int:
@@ -158,14 +159,14 @@ def check_shared_role(pools: list[GpuPoolSettings], bounds: ReplicaBounds, pools
         raise ConfigError(
             f"gpuPools.{names[0]}.maxSize",
             {n: p.nodes.max_size for n, p in zip(names, pools, strict=True)},
-            f"room for {bounds.max} replica(s) in pools {names} together: {bounds.where} "
+            f"room for {bounds.max} replica(s) in pools {yaml_text(names)} together: {bounds.where} "
             f"(they hold {replicas_on('max_size')} at maxSize)",
         )
     if bounds.autoscales and replicas_on("min_size") > bounds.min:
         raise ConfigError(
             f"gpuPools.{names[0]}.minSize",
             {n: p.nodes.min_size for n, p in zip(names, pools, strict=True)},
-            f"room for at most {bounds.min} replica(s) in pools {names} together at minSize: {bounds.where} "
+            f"room for at most {bounds.min} replica(s) in pools {yaml_text(names)} together at minSize: {bounds.where} "
             "(more keeps GPUs idle)",
         )
 

@@ -19,7 +19,7 @@ from typing import Protocol
 import yaml
 
 from domain import engine_args, packaged, routing
-from domain.errors import ConfigError
+from domain.errors import NOT_SHOWN, UNSET, ConfigError, did_you_mean, in_serve_config, yaml_text
 from domain.facts import COLLOCATED_ROLE, PD_ROLES, POOL_RESOURCE_PREFIX
 from domain.model_families import FAMILY_ENGINE_KEYS, FAMILY_ENV_KEYS, ModelFamily
 
@@ -110,12 +110,10 @@ def load_serve_file(name: str) -> dict:
 def the_application(doc: dict, where: str) -> dict:
     apps = doc.get("applications")
     if not isinstance(apps, list) or len(apps) != 1:
-        raise ConfigError("serveConfig", where, "exactly one application under `applications:`")
+        raise in_serve_config(where, "applications", NOT_SHOWN, "exactly one application")
     app = apps[0]
     if app.get("import_path") not in APP_ARGS:
-        raise ConfigError(
-            "serveConfig", f"{where}: import_path {app.get('import_path')!r}", f"one of {sorted(APP_ARGS)}"
-        )
+        raise in_serve_config(where, "import_path", app.get("import_path"), f"one of {yaml_text(sorted(APP_ARGS))}")
     return app
 
 
@@ -127,7 +125,7 @@ def llm_configs_by_role(doc: dict, where: str) -> dict[str, dict]:
         return {role: args[key] for key, role in PD_ARG_ROLES.items() if key in args}
     configs = args.get("llm_configs") or []
     if len(configs) != 1:
-        raise ConfigError("serveConfig", where, "exactly one entry in llm_configs (one model per stack)")
+        raise in_serve_config(where, "args.llm_configs", NOT_SHOWN, "exactly one entry (one model per stack)")
     return {COLLOCATED_ROLE: configs[0]}
 
 
@@ -145,31 +143,34 @@ def check_application(doc: dict, where: str, vllm_version: str | None) -> None:
     args = app.get("args") or {}
     unknown = sorted(set(args) - APP_ARGS[app["import_path"]])
     if unknown:
-        raise ConfigError(
-            "serveConfig",
-            f"{where}: args.{unknown[0]}",
-            f"args of {app['import_path']}: {sorted(APP_ARGS[app['import_path']])}",
+        raise in_serve_config(
+            where,
+            f"args.{unknown[0]}",
+            NOT_SHOWN,
+            f"not an argument of {app['import_path']};{did_you_mean(unknown[0], APP_ARGS[app['import_path']])} "
+            f"arguments: {yaml_text(sorted(APP_ARGS[app['import_path']]))}",
         )
     configs = llm_configs_by_role(doc, where)
     if app["import_path"] == PD_IMPORT:
         for key in PD_ARG_ROLES:
             if key not in args:
-                raise ConfigError("serveConfig", f"{where}: args.{key}", "required by build_pd_openai_app")
+                raise in_serve_config(where, f"args.{key}", UNSET, "required by build_pd_openai_app")
         ids = {role: (c.get("model_loading_config") or {}).get("model_id") for role, c in configs.items()}
         if ids["prefill"] != ids["decode"]:
-            raise ConfigError("serveConfig", f"{where}: model_id {ids}", "the same model_id for prefill and decode")
+            raise in_serve_config(where, "model_id", ids, "the same model_id for prefill and decode")
         for role, config in configs.items():
             kv_transfer = (config.get("engine_kwargs") or {}).get("kv_transfer_config")
             if not kv_transfer:
-                raise ConfigError(
-                    "serveConfig", f"{where}: {role} engine_kwargs.kv_transfer_config", "required on both PD sides"
+                raise in_serve_config(
+                    where, f"{role} engine_kwargs.kv_transfer_config", UNSET, "required on both PD sides"
                 )
             kv_role, allowed = kv_transfer.get("kv_role"), PD_KV_ROLES.get(role, ())
             swapped = kv_role in {r for roles in PD_KV_ROLES.values() for r in roles} - set(allowed)
             if allowed and swapped:  # a value vLLM does not know is named by the engine-argument check below
-                raise ConfigError(
-                    "serveConfig",
-                    f"{where}: {role} engine_kwargs.kv_transfer_config.kv_role: {kv_role!r}",
+                raise in_serve_config(
+                    where,
+                    f"{role} engine_kwargs.kv_transfer_config.kv_role",
+                    kv_role,
                     f"{' or '.join(allowed)} on the {role} side (vLLM serves a swapped pair, but on GPUs "
                     "decode would then free KV blocks a transfer may still read)",
                 )
@@ -182,10 +183,8 @@ def check_application(doc: dict, where: str, vllm_version: str | None) -> None:
         if router is not None:
             routing.check_request_router_config(f"{where}: {role} deployment_config.request_router_config", router)
         if "placement_group_config" in config:
-            raise ConfigError(
-                "serveConfig",
-                f"{where}: {role} placement_group_config",
-                "left out: the stack pins each role to its pool",
+            raise in_serve_config(
+                where, f"{role} placement_group_config", NOT_SHOWN, "left out: the stack pins each role to its pool"
             )
         if vllm_version == engine_args.vllm_arguments()["vllm_version"]:  # else vLLM checks them on start
             engine_args.check(f"{where}: {role}", config.get("engine_kwargs") or {})
@@ -211,15 +210,17 @@ def _apply_family(config: dict, role: str, where: str, model: ModelFacts) -> Non
     if family is None:
         return  # a model of the user's: their serve file says what it needs
     for key in sorted(FAMILY_ENGINE_KEYS & set(engine)):
-        raise ConfigError(
-            "serveConfig",
-            f"{where}: {role} engine_kwargs.{key}",
+        raise in_serve_config(
+            where,
+            f"{role} engine_kwargs.{key}",
+            engine[key],
             "left out: the stack adds it from the model table (domain/model_families.py) for the model served",
         )
     for key in sorted(FAMILY_ENV_KEYS & set(env)):
-        raise ConfigError(
-            "serveConfig",
-            f"{where}: {role} runtime_env.env_vars.{key}",
+        raise in_serve_config(
+            where,
+            f"{role} runtime_env.env_vars.{key}",
+            env[key],
             "left out: the stack adds it from the model table (domain/model_families.py) for the model served",
         )
     engine.update(copy.deepcopy(dict(family.engine_kwargs)))
@@ -235,15 +236,19 @@ def _kv_buffer(config: dict, role: str, where: str, device: str, model: ModelFac
     kv_transfer = config["engine_kwargs"].get("kv_transfer_config")
     if kv_transfer is None:
         return
+
     # Device memory by default, as the reference deployment runs on g6 (no GPUDirect RDMA): libfabric's
     # EFA provider moves GPU memory itself; the workers run privileged so NIXL can register it.
-    key, value = ("kvBufferDevice", device)
-    if "kv_buffer_device" in kv_transfer:
-        key, value = f"serveConfig {where}: {role} kv_transfer_config.kv_buffer_device", kv_transfer["kv_buffer_device"]
+    def refuse(allowed: str) -> ConfigError:
+        if "kv_buffer_device" in kv_transfer:
+            return in_serve_config(where, f"{role} kv_transfer_config.kv_buffer_device", value, allowed)
+        return ConfigError("kvBufferDevice", value, allowed)
+
+    value = kv_transfer.get("kv_buffer_device", device)
     if value not in KV_BUFFER_DEVICES:
-        raise ConfigError(key, value, f"one of {list(KV_BUFFER_DEVICES)}")
+        raise refuse(f"one of {yaml_text(KV_BUFFER_DEVICES)}")
     if value == "cpu" and model.hybrid:
-        raise ConfigError(key, value, HYBRID_CPU_BUFFER)
+        raise refuse(HYBRID_CPU_BUFFER)
     kv_transfer["kv_buffer_device"] = value
 
 
@@ -262,7 +267,7 @@ def render(
     configs = llm_configs_by_role(doc, where)
     if set(configs) != set(pools):
         raise ConfigError(
-            "gpuPools", sorted(pools), f"exactly the pools {where} runs on: {sorted(configs)} (one per role)"
+            "gpuPools", sorted(pools), f"exactly the pools {where} runs on: {yaml_text(sorted(configs))} (one per role)"
         )
     for role, config in configs.items():
         pool = pools[role]

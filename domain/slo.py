@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from domain import config_keys
-from domain.errors import ConfigError
+from domain.errors import ConfigError, mapping_of
 
 KEY = "slo"
 
@@ -33,6 +33,7 @@ class Slo:
 
 
 _FIELDS = {"ttftMs": "ttft_ms", "tpotMs": "tpot_ms"}
+SHAPE = mapping_of(_FIELDS)
 
 
 def parse(raw: Mapping[str, Any] | None) -> Slo:

@@ -24,15 +24,17 @@ example; `baseline` runs the collocated, non-disaggregated app on one GPU node).
 copying one (`cp Pulumi.dev.yaml Pulumi.mine.yaml`): `make plan STACK=mine` takes it as it takes
 the shipped ones.
 
-The region is `aws:region` (required; a region botocore knows). Every other key is in the
+The region is `aws:region` (required; a region botocore knows). Every other key of ours is in the
 `ray-llm-eks:` namespace and listed below; a key in a namespace that neither this project nor a
 provider it uses reads (`aws`, `eks`, `kubernetes`, `pulumi`) is refused, and so is a key of ours
 that is not in the table, so `ray-llm-ek:maxModelLen` cannot pass silently. Every value is checked
-before any resource is declared; a bad one stops with one message naming the key, the value and
-what is allowed. Secret keys are set with `pulumi config set --secret KEY VALUE` and never appear
-in plain text in state, outputs, logs or `make plan`'s files.
+before any resource is declared; a bad one stops with one line naming the file where known, the key,
+the value as YAML writes it and what is allowed (`Pulumi.dev.yaml: invalid config ray-llm-eks:vpcCdir:
+not a key of this project; did you mean ray-llm-eks:vpcCidr? keys: docs/configuration.md`). Secret
+keys are set with `pulumi config set --secret KEY VALUE` and never appear in plain text in state,
+outputs, logs or `make plan`'s files.
 
-Mappings (`systemNodes`, `gpuPools`, ...) have no type the Pulumi CLI can check: the program checks
+{provider_keys}Mappings (`systemNodes`, `gpuPools`, ...) have no type the Pulumi CLI can check: the program checks
 them field by field, unknown fields included.
 
 | key | type | default | meaning |
@@ -71,12 +73,25 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+def _provider_keys() -> str:
+    """The `aws:` keys a stack may set besides the region: the provider's own (its default provider refuses
+    any other at `pulumi up`, and so does `make plan`)."""
+    lines = []
+    for namespace, entry in config_keys.provider_keys().items():
+        keys = ", ".join(f"`{k}`" for k in entry["keys"] if f"{namespace}:{k}" != config_keys.REGION)
+        lines.append(
+            f"Other `{namespace}:` keys are the provider's, passed on to it untouched (pulumi-{namespace} "
+            f"{entry['version']}): {keys}. Any other `{namespace}:` key is refused, as the provider refuses it."
+        )
+    return "\n\n".join(lines) + "\n\n"
+
+
 def render() -> str:
     rows = [
         f"| `{key}` | {_type(entry)} | {_cell(_default(entry))} | {_cell(entry.get('description', ''))} |"
         for key, entry in config_keys.declared().items()
     ]
-    return HEADER + "\n".join(rows) + "\n"
+    return HEADER.replace("{provider_keys}", _provider_keys()) + "\n".join(rows) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -193,5 +193,7 @@ def test_a_serve_file_with_its_own_ingress_is_refused():
     from domain.errors import ConfigError
 
     document = {"applications": [{"name": "llm", "args": {"ingress_cls_config": {"ingress_cls": "x:Y"}}}]}
-    with pytest.raises(ConfigError, match="no ingress_cls_config: the stack sets it"):
+    with pytest.raises(
+        ConfigError, match=r"mine\.yaml: invalid config args\.ingress_cls_config: left out: the stack sets it"
+    ):
         check_no_own_ingress(document, "serve_configs/mine.yaml")

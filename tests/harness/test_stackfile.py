@@ -47,7 +47,9 @@ def test_a_key_declared_in_pulumi_yaml_without_default_is_required_like_the_cli(
     project = yaml.safe_load((project_copy / "Pulumi.yaml").read_text())
     project["config"] = {"natGateways": {"type": "string", "default": "perAz"}, "clusterName": {"type": "string"}}
     (project_copy / "Pulumi.yaml").write_text(yaml.safe_dump(project))
-    with pytest.raises(StackFileError, match=r"Stack 'dev' is missing configuration values \['clusterName'\]"):
+    with pytest.raises(
+        ConfigError, match=r"Pulumi.dev.yaml: invalid config ray-llm-eks:clusterName \(not set\): required"
+    ):
         load_stack("dev", root=project_copy)
     config = load_stack("dev", root=project_copy, overrides={"ray-llm-eks:clusterName": "c"})
     assert config.values["ray-llm-eks:natGateways"] == "single"  # the stack's own value wins
@@ -73,7 +75,9 @@ def test_a_project_file_pulumi_would_refuse_is_refused(project_copy):
 
 
 def test_a_key_the_program_does_not_read_is_refused():
-    with pytest.raises(StackFileError, match="key 'vpcCdir' is not a key of this project"):
+    with pytest.raises(
+        ConfigError, match=r"Pulumi\.dev\.yaml: invalid config ray-llm-eks:vpcCdir: not a key of this project"
+    ):
         load_stack("dev", overrides={"ray-llm-eks:vpcCdir": "10.0.0.0/16"})
 
 
@@ -86,15 +90,22 @@ def test_the_running_program_refuses_a_key_it_does_not_read(monkeypatch):
     runtime_config.set_all_config({"ray-llm-eks:vpcCidr": "10.0.0.0/16", "aws:profile": "work"})
     assert stack.running_stack().values == {"ray-llm-eks:vpcCidr": "10.0.0.0/16", "aws:profile": "work"}
     runtime_config.set_all_config({"ray-llm-eks:vpcCidr": "10.0.0.0/16", "ray-llm-eks:vpcCdir": "10.0.0.0/16"})
-    with pytest.raises(ConfigError, match="ray-llm-eks:vpcCdir = '\\[set\\]': not a key of this project"):
+    with pytest.raises(
+        ConfigError, match=r"^invalid config ray-llm-eks:vpcCdir: not a key of this project; did you mean"
+    ):
+        stack.load_settings(stack.running_stack())
+    runtime_config.set_all_config({"ray-llm-eks:vpcCidr": "10.0.0.0/16", "aws:regoin": "us-east-1"})
+    with pytest.raises(ConfigError, match=r"^invalid config aws:regoin: not a key of the aws provider"):
         stack.load_settings(stack.running_stack())
     runtime_config.set_all_config({})
 
 
 def test_declared_type_is_enforced_like_the_cli():
-    with pytest.raises(StackFileError, match="'clusterLogRetentionDays' must be of type 'integer'"):
+    with pytest.raises(ConfigError, match="clusterLogRetentionDays = thirty: a whole number, unquoted"):
         load_stack("dev", overrides={"ray-llm-eks:clusterLogRetentionDays": "thirty"})
-    with pytest.raises(StackFileError, match="'availabilityZones' must be of type 'array'"):
+    with pytest.raises(ConfigError, match="clusterLogRetentionDays = '30': a whole number, unquoted"):
+        load_stack("dev", overrides={"ray-llm-eks:clusterLogRetentionDays": "30"})
+    with pytest.raises(ConfigError, match="availabilityZones = us-east-1a: a list of strings"):
         load_stack("dev", overrides={"ray-llm-eks:availabilityZones": "us-east-1a"})
 
 
@@ -149,8 +160,17 @@ def test_a_plan_skips_the_sdks_source_positions_only_while_it_runs():
 @pytest.mark.parametrize(
     ("overrides_yaml", "expected"),
     [
-        ("ray-llm-eks:vpcCidr: 10.0.0.0/33", "ray-llm-eks:vpcCidr = '10.0.0.0/33'"),
-        ("ray-llm-eks:vpcCidrr: 10.0.0.0/16", "key 'vpcCidrr' is not a key of this project"),
+        ("ray-llm-eks:vpcCidr: 10.0.0.0/33", "invalid config ray-llm-eks:vpcCidr = 10.0.0.0/33: an IPv4 CIDR"),
+        (
+            "ray-llm-eks:vpcCidrr: 10.0.0.0/16",
+            "Pulumi.dev.yaml: invalid config ray-llm-eks:vpcCidrr: not a key of this project; did you mean "
+            "ray-llm-eks:vpcCidr? keys: docs/configuration.md",
+        ),
+        (
+            "aws:regoin: us-east-1",
+            "Pulumi.dev.yaml: invalid config aws:regoin: not a key of the aws provider (pulumi-aws 7.51.1; this "
+            "program reads aws:region); did you mean aws:region? keys: docs/configuration.md",
+        ),
     ],
 )
 def test_plan_command_fails_with_one_clear_message(tmp_path, capsys, monkeypatch, overrides_yaml, expected):
@@ -190,8 +210,13 @@ def test_declared_keys_are_exactly_the_keys_the_program_reads():
 
 
 def test_a_secret_key_set_in_plain_text_is_refused():
-    with pytest.raises(StackFileError, match="'hfToken' must be encrypted"):
+    with pytest.raises(ConfigError, match=r"hfToken = \(plain text, not shown\): a secret: pulumi config") as caught:
         load_stack("dev", overrides={"ray-llm-eks:hfToken": "hf_plain"})
+    assert "hf_plain" not in str(caught.value)
+    # A key nobody reads may hold a secret too: its value is never shown.
+    with pytest.raises(ConfigError) as caught:
+        load_stack("dev", overrides={"ray-llm-eks:hfTokn": "hf_plain", "aws:secretKy": "aws_plain"})
+    assert "plain" not in str(caught.value) and "did you mean ray-llm-eks:hfToken?" in str(caught.value)
 
 
 def test_secret_manifests_never_carry_values():

@@ -15,7 +15,7 @@ KEY_OBJECTS = {("kubernetes:core/v1:Secret", "llm-api-keys"), ("kubernetes:core/
 
 def test_up_without_keys_is_refused_before_any_resource():
     error, monitor = failing_run({}, offline_plan=False)
-    assert str(error).startswith("invalid config ray-llm-eks:apiKeys = None: set it: `make stack` generates")
+    assert str(error).startswith("invalid config ray-llm-eks:apiKeys (not set): set it: `make stack` generates")
     assert monitor.registrations == []
 
 

@@ -226,7 +226,7 @@ def test_none_declares_nothing_to_watch_with():
 
 def test_embedded_on_an_existing_cluster_is_refused_before_any_resource():
     error, monitor = failing_run({NS + "existingCluster": True, NS + "observability": {"mode": "embedded"}})
-    assert "observability.mode = 'embedded': external or none on an existing cluster" in str(error)
+    assert "observability.mode = embedded: external or none on an existing cluster" in str(error)
     assert monitor.registrations == []
 
 

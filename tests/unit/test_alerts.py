@@ -34,23 +34,23 @@ def test_the_stack_sets_them():
     ("key", "value", "message"),
     [
         ("slo", {"ttftMs": 0}, "slo.ttftMs = 0: a whole number of milliseconds above 0"),
-        ("slo", {"ttft": 500}, "slo.ttft = 500: unknown field"),
+        ("slo", {"ttft": 500}, "slo.ttft = 500: not a field of slo; did you mean ttftMs? fields: [tpotMs, ttftMs]"),
         ("slo", {"tpotMs": 1.5}, "slo.tpotMs = 1.5: a whole number"),
         ("alerts", {"kvCacheUsage": 1.2}, "alerts.kvCacheUsage = 1.2: a share between 0 and 1"),
         ("alerts", {"waitingMinutes": 2.5}, "alerts.waitingMinutes = 2.5: a whole number of minutes"),
-        ("alerts", {"kvTransferFloorGBps": True}, "alerts.kvTransferFloorGBps = True: a number of GB/s"),
-        ("alerts", {"floor": 1}, "alerts.floor = 1: unknown field"),
+        ("alerts", {"kvTransferFloorGBps": True}, "alerts.kvTransferFloorGBps = true: a number of GB/s"),
+        ("alerts", {"floor": 1}, "alerts.floor = 1: not a field of alerts; fields: [gpuMemoryUsage,"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_field(key, value, message):
-    with pytest.raises(ConfigError, match=message.replace(".", r"\.", 1)) as caught:
+    with pytest.raises(ConfigError, match=re.escape(message)) as caught:
         settings(**{key: value})
     assert "\n" not in str(caught.value)
 
 
 @pytest.mark.parametrize("parse", [slo.parse, alerts.parse])
 def test_a_value_that_is_not_a_mapping_is_refused_naming_the_fields(parse):
-    with pytest.raises(ConfigError, match=r" = 500: a mapping with fields from \['"):
+    with pytest.raises(ConfigError, match=r" = 500: a mapping with fields \[\w+, \w+"):
         parse(500)
 
 

@@ -60,13 +60,13 @@ INVALID = {
     "min above desired": (
         {NS + "gpuPools": pools(minSize=2, desiredSize=1, maxSize=3)},
         "gpuPools.prefill",
-        "'minSize': 2",
+        "{minSize: 2, desiredSize: 1, maxSize: 3}",
         "minSize <= desiredSize <= maxSize",
     ),
     "desired above max": (
         {NS + "systemNodes": {"instanceType": "m7i.xlarge", "minSize": 1, "desiredSize": 4, "maxSize": 2}},
         "systemNodes",
-        "'desiredSize': 4",
+        "{minSize: 1, desiredSize: 4, maxSize: 2}",
         "minSize <= desiredSize <= maxSize",
     ),
     "negative count": (
@@ -78,8 +78,8 @@ INVALID = {
     "count of the wrong type": (
         {NS + "gpuPools": pools(maxSize="two")},
         "gpuPools.prefill.maxSize",
-        "two",
-        "int",
+        "= two",
+        "a whole number",
     ),
     "AZ of another region": (
         {NS + "availabilityZones": ["us-east-1a", "us-west-2b"]},
@@ -156,8 +156,8 @@ INVALID = {
     "typo in a pool field": (
         {NS + "gpuPools": {"prefill": {**GPU, "maxSzie": 2}, "decode": GPU}},
         "gpuPools.prefill.maxSzie",
-        "2",
-        "unknown field",
+        "= 2",
+        "not a field of gpuPools.prefill; did you mean maxSize?",
     ),
     "typo in a pool role": (
         {NS + "gpuPools": {"prefil": GPU, "decode": GPU}},
@@ -166,7 +166,7 @@ INVALID = {
         "pool role",
     ),
     "pools not a mapping": ({NS + "gpuPools": ["g6.8xlarge"]}, "gpuPools", "g6.8xlarge", "mapping"),
-    "unpinned GPU AMI": ({NS + "gpuAmiReleaseVersion": None}, "gpuAmiReleaseVersion", "None", "exactly one"),
+    "unpinned GPU AMI": ({NS + "gpuAmiReleaseVersion": None}, "gpuAmiReleaseVersion", "(not set)", "exactly one"),
     "malformed AMI release": (
         {NS + "gpuAmiReleaseVersion": "latest"},
         "gpuAmiReleaseVersion",

@@ -105,8 +105,8 @@ def test_existing_cluster_keys_need_existing_cluster(key):
 @pytest.mark.parametrize(
     ("values", "rule"),
     [
-        ({"installKubeRay": "true"}, "'ray-system': only with installKubeRay: false (ours runs in kuberay-system)"),
-        ({"installKubeRay": "false", "kuberayNamespace": "Ray_System"}, "'Ray_System': a namespace name"),
+        ({"installKubeRay": "true"}, "ray-system: only with installKubeRay: false (ours runs in kuberay-system)"),
+        ({"installKubeRay": "false", "kuberayNamespace": "Ray_System"}, "Ray_System: a namespace name"),
     ],
 )
 def test_kuberay_namespace_needs_the_clusters_own_kuberay_and_a_valid_name(values, rule):
@@ -128,7 +128,7 @@ def test_boolean_keys_are_checked():
 def test_kubeconfig_must_parse_and_name_its_context():
     with pytest.raises(ConfigError, match="a kubeconfig with clusters and contexts"):
         check_kubeconfig("just text", None)
-    with pytest.raises(ConfigError, match=r"ray-llm-eks:kubeContext = 'other': a context of the kubeconfig: \['ctx'\]"):
+    with pytest.raises(ConfigError, match=r"ray-llm-eks:kubeContext = other: a context of the kubeconfig: \[ctx\]"):
         check_kubeconfig(KUBECONFIG, "other")
     check_kubeconfig(KUBECONFIG, "ctx")
 

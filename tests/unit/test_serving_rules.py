@@ -32,13 +32,13 @@ def llm_configs(overrides: dict | None = None) -> dict[str, dict]:
 
 def test_head_needs_room_on_the_system_node():
     error = settings_error({NS + "systemNodes": {"instanceType": "m7i.large"}})
-    assert "systemNodes.instanceType = 'm7i.large'" in str(error) and "room for the Ray head" in str(error)
+    assert "systemNodes.instanceType = m7i.large" in str(error) and "room for the Ray head" in str(error)
 
 
 def test_cpu_kv_buffer_is_refused_for_hybrid_models_and_allowed_otherwise():
     error = settings_error({NS + "kvBufferDevice": "cpu"})
     assert isinstance(error, ConfigError)
-    assert str(error).startswith("invalid config ray-llm-eks:kvBufferDevice = 'cpu': cuda for a hybrid")
+    assert str(error).startswith("invalid config ray-llm-eks:kvBufferDevice = cpu: cuda for a hybrid")
     assert "[conv, ssm]" in str(error)
     llama = {NS + "modelId": "meta-llama/Llama-3.1-8B-Instruct", NS + "hfToken": SecretValue("t")}
     for config in llm_configs({**llama, NS + "kvBufferDevice": "cpu"}).values():
@@ -117,7 +117,11 @@ SERVING_INVALID = {
     "unknown DLC tag": ({NS + "dlcImageTag": "serve-llm-cuda"}, "dlcImageTag", "Ray version we know"),
     "service name too long": ({NS + "serviceName": "x" * 48}, "serviceName", "47"),
     "replicas beyond the pool": ({NS + "replicas": {"prefill": 2}}, "replicas.prefill", "at most 1"),
-    "replicas for an unknown role": ({NS + "replicas": {"prefil": 1}}, "replicas.prefil", "pool role"),
+    "replicas for an unknown role": (
+        {NS + "replicas": {"prefil": 1}},
+        "replicas.prefil",
+        "roles [prefill, decode, collocated]",
+    ),
     "pools that do not match the app": (
         {NS + "serveConfig": "collocated"},
         "gpuPools",
@@ -237,7 +241,7 @@ def test_efa_plugin_image_comes_from_the_regions_registry(region, repository):
 def test_region_without_an_eks_addon_registry_is_refused_naming_it(monkeypatch):
     monkeypatch.delitem(aws_facts.EKS_ADDON_REGISTRY_ACCOUNTS, "eu-west-1")
     error = settings_error(region_overrides("eu-west-1"))
-    assert "aws:region = 'eu-west-1'" in str(error) and "EKS add-on image registry" in str(error)
+    assert "aws:region = eu-west-1" in str(error) and "EKS add-on image registry" in str(error)
     settings_of(region_overrides("eu-west-1"), stack="baseline")  # no EFA pool: no EFA plugin to pull
 
 
@@ -250,6 +254,6 @@ def test_tensor_parallel_wider_than_the_node_names_the_gpus_per_node(monkeypatch
     monkeypatch.setattr(serve_config, "load_serve_file", lambda name: doc)
     error = settings_error({})
     assert str(error) == (
-        "invalid config ray-llm-eks:gpuPools.prefill.instanceType = 'g6.8xlarge': an instance with >= 2 GPUs for "
+        "invalid config ray-llm-eks:gpuPools.prefill.instanceType = g6.8xlarge: an instance with >= 2 GPUs for "
         "tensor_parallel_size 2 (prefill); g6.8xlarge has 1 (tensor parallelism does not cross nodes here)"
     )

@@ -203,7 +203,7 @@ def test_asking_256_on_an_l4_fails_in_one_line_with_vllms_reason():
         model_fit.fit_serving(_doc(max_num_seqs=256), [("collocated", "g6.8xlarge")], set(), None)
     message = str(error.value)
     assert "\n" not in message
-    assert "collocated engine_kwargs.max_num_seqs: 256" in message
+    assert "invalid config collocated engine_kwargs.max_num_seqs = 256: " in message
     assert "max_num_seqs (256) exceeds available Mamba cache blocks (72)" in message
     assert f"max_num_seqs <= {model_fit.largest_max_num_seqs(QWEN, DEV, L4)}" in message
 
