@@ -128,7 +128,7 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
     name = project["name"]
     path = root / f"Pulumi.{stack}.yaml"
     if not path.exists():
-        raise StackFileError(f"no stack file {path.name}; stacks: {stack_names(root)}")
+        raise StackFileError(f"no stack file {path.name}; stacks: {yaml_text(stack_names(root))}")
     doc = _load_yaml(path) or {}
     config = dict(doc.get("config") or {})
     for key, value in (overrides or {}).items():

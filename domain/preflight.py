@@ -16,6 +16,7 @@ from datetime import date, timedelta
 from typing import Protocol
 
 from domain import aws_facts, observability, sizing, versions
+from domain.errors import ConfigError, yaml_text
 from domain.settings import NodePoolSettings, Settings
 
 
@@ -42,8 +43,9 @@ def quota_for(instance_type: str) -> Quota | None:
     return None  # other quota families (X, high memory, Inf, Trn, ...): not checked here
 
 
-class PreflightError(ValueError):
-    """AWS would refuse the stack: one message with what is asked, what is allowed, what to do."""
+class PreflightError(ConfigError):
+    """AWS would refuse the stack: the same one line as any bad value (the key, its value, what AWS allows
+    and what to do), found only by asking AWS."""
 
 
 class AwsAnswers(Protocol):
@@ -86,7 +88,9 @@ def check_zones(settings: Settings, aws: AwsAnswers) -> str:
     missing = [z for z in wanted if z not in zones]
     if missing:
         raise PreflightError(
-            f"availabilityZones {missing} are not available zones of {settings.region}; available: {sorted(zones)}"
+            "availabilityZones",
+            missing,
+            f"zones available to this account in {settings.region}: {yaml_text(sorted(zones))}",
         )
     return f"ok: zones {wanted} are available in {settings.region}"
 
@@ -104,9 +108,11 @@ def check_offerings(settings: Settings, aws: AwsAnswers) -> str:
         needed = {settings.network.gpu_availability_zone} if key.startswith("gpuPools") else zones
         if not where & needed:
             raise PreflightError(
-                f"{key}.instanceType {nodes.instance_type} is not offered in {sorted(needed)} of {settings.region}; "
-                f"zones offering it: {sorted(where) or 'none'} (change gpuAvailabilityZone/availabilityZones "
-                "or the instance type)"
+                f"{key}.instanceType",
+                nodes.instance_type,
+                f"a type offered in {yaml_text(sorted(needed))} of {settings.region}; zones offering it: "
+                f"{yaml_text(sorted(where)) if where else 'none'} (change gpuAvailabilityZone/availabilityZones "
+                "or the instance type)",
             )
     return f"ok: instance types {types} are offered in their zones"
 
@@ -120,8 +126,10 @@ def check_system_node(settings: Settings, aws: AwsAnswers) -> str:
     need, offered = sizing.system_node_room(hardware, observability.system_pods(settings.serving.observability))
     if not need.fits_in(offered):
         raise PreflightError(
-            f"systemNodes.instanceType {instance_type} is too small for the Ray head and system pods: they need "
-            f"{need.cpu_m}m CPU / {need.memory_mib} MiB, one node offers {offered.cpu_m}m / {offered.memory_mib} MiB"
+            "systemNodes.instanceType",
+            instance_type,
+            f"a type with room for the Ray head and system pods: they need {need.cpu_m}m CPU / {need.memory_mib} MiB, "
+            f"one {instance_type} offers {offered.cpu_m}m / {offered.memory_mib} MiB",
         )
     return f"ok: the Ray head and system pods fit one {instance_type}"
 
@@ -146,8 +154,10 @@ def check_quotas(settings: Settings, aws: AwsAnswers) -> list[str]:
             continue
         if need > limit:
             raise PreflightError(
-                f"EC2 quota {quota.code} '{quota.name}' in {settings.region} is {limit:g} vCPUs; the node pools need "
-                f"up to {need} at their maxSize ({detail}). Request an increase in Service Quotas or lower maxSize."
+                f"{uses[0][0]}.maxSize",
+                uses[0][1].max_size,
+                f"pools within EC2 quota {quota.code} ({quota.name}) in {settings.region}, {limit:g} vCPUs: they need "
+                f"up to {need} at their maxSize ({detail}); request an increase in Service Quotas or lower maxSize",
             )
         report.append(
             f"ok: {quota.name} ({quota.code}) {need} <= {limit:g} vCPUs (instances already running count too)"
@@ -173,9 +183,12 @@ def check_kubernetes_support(settings: Settings, aws: AwsAnswers, day: date) -> 
             f"at deploy time (fewer than {min_days} days left); an existing one is warned. Upgrade kubernetesVersion."
         )
     if not exists:
+        later = [v for v, e in versions.KUBERNETES_VERSIONS.items() if e is None or e > ends]
         raise PreflightError(
-            f"kubernetesVersion {version}: standard support ends {ends}, fewer than {min_days} days after {day}; "
-            f"{cost}. Choose one of {[v for v, e in versions.KUBERNETES_VERSIONS.items() if e is None or e > ends]}"
+            "kubernetesVersion",
+            version,
+            f"one of {yaml_text(later)} for a new cluster: standard support of {version} ends {ends}, fewer than "
+            f"{min_days} days after {day}; {cost}",
         )
     return f"warning: cluster {settings.cluster.name} runs Kubernetes {version}, standard support ends {ends}; {cost}"
 
@@ -192,9 +205,10 @@ def check_cluster_admins(settings: Settings, aws: AwsAnswers) -> str:
     deployer = principal_of(caller)
     if any(same_principal(admin, deployer) for admin in admins):
         raise PreflightError(
-            f"clusterAdmins lists {deployer}, the identity running this deployment: it is cluster admin already "
-            "(pulumi-eks bootstrapClusterCreatorAdminPermissions) and EKS refuses a second access entry for it; "
-            "remove it from clusterAdmins"
+            "clusterAdmins",
+            list(admins),
+            f"principals other than {deployer}, the identity running this deployment: it is cluster admin already "
+            "(pulumi-eks bootstrapClusterCreatorAdminPermissions) and EKS refuses a second access entry for it",
         )
     return f"ok: clusterAdmins {list(admins)} get cluster-admin access entries"
 
@@ -228,8 +242,10 @@ def check_weights_bucket(settings: Settings, aws: AwsAnswers) -> list[str]:
             report.append(f"deferred to deploy time: bucket {bucket} of the weights is in {settings.region}")
         elif where != settings.region:
             raise PreflightError(
-                f"modelSource {uri}: bucket {bucket} is in {where}, the stack in {settings.region}; copy the weights "
-                f"to a bucket in {settings.region} (the VPC's S3 gateway endpoint serves its own region only)"
+                "modelSource",
+                uri,
+                f"a bucket in {settings.region}, the stack's region ({bucket} is in {where}): copy the weights there "
+                "(the VPC's S3 gateway endpoint serves its own region only)",
             )
         else:
             report.append(f"ok: bucket {bucket} of the weights is in {settings.region}")
@@ -247,10 +263,11 @@ def check_ebs_encryption(settings: Settings, aws: AwsAnswers) -> str:
         return f"deferred to deploy time: {what}"
     if not enabled:
         raise PreflightError(
-            f"EBS encryption by default is off in {settings.region}: the nodes' root volumes would be unencrypted. "
-            "Turn it on for the region (every new EBS volume of the account there): "
-            f"aws ec2 enable-ebs-encryption-by-default --region {settings.region}; "
-            "or set ray-llm-eks:requireEbsEncryption false"
+            "requireEbsEncryption",
+            True,
+            f"false, or EBS encryption by default on in {settings.region} (it is off: the nodes' root volumes would "
+            "be unencrypted); turn it on for the region (every new EBS volume of the account there): "
+            f"aws ec2 enable-ebs-encryption-by-default --region {settings.region}",
         )
     return f"ok: {what}"
 

@@ -74,7 +74,9 @@ def test_ebs_encryption_off_in_the_region_is_refused_at_deploy_time():
     monitor, run = aws_run(EVERYWHERE, ROOMY, ebs_encrypted=False)
     with pytest.raises(preflight.PreflightError) as caught:
         run()
-    assert "EBS encryption by default is off in us-east-1" in str(caught.value)
+    assert "requireEbsEncryption = true: false, or EBS encryption by default on in us-east-1 (it is off" in str(
+        caught.value
+    )
     assert "aws ec2 enable-ebs-encryption-by-default --region us-east-1" in str(caught.value)
     assert monitor.registrations == []
 

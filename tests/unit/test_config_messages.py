@@ -12,7 +12,8 @@ import pytest
 
 from domain import alerts, config_keys, model_fit, prices, routing, scaling, slo
 from domain.errors import NOT_SHOWN, UNSET, ConfigError, line, yaml_text
-from tests.conftest import settings_error
+from domain.preflight import PreflightError, check_zones
+from tests.conftest import settings_error, settings_of
 
 NS = "ray-llm-eks:"
 ROOT = Path(__file__).resolve().parents[2]
@@ -194,3 +195,18 @@ def test_each_parser_refuses_a_scalar_as_the_stack_does(parse, key):
     with pytest.raises(ConfigError) as caught:
         parse("on")
     assert str(caught.value) == str(settings_error({NS + key: "on"}))
+
+
+def test_deploy_time_refusals_use_the_same_line():
+    """What only AWS can answer (domain/preflight.py) is refused in the same one line."""
+
+    class Aws:
+        def zones(self):
+            return {"us-east-1c"}
+
+    with pytest.raises(PreflightError) as caught:
+        check_zones(settings_of({}), Aws())
+    assert str(caught.value) == (
+        "invalid config ray-llm-eks:availabilityZones = [us-east-1a, us-east-1b]: zones available to this account "
+        "in us-east-1: [us-east-1c]"
+    )
