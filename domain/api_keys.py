@@ -8,13 +8,19 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from domain import packaged
+from domain import packaged, serve_config
 from domain.errors import NOT_SHOWN, ConfigError, in_serve_config
 from domain.facts import KEY_CHECKED_INGRESS
 
 INGRESS_CLS = KEY_CHECKED_INGRESS
 SOURCES_DIR = Path(__file__).resolve().parent.parent / "serve_ingress"
-SHIPPED_MODULES = ("api_keys.py", "api_key_ingress.py")  # flat modules on the pods' PYTHONPATH
+SHIPPED_MODULES = ("api_keys.py", "api_key_ingress.py", "worker_setup.py")  # flat modules on the pods' PYTHONPATH
+# What ray.init makes of runtime_env `worker_process_setup_hook: "module.function"` (Ray 2.58
+# ray/_private/runtime_env/setup_hook.py export_setup_func_module); a Serve application's runtime_env is not
+# converted so, hence the env var itself (ray/_private/ray_constants.py WORKER_PROCESS_SETUP_HOOK_ENV_VAR, read
+# by ray/_private/workers/default_worker.py before the worker runs any task or actor).
+WORKER_SETUP_HOOK_ENV = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
+WORKER_SETUP_HOOK = "worker_setup.configure_logging_first"  # serve_ingress/worker_setup.py: why it must run first
 MODULE_DIR = "/opt/ray-llm-eks/python"
 KEYS_DIR = "/etc/ray-llm-eks/api-keys"
 KEYS_FILE = "keys"  # the Secret's key: one API key per line
@@ -25,7 +31,7 @@ MIN_KEY_LENGTH = 16
 
 
 def ingress_sources() -> dict[str, str]:
-    """The ConfigMap's data: the modules as they are in serve_ingress/."""
+    """The ConfigMap's data: the modules as they are in serve_ingress/ (the key check and the worker setup hook)."""
     return {name: packaged.read_text(SOURCES_DIR / name) for name in SHIPPED_MODULES}
 
 
@@ -55,10 +61,22 @@ def on_this_machine(document: dict, module_dir: str, keys_file: str) -> dict:
     checked = copy.deepcopy(document)
     for app in checked.get("applications") or []:
         app.setdefault("args", {})["ingress_cls_config"] = {"ingress_cls": INGRESS_CLS}
-        env = app.setdefault("runtime_env", {}).setdefault("env_vars", {})
-        env["PYTHONPATH"] = f"{module_dir}:${{PYTHONPATH}}"
-        env[KEYS_FILE_ENV] = keys_file
+        _run_shipped_code(app, module_dir)[KEYS_FILE_ENV] = keys_file
+    # Ray Serve LLM gives an engine replica its LLM config's runtime_env in place of the application's
+    # (Ray 2.58 llm/_internal/serve/core/server/llm_server.py LLMServer.get_deployment_options, a shallow
+    # merge: the config's env_vars replace the app's), so each LLM config carries the hook itself.
+    for config in serve_config.llm_configs_by_role(checked, "serveConfig").values():
+        _run_shipped_code(config, module_dir)
     return checked
+
+
+def _run_shipped_code(holder: dict, module_dir: str) -> dict:
+    """The env_vars of `holder`'s runtime_env, with the shipped modules importable and the worker setup
+    hook set: the env_vars mapping, for more."""
+    env = holder.setdefault("runtime_env", {}).setdefault("env_vars", {})
+    env["PYTHONPATH"] = f"{module_dir}:${{PYTHONPATH}}"
+    env[WORKER_SETUP_HOOK_ENV] = WORKER_SETUP_HOOK
+    return env
 
 
 def volumes() -> list[dict]:

@@ -161,12 +161,18 @@ def test_dev_rayservice_answers_through_the_key_checked_ingress(dev):
     app = document["applications"][0]
     assert app["args"]["ingress_cls_config"] == {"ingress_cls": "api_key_ingress:ApiKeyIngress"}
     assert app["runtime_env"]["env_vars"]["PYTHONPATH"] == "/opt/ray-llm-eks/python:${PYTHONPATH}"
+    hook = app["runtime_env"]["env_vars"]["__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"]
+    assert hook == "worker_setup.configure_logging_first"  # a module the ConfigMap below carries
     cluster = spec["rayClusterConfig"]
     for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
         mounts = {m["mountPath"]: m for m in group["template"]["spec"]["containers"][0]["volumeMounts"]}
         assert mounts[api_keys.KEYS_DIR]["readOnly"] and mounts[api_keys.MODULE_DIR]["readOnly"]
     shipped = dev.one("kubernetes:core/v1:ConfigMap", "llm-api-key-ingress").inputs["data"]
-    assert shipped == api_keys.ingress_sources() and set(shipped) == {"api_keys.py", "api_key_ingress.py"}
+    assert shipped == api_keys.ingress_sources() and set(shipped) == {
+        "api_keys.py",
+        "api_key_ingress.py",
+        "worker_setup.py",
+    }
     secret = dev.one("kubernetes:core/v1:Secret", "llm-api-keys")
     assert secret.inputs["stringData"] == "[secret]"
     service = dev.one("kubernetes:ray.io/v1:RayService")

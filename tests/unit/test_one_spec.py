@@ -3,7 +3,6 @@ serve document is the keyed one, and every Ray pod carries what the key check ne
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import replace
 
@@ -11,7 +10,7 @@ import pytest
 import yaml
 
 from adapters import stack
-from domain import api_keys
+from domain import api_keys, serve_config
 from domain.ray_service import ray_service_spec, served_document
 
 
@@ -29,22 +28,28 @@ def test_the_spec_serves_the_served_document_and_it_is_keyed(settings):
     spec = ray_service_spec(settings)
     document = yaml.safe_load(spec["serveConfigV2"])
     assert document == served_document(settings)
-    for app in document["applications"]:
-        assert app["args"]["ingress_cls_config"] == {"ingress_cls": api_keys.INGRESS_CLS}
-        env = app["runtime_env"]["env_vars"]
-        assert env["PYTHONPATH"] == f"{api_keys.MODULE_DIR}:${{PYTHONPATH}}"
-        assert env[api_keys.KEYS_FILE_ENV] == f"{api_keys.KEYS_DIR}/{api_keys.KEYS_FILE}"
-    # The stack's own applications are all there, unchanged but for the key check.
-    unkeyed = copy.deepcopy(document)
-    for app in unkeyed["applications"]:
-        del app["args"]["ingress_cls_config"]
-        env = app["runtime_env"]["env_vars"]
-        del env["PYTHONPATH"], env[api_keys.KEYS_FILE_ENV]
+    shipped = {
+        "PYTHONPATH": f"{api_keys.MODULE_DIR}:${{PYTHONPATH}}",
+        api_keys.WORKER_SETUP_HOOK_ENV: api_keys.WORKER_SETUP_HOOK,
+    }
+    keys = {api_keys.KEYS_FILE_ENV: f"{api_keys.KEYS_DIR}/{api_keys.KEYS_FILE}"}
+    app = document["applications"][0]
+    assert app["args"]["ingress_cls_config"] == {"ingress_cls": api_keys.INGRESS_CLS}
+    holders = [app, *serve_config.llm_configs_by_role(document, "spec").values()]
+    # Every worker of the app, engine replicas included (their LLM config's env replaces the app's),
+    # can import the shipped code and runs its setup hook; the ingress alone reads the keys.
+    for holder, wanted in zip(holders, [shipped | keys] + [shipped] * (len(holders) - 1), strict=True):
+        env = holder["runtime_env"]["env_vars"]
+        assert {key: env.get(key) for key in wanted} == wanted
+        for key in wanted:
+            del env[key]
         if not env:
-            del app["runtime_env"]["env_vars"]
-        if not app["runtime_env"]:
-            del app["runtime_env"]
-    assert unkeyed == settings.serving.serve_document
+            del holder["runtime_env"]["env_vars"]
+        if not holder["runtime_env"]:
+            del holder["runtime_env"]
+    del app["args"]["ingress_cls_config"]
+    # The stack's own application is there, unchanged but for the key check and the shipped code.
+    assert document == settings.serving.serve_document
 
 
 def test_every_ray_pod_mounts_the_keys_and_the_ingress_code_read_only(settings):
@@ -77,14 +82,12 @@ def test_on_this_machine_moves_only_the_two_pod_paths(settings):
     keyed = served_document(settings)
     local = api_keys.on_this_machine(keyed, "/repo/serve_ingress", "/tmp/keys")
     assert local == api_keys.on_this_machine(settings.serving.serve_document, "/repo/serve_ingress", "/tmp/keys")
-    for pod_app, local_app in zip(keyed["applications"], local["applications"], strict=True):
-        env = local_app["runtime_env"]["env_vars"]
-        assert env["PYTHONPATH"] == "/repo/serve_ingress:${PYTHONPATH}" and env[api_keys.KEYS_FILE_ENV] == "/tmp/keys"
-        moved = copy.deepcopy(local_app)
-        moved["runtime_env"]["env_vars"] |= {
-            k: pod_app["runtime_env"]["env_vars"][k] for k in ("PYTHONPATH", api_keys.KEYS_FILE_ENV)
-        }
-        assert moved == pod_app
+    assert local["applications"][0]["runtime_env"]["env_vars"][api_keys.KEYS_FILE_ENV] == "/tmp/keys"
+    assert "/repo/serve_ingress:${PYTHONPATH}" in json.dumps(local)
+    pod_paths = json.dumps(local).replace("/repo/serve_ingress", api_keys.MODULE_DIR)
+    assert (
+        json.loads(pod_paths.replace('"/tmp/keys"', json.dumps(f"{api_keys.KEYS_DIR}/{api_keys.KEYS_FILE}"))) == keyed
+    )
 
 
 def test_worker_groups_come_in_the_order_pulumi_up_hands_the_pools_over():

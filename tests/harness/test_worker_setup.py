@@ -1,0 +1,63 @@
+"""The serving application's worker setup hook (serve_ingress/worker_setup.py): it imports NIXL through
+vLLM's accessor before Serve's replica logger exists, and never fails the worker. The end-to-end proof
+is the rehearsal's head fault with GCS fault tolerance on (engines keep their PIDs)."""
+
+from __future__ import annotations
+
+import logging
+import logging.config
+import logging.handlers
+import sys
+import types
+
+from serve_ingress import worker_setup
+
+
+def _fake_vllm(monkeypatch, on_access):
+    """vllm.distributed.nixl_utils as a module whose NixlWrapper attribute runs `on_access`."""
+    nixl_utils = types.ModuleType("vllm.distributed.nixl_utils")
+    nixl_utils.__getattr__ = lambda name: on_access(name)
+    distributed = types.ModuleType("vllm.distributed")
+    distributed.nixl_utils = nixl_utils
+    vllm = types.ModuleType("vllm")
+    vllm.distributed = distributed
+    for name, module in {
+        "vllm": vllm,
+        "vllm.distributed": distributed,
+        "vllm.distributed.nixl_utils": nixl_utils,
+    }.items():
+        monkeypatch.setitem(sys.modules, name, module)
+
+
+def test_the_hook_loads_nixl_so_a_later_handler_survives_its_logging_setup(monkeypatch):
+    configured = []
+
+    def import_nixl(name):
+        if not configured:  # NIXL configures logging once per process, on its first import
+            logging.config.dictConfig({"version": 1, "disable_existing_loggers": False})
+            configured.append(name)
+        return object()
+
+    _fake_vllm(monkeypatch, import_nixl)
+    worker_setup.configure_logging_first()
+    assert configured == ["NixlWrapper"]
+    serve_handler = logging.handlers.MemoryHandler(1, target=logging.StreamHandler())
+    import_nixl("NixlWrapper")  # the engine's own import, later: nothing is configured again
+    assert serve_handler.target is not None
+
+
+def test_a_failing_import_is_logged_and_does_not_end_the_worker(monkeypatch, caplog):
+    def broken(name):
+        raise OSError("libucs.so: cannot open shared object file")
+
+    _fake_vllm(monkeypatch, broken)
+    with caplog.at_level(logging.WARNING):
+        worker_setup.configure_logging_first()
+    assert "NIXL not imported before Serve's logger" in caplog.text and "libucs.so" in caplog.text
+
+
+def test_without_vllm_the_hook_does_nothing(monkeypatch, caplog):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm raises ImportError
+    with caplog.at_level(logging.WARNING):
+        worker_setup.configure_logging_first()
+    assert "NIXL not imported" in caplog.text
