@@ -97,9 +97,7 @@ gpu-wheels: $(VENV)/.installed
 
 # The whole fault matrix on this CPU (docs/faults-and-upgrades.md): every fault with GCS fault tolerance
 # through Redis, then the head restart through RocksDB and without fault tolerance. Three runs, each starting
-# its engines: about 40 minutes on 2 cores. Tables in $(CACHE_DIR)/rehearsal-runs/$(STACK)/faults-*.json. At Ray
-# 2.58 with vLLM 0.26 the head fault fails its gate with fault tolerance on: the engines reload
-# (docs/faults-and-upgrades.md, "With GCS fault tolerance the engines still restart").
+# its engines: about 40 minutes on 2 cores. Tables in $(CACHE_DIR)/rehearsal-runs/$(STACK)/faults-*.json.
 FAULTS_DIR = $(CACHE_DIR)/rehearsal-runs/$(STACK)
 rehearse-faults: $(REHEARSAL_VENV)/.installed
 	mkdir -p $(FAULTS_DIR)

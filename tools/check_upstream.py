@@ -459,6 +459,33 @@ def check_vllm_cpu_rehearsal(ctx: Context) -> list[str]:
     return fingerprints(entry, ctx, _vllm(ctx), vllm, "python") + fingerprints(entry, ctx, _ray(ctx), ray, "python")
 
 
+def check_ray_serve_vllm_logging(ctx: Context) -> list[str]:
+    """The worker setup hook's chain (docs/faults-and-upgrades.md): Ray's private env var keeps its name, and
+    the functions that set up the hook, Serve's replica logger, Ray Serve LLM's env merge, vLLM's NIXL import
+    and NIXL's logging setup are as we read them."""
+    from domain import api_keys
+
+    ray = _ray(ctx)
+    constants = ray.read("ray/_private/ray_constants.py")
+    named = re.search(r'^WORKER_PROCESS_SETUP_HOOK_ENV_VAR = "([^"]+)"', constants, re.M)
+    problems = []
+    if not named or named.group(1) != api_keys.WORKER_SETUP_HOOK_ENV:
+        found = named.group(1) if named else "nothing"
+        problems.append(f"{ray}: WORKER_PROCESS_SETUP_HOOK_ENV_VAR is {found}, domain/api_keys.py sets "
+                        f"{api_keys.WORKER_SETUP_HOOK_ENV}")  # fmt: skip
+    ray_symbols = {
+        "ray/_private/runtime_env/setup_hook.py": ["load_and_execute_setup_hook", "load_and_execute_setup_hook_module"],
+        "ray/serve/_private/logging_utils.py": ["configure_component_logger", "get_component_logger_file_path"],
+        "ray/llm/_internal/serve/core/server/llm_server.py": ["LLMServer.get_deployment_options"],
+    }
+    vllm_symbols = {"vllm/distributed/nixl_utils.py": ["_load_nixl_attr", "_maybe_set_ucx_rcache_limit"]}
+    nixl = ctx.source(Wheel, "nixl-cu13", pinned("rehearsal/requirements.txt", "nixl-cu13"))
+    entry = "ray-serve-vllm-logging"
+    problems += fingerprints(entry, ctx, ray, ray_symbols, "python")
+    problems += fingerprints(entry, ctx, _vllm(ctx), vllm_symbols, "python")
+    return problems + fingerprints(entry, ctx, nixl, {"nixl_cu13/logging.py": ["setup_logging"]}, "python")
+
+
 def check_ray_pd_rules(ctx: Context) -> list[str]:
     from domain import serve_config
 
@@ -784,6 +811,7 @@ CHECKS: dict[str, Callable[[Context], list[str]]] = {
     "vllm-nixl-behaviour": check_vllm_nixl_behaviour,
     "vllm-cpu-rehearsal": check_vllm_cpu_rehearsal,
     "ray-pd-rules": check_ray_pd_rules,
+    "ray-serve-vllm-logging": check_ray_serve_vllm_logging,
     "ray-openai-ingress": check_ray_openai_ingress,
     "ray-kuberay-node-provider": check_ray_kuberay_node_provider,
     "ray-llm-config": check_ray_llm_config,

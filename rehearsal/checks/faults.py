@@ -20,6 +20,7 @@ import asyncio
 import copy
 import json
 import secrets
+import shutil
 import signal
 import subprocess
 import threading
@@ -93,6 +94,8 @@ def _prepare(local, args: argparse.Namespace) -> list[str]:
     picked = chosen(args)
     if not local.pd and any(f.name in {"prefill-engine", "decode-engine", "kv-stall", "serve-config"} for f in picked):
         raise ValueError("--faults: the prefill/decode faults need a PD stack (dev, xpyd, tp)")
+    if "head" in [f.name for f in picked] and args.gcs_ft == "redis" and not shutil.which("redis-server"):
+        raise ValueError("--gcs-ft redis: no redis-server on PATH; install Debian's (apt-get install redis-server)")
     return [f"fault to inject: {f.name}: {f.what}" for f in picked]
 
 

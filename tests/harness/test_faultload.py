@@ -4,7 +4,9 @@ Pure functions: no server."""
 
 from __future__ import annotations
 
+import argparse
 import shutil
+from types import SimpleNamespace
 
 import pytest
 
@@ -135,3 +137,11 @@ def test_the_rehearsals_redis_server_is_stopped_at_exit(tmp_path):
     assert process.poll() is None and process.pid not in our_pids("run-redis-test")
     rehearsal_faults.stop_started_servers()
     assert process.poll() is not None
+
+
+def test_the_head_fault_through_redis_is_refused_in_one_line_without_redis_server(monkeypatch):
+    monkeypatch.setattr(faults.shutil, "which", lambda name: None)
+    pd_stack = SimpleNamespace(pd=True)
+    with pytest.raises(ValueError, match=r"^--gcs-ft redis: no redis-server on PATH; install"):
+        faults._prepare(pd_stack, argparse.Namespace(faults="head", gcs_ft="redis"))
+    assert faults._prepare(pd_stack, argparse.Namespace(faults="head", gcs_ft="rocksdb"))  # needs no server
