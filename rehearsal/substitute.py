@@ -197,19 +197,32 @@ def pod_mounts(spec: dict) -> dict[str, str]:
 
 
 def moved_paths(before: dict, after: dict, mounts: dict[str, str], why: dict[str, str]) -> list[str]:
-    """One line per application env var whose path moved from a pod mount to this machine, naming the mount
-    (`mounts`: pod_mounts) and what stands for it here (`why`: mount source -> reason)."""
+    """One line per env var of an application or of one of its LLM configs whose path moved from a pod mount to
+    this machine, naming the mount (`mounts`: pod_mounts) and what stands for it here (`why`: mount source ->
+    reason)."""
     lines = []
     for old_app, new_app in zip(before.get("applications") or [], after.get("applications") or [], strict=True):
-        old_env = (old_app.get("runtime_env") or {}).get("env_vars") or {}
-        for key, new in ((new_app.get("runtime_env") or {}).get("env_vars") or {}).items():
-            if (old := old_env.get(key)) == new:
-                continue
-            path = next((p for p in mounts if isinstance(old, str) and re.match(rf"{re.escape(p)}(/|:|$)", old)), None)
-            reason = f"{path} is the {mounts[path]} mount: {why.get(mounts[path], '?')}" if path else "no pod mount"
-            where = f"applications[{new_app.get('name')}].runtime_env.env_vars.{key}"
-            lines.append(f"{where}: {old!r} -> {new!r} ({reason})")
+        old_holders = _env_holders(old_app)
+        for part, holder in _env_holders(new_app).items():
+            old_env = (old_holders.get(part, {}).get("runtime_env") or {}).get("env_vars") or {}
+            for key, new in ((holder.get("runtime_env") or {}).get("env_vars") or {}).items():
+                if (old := old_env.get(key)) == new:
+                    continue
+                path = next(
+                    (p for p in mounts if isinstance(old, str) and re.match(rf"{re.escape(p)}(/|:|$)", old)), None
+                )
+                reason = f"{path} is the {mounts[path]} mount: {why.get(mounts[path], '?')}" if path else "no pod mount"
+                where = f"applications[{new_app.get('name')}]{part}.runtime_env.env_vars.{key}"
+                lines.append(f"{where}: {old!r} -> {new!r} ({reason})")
     return lines
+
+
+def _env_holders(app: dict) -> dict[str, dict]:
+    """What carries runtime_env env_vars in an application: itself and each of its LLM configs (Ray Serve LLM
+    gives an engine replica its config's env_vars in place of the app's), keyed by their path in the app."""
+    args = app.get("args") or {}
+    holders = {"": app} | {f".args.{key}": args[key] for key in serve_config.PD_ARG_ROLES if key in args}
+    return holders | {f".args.llm_configs[{i}]": config for i, config in enumerate(args.get("llm_configs") or [])}
 
 
 def _cpu_bundle(bundle: dict, keep_pools: bool) -> dict:

@@ -5,6 +5,7 @@ logs. The rehearsal itself runs real engines: `make rehearse STACK=dev|baseline`
 from __future__ import annotations
 
 import copy
+import json
 import sys
 
 import pytest
@@ -50,16 +51,26 @@ def test_the_pods_mounts_become_local_paths_each_printed(tmp_path):
     assert env == {
         "PYTHONPATH": f"{ROOT / 'serve_ingress'}:${{PYTHONPATH}}",
         "RAY_LLM_EKS_API_KEYS_FILE": f"{tmp_path}/keys/keys",
+        "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR": "worker_setup.configure_logging_first",
     }
+    configmap = (
+        f"'/opt/ray-llm-eks/python:${{PYTHONPATH}}' -> '{ROOT / 'serve_ingress'}:${{PYTHONPATH}}' "
+        "(/opt/ray-llm-eks/python is the ConfigMap api-key-ingress mount: here the repository's serve_ingress/, "
+        "the files that ConfigMap carries)"
+    )
     assert lines == [
-        f"applications[llm].runtime_env.env_vars.PYTHONPATH: '/opt/ray-llm-eks/python:${{PYTHONPATH}}' -> "
-        f"'{ROOT / 'serve_ingress'}:${{PYTHONPATH}}' (/opt/ray-llm-eks/python is the ConfigMap api-key-ingress mount: "
-        "here the repository's serve_ingress/, the files that ConfigMap carries)",
+        f"applications[llm].runtime_env.env_vars.PYTHONPATH: {configmap}",
         f"applications[llm].runtime_env.env_vars.RAY_LLM_EKS_API_KEYS_FILE: '/etc/ray-llm-eks/api-keys/keys' -> "
         f"'{tmp_path}/keys/keys' (/etc/ray-llm-eks/api-keys is the Secret api-keys mount: here a file with one random "
         "key made for this run, readable by this user only)",
+        # each engine replica gets its LLM config's env_vars, which carry the shipped code's path too
+        f"applications[llm].args.prefill_config.runtime_env.env_vars.PYTHONPATH: {configmap}",
+        f"applications[llm].args.decode_config.runtime_env.env_vars.PYTHONPATH: {configmap}",
     ]
-    assert here.document["applications"][0]["args"] == local.document["applications"][0]["args"]  # the rest as it was
+    args_here = json.dumps(here.document["applications"][0]["args"]).replace(
+        str(ROOT / "serve_ingress"), api_keys.MODULE_DIR
+    )
+    assert json.loads(args_here) == local.document["applications"][0]["args"]  # the rest as it was
     # Only whole path components name a mount; a document without the key check is left as it is.
     moved = substitute.moved_paths(
         {"applications": [{"name": "a", "runtime_env": {"env_vars": {"Y": "/opt/ray-llm-eks/pythonic"}}}]},

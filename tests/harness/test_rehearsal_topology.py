@@ -119,9 +119,8 @@ def test_tensor_parallelism_is_lowered_to_the_cores_each_rank_on_its_own():
     assert any("tensor_parallel_size: 4 -> 2" in line for line in local.substitutions)
     kept = substitute.for_cpu(doc, "/m", "qwen3", cores=(0, 1, 2, 3))
     assert topology.tensor_parallel_size(kept.document) == 4
-    assert kept.document["applications"][0]["args"]["llm_configs"][0]["runtime_env"]["env_vars"] == {
-        substitute.OMP_BIND: "0|1|2|3"
-    }
+    kept_env = kept.document["applications"][0]["args"]["llm_configs"][0]["runtime_env"]["env_vars"]
+    assert kept_env[substitute.OMP_BIND] == "0|1|2|3"
     assert not any("tensor_parallel_size:" in line for line in kept.substitutions)
 
 
