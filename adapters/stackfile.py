@@ -164,7 +164,11 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
                     path.name,
                 )
             if not is_secret and not _matches(decl.get("type"), decl.get("items"), value):
-                raise ConfigError(full, value, _type_text(decl.get("type"), decl.get("items")), path.name)
+                allowed = _type_text(decl.get("type"), decl.get("items"))
+                if decl.get("type") == "string" and isinstance(value, (bool, int, float)):
+                    read_as = "boolean" if isinstance(value, bool) else "number"
+                    allowed += f" (YAML reads {yaml_text(value)} as a {read_as}: quote it)"
+                raise ConfigError(full, value, allowed, path.name)
         if is_secret:
             secrets.add(full)
             values[full] = value.plaintext if isinstance(value, SecretValue) else SECRET_TEXT

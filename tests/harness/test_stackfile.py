@@ -105,6 +105,8 @@ def test_declared_type_is_enforced_like_the_cli():
         load_stack("dev", overrides={"ray-llm-eks:clusterLogRetentionDays": "thirty"})
     with pytest.raises(ConfigError, match="clusterLogRetentionDays = '30': a whole number, unquoted"):
         load_stack("dev", overrides={"ray-llm-eks:clusterLogRetentionDays": "30"})
+    with pytest.raises(ConfigError, match=r"kubernetesVersion = 1\.35: a string \(YAML reads 1\.35 as a number: quote"):
+        load_stack("dev", overrides={"ray-llm-eks:kubernetesVersion": 1.35})
     with pytest.raises(ConfigError, match="availabilityZones = us-east-1a: a list of strings"):
         load_stack("dev", overrides={"ray-llm-eks:availabilityZones": "us-east-1a"})
 
