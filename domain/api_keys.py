@@ -73,7 +73,13 @@ def on_this_machine(document: dict, module_dir: str, keys_file: str) -> dict:
 def _run_shipped_code(holder: dict, module_dir: str) -> dict:
     """The env_vars of `holder`'s runtime_env, with the shipped modules importable and the worker setup
     hook set: the env_vars mapping, for more."""
-    env = holder.setdefault("runtime_env", {}).setdefault("env_vars", {})
+    runtime_env = holder.setdefault("runtime_env", {})
+    # The field as well: an engine process inherits the env var, and vLLM's Ray executor calls ray.init there
+    # with the replica's runtime_env, which must name the same hook (Ray 2.58 setup_hook.py
+    # _check_setup_hook_consistency); Ray Serve LLM would put its own no-op hook in the field otherwise
+    # (llm_server.py LLMServer.get_deployment_options, ENABLE_WORKER_PROCESS_SETUP_HOOK).
+    runtime_env["worker_process_setup_hook"] = WORKER_SETUP_HOOK
+    env = runtime_env.setdefault("env_vars", {})
     env["PYTHONPATH"] = f"{module_dir}:${{PYTHONPATH}}"
     env[WORKER_SETUP_HOOK_ENV] = WORKER_SETUP_HOOK
     return env

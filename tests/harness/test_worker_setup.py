@@ -10,6 +10,11 @@ import logging.handlers
 import sys
 import types
 
+import pytest
+
+from adapters import stack
+from domain.ray_service import served_document
+from domain.serve_config import llm_configs_by_role
 from serve_ingress import worker_setup
 
 
@@ -61,3 +66,18 @@ def test_without_vllm_the_hook_does_nothing(monkeypatch, caplog):
     with caplog.at_level(logging.WARNING):
         worker_setup.configure_logging_first()
     assert "NIXL not imported" in caplog.text
+
+
+@pytest.mark.parametrize("name", ["dev", "baseline"])
+def test_an_engines_own_ray_init_finds_the_hook_field_and_env_var_in_agreement(name):
+    """vLLM's Ray executor calls ray.init in the engine process, which inherits the replica's env var, with
+    the runtime_env Ray Serve LLM gives the replica: its own no-op hook, overridden by the LLM config's. Ray
+    refuses a field that names another hook than the env var (an engine that cannot start)."""
+    from ray._private.runtime_env import setup_hook
+
+    document = served_document(stack.load_settings(stack.stack_file(name)))
+    for config in llm_configs_by_role(document, name).values():
+        replica_env = {"worker_process_setup_hook": "ray.llm._internal.serve._worker_process_setup_hook"}
+        replica_env |= config["runtime_env"]  # the merge order of llm_server.LLMServer.get_deployment_options
+        inherited = config["runtime_env"]["env_vars"][setup_hook.ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR]
+        setup_hook._check_setup_hook_consistency(inherited, replica_env["worker_process_setup_hook"], worker=None)

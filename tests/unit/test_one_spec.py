@@ -39,6 +39,7 @@ def test_the_spec_serves_the_served_document_and_it_is_keyed(settings):
     # Every worker of the app, engine replicas included (their LLM config's env replaces the app's),
     # can import the shipped code and runs its setup hook; the ingress alone reads the keys.
     for holder, wanted in zip(holders, [shipped | keys] + [shipped] * (len(holders) - 1), strict=True):
+        assert holder["runtime_env"].pop("worker_process_setup_hook") == api_keys.WORKER_SETUP_HOOK
         env = holder["runtime_env"]["env_vars"]
         assert {key: env.get(key) for key in wanted} == wanted
         for key in wanted:
