@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,9 @@ class Context:
     model: str  # the model id the endpoint serves
     pd: bool
     dashboard: str  # Ray dashboard (Serve REST API), http://127.0.0.1:<port>
-    metrics_urls: list[str]  # Ray's Prometheus endpoint of each Ray node
+    # Ray's Prometheus endpoint of each Ray node started so far, asked anew each time (Cluster.metrics_urls):
+    # a node that starts later draws its port then
+    metrics_endpoints: Callable[[], list[str]]
     log_dirs: list[Path]  # Ray's session logs, one directory per Ray node (the head's first)
     run_dir: Path  # files of this run that outlive it (serve config as deployed, bench JSON, ...)
     run_id: str  # every process of this rehearsal carries it (rehearsal.processes.MARKER)
@@ -79,6 +82,10 @@ class Context:
     def log_dir(self) -> Path:
         """The head node's logs (the Serve controller's, the ingress's; rehearsal.logs reads all of log_dirs)."""
         return self.log_dirs[0]
+
+    @property
+    def metrics_urls(self) -> list[str]:
+        return self.metrics_endpoints()
 
     @property
     def metrics_url(self) -> str:

@@ -44,7 +44,7 @@ class Node:
     # is_localhost), where the GCS, bound to the node address, does not listen; any other 127/8 address stays.
     ip: str = "127.0.0.1"
     object_store_bytes: int | None = None  # None: Ray's default
-    metrics_port: int = 0
+    metrics_port: int = 0  # drawn as the node starts (0: not yet); kept when the same node is started again
     temp_dir: Path = Path()  # its own (Ray names its daemons' log files alike on every node)
     started: bool = False
 
@@ -74,7 +74,8 @@ class Cluster:
 
     @property
     def metrics_urls(self) -> list[str]:
-        return [f"http://{n.ip}:{n.metrics_port}/metrics" for n in self.nodes]
+        """The Prometheus endpoint of each node started so far, on the port its `ray start` was given."""
+        return [f"http://{n.ip}:{n.metrics_port}/metrics" for n in self.nodes if n.started]
 
     def command(self, node: Node) -> list[str]:
         return node_command(self, node, node is self.nodes[0])
@@ -94,7 +95,6 @@ class Cluster:
 
 def cluster(nodes: list[Node], run_id: str, env: dict[str, str]) -> Cluster:
     for i, node in enumerate(nodes):
-        node.metrics_port = free_port()
         # Ray's session dir holds unix sockets: keep the path short.
         node.temp_dir = Path(f"/tmp/rllm-{run_id}" + (f"-{i}" if i else ""))
     return Cluster(nodes, free_port(), free_port(), env)
@@ -133,9 +133,16 @@ def node_command(c: Cluster, node: Node, head: bool) -> list[str]:
 
 def start_node(c: Cluster, node: Node, run_id: str, clock: Clock) -> None:
     head = node is c.nodes[0]
+
     # Another head can be started over a failed one; a node that joins cannot (its half-started raylet stays).
     # The command again on each attempt: its own ports are drawn anew (another process may have taken one).
-    start_ray(lambda: c.command(node), c.node_env(node), run_id, clock, attempts=2 if head else 1, end_on_failure=head)
+    def command() -> list[str]:
+        # Its metrics port too: one drawn when the cluster was planned can be taken by the time a later node
+        # starts (minutes on one GPU), and its dashboard agent then dies on bind ("Address already in use").
+        node.metrics_port = free_port()
+        return c.command(node)
+
+    start_ray(command, c.node_env(node), run_id, clock, attempts=2 if head else 1, end_on_failure=head)
     node.started = True
     latest, sessions = node.temp_dir / "session_latest", sorted(node.temp_dir.glob("session_2*"))
     if not latest.exists() and sessions:  # where Ray leaves no session_latest link: the logs are found the same way

@@ -111,7 +111,7 @@ def test_the_head_fault_lays_out_two_loopback_nodes_a_joining_node_can_reach(tmp
     assert f"--address=127.0.0.2:{ray.gcs_port}" in command and "--node-ip-address=127.0.0.2" in command
     assert ray.node_env(worker)["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "1"  # Ray refuses a second node with 0
     assert ray.node_env(worker)["RAY_SERVE_WORKER_PROXY_HTTP_PORT"] == Args.worker_proxy.rsplit(":", 1)[1]
-    assert all(url.startswith("http://127.0.0.2:") for url in ray.metrics_urls)
+    assert [n.ip for n in nodes] == ["127.0.0.2", "127.0.0.2"]  # their metrics endpoints too
     assert faults._nodes(type("A", (), {"faults": "kv-stall"}), [Node("head", cpus=8)], "run", tmp_path)[0].ip == (
         "127.0.0.1"
     )

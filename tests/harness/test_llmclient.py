@@ -261,7 +261,7 @@ def test_the_rehearsals_quick_bench_measures_through_the_same_client(server, tmp
     from rehearsal.context import Clock, Context, RehearsalFailed
 
     args = argparse.Namespace(quick_bench=tmp_path / "quick.json")
-    ctx = Context(args, {}, url(server), None, MODEL, False, "", [], [], tmp_path, "r", Clock(), "llm")
+    ctx = Context(args, {}, url(server), None, MODEL, False, "", list, [], tmp_path, "r", Clock(), "llm")
     quick_bench.QUICK_BENCH.run(ctx)  # CPU engines: 8 requests, 2 at a time
     figures = json.loads(args.quick_bench.read_text())
     assert (figures["requests"], figures["failed"], figures["output_tokens"]) == (8, 0, 8 * 7)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 import sys
 
 import pytest
@@ -16,7 +17,7 @@ from domain import api_keys
 from domain.ray_service import ray_service_spec, served_document
 from domain.serve_config import llm_configs_by_role
 from rehearsal import substitute
-from rehearsal.context import Clock, RehearsalFailed
+from rehearsal.context import Clock, Context, RehearsalFailed
 from rehearsal.logs import root_errors
 from rehearsal.prepare import (
     ROOT,
@@ -283,3 +284,38 @@ def test_a_traceback_is_an_engine_error_at_vllms_error_levels_only(tmp_path, lev
     logged = f"(Worker pid=8) {level} 12-01 18:00:40 [core.py:1] "
     (tmp_path / "worker-3.out").write_text(f"{logged}Traceback (most recent call last):\n{logged}ValueError: boom\n")
     assert root_errors(tmp_path) == (["ValueError: boom    [worker-3.out]"] if error else [])
+
+
+def test_a_later_node_draws_its_metrics_port_as_it_starts_and_the_urls_name_it(monkeypatch):
+    """On one GPU the decode node starts minutes after the head: a port drawn when the cluster was planned can
+    be taken by then (its dashboard agent died on bind), and the metrics endpoints must name the port it got."""
+    from adapters import ports
+    from rehearsal import ray_cluster
+    from rehearsal.ray_cluster import Node, cluster, start_node
+
+    handed: list[int] = []
+
+    def drawn() -> int:
+        handed.append(ports.free_port())
+        return handed[-1]
+
+    commands: list[list[str]] = []
+
+    def ray_start(command, **_):
+        commands.append(command)
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(ray_cluster, "free_port", drawn)
+    monkeypatch.setattr(ray_cluster.subprocess, "run", ray_start)
+    head, decode = Node("head", cpus=1, ip="127.0.0.2"), Node("decode", cpus=1, ip="127.0.0.2", after_role="prefill")
+    ray = cluster([head, decode], "no-such-run", {})
+    ctx = Context(None, {}, "", None, "m", False, "", lambda: ray.metrics_urls, [], None, "r", Clock(), "llm")
+    start_node(ray, head, "no-such-run", Clock())
+    assert ctx.metrics_urls == [f"http://127.0.0.2:{head.metrics_port}/metrics"]  # no URL of a node not started
+    taken = set(handed)  # by now another process may hold any port drawn so far
+    start_node(ray, decode, "no-such-run", Clock())
+    port = int(next(a for a in commands[-1] if a.startswith("--metrics-export-port=")).split("=")[1])
+    assert port not in taken and port == decode.metrics_port
+    assert ctx.metrics_urls == [f"http://127.0.0.2:{head.metrics_port}/metrics", f"http://127.0.0.2:{port}/metrics"]
+    restarted = ray.command(head)  # the head fault starts the head again on the same ports
+    assert f"--metrics-export-port={head.metrics_port}" in restarted

@@ -119,7 +119,7 @@ def _context(tmp_path: Path, kv: str) -> Context:
         config["engine_kwargs"]["max_num_seqs"] = 64  # what that run forced
     (tmp_path / "worker-wp-01-9.out").write_text(LOG.format(kv=kv))
     run_ = prepare.GpuRun(H200, gpu.emulation("L4"), [], prepare.served_model(rendered), False, False, rendered)
-    ctx = Context(argparse.Namespace(), rendered, "", None, "m", True, "", [], [tmp_path], tmp_path, "r", Clock(),
+    ctx = Context(argparse.Namespace(), rendered, "", None, "m", True, "", list, [tmp_path], tmp_path, "r", Clock(),
                   "llm", target="gpu", gpu=run_)  # fmt: skip
     ctx.running = {"prefill": [{"replica_id": "p0", "worker_id": "wp", "pid": 9}]}
     return ctx

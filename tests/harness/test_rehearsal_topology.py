@@ -228,7 +228,7 @@ def test_a_deferred_check_fails_the_run_at_the_end_and_the_others_still_run():
     def failing(ctx):
         raise RehearsalFailed("figures off")
 
-    ctx = Context(None, {}, "", None, "m", False, "", [], [], None, "r", Clock(), "llm")
+    ctx = Context(None, {}, "", None, "m", False, "", list, [], None, "r", Clock(), "llm")
     checks = [Check("figures", failing, defer=True), Check("smoke", lambda ctx: ran.append("smoke"))]
     assert run_all(ctx, checks) == ["figures: figures off"] and ran == ["smoke"]
     with pytest.raises(RehearsalFailed, match="figures off"):
