@@ -56,9 +56,15 @@ def scheduling_problems(api: KubeClient, pods: list[dict], node_labels: dict[str
     return problems
 
 
-def wait_scheduled(api: KubeClient, ns: str, service: str, expect_workers: dict[str, int], nodes: dict, timeout: float):
+def wait_scheduled(
+    api: KubeClient, ns: str, service: str, expect_workers: dict[str, int], nodes: dict, timeout: float,
+    placed: bool = False,
+):  # fmt: skip
     """Wait until the operator made the RayCluster and its pods and the scheduler judged every pod.
-    Returns (raycluster, pods, problems); problems is [] when all sit on the right pools."""
+    Returns (raycluster, pods, problems); problems is [] when all sit on the right pools. `placed`: the pods
+    must end up placed, so an Unschedulable verdict is waited out until `timeout`: a replacement cluster's
+    pods can be judged while the replaced cluster's still hold the nodes, and the scheduler tries them again
+    once those are gone."""
     deadline = time.monotonic() + timeout
     last: tuple = (None, [], ["no RayCluster yet"])
     while time.monotonic() < deadline:
@@ -82,7 +88,7 @@ def wait_scheduled(api: KubeClient, ns: str, service: str, expect_workers: dict[
                 if heads == 1 and groups == expect_workers
                 else [f"pods so far: head {heads}, workers {groups}"],
             )
-            if heads == 1 and groups == expect_workers and judged:
+            if heads == 1 and groups == expect_workers and judged and not (placed and problems):
                 return last
         time.sleep(POLL)
     return last

@@ -350,7 +350,7 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
     checks.expect(delete_first, "a worker-group change replaces the RayService delete-first", str(ops))
     live = api.get(object_path("ray.io/v1", "RayService", NS, svc))
     checks.expect(live["metadata"]["uid"] != first_uid, "a new RayService object exists")
-    rc, pods, problems = wait_scheduled(api, NS, svc, workers, nodes, 120)
+    rc, pods, problems = wait_scheduled(api, NS, svc, workers, nodes, 120, placed=True)
     checks.expect(rc is not None and rc["metadata"]["name"] != first_rc and not problems,
                   "the new RayCluster's pods schedule on their pools", "; ".join(problems))  # fmt: skip
     groups = ray_service_spec(settings_of(BASE_STACK_FILE, cfg))["rayClusterConfig"]["workerGroupSpecs"]

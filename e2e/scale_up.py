@@ -293,7 +293,7 @@ class ScaleUp:
         live = self.api.get(path)
         self.checks.expect(live["metadata"]["uid"] != service["metadata"]["uid"], "a new RayService object exists")
         workers = {r: p.nodes.desired_size for r, p in self.pools.items()}
-        new_rc, _, problems = wait_scheduled(self.api, self.ns, self.svc, workers, self.node_labels(), 120)
+        new_rc, _, problems = wait_scheduled(self.api, self.ns, self.svc, workers, self.node_labels(), 120, placed=True)
         want = {**_bounds(rc), self.grow: (_bounds(rc)[self.grow][0], new_max)}
         self.checks.expect(
             new_rc is not None

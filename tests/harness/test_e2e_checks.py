@@ -95,3 +95,27 @@ def test_our_instance_table_is_compared_with_the_autoscalers_field_by_field():
     assert differences(same.replace(entry("m7i.xlarge", 4, 16384, 0), "")) == [
         "m7i.xlarge: not in the autoscaler's table (a scale-up from zero cannot build its node)"
     ]
+
+
+def test_a_replacement_clusters_pod_judged_unschedulable_while_the_old_one_leaves_is_waited_out(monkeypatch):
+    """The scheduler judges a new cluster's pod while the replaced cluster's pods still hold the nodes, then
+    places it once they are gone: `placed=True` waits for that; the default returns the first verdict."""
+    from e2e import observe
+
+    def pod(name, kind, group, node=None, unschedulable=False):
+        labels = {"ray.io/node-type": kind, "ray.io/group": group}
+        verdict = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "Insufficient cpu"}
+        status = {"conditions": [verdict]} if unschedulable else {}
+        return {"metadata": {"name": name, "labels": labels}, "spec": {"nodeName": node}, "status": status}
+
+    head = pod("h", "head", "headgroup", "system-0")
+    judged_early = [head, pod("d", "worker", "decode", unschedulable=True)]
+    placed_later = [head, pod("d", "worker", "decode", "decode-0")]
+    nodes = {"system-0": {POOL_NODE_LABEL: "system"}, "decode-0": {POOL_NODE_LABEL: "decode"}}
+    for placed, wanted in ((False, 1), (True, 0)):
+        polls = iter([judged_early, judged_early, placed_later])
+        monkeypatch.setattr(observe, "ray_cluster_of", lambda *a: {"metadata": {"name": "rc"}})
+        monkeypatch.setattr(observe, "pods_of", lambda *a, polls=polls: next(polls, placed_later))
+        monkeypatch.setattr(observe, "POLL", 0)
+        _, _, problems = observe.wait_scheduled(None, "llm", "llm", {"decode": 1}, nodes, 10, placed=placed)
+        assert len(problems) == wanted, (placed, problems)
