@@ -32,7 +32,7 @@ from adapters.ports import free_port
 from domain import serve_config
 from llmclient import faultload
 from rehearsal import faults, topology, verify
-from rehearsal.checks import Check, by_flag
+from rehearsal.checks import Check, by_flag, observability
 from rehearsal.context import Context, RehearsalFailed, say
 from rehearsal.ray_cluster import MULTI_NODE_ENV, MULTI_NODE_IP, Node
 
@@ -355,6 +355,22 @@ def _run(ctx: Context) -> None:
     ctx.timeline.append(f"faults injected: {', '.join(r['fault'] for r in rows)} (table above)")
     if problems := verdicts(rows):
         raise RehearsalFailed("faults: " + "; ".join(problems))
+    if ctx.pd and any(f.name in ENGINE_FAULTS for f in picked):
+        _verify_after_restart(ctx)
+
+
+# A restarted engine has a new NIXL agent: decode must read KV from it, not from the agent it met first.
+ENGINE_FAULTS = ("prefill-engine", "decode-engine")
+
+
+def _verify_after_restart(ctx: Context) -> None:
+    """`make verify` again once the engines were replaced: every request's KV still moves, now between the new
+    engine and its peer (a stale NIXL handshake fails here, or fails silently in the engines' own counters)."""
+    code, lines = observability.run_verify(ctx)
+    if code != 0:
+        failed = next((x for x in lines if x.startswith("VERIFY FAILED")), f"make verify exited {code}")
+        raise RehearsalFailed(f"faults: after the engine restart, {failed}")
+    ctx.timeline.append("make verify after the engine restart: every request's KV moved")
 
 
 FAULTS_CHECK = Check(

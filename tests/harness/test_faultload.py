@@ -145,3 +145,22 @@ def test_the_head_fault_through_redis_is_refused_in_one_line_without_redis_serve
     with pytest.raises(ValueError, match=r"^--gcs-ft redis: no redis-server on PATH; install"):
         faults._prepare(pd_stack, argparse.Namespace(faults="head", gcs_ft="redis"))
     assert faults._prepare(pd_stack, argparse.Namespace(faults="head", gcs_ft="rocksdb"))  # needs no server
+
+
+def test_after_an_engine_restart_make_verify_runs_again_and_gates(monkeypatch):
+    """A restarted engine brings a new NIXL agent: the KV path is proved again, and a failed proof fails the run."""
+    calls = []
+    verdict = {"code": 0}
+
+    def run_verify(ctx):
+        calls.append(ctx)
+        return verdict["code"], ["VERIFY FAILED: 0 of 4 requests read remote KV"] if verdict["code"] else ["ok"]
+
+    monkeypatch.setattr(faults.observability, "run_verify", run_verify)
+    ctx = SimpleNamespace(pd=True, timeline=[])
+    faults._verify_after_restart(ctx)
+    assert calls == [ctx] and ctx.timeline == ["make verify after the engine restart: every request's KV moved"]
+    verdict["code"] = 1
+    with pytest.raises(faults.RehearsalFailed, match="after the engine restart, VERIFY FAILED: 0 of 4"):
+        faults._verify_after_restart(ctx)
+    assert set(faults.ENGINE_FAULTS) <= set(faults.FAULTS)
