@@ -8,7 +8,7 @@ import json
 import os
 import re
 from functools import cache
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import version
 from pathlib import Path
 
 from adapters import environment
@@ -35,29 +35,9 @@ def read_botocore() -> dict:
     }
 
 
-CACHE_GLOB = "botocore-facts-*.json"
-
-
-class NoBotocoreFacts(OSError):
-    """Neither botocore nor a facts file it wrote: nothing to check instance types and regions against."""
-
-
 def cache_file() -> Path:
-    """One file per botocore version, so an upgrade of botocore reads its own models again. Where botocore is
-    not installed (the GPU machine: tools/gpu/wheels.txt leaves it out), the one facts file a botocore wrote
-    elsewhere and `make gpu-wheels` shipped beside the other caches."""
-    root = environment.cache_dir()
-    try:
-        return root / f"botocore-facts-{version('botocore')}.json"
-    except PackageNotFoundError:
-        shipped = sorted(root.glob(CACHE_GLOB))
-        if len(shipped) != 1:
-            found = ", ".join(p.name for p in shipped) or "none"
-            raise NoBotocoreFacts(
-                f"botocore is not installed and {root} holds no single {CACHE_GLOB} to stand for it (found: "
-                f"{found}): install botocore, or copy the facts file `make plan` wrote on a machine that has it"
-            ) from None
-        return shipped[0]
+    """One file per botocore version, so an upgrade of botocore reads its own models again."""
+    return environment.cache_dir() / f"botocore-facts-{version('botocore')}.json"
 
 
 def _cached_json() -> dict:

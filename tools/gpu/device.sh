@@ -83,8 +83,7 @@ go)
   pieces=$(cat .whl/kit/pieces)
   last=$((pieces - 1))
   cp ".whl/p$last/wheels.tar.part$last" "$W/"
-  rm -rf "$KIT" && mkdir -p "$KIT/repo" "$RAY_LLM_EKS_CACHE" && cp -r .whl/kit "$KIT/kit"
-  cp .whl/kit/botocore-facts-*.json "$RAY_LLM_EKS_CACHE/"  # the stack checks' facts: no botocore here
+  rm -rf "$KIT" && mkdir -p "$KIT/repo" && cp -r .whl/kit "$KIT/kit"
   tar --exclude=./.whl --exclude=./.git -cf - . | tar -xf - -C "$KIT/repo"
   parts=$(for i in $(seq 0 "$last"); do echo "$W/wheels.tar.part$i"; done)
   sum=$(cat $parts | sha256sum | cut -d' ' -f1)

@@ -3,8 +3,8 @@
 # git ignores: add `/.whl/` to .git/info/exclude):
 #   .whl/p0 ... .whl/pN   one piece each (at most 57 MiB: a device call carries 64 MiB with the repository)
 #                         of one tar of the wheels of tools/gpu/wheels.txt, pruned (tools/gpu/prune.py)
-#   .whl/kit              the stack's RayService spec rendered here and botocore's facts as `make plan` caches
-#                         them (the GPU machine has no botocore), the tar's sha256 and the number of pieces
+#   .whl/kit              the stack's RayService spec rendered here (the GPU machine has no botocore facts),
+#                         the tar's sha256 and the number of pieces
 # Then tools/gpu/device.sh runs there (see its header). STACK picks the specs (default dev,baseline).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -40,15 +40,11 @@ done
 echo "$n" > .whl/kit/pieces
 rm -f .whl/wheels.tar
 "$python" - "$stack" <<'PY'
-import json, shutil, sys
-from adapters import botocore_facts
+import json, sys
 from rehearsal.prepare import deployed_spec
 for stack in sys.argv[1].split(","):
     with open(f".whl/kit/{stack}.rayservice.json", "w") as out:
         json.dump(deployed_spec(stack), out, indent=1)
-# The GPU machine has no botocore: make verify and the bench read its facts from this copy there.
-botocore_facts.load()
-shutil.copy(botocore_facts.cache_file(), ".whl/kit/")
 PY
 echo "$count wheels, $(du -sh .whl/.pruned | cut -f1) pruned, in $n pieces: $(du -sh .whl/p* | awk '{print $2 " " $1}' | tr '\n' ' ')"
 echo "kit: $(ls .whl/kit | tr '\n' ' ')(RayService specs of $stack, rendered here)"
