@@ -24,6 +24,7 @@ TABLE = packaged.ROOT / "domain" / "data" / "known_issues.yaml"
 DECISIONS = ("refuse", "warn")
 COMPONENTS = ("nixl", "vllm", "ray")
 TP_SHAPES = ("prefill>decode", "prefill<decode", "equal")
+ROLES = ("prefill", "decode", "collocated")
 DEFAULT_BACKEND = "UCX"  # vLLM 0.26 nixl/base_worker.py: kv_connector_extra_config.backends defaults to ["UCX"]
 
 
@@ -77,7 +78,7 @@ def _shape_checks() -> dict[str, Callable[[Any], bool]]:
         "kv_backend": lambda v: isinstance(v, str),
         "kv_connector": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
         "hybrid": lambda v: isinstance(v, bool),
-        "prefix_caching": lambda v: v is True,
+        "prefix_caching": lambda v: isinstance(v, list) and bool(v) and set(v) <= set(ROLES),
         "tp": lambda v: isinstance(v, list) and bool(v) and set(v) <= set(TP_SHAPES),
         "kv_heads_replicated": lambda v: isinstance(v, bool),
         "shared_node": lambda v: v is True,
@@ -140,7 +141,7 @@ def entries() -> tuple[Entry, ...]:
 
 @dataclass(frozen=True)
 class StackFacts:
-    """The stack as the table's conditions see it (facts of a PD application only)."""
+    """The stack as the table's conditions see it (the KV, TP and placement facts of a PD application only)."""
 
     pd: bool
     kv_backends: frozenset[str] = frozenset()
@@ -174,18 +175,19 @@ def facts_of(document: dict, model_spec, spec: Mapping, pool_roles: Mapping[str,
     """The facts of a rendered serve document (`model_spec`: the stack's modelSpec or None) and its RayService
     spec."""
     configs = serve_config.llm_configs_by_role(document, "rendered")
+    first = next(iter(configs.values()))
+    loading = first.get("model_loading_config") or {}
+    model = model_fit.model_spec(loading.get("model_id", ""), loading.get("model_source") or "", model_spec)
+    from domain.routing import prefix_cache_on  # here: routing's own imports reach config-time modules
+
+    caching = tuple(r for r, c in configs.items() if prefix_cache_on(c, model.hybrid))
     if not {"prefill", "decode"} <= set(configs):
-        return StackFacts(pd=False)
+        return StackFacts(pd=False, hybrid=model.hybrid, prefix_caching_roles=caching)
     backends, connectors = set(), set()
     for config in (configs["prefill"], configs["decode"]):
         transfer = (config.get("engine_kwargs") or {}).get("kv_transfer_config") or {}
         connectors.add(transfer.get("kv_connector", ""))
         backends |= set((transfer.get("kv_connector_extra_config") or {}).get("backends") or [DEFAULT_BACKEND])
-    loading = configs["prefill"].get("model_loading_config") or {}
-    model = model_fit.model_spec(loading.get("model_id", ""), loading.get("model_source") or "", model_spec)
-    from domain.routing import prefix_cache_on  # here: routing's own imports reach config-time modules
-
-    caching = tuple(r for r in ("prefill", "decode") if prefix_cache_on(configs[r], model.hybrid))
     tp = {r: int((configs[r].get("engine_kwargs") or {}).get("tensor_parallel_size", 1)) for r in configs}
     return StackFacts(
         pd=True,
@@ -206,7 +208,7 @@ def holds(when: Mapping[str, Any], facts: StackFacts) -> bool:
         "kv_backend": lambda v: v in facts.kv_backends,
         "kv_connector": lambda v: bool(set(v) & facts.kv_connectors),
         "hybrid": lambda v: facts.hybrid == v,
-        "prefix_caching": lambda v: bool(facts.prefix_caching_roles),
+        "prefix_caching": lambda v: bool(set(v) & set(facts.prefix_caching_roles)),
         "tp": lambda v: facts.tp in v,
         "kv_heads_replicated": lambda v: facts.kv_heads_replicated == v,
         "shared_node": lambda v: facts.shared_node,

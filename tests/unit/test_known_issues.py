@@ -34,6 +34,7 @@ def test_the_table_covers_the_five_bugs_with_a_decision_each():
     assert set(table) == {
         "nixl-fi-more-hang",
         "vllm-ssm-prefix-cache-assert",
+        "vllm-hybrid-prefix-cache-ineffective",
         "nixl-stale-state-after-prefill-restart",
         "vllm-hetero-tp-replicated-kv",
         "vllm-hetero-tp-hybrid",
@@ -51,8 +52,12 @@ CASES = {
         {"pd": False, "kv_backends": frozenset({"UCX"}), "kv_connectors": frozenset({"NixlConnector"})},
     ),
     "vllm-ssm-prefix-cache-assert": (
-        replace(DEV, prefix_caching_roles=("prefill",)),
-        {"pd": False, "hybrid": False, "prefix_caching_roles": ()},
+        replace(DEV, prefix_caching_roles=("prefill", "decode")),
+        {"pd": False, "hybrid": False, "prefix_caching_roles": ("prefill",)},
+    ),
+    "vllm-hybrid-prefix-cache-ineffective": (
+        replace(DEV, pd=False, prefix_caching_roles=("collocated",)),
+        {"hybrid": False, "prefix_caching_roles": ()},
     ),
     "nixl-stale-state-after-prefill-restart": (DEV, {"pd": False}),
     "vllm-hetero-tp-replicated-kv": (
@@ -79,7 +84,8 @@ def test_an_entry_stops_at_its_fixed_version_and_an_unknown_version_only_warns()
     facts = replace(DEV, prefix_caching_roles=("decode",))
     assert "vllm-ssm-prefix-cache-assert" not in hit_ids(facts, DLC | {"vllm": "0.29.0"})
     assert "vllm-ssm-prefix-cache-assert" in hit_ids(facts, DLC | {"vllm": "0.28.9"})
-    (hit,) = [h for h in known_issues.evaluate(known_issues.entries(), facts, {"ray": "2.58.0"}) if h.entry.fixed]
+    own_image = known_issues.evaluate(known_issues.entries(), facts, {"ray": "2.58.0"})
+    (hit,) = [h for h in own_image if h.entry.id == "vllm-ssm-prefix-cache-assert"]
     assert not hit.refused and "version unknown" in hit.line()
 
 
@@ -105,12 +111,21 @@ def settings_of(stack: str, overrides: dict | None = None):
     return load_settings(stack_file(stack, overrides=overrides))
 
 
-def test_the_pd_stacks_are_warned_of_the_stale_state_only():
-    for stack in ("dev", "prod", "xpyd"):
-        lines = known_issues.warnings(settings_of(stack))
-        assert [line.split(" at ")[0] for line in lines] == ["known issue nixl-stale-state-after-prefill-restart"]
-    for stack in ("baseline", "dp", "tp"):
-        assert known_issues.warnings(settings_of(stack)) == []
+def test_the_shipped_stacks_get_exactly_their_warnings():
+    stale, ineffective = (
+        "known issue nixl-stale-state-after-prefill-restart",
+        "known issue vllm-hybrid-prefix-cache-ineffective",
+    )
+    expected = {
+        "dev": [stale],
+        "prod": [stale],
+        "xpyd": [ineffective, stale],  # prefix caching on prefill (serve_configs/pd-xpyd.yaml)
+        "dp": [ineffective],  # prefix caching on its collocated replicas (serve_configs/data-parallel.yaml)
+        "baseline": [],
+        "tp": [],
+    }
+    for stack, lines in expected.items():
+        assert [line.split(" at ")[0] for line in known_issues.warnings(settings_of(stack))] == lines, stack
 
 
 def test_prefix_caching_on_a_hybrid_pd_role_is_refused():

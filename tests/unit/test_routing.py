@@ -26,14 +26,15 @@ def router(config: dict) -> dict | None:
     return config.get("deployment_config", {}).get("request_router_config")
 
 
-def test_xpyd_leaves_both_roles_to_serves_router():
-    # Prefix affinity needs a prefix cache on prefill, which the hybrid model cannot keep under NixlConnector at
-    # vLLM 0.26 (domain/data/known_issues.yaml vllm-ssm-prefix-cache-assert): refused either way.
+def test_xpyd_routes_prefill_by_prefix_and_leaves_decode_to_serve():
     configs = roles_of("xpyd")
-    assert router(configs["prefill"]) is None and router(configs["decode"]) is None
-    affinity = {"ray-llm-eks:routing": '{"prefill": {"policy": "prefixAffinity"}}'}
-    with pytest.raises(ConfigError, match="enable_prefix_caching"):
-        roles_of("xpyd", affinity)
+    assert router(configs["prefill"]) == {
+        "request_router_class": "ray.serve.llm.request_router.PrefixCacheAffinityRouter",
+        "request_router_kwargs": {"imbalanced_threshold": 4},
+    }
+    assert router(configs["decode"]) is None
+    assert routing.role_policy(configs["prefill"]) == "prefixAffinity"
+    assert routing.role_policy(configs["decode"]) == "powerOfTwo"
 
 
 def test_dp_routes_its_collocated_replicas_by_prefix():
@@ -235,4 +236,5 @@ def test_prefix_affinity_needs_the_prefix_cache_vllm_keeps_off_for_hybrid_models
 def test_the_routed_stacks_turn_the_prefix_cache_on():
     assert roles_of("dp")["collocated"]["engine_kwargs"]["enable_prefix_caching"] is True
     xpyd = roles_of("xpyd")
-    assert not any("enable_prefix_caching" in c["engine_kwargs"] for c in xpyd.values())
+    assert xpyd["prefill"]["engine_kwargs"]["enable_prefix_caching"] is True
+    assert "enable_prefix_caching" not in xpyd["decode"]["engine_kwargs"]
