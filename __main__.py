@@ -19,7 +19,19 @@ from components.network import Network
 from components.observability import EbsCsiDriver, MonitoringStack, ServiceMonitoring
 from components.pod_identity import PodIdentityAgent
 from components.weights_access import WeightsAccess
-from domain import alerts, config, cost, dashboards, gcs_ft, observability, pool_use, preflight, scaling, upgrades
+from domain import (
+    alerts,
+    config,
+    cost,
+    dashboards,
+    gcs_ft,
+    known_issues,
+    observability,
+    pool_use,
+    preflight,
+    scaling,
+    upgrades,
+)
 from domain.errors import ConfigError
 from domain.facts import ENVIRONMENT_TAG
 from domain.yaml_files import YamlSyntaxError
@@ -29,6 +41,8 @@ try:  # a bad value or an AWS refusal stops here, before any resource
     settings = stack.load_settings(stack_config)  # typed and validated
     mode = stack.load_deploy_mode(stack_config)
     for line in config.secret_checks(settings, deploying=stack.deploying()):
+        pulumi.log.warn(line)
+    for line in known_issues.warnings(settings):  # upstream bugs on this stack's path, warned only
         pulumi.log.warn(line)
     # AWS offerings, quotas, version calendar: only for the cluster this stack builds.
     checks = [] if mode.existing_cluster else preflight.run(settings, PulumiAwsAnswers(), environment.today())

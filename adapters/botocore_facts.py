@@ -1,6 +1,10 @@
 """botocore's facts (instance type names, EKS log types, log retention periods, partitions and
 regions), read from botocore's own API models and endpoint data, cached per botocore version, and
-handed to domain/ as one frozen domain.aws_facts.BotocoreFacts."""
+handed to domain/ as one frozen domain.aws_facts.BotocoreFacts.
+
+A machine without botocore (the GPU machine of the rehearsal: tools/gpu/wheels.txt leaves it out) reads
+the newest facts a machine with botocore cached, carried into its cache folder (tools/gpu/device.sh):
+`make verify` and the bench then check the stack as `make plan` did."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import json
 import os
 import re
 from functools import cache
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from adapters import environment
@@ -35,15 +39,51 @@ def read_botocore() -> dict:
     }
 
 
-def cache_file() -> Path:
+CACHE_GLOB = "botocore-facts-*.json"
+
+
+class BotocoreFactsMissing(ValueError):
+    """No botocore here and no facts cached by a machine that has it: one line saying what to do."""
+
+
+def installed_version() -> str | None:
+    """The installed botocore's version; None where it is not installed (no package metadata)."""
+    try:
+        return version("botocore")
+    except PackageNotFoundError:
+        return None
+
+
+def cache_file(botocore_version: str | None = None) -> Path:
     """One file per botocore version, so an upgrade of botocore reads its own models again."""
-    return environment.cache_dir() / f"botocore-facts-{version('botocore')}.json"
+    return environment.cache_dir() / CACHE_GLOB.replace("*", botocore_version or version("botocore"))
+
+
+def _release(path: Path) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", path.stem))
+
+
+def carried_json() -> dict:
+    """Without botocore: the facts of the newest botocore some machine with it cached here."""
+    folder = environment.cache_dir()
+    for path in sorted(folder.glob(CACHE_GLOB), key=_release, reverse=True):
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+    raise BotocoreFactsMissing(
+        f"botocore is not installed and {folder} holds no {CACHE_GLOB}: pip install botocore, or copy that file "
+        "from a machine with botocore (any `make plan` writes it; `make gpu-wheels` puts it in .whl/kit)"
+    )
 
 
 def _cached_json() -> dict:
     """botocore's facts, read once per botocore version and kept beside the other caches: a config
     mistake is then reported in well under a second."""
-    path = cache_file()
+    installed = installed_version()
+    if installed is None:
+        return carried_json()
+    path = cache_file(installed)
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):

@@ -20,6 +20,7 @@ from domain import (
     aws_facts,
     config_keys,
     gcs_ft,
+    known_issues,
     model_fit,
     observability,
     prices,
@@ -409,9 +410,9 @@ def _chart(raw: _Raw, key: str, source: tuple[str, str]) -> ChartPin:
     return ChartPin(source[0], source[1], version)
 
 
-def _image(raw: _Raw, region: str, facts: BotocoreFacts) -> tuple[str, str, str | None]:
-    """Image, its Ray version and its vLLM version (None for your own image: engine_kwargs are then
-    checked by vLLM only). The AWS Ray LLM DLC by default, its versions from a table."""
+def _image(raw: _Raw, region: str, facts: BotocoreFacts) -> tuple[str, dict[str, str]]:
+    """Image and the versions it holds (component -> version: Ray only for your own image, whose
+    engine_kwargs are then checked by vLLM only). The AWS Ray LLM DLC by default, its versions from a table."""
     image, ray_version = raw.text("image"), raw.text("rayVersion")
     if image is not None or ray_version is not None:
         if image is None or ray_version is None:
@@ -423,7 +424,7 @@ def _image(raw: _Raw, region: str, facts: BotocoreFacts) -> tuple[str, str, str 
             raise ConfigError("image", image, "an image pinned to an exact tag or sha256 digest (not :latest)")
         if not re.fullmatch(r"\d+\.\d+\.\d+", ray_version):
             raise ConfigError("rayVersion", ray_version, "an exact Ray version such as 2.58.0")
-        return image, ray_version, None
+        return image, {"ray": ray_version}
     tag = raw.text("dlcImageTag")
     if tag not in versions.DLC_IMAGES:
         raise ConfigError(
@@ -439,7 +440,7 @@ def _image(raw: _Raw, region: str, facts: BotocoreFacts) -> tuple[str, str, str 
         )
     dlc = versions.DLC_IMAGES[tag]
     registry = f"{account}.dkr.ecr.{region}.{facts.partition_dns_suffix(region)}"
-    return f"{registry}/{versions.DLC_REPOSITORY}:{tag}", dlc.ray, dlc.vllm
+    return f"{registry}/{versions.DLC_REPOSITORY}:{tag}", dlc.components()
 
 
 def _serve_overrides(raw: _Raw) -> serve_config.ServeOverrides:
@@ -483,7 +484,8 @@ def _s3_uri(key: str, uri: str) -> str:
 def _serving(
     raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings], facts: BotocoreFacts, obs: ObservabilitySettings
 ) -> ServingSettings:
-    image, ray_version, vllm_version = _image(raw, region, facts)
+    image, held = _image(raw, region, facts)
+    ray_version, vllm_version = held["ray"], held.get("vllm")
     name = raw.text("serveConfig")
     shapes = roles.role_shapes(pools)
     spec_raw = raw.structured("modelSpec", dict)
@@ -545,6 +547,8 @@ def _serving(
         ready_timeout_seconds=timeout,
         weights_s3_uris=weights_s3,
         efa_plugin_image=f"{efa_registry}/{versions.EFA_PLUGIN_IMAGE_REPOSITORY}" if efa_registry else None,
+        serve_config=name,
+        versions=held,
     )
 
 
@@ -594,7 +598,7 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         public_cidrs=cluster.public_access_cidrs,
         vpc_cidr=network.vpc_cidr,
     )
-    return Settings(
+    settings = Settings(
         region=region,
         stack=stack,
         network=network,
@@ -609,6 +613,8 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         api_keys_set=get("apiKeys") is not None,
         **_resilience(raw, hardening.environment, pools),
     )
+    known_issues.refuse(settings)  # upstream bugs the stack would hit (domain/data/known_issues.yaml)
+    return settings
 
 
 def _resilience(raw: _Raw, environment: str, pools: Mapping[str, GpuPoolSettings]) -> dict:

@@ -116,6 +116,9 @@ class ServingSettings:
     lb_controller: ChartPin | None = None  # the AWS Load Balancer Controller (internalEndpoint)
     observability: ObservabilitySettings = field(default_factory=ObservabilitySettings)  # domain/observability.py
     model_spec: ModelSpec | None = None  # the stack's modelSpec; None: domain/model_fit.py's table knows the model
+    serve_config: str = ""  # the serveConfig it was rendered from (serve_configs/<name>.yaml)
+    # What the image holds, component -> version (domain/versions.py DLC_IMAGES); your own image: Ray only.
+    versions: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

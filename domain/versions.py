@@ -53,12 +53,19 @@ class ServingImage:
     tag: str
     ray: str
     vllm: str
+    nixl: str
+
+    def components(self) -> dict[str, str]:
+        """Component -> version, as domain/known_issues.py reads them."""
+        return {"ray": self.ray, "vllm": self.vllm, "nixl": self.nixl}
 
 
 # aws/deep-learning-containers docs/ray-llm/changelog: "Ray LLM v1.0 — 2026-08-31": Ray 2.58.0,
-# vLLM 0.26.0, PyTorch 2.11.0, CUDA 13.0.2, Python 3.13; ships NIXL, libfabric, aws-ofi-nccl.
+# vLLM 0.26.0, PyTorch 2.11.0, CUDA 13.0.2, Python 3.13; ships NIXL, libfabric, aws-ofi-nccl. Its NIXL is
+# ray[llm]'s pin (docker/ray_llm/pyproject.toml installs ray[default,serve,llm]; Ray 2.58.0's METADATA:
+# nixl==1.3.1, nixl-cu13==1.3.1).
 DLC_IMAGES = {
-    "serve-llm-cuda-v1.0.0": ServingImage(tag="serve-llm-cuda-v1.0.0", ray="2.58.0", vllm="0.26.0"),
+    "serve-llm-cuda-v1.0.0": ServingImage(tag="serve-llm-cuda-v1.0.0", ray="2.58.0", vllm="0.26.0", nixl="1.3.1"),
 }
 DLC_REPOSITORY = "ray"
 

@@ -19,7 +19,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from adapters.botocore_facts import BotocoreFactsMissing
 from adapters.metrics import MetricsError
+from adapters.stackfile import StackFileError
 from domain import bench as domain_bench
 from domain import kv_proof
 from domain.errors import ConfigError
@@ -215,7 +217,14 @@ def main_bench(args: argparse.Namespace) -> int:
     try:
         result = run(args)
         plot([args.out / "bench.json"], args.out / "bench.png")
-    except (ConfigError, verify.VerifyError, aiperf.AiperfFailed, MetricsError) as exc:
+    except (
+        ConfigError,
+        StackFileError,
+        BotocoreFactsMissing,
+        verify.VerifyError,
+        aiperf.AiperfFailed,
+        MetricsError,
+    ) as exc:
         print(f"bench FAILED: {exc}", file=sys.stderr)
         return 1 if isinstance(exc, (aiperf.AiperfFailed, MetricsError)) else 2
     print(domain_bench.text_table(domain_bench.point_rows(result)))

@@ -280,7 +280,10 @@ def _local_config(source: str) -> dict | None:
 def main(args) -> int:
     from adapters import metrics as adapter
     from adapters import stack
+    from adapters.botocore_facts import BotocoreFactsMissing
+    from adapters.stackfile import StackFileError
     from domain import alerts
+    from domain.errors import ConfigError
 
     try:
         settings = stack.load_settings(stack.stack_file(args.stack))
@@ -305,7 +308,7 @@ def main(args) -> int:
             target_tokens(want.max_model_len),
             args.requests,
         )
-    except (VerifyError, adapter.MetricsError, OSError) as exc:
+    except (VerifyError, adapter.MetricsError, OSError, ConfigError, StackFileError, BotocoreFactsMissing) as exc:
         print(f"VERIFY FAILED: {exc}")
         return 1
     for line in verdict.lines:

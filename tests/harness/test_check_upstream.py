@@ -72,3 +72,17 @@ def test_the_private_sdk_names_we_use_exist_in_the_installed_pins():
     ctx = upstream.Context({}, record=False)
     for check in ("pulumi-sdk-private", "pulumi-runtime-config", "ray-llm-config"):
         assert upstream.CHECKS[check](ctx) == [], check
+
+
+def test_a_pin_reaching_a_known_issues_fixed_version_names_the_entry():
+    from domain import known_issues
+
+    table = known_issues.entries()
+    pins = upstream.pinned_versions()
+    assert pins["nixl"] == {"1.3.1"} and pins["vllm"] == {"0.26.0"}
+    assert upstream.known_issue_pin_problems(table, pins) == []
+    moved = upstream.known_issue_pin_problems(table, pins | {"nixl": {"1.3.1", "1.3.2"}, "vllm": {"0.29.0"}})
+    assert [p.split(" is fixed")[0] for p in moved] == [
+        "nixl 1.3.2 is pinned and nixl-fi-more-hang",
+        "vllm 0.29.0 is pinned and vllm-ssm-prefix-cache-assert",
+    ]

@@ -4,6 +4,7 @@
 #   .whl/p0 ... .whl/pN   one piece each (at most 57 MiB: a device call carries 64 MiB with the repository)
 #                         of one tar of the wheels of tools/gpu/wheels.txt, pruned (tools/gpu/prune.py)
 #   .whl/kit              the stack's RayService spec rendered here (the GPU machine has no botocore facts),
+#                         botocore's facts as cached here (make verify and the bench read them there),
 #                         the tar's sha256 and the number of pieces
 # Then tools/gpu/device.sh runs there (see its header). STACK picks the specs (default dev,baseline).
 set -euo pipefail
@@ -40,11 +41,13 @@ done
 echo "$n" > .whl/kit/pieces
 rm -f .whl/wheels.tar
 "$python" - "$stack" <<'PY'
-import json, sys
+import json, shutil, sys
 from rehearsal.prepare import deployed_spec
 for stack in sys.argv[1].split(","):
     with open(f".whl/kit/{stack}.rayservice.json", "w") as out:
         json.dump(deployed_spec(stack), out, indent=1)
+from adapters import botocore_facts
+shutil.copy(botocore_facts.cache_file(), ".whl/kit/")  # rendering the specs wrote it
 PY
 echo "$count wheels, $(du -sh .whl/.pruned | cut -f1) pruned, in $n pieces: $(du -sh .whl/p* | awk '{print $2 " " $1}' | tr '\n' ' ')"
 echo "kit: $(ls .whl/kit | tr '\n' ' ')(RayService specs of $stack, rendered here)"
