@@ -2,7 +2,7 @@
 offline plan cannot decrypt (they read as `[secret]`). `make plan` and `make policy` plan it, saying in one
 line each what `pulumi up` will check on the decrypted value; `pulumi up` (offline_plan=False, values
 handed over in plain text as the engine does) checks them. The real CLI's `secure:` values: .ci/run
-(tools/pulumi_cli_stack.py)."""
+(e2e/cli_stack.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Stack files read as the pinned Pulumi CLI reads them (gopkg.in/yaml.v3 v3.0.1 under sdk/v3
 go/common/encoding/marshal.go), not as PyYAML's YAML 1.1 does; and values handed to the program as the
 CLI's text of them (Go's encoding/json for numbers). The CLI itself reads the same files in .ci/run
-(tools/pulumi_cli_stack.py)."""
+(e2e/cli_stack.py)."""
 
 from __future__ import annotations
 
