@@ -190,8 +190,8 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
     if not config:
         what = "is empty" if not doc else "has no config"
         raise StackFileError(
-            f"{path.name} {what}: it needs a `config:` mapping with at least aws:region (start from a copy: "
-            f"cp Pulumi.dev.yaml {path.name})"
+            f"{path.name} {what}: it needs a `config:` mapping with at least aws:region (start from a shipped "
+            f"stack's: git show HEAD:Pulumi.dev.yaml > {path.name})"
         )
     declared = config_keys.declared()
 
