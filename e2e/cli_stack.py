@@ -9,12 +9,14 @@ local stack); `pulumi stack init`, then `pulumi config set --secret` for both ke
 standard input (never on a command line, never printed). The stack file it wrote, with the shipped stack's
 config beside the two `secure:` values, goes into the checkout as Pulumi.<name>.yaml for `make plan` and
 `make policy` (python -m offline.plan / offline.policy_check), and is removed again whatever happens. The
-plan must pass, say that both checks wait for `pulumi up`, and show neither value anywhere.
+plan must pass, say that both checks wait for `pulumi up`, and show neither value anywhere; and the CLI's own
+reading of the file (`pulumi config --json`) must equal adapters/stackfile.py's, value for value.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import shutil
@@ -23,6 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from adapters.stackfile import load_stack
 from e2e.build import bin_dirs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +55,8 @@ def cli_stack_file(cli: Path, base: str, values: dict[str, str], tmp: Path) -> s
     project, state = tmp / "project", tmp / "state"
     project.mkdir()
     state.mkdir()
-    shutil.copy(ROOT / "Pulumi.yaml", project / "Pulumi.yaml")
+    for name in ("Pulumi.yaml", "requirements.txt"):  # the project, and the providers whose namespaces it reads
+        shutil.copy(ROOT / name, project / name)
     env = os.environ | {
         "PULUMI_HOME": str(tmp / "home"),
         "PULUMI_BACKEND_URL": f"file://{state}",
@@ -64,10 +68,33 @@ def cli_stack_file(cli: Path, base: str, values: dict[str, str], tmp: Path) -> s
          "pulumi stack init", project, env)  # fmt: skip
     path = project / f"Pulumi.{STACK}.yaml"
     path.write_text(path.read_text() + (ROOT / f"Pulumi.{base}.yaml").read_text())  # its salt, then the config
+    # Before `config set`, which rewrites the file in the CLI's own spelling (`1e0` becomes `1`).
+    listed = _run([str(cli), "config", "--stack", STACK, "--json"], "pulumi config --json", project, env)
+    try:
+        ours = load_stack(STACK, project).values
+    except ValueError as err:  # the CLI took the file, adapters/stackfile.py did not
+        raise Failed(f"adapters/stackfile.py refuses a stack file the CLI reads: {err}") from None
+    same_reading(json.loads(listed), ours)
     for key, value in values.items():
         _run([str(cli), "config", "set", "--secret", key, "--stack", STACK, "--non-interactive"],
              f"pulumi config set --secret {key}", project, env, stdin=value)  # fmt: skip
     return path.read_text()
+
+
+def same_reading(cli: dict, ours: dict[str, str]) -> None:
+    """Every plain value as the CLI hands it to the program (`pulumi config --json`: mappings and lists as JSON
+    text) equals what adapters/stackfile.py makes of the same file; secrets are listed without a value."""
+    for key, entry in sorted(cli.items()):
+        if entry.get("secret"):
+            continue
+        theirs, mine = entry["value"], ours.get(key)
+        if mine is None or (theirs != mine and not ("objectValue" in entry and _canonical(mine) == _canonical(theirs))):
+            raise Failed(f"{key}: the Pulumi CLI reads {theirs!r}, adapters/stackfile.py {mine!r}")
+
+
+def _canonical(text: str) -> str:
+    """JSON text without its spacing (the CLI's is Go's compact form); 2 and 2.0 stay apart."""
+    return json.dumps(json.loads(text), sort_keys=True)
 
 
 def check(cli: Path, base: str) -> str:
