@@ -30,7 +30,7 @@ BENCH_REQS := llmclient/bench-requirements.txt
 BENCH_VENV ?= $(call pinned-venv-dir,bench-venv,$(BENCH_REQS))
 URL ?= http://localhost:8000
 
-.PHONY: test test-fast e2e e2e-cluster plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
+.PHONY: test test-fast e2e e2e-cluster cli-stack plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
 	rehearse-faults rehearse-mistakes smoke verify test-rules bench bench-venv compare policy policy-sdk rehearsal-venv check-upstream docs gpu-wheels
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
@@ -164,6 +164,11 @@ compare: $(VENV)/.installed $(BENCH_VENV)/.installed
 e2e: $(VENV)/.installed
 	$(BIN)/python -m e2e.build
 	$(BIN)/python -m e2e.run
+
+# A stack whose apiKeys and hfToken the real Pulumi CLI set (the e2e build's; passphrase, local backend, a
+# temporary folder), planned and checked by the policy pack as a stack after `make stack` is (e2e/cli_stack.py).
+cli-stack: $(VENV)/.installed
+	$(BIN)/python -m e2e.cli_stack
 
 e2e-cluster: $(VENV)/.installed
 	$(BIN)/python -m e2e.build etcd kube kuberay-operator

@@ -30,6 +30,7 @@ from domain import (
     pool_use,
     preflight,
     scaling,
+    secret_content,
     upgrades,
 )
 from domain.errors import ConfigError
@@ -52,6 +53,8 @@ except (ConfigError, YamlSyntaxError, preflight.PreflightError) as error:
         raise
     raise pulumi.RunError(str(error)) from None  # the CLI prints it as one line, no stack trace
 secrets = stack.stack_secrets()  # Pulumi secret Outputs, apart from Settings
+sealed = stack.sealed_secrets()  # offline, the `secure:` values: their content is checked at deploy time
+deferred = secret_content.deferred(sealed, settings.hardening.api_key_check)  # lines of what `make plan` cannot check
 serving = settings.serving
 estimate = cost.estimate(settings, settings.prices, existing_cluster=mode.existing_cluster)
 for warning in pool_use.idle_node_warnings(serving.serve_document, settings.gpu_pools):
@@ -66,7 +69,15 @@ installed = []
 store = None
 if mode.existing_cluster:
     # A cluster this stack did not create (docs/operations.md: existing clusters): no AWS resource at all.
-    target = ExistingCluster("existing-cluster", mode, settings, secrets.kubeconfig)
+    target = ExistingCluster(
+        "existing-cluster",
+        mode,
+        settings,
+        secrets.kubeconfig,
+        offline_plan=not stack.deploying(),
+        kubeconfig_sealed="kubeconfig" in sealed,
+    )
+    deferred += target.deferred
     provider, nodes = target.provider, []
 else:
     network = Network("net", settings.network, settings.region)
@@ -175,6 +186,7 @@ service = LlmService(
     settings,
     secrets.hf_token,
     secrets.api_keys,
+    sealed,
     # The operator outlives the RayService (its finalizer), and so do the plugins and nodes it runs on.
     pulumi.ResourceOptions(providers=[provider], depends_on=[*installed, *nodes]),
     wait_for_ready=mode.wait_for_ready,
@@ -215,6 +227,8 @@ if not mode.existing_cluster:
     pulumi.export("systemNodeGroupName", cluster.system_nodes.node_group.node_group_name)
     pulumi.export("gpuNodeGroupNames", {name: pool.node_group_name for name, pool in pools.items()})
     pulumi.export("preflightChecks", checks)
+if deferred:  # only where an offline plan could not check something (a shipped stack's plan has none)
+    pulumi.export("deferredChecks", deferred)
 pulumi.export("openaiBaseUrl", service.base_url)
 pulumi.export("portForwardCommand", service.port_forward)
 pulumi.export("curlExample", service.curl_example)

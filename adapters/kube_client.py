@@ -33,6 +33,14 @@ class KubeError(RuntimeError):
         super().__init__(message)
 
 
+class KubeUnreachable(KubeError):
+    """The API server was not reached, or the kubeconfig's credential plugin failed: nothing about the cluster
+    is known (an offline plan defers what it would have checked)."""
+
+    def __init__(self, message: str):
+        super().__init__(0, message)
+
+
 def _named(items: list[dict], name: str, what: str) -> dict:
     for item in items or []:
         if item.get("name") == name:
@@ -105,7 +113,7 @@ class KubeClient:
             resp = conn.getresponse()
             data = resp.read()
         except OSError as e:
-            raise KubeError(0, f"{method} {self.server}{path}: {e}") from e
+            raise KubeUnreachable(f"{method} {self.server}{path}: {e}") from e
         finally:
             conn.close()
         if resp.status >= 400:
@@ -135,11 +143,14 @@ class KubeClient:
 
 def _exec_token(spec: dict) -> str:
     env = dict(os.environ, **{e["name"]: e["value"] for e in spec.get("env") or []})
-    out = subprocess.run(
-        [spec["command"], *(spec.get("args") or [])], env=env, capture_output=True, text=True, timeout=60
-    )
+    try:
+        out = subprocess.run(
+            [spec["command"], *(spec.get("args") or [])], env=env, capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise KubeUnreachable(f"kubeconfig exec {spec['command']} failed: {e}") from e
     if out.returncode != 0:
-        raise KubeError(0, f"kubeconfig exec {spec['command']} failed: {out.stderr.strip()[:300]}")
+        raise KubeUnreachable(f"kubeconfig exec {spec['command']} failed: {out.stderr.strip()[:300]}")
     return json.loads(out.stdout)["status"]["token"]
 
 

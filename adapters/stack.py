@@ -92,6 +92,17 @@ def stack_secrets() -> StackSecrets:
     )
 
 
+def sealed_secrets() -> frozenset[str]:
+    """The secret keys whose content this run cannot read: offline, a stack file's `secure:` value, which
+    reads as SECRET_MARKER (stackfile.load_stack). `pulumi up` decrypts every one: none there."""
+    if deploying():
+        return frozenset()
+    from pulumi.runtime import config as runtime_config  # get_config: no warning for reading a secret in plain
+
+    keys = config_keys.secret_keys()
+    return frozenset(key for key in keys if runtime_config.get_config(f"{PROJECT}:{key}") == SECRET_MARKER)
+
+
 def deploying() -> bool:
     """`pulumi up`/`preview`, as opposed to `make plan` (which only warns about what deploying needs)."""
     return not environment.offline_plan()

@@ -6,8 +6,10 @@ are in domain/data/config_keys.yaml). `secure:` values are never decrypted: they
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 import jsonschema
@@ -51,7 +53,7 @@ def _shown(path: Path) -> str:
 
 
 def _load_yaml(path: Path):
-    return yaml_files.parse(path.read_text(), _shown(path))
+    return yaml_files.parse_pulumi(path.read_text(), _shown(path))
 
 
 def provider_namespaces(root: Path = ROOT) -> list[str]:
@@ -113,12 +115,60 @@ def _raw_string(value) -> str:
     """How the CLI passes a value to the program: strings as is, booleans/numbers as text,
     lists and mappings as JSON, every mapping's keys sorted (Go's encoding/json sorts map keys: Pulumi
     sdk v3.274.1 go/common/resource/config/plaintext.go Plaintext.marshalText). So `make plan` sees
-    gpuPools in the order `pulumi up` does, whatever order the stack file lists them in."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, dict)):
-        return json.dumps(value, sort_keys=True)
-    return str(value)
+    gpuPools in the order `pulumi up` does, whatever order the stack file lists them in. A number is
+    Go's JSON text of it too (object.go object.MarshalString), so `8.03e9` arrives as `8030000000`."""
+    if isinstance(value, str):
+        return value
+    return _go_json(value)
+
+
+def _go_json(value) -> str:
+    """JSON as json.dumps writes it (the spacing the plans have always had: the program parses it), with
+    numbers as Go's encoding/json writes them (encode.go floatEncoder: the shortest digits, no exponent from
+    1e-6 to 1e21, `e-7` not `e-07`); NaN and infinities, which Go refuses, are refused before this."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))}: {_go_json(value[k])}" for k in sorted(value)) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_go_json(v) for v in value) + "]"
+    if isinstance(value, float):
+        if value != 0 and not 1e-6 <= abs(value) < 1e21:
+            return re.sub(r"e([-+])0(\d)$", r"e\1\2", repr(value))
+        fixed = format(Decimal(repr(value)), "f")
+        return fixed.rstrip("0").rstrip(".") if "." in fixed else fixed
+    return json.dumps(value)
+
+
+# What YAML 1.1 (PyYAML, many editors' highlighting) reads as booleans and yaml.v3, the CLI's library, as text.
+YAML11_BOOLEANS = frozenset(("yes", "no", "on", "off", "y", "n"))
+# The fields of a stack file (Pulumi CLI v3.274.1 sdk/v3 go/common/workspace/project.go ProjectStack's yaml tags).
+STACK_FILE_FIELDS = ("config", "encryptedkey", "encryptionsalt", "environment", "secretsprovider")
+
+
+def _not_finite(value) -> bool:
+    if isinstance(value, dict):
+        return any(_not_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_not_finite(v) for v in value)
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _check_shape(doc, file: str) -> None:
+    """A stack file the CLI reads as no config at all: empty, or keys beside `config:` instead of under it (the
+    CLI ignores fields a stack file does not have: sdk/v3 go/common/workspace/project.go ProjectStack)."""
+    if not isinstance(doc, (dict, type(None))):
+        raise StackFileError(f"{file} holds {yaml_text(doc)}: a stack file is a mapping with a `config:` mapping in it")
+    doc = doc or {}
+    config = doc.get("config")
+    if config is not None and not isinstance(config, dict):
+        raise ConfigError("config", config, "a mapping of keys to values, e.g. `config: {aws:region: us-east-1}`", file)
+    # A stack file's own fields (ProjectStack's yaml tags): anything else is a key meant for `config:`, or a typo.
+    for key in sorted(str(k) for k in doc if k not in STACK_FILE_FIELDS):
+        if ":" in key or key in config_keys.declared():
+            way = f"config keys go under `config:` (indented beneath it, as {key})"
+        else:
+            fix = did_you_mean(key, STACK_FILE_FIELDS).strip() or "remove it;"
+            way = f"{fix} fields: {yaml_text(STACK_FILE_FIELDS)}"
+        raise StackFileError(f"{file}: {key} is not a field of a stack file (the Pulumi CLI ignores it): {way}")
 
 
 def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> StackConfig:
@@ -129,13 +179,20 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
     path = root / f"Pulumi.{stack}.yaml"
     if not path.exists():
         raise StackFileError(f"no stack file {path.name}; stacks: {yaml_text(stack_names(root))}")
-    doc = _load_yaml(path) or {}
-    config = dict(doc.get("config") or {})
+    doc = _load_yaml(path)
+    _check_shape(doc, path.name)
+    config = dict((doc or {}).get("config") or {})
     for key, value in (overrides or {}).items():
         if value is None:
             config.pop(key, None)
         else:
             config[key] = value
+    if not config:
+        what = "is empty" if not doc else "has no config"
+        raise StackFileError(
+            f"{path.name} {what}: it needs a `config:` mapping with at least aws:region (start from a shipped "
+            f"stack's: git show HEAD:Pulumi.dev.yaml > {path.name})"
+        )
     declared = config_keys.declared()
 
     values: dict[str, str] = {}
@@ -168,7 +225,12 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
                 if decl.get("type") == "string" and isinstance(value, (bool, int, float)):
                     read_as = "boolean" if isinstance(value, bool) else "number"
                     allowed += f" (YAML reads {yaml_text(value)} as a {read_as}: quote it)"
+                elif decl.get("type") == "boolean" and isinstance(value, str) and value.lower() in YAML11_BOOLEANS:
+                    allowed += f" (the Pulumi CLI reads {value} as the text {yaml_text(value)}, not a boolean)"
                 raise ConfigError(full, value, allowed, path.name)
+        if _not_finite(value):
+            # Go's encoding/json cannot write them: the CLI fails before the program runs (object.go MarshalJSON).
+            raise ConfigError(full, value, "a finite number (the Pulumi CLI cannot pass .nan or .inf)", path.name)
         if is_secret:
             secrets.add(full)
             values[full] = value.plaintext if isinstance(value, SecretValue) else SECRET_TEXT

@@ -8,7 +8,7 @@ import pulumi_kubernetes as k8s
 
 from components.gcs_store import GcsStore
 from components.network_policies import NamespaceNetworkPolicies
-from domain import api_keys, gcs_ft
+from domain import api_keys, gcs_ft, secret_content
 from domain.facts import ENVIRONMENT_ANNOTATION, HEAD_PORTS, KUBERAY_NAMESPACE, SERVE_PORT
 from domain.hardening import HardeningSettings
 from domain.network_policies import network_policies
@@ -44,6 +44,7 @@ class LlmService(pulumi.ComponentResource):
         settings: Settings,
         hf_token: pulumi.Output[str] | None,
         keys: pulumi.Output[str] | None,
+        sealed: frozenset[str],
         opts: pulumi.ResourceOptions,
         wait_for_ready: bool = True,
         hardening: HardeningSettings | None = None,
@@ -58,6 +59,12 @@ class LlmService(pulumi.ComponentResource):
             f"{name}-namespace", metadata=k8s.meta.v1.ObjectMetaArgs(name=serving.namespace), opts=child
         )
         waits_for = [namespace]
+
+        def checked(value: pulumi.Output[str], check, key: str) -> pulumi.Output[str]:
+            """`value` through its content check (domain/secret_content.py), unless sealed: a `secure:` value
+            offline, whose check waits for `pulumi up` (the plan's deferred line says so)."""
+            return value if key in sealed else value.apply(check)
+
         hardening = hardening or HardeningSettings()
         if hardening.network_policies:  # before any Ray pod exists
             waits_for.append(
@@ -73,7 +80,9 @@ class LlmService(pulumi.ComponentResource):
                     f"{name}-hf-token",
                     metadata=k8s.meta.v1.ObjectMetaArgs(name=HF_TOKEN_SECRET, namespace=namespace.metadata.name),
                     type="Opaque",
-                    string_data={HF_TOKEN_KEY: pulumi.Output.secret(hf_token)},
+                    string_data={
+                        HF_TOKEN_KEY: pulumi.Output.secret(checked(hf_token, secret_content.hf_token, "hfToken"))
+                    },
                     opts=child,
                 )
             )
@@ -89,7 +98,9 @@ class LlmService(pulumi.ComponentResource):
                     opts=child,
                 )
             )
-            key_file = pulumi.Output.from_input(keys if keys is not None else "").apply(api_keys.key_file_content)
+            key_file = checked(
+                pulumi.Output.from_input(keys if keys is not None else ""), api_keys.key_file_content, "apiKeys"
+            )
             waits_for.append(
                 k8s.core.v1.Secret(
                     f"{name}-api-keys",

@@ -34,9 +34,9 @@ from domain import (
     versions,
 )
 from domain.aws_facts import BotocoreFacts
-from domain.errors import PROJECT, UNSET, ConfigError, kind_text, mapping_of, unknown_field, yaml_text
+from domain.errors import UNSET, ConfigError, kind_text, mapping_of, unknown_field, yaml_text
 from domain.facts import EXACT_CHART_VERSION, GPU_ROLES, KUBERAY_NAMESPACE
-from domain.hardening import load_hardening
+from domain.hardening import load_hardening, switched_off
 from domain.observability import ObservabilitySettings
 from domain.routing import route_roles
 from domain.settings import (
@@ -628,7 +628,7 @@ def _resilience(raw: _Raw, environment: str, pools: Mapping[str, GpuPoolSettings
 def secret_checks(settings: Settings, deploying: bool) -> list[str]:
     """What the stack's secrets decide before deploying: a gated model without hfToken is refused, and
     so is an endpoint that checks keys but has none (every request would get 401 on GPUs paid for);
-    while only planning, both are warnings. Returns the warnings."""
+    while only planning, both are warnings. Returns the warnings, then a line per security switch turned off."""
     warnings = []
     refusals = []
     gated = model_fit.gated_models(settings.serving.serve_document)
@@ -652,10 +652,4 @@ def secret_checks(settings: Settings, deploying: bool) -> list[str]:
         warnings.append(
             f"{error.key} is not set yet: {error.allowed}; `make plan` goes on without it, `pulumi up` will refuse"
         )
-    if not settings.hardening.api_key_check:
-        unused = "; its apiKeys are not used" if settings.api_keys_set else ""
-        warnings.append(
-            f"{PROJECT}:apiKeyCheck is false: the endpoint serves every request that reaches it, "
-            f"without a key (environment {settings.hardening.environment}){unused}"
-        )
-    return warnings
+    return warnings + switched_off(settings.hardening, settings.api_keys_set)

@@ -10,9 +10,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from domain.config_keys import default
+from domain.config_keys import declared, default
 from domain.errors import UNSET, ConfigError, yaml_text
-from domain.facts import DEV_ENVIRONMENTS, ENVIRONMENTS
+from domain.facts import DEV_ENVIRONMENTS, ENVIRONMENTS, PROJECT
 
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
@@ -98,3 +98,23 @@ def load_hardening(
         require_ebs_encryption=flag("requireEbsEncryption"),
         api_key_check=api_key_check,
     )
+
+
+def security_switches() -> dict[str, str]:
+    """The boolean keys that turn a protection off when false (their `when_off` in the config-key table: what is lost),
+    each with its HardeningSettings field: the key in snake case (networkPolicies -> network_policies)."""
+    return {
+        key: re.sub(r"(?<!^)([A-Z])", r"_\1", key).lower() for key, entry in declared().items() if "when_off" in entry
+    }
+
+
+def switched_off(hardening: HardeningSettings, api_keys_set: bool) -> list[str]:
+    """One line per security switch the stack turns off, for `make plan` and `pulumi up` to say (a stack file
+    may turn one off without anyone noticing: a YAML `no` used to)."""
+    lines = []
+    for key, field in security_switches().items():
+        if not getattr(hardening, field):
+            unused = "; its apiKeys are not used" if key == "apiKeyCheck" and api_keys_set else ""
+            off = " ".join(declared()[key]["when_off"].split())
+            lines.append(f"{PROJECT}:{key} is false: {off} (environment {hardening.environment}){unused}")
+    return lines

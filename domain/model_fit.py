@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 
 from domain import aws_facts, vllm_fit
-from domain.errors import UNSET, ConfigError, in_serve_config, mapping_of, unknown_field, yaml_text
+from domain.errors import UNSET, ConfigError, did_you_mean, in_serve_config, mapping_of, unknown_field, yaml_text
 from domain.model_families import FAMILIES, ModelFamily
 from domain.serve_config import check_tensor_parallel, llm_configs_by_role
 
@@ -586,11 +586,14 @@ def model_spec(model_id: str, model_source: str, override: ModelSpec | None) -> 
         return override
     spec = KNOWN_MODELS.get(model_source) or KNOWN_MODELS.get(model_id)
     if spec is None:
+        # A slip of the id first (case too: hub ids are case-sensitive), then the way to a model of one's own.
+        by_case = {known.lower(): known for known in KNOWN_MODELS}
+        hint = did_you_mean(model_source.lower(), by_case)
         raise ConfigError(
-            "modelSpec",
-            UNSET,
-            f"the memory facts of {model_source} (not in domain/model_fit.py: {yaml_text(sorted(KNOWN_MODELS))}); "
-            f"set modelSpec with {yaml_text(sorted(_SPEC_FIELDS))}",
+            "modelSource" if model_source != model_id else "modelId",
+            model_source,
+            f"a model whose memory facts the fit knows;{hint} known: {yaml_text(sorted(KNOWN_MODELS))}; for "
+            "another model, `make model-spec CONFIG=<its config.json>` prints the modelSpec to add to the stack",
         )
     return spec
 

@@ -202,6 +202,12 @@ class Plan:
         if "preflightChecks" in self.outputs:
             lines += ["", "Deploy-time checks (AWS data sources; run by `pulumi preview`/`up`):"]
             lines += [f"  {line}" for line in self.outputs["preflightChecks"]]
+        if self.outputs.get("deferredChecks"):
+            lines += [
+                "",
+                "Checks an offline plan cannot run (sealed secrets, an unreachable cluster; `pulumi up` runs them):",
+            ]
+            lines += [f"  {line}" for line in self.outputs["deferredChecks"]]
         return "\n".join(lines)
 
     def write(self, out: Path) -> None:

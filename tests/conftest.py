@@ -142,6 +142,33 @@ def copy_project(source: Path, target: Path) -> None:
             shutil.copy2(source / name, target / name)
 
 
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch) -> Path:
+    """A copy of the project (stack files, serve files, program) that `make plan` reads instead."""
+    from domain import serve_config
+    from offline import plan as plan_cli
+
+    root = tmp_path / "project"
+    copy_project(ROOT, root)
+    monkeypatch.setattr(plan_cli, "ROOT", root)
+    monkeypatch.setattr(serve_config, "SERVE_CONFIG_DIR", root / "serve_configs")
+    return root
+
+
+def plan_fails(project: Path, capsys, stack: str = "dev") -> str:
+    """Run `make plan` on the copy; it must fail with exactly one line, writing nothing. (How little CPU a
+    mistake costs is measured in a fresh process in tests/harness/test_first_hour.py, as CPU time: wall time
+    moves with the machine.)"""
+    from offline import plan as plan_cli
+
+    out = project / "out"
+    assert plan_cli.main(["--stack", stack, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert not out.exists()
+    return err
+
+
 def failing_run(overrides: dict, stack: str = "dev", offline_plan: bool = True) -> tuple[Exception, RecordingMonitor]:
     """Run the program with overridden stack values; return the error it raised and the monitor,
     so a test can show both the message and that nothing was declared."""

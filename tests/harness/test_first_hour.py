@@ -16,34 +16,12 @@ import yaml
 
 from adapters import botocore_facts
 from adapters.stackfile import ROOT
-from domain import serve_config
 from offline import plan as plan_cli
-from tests.conftest import copy_project
+from tests.conftest import plan_fails
 from tests.unit.test_first_hour_rules import LLAMA_2_7B
 
 NS = "ray-llm-eks:"
 PD = "pd-disaggregated.yaml"
-
-
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch) -> Path:
-    """A copy of the project (stack files, serve files, program) that `make plan` reads instead."""
-    root = tmp_path / "project"
-    copy_project(ROOT, root)
-    monkeypatch.setattr(plan_cli, "ROOT", root)
-    monkeypatch.setattr(serve_config, "SERVE_CONFIG_DIR", root / "serve_configs")
-    return root
-
-
-def plan_fails(project: Path, capsys, stack: str = "dev") -> str:
-    """Run `make plan` on the copy; it must fail with exactly one line, writing nothing. (How little CPU a
-    mistake costs is measured in a fresh process below, as CPU time: wall time moves with the machine.)"""
-    out = project / "out"
-    assert plan_cli.main(["--stack", stack, "--out", str(out)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    assert not out.exists()
-    return err
 
 
 def edit_stack(project: Path, stack: str = "dev", **config) -> None:

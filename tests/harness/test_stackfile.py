@@ -14,9 +14,11 @@ import yaml
 from adapters.stackfile import PROJECT_SCHEMA, ROOT, StackFileError, load_project, load_stack, stack_names
 from domain import config_keys
 from domain.errors import ConfigError
+from domain.hardening import HardeningSettings, security_switches
 from offline import plan as plan_cli
 from offline.mocks import PlanMocks, RecordingMonitor
-from tests.conftest import STACKS, copy_project, shipped_stacks
+from offline.plan import run_program
+from tests.conftest import STACKS, copy_project, plan_fails, shipped_stacks
 
 SHARED_SCHEMAS = ROOT.parent / "shared" / "schemas"
 
@@ -254,3 +256,76 @@ def test_a_users_stack_and_plan_beside_the_shipped_files_stay_out_of_the_suite(t
     copy_project(repo, copy)
     assert not (copy / "Pulumi.mine.yaml").exists() and not (copy / "out").exists()
     assert (copy / "Pulumi.dev.yaml").read_text() == dev
+
+
+# ---- read as the pinned Pulumi CLI reads it (gopkg.in/yaml.v3; tests/unit/test_pulumi_yaml.py has the rules)
+
+
+def test_a_key_set_twice_is_refused_as_the_cli_refuses_it(project, capsys):
+    path = project / "Pulumi.dev.yaml"
+    path.write_text(path.read_text() + "  ray-llm-eks:natGateways: perAz\n")
+    err = plan_fails(project, capsys)
+    assert ": invalid YAML: mapping key 'ray-llm-eks:natGateways' already defined at line 13: " in err, err
+
+
+def test_a_yaml_1_1_no_is_text_not_false(project, capsys):
+    """`networkPolicies: no` turned every NetworkPolicy off (PyYAML's YAML 1.1 read it as false); the CLI
+    hands the program the text `no`."""
+    path = project / "Pulumi.dev.yaml"
+    path.write_text(path.read_text() + "  ray-llm-eks:networkPolicies: no\n")
+    err = plan_fails(project, capsys)
+    assert err == (
+        "error: Pulumi.dev.yaml: invalid config ray-llm-eks:networkPolicies = 'no': true or false, unquoted "
+        "(the Pulumi CLI reads no as the text 'no', not a boolean)\n"
+    )
+
+
+def test_a_float_in_exponent_form_is_a_number_as_for_the_cli(project):
+    """yaml.v3 reads 8.03e9 as a float (PyYAML as the text '8.03e9', which modelSpec refused as not "a number");
+    Go's JSON hands it to the program as 8030000000."""
+    spec = "{parameters: 8.03e9, weightDtype: bfloat16, kvLayers: 32, kvHeads: 8, headDim: 128, "
+    spec += "stateMiBPerSequence: 0, maxContext: 131072}"
+    path = project / "Pulumi.dev.yaml"
+    path.write_text(
+        path.read_text() + f"  ray-llm-eks:modelId: my-org/llama-3.1-8b-ft\n  ray-llm-eks:modelSpec: {spec}\n"
+    )
+    config = load_stack("dev", root=project)
+    assert json.loads(config.values["ray-llm-eks:modelSpec"])["parameters"] == 8_030_000_000
+    plan_cli.precheck("dev", project)  # the fit takes it
+
+
+@pytest.mark.parametrize("key", ["networkPolicies", "apiKeyCheck", "requireEbsEncryption"])
+def test_a_security_switch_turned_off_is_said_in_one_line(key):
+    plan = run_program("dev", {f"ray-llm-eks:{key}": False})
+    said = [w for w in plan.warnings if w.startswith(f"ray-llm-eks:{key} is false: ")]
+    assert len(said) == 1 and said[0].endswith("(environment dev)"), plan.warnings
+    assert f"warning: ray-llm-eks:{key} is false: " in plan.summary()
+
+
+def test_every_security_switch_is_a_hardening_field():
+    assert set(security_switches()) == {"networkPolicies", "apiKeyCheck", "requireEbsEncryption"}
+    for key, field in security_switches().items():
+        assert config_keys.declared()[key]["type"] == "boolean" and hasattr(HardeningSettings(), field), key
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", "Pulumi.dev.yaml is empty: it needs a `config:` mapping with at least aws:region"),
+        ("encryptionsalt: v1:abc\n", "Pulumi.dev.yaml has no config: it needs a `config:` mapping"),
+        (
+            "aws:region: us-east-1\nray-llm-eks:natGateways: single\n",
+            "Pulumi.dev.yaml: aws:region is not a field of a stack file (the Pulumi CLI ignores it): config keys "
+            "go under `config:` (indented beneath it, as aws:region)",
+        ),
+        (
+            "confg:\n  aws:region: us-east-1\n",
+            "confg is not a field of a stack file (the Pulumi CLI ignores it): did you mean config?",
+        ),
+        ("config: us-east-1\n", "invalid config ray-llm-eks:config = us-east-1: a mapping of keys to values"),
+    ],
+)
+def test_a_stack_file_without_config_says_what_is_wrong(project, capsys, text, expected):
+    (project / "Pulumi.dev.yaml").write_text(text)
+    err = plan_fails(project, capsys)
+    assert expected in err and "aws:region (not set)" not in err, err

@@ -4,15 +4,19 @@ rules called directly: tests/unit/test_existing_cluster_checks.py."""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 import components.existing_cluster as existing_cluster
 from adapters.stackfile import SecretValue
 from domain.cluster_checks import ClusterMismatch
 from domain.deploy_mode import load_deploy_mode
+from offline import plan as plan_cli
 from offline.plan import run_program
 from offline.policy_check import plan_resources
 from policy import rules
+from tests.conftest import failing_run
 from tests.unit.test_existing_cluster_checks import KUBECONFIG, FakeApi, dev_seed, rayservice_crd, seed_nodes
 
 NS = "ray-llm-eks:"
@@ -175,3 +179,68 @@ def test_external_observability_needs_the_clusters_prometheus_operator(monkeypat
     assert not plan.of_type("kubernetes:helm.sh/v3:Release")
     assert not plan.of_type("kubernetes:monitoring.coreos.com/v1:ServiceMonitor")  # their KubeRay, their monitor
     assert rules.check_all(plan_resources(plan)) == []
+
+
+# ---- an offline plan needs no cluster
+
+
+@pytest.fixture
+def unreachable_kubeconfig(tmp_path, monkeypatch):
+    """The environment's kubeconfig (no kubeconfig key in the stack) naming a local port nothing listens on."""
+    with socket.socket() as probe:  # a port that was free a moment ago: connecting is refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    path = tmp_path / "kubeconfig"
+    path.write_text(KUBECONFIG.replace("https://127.0.0.1:6443", f"https://127.0.0.1:{port}"))
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    return port
+
+
+ON_PREM = (
+    "config:\n  aws:region: us-east-1\n  ray-llm-eks:environment: dev\n  ray-llm-eks:existingCluster: true\n"
+    "  ray-llm-eks:installKubeRay: false\n  ray-llm-eks:installDevicePlugins: false\n"
+    "  ray-llm-eks:systemNodes: {instanceType: m7i.xlarge, desiredSize: 1}\n  ray-llm-eks:gpuPools:\n"
+    "    prefill: {instanceType: g6.8xlarge, desiredSize: 1}\n    decode: {instanceType: g6.8xlarge, desiredSize: 1}\n"
+    "  ray-llm-eks:gpuAmiReleaseVersion: v20260903\n"
+)
+
+
+def test_make_plan_on_an_unreachable_cluster_defers_its_checks(project, unreachable_kubeconfig, capsys):
+    """docs/operations.md's existing-cluster stack, the environment's kubeconfig, no API server behind it."""
+    (project / "Pulumi.onprem.yaml").write_text(ON_PREM)
+    out = project / "plan-onprem"
+    assert plan_cli.main(["--stack", "onprem", "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert "Traceback" not in printed.err + printed.out
+    (line,) = [x.strip() for x in printed.out.splitlines() if "deferred to deploy time: the existing cluster" in x]
+    assert line.endswith(f"the cluster was not reached (GET https://127.0.0.1:{unreachable_kubeconfig}/api/v1/nodes: "
+                         "[Errno 111] Connection refused)"), line  # fmt: skip
+    assert (out / "resources.json").exists()
+
+
+def test_a_sealed_kubeconfig_is_not_read_offline(project, monkeypatch):
+    """A kubeconfig set with `pulumi config set --secret`: offline it is the text [secret], never a cluster."""
+
+    class Client:
+        @classmethod
+        def from_kubeconfig(cls, *args, **kwargs):
+            raise AssertionError("the offline plan read a sealed kubeconfig")
+
+    monkeypatch.setattr(existing_cluster, "KubeClient", Client)
+    (project / "Pulumi.onprem.yaml").write_text(
+        ON_PREM + "  ray-llm-eks:kubeconfig:\n    secure: v1:c2FsdA==:a3ViZQ==\n"
+    )
+    plan = run_program("onprem", root=project)
+    assert plan.outputs["deferredChecks"][-1] == existing_cluster.deferred(
+        "kubeconfig is a `secure:` value, which only `pulumi up` decrypts"
+    )
+    assert plan.one("pulumi:providers:kubernetes").inputs["kubeconfig"] == "[secret]"
+
+
+def test_at_deploy_time_an_unreachable_cluster_is_one_line(unreachable_kubeconfig):
+    overrides = {NS + "existingCluster": True, NS + "installKubeRay": False, NS + "installDevicePlugins": False}
+    error, _ = failing_run({**overrides, NS + "apiKeys": SecretValue("k" * 24)}, offline_plan=False)
+    assert str(error).startswith(
+        f"invalid config {NS}kubeconfig: a cluster this machine reaches (GET https://127.0.0.1:"
+    )
+    assert "\n" not in str(error)

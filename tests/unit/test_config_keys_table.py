@@ -14,7 +14,7 @@ from tools import config_docs
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "ray-llm-eks:"
-FIELDS = {"type", "items", "secret", "default", "default_text", "description"}
+FIELDS = {"type", "items", "secret", "default", "default_text", "description", "when_off"}
 WITH_DEFAULT = sorted(k for k in config_keys.declared() if config_keys.has_default(k))
 
 

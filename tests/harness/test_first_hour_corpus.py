@@ -1,0 +1,273 @@
+"""A corpus of first-hour mistakes, each made in a copy of the project and run through `make plan`'s entry
+point (offline.plan.main): every one is answered in ONE line on stderr that names the key (or file) at fault,
+with no traceback and nothing written. The mistakes are the ones a new user makes editing Pulumi.<stack>.yaml
+and the serve file by hand: typos, wrong types, bad values, missing keys, wrong namespaces, YAML slips, region
+and instance mistakes. Each fails before any resource is declared, so the corpus takes seconds."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from domain import serve_config
+from offline import plan as plan_cli
+from tests.conftest import copy_project
+
+DEV = "Pulumi.dev.yaml"
+PD = "serve_configs/pd-disaggregated.yaml"
+
+
+def append(text: str):
+    return DEV, lambda doc: doc + text
+
+
+def replace(old: str, new: str, file: str = DEV):
+    def edit(doc: str) -> str:
+        assert old in doc, f"{old!r} is not in {file}: the corpus case no longer edits anything"
+        return doc.replace(old, new, 1)
+
+    return file, edit
+
+
+def sub(pattern: str, new: str):
+    def edit(doc: str) -> str:
+        changed = re.sub(pattern, new, doc, count=1)
+        assert changed != doc, f"{pattern!r} matches nothing in {DEV}: the corpus case no longer edits anything"
+        return changed
+
+    return DEV, edit
+
+
+def whole(text: str):
+    return DEV, lambda _doc: text
+
+
+# (id, the mistake, what the one line must contain: the key or file at fault first)
+CORPUS = [
+    # ---- typos in keys and namespaces
+    ("key-typo", append("  ray-llm-eks:modelID: Qwen/Qwen3.5-9B\n"), ["ray-llm-eks:modelID", "did you mean"]),
+    ("key-without-namespace-typo", append("  natGateway: single\n"), ["ray-llm-eks:natGateway"]),
+    ("namespace-typo", append("  ray-llm-ek:modelId: Qwen/Qwen3.5-9B\n"), ["ray-llm-ek:modelId", "did you mean"]),
+    ("aws-key-typo", append("  aws:regoin: us-east-1\n"), ["aws:regoin"]),
+    (
+        "pool-field-typo",
+        replace("      instanceType: g6.8xlarge\n      minSize: 1", "      instanceType: g6.8xlarge\n      minSzie: 1"),
+        ["gpuPools.prefill.minSzie"],
+    ),
+    (
+        "system-field-typo",
+        replace("    instanceType: m7i.xlarge", "    instancetype: m7i.xlarge"),
+        ["systemNodes.instancetype"],
+    ),
+    ("unknown-pool-role", replace("    decode:\n", "    decoder:\n"), ["gpuPools"]),
+    # ---- wrong types
+    (
+        "version-as-number",
+        replace('ray-llm-eks:kubernetesVersion: "1.35"', "ray-llm-eks:kubernetesVersion: 1.35"),
+        ["ray-llm-eks:kubernetesVersion = 1.35", "quote it"],
+    ),
+    ("yes-for-a-boolean", append("  ray-llm-eks:networkPolicies: yes\n"), ["ray-llm-eks:networkPolicies = 'yes'"]),
+    ("off-for-a-boolean", append("  ray-llm-eks:apiKeyCheck: off\n"), ["ray-llm-eks:apiKeyCheck = 'off'"]),
+    ("quoted-boolean", append('  ray-llm-eks:waitForReady: "false"\n'), ["ray-llm-eks:waitForReady"]),
+    (
+        "zones-as-a-string",
+        replace(
+            "  ray-llm-eks:availabilityZones:\n    - us-east-1a\n    - us-east-1b\n",
+            "  ray-llm-eks:availabilityZones: us-east-1a,us-east-1b\n",
+        ),
+        ["ray-llm-eks:availabilityZones"],
+    ),
+    (
+        "size-as-a-string",
+        replace("      minSize: 1\n      desiredSize: 1", '      minSize: "one"\n      desiredSize: 1'),
+        ["gpuPools.prefill.minSize"],
+    ),
+    ("max-model-len-quoted", append('  ray-llm-eks:maxModelLen: "4k"\n'), ["ray-llm-eks:maxModelLen"]),
+    (
+        "pools-as-a-list",
+        sub(r"  ray-llm-eks:gpuPools:\n(    .*\n)+", "  ray-llm-eks:gpuPools: [g6.8xlarge, g6.8xlarge]\n"),
+        ["ray-llm-eks:gpuPools"],
+    ),
+    ("null-value", append("  ray-llm-eks:maxModelLen:\n"), ["ray-llm-eks:maxModelLen = null", "leave the key out"]),
+    ("nan-number", append("  ray-llm-eks:maxNumSeqs: .nan\n"), ["ray-llm-eks:maxNumSeqs"]),
+    # ---- bad values
+    (
+        "nat-gateways-value",
+        replace("ray-llm-eks:natGateways: single", "ray-llm-eks:natGateways: one"),
+        ["ray-llm-eks:natGateways = one"],
+    ),
+    (
+        "environment-value",
+        replace("ray-llm-eks:environment: dev", "ray-llm-eks:environment: development"),
+        ["ray-llm-eks:environment = development"],
+    ),
+    ("kubernetes-version-unknown", replace('"1.35"', '"1.25"'), ["ray-llm-eks:kubernetesVersion"]),
+    ("vpc-cidr-invalid", replace("10.0.0.0/16", "10.0.0.0/33"), ["ray-llm-eks:vpcCidr"]),
+    (
+        "min-above-max",
+        replace(
+            "      minSize: 1\n      desiredSize: 1\n      maxSize: 1\n    decode",
+            "      minSize: 2\n      desiredSize: 1\n      maxSize: 1\n    decode",
+        ),
+        ["gpuPools.prefill"],
+    ),
+    ("max-model-len-zero", append("  ray-llm-eks:maxModelLen: 0\n"), ["ray-llm-eks:maxModelLen = 0"]),
+    (
+        "model-id-case-typo",
+        append("  ray-llm-eks:modelId: Qwen/Qwen3.5-9b-Instruct\n"),
+        ["ray-llm-eks:modelId = Qwen/Qwen3.5-9b-Instruct", "did you mean Qwen/Qwen3.5-9B?", "make model-spec"],
+    ),
+    (
+        "model-unknown",
+        append("  ray-llm-eks:modelId: mistralai/Mistral-7B-Instruct-v0.3\n"),
+        ["ray-llm-eks:modelId", "make model-spec"],
+    ),
+    (
+        "model-spec-field-typo",
+        append("  ray-llm-eks:modelId: my-org/my-model\n  ray-llm-eks:modelSpec: {params: 8.03e9}\n"),
+        ["modelSpec.params", "did you mean parameters?"],
+    ),
+    ("serve-config-unknown", append("  ray-llm-eks:serveConfig: pd-disagregated\n"), ["ray-llm-eks:serveConfig"]),
+    ("kv-buffer-device", append("  ray-llm-eks:kvBufferDevice: gpu\n"), ["ray-llm-eks:kvBufferDevice = gpu"]),
+    ("cluster-name-invalid", append("  ray-llm-eks:clusterName: -my-cluster\n"), ["ray-llm-eks:clusterName"]),
+    (
+        "api-keys-in-plain-text",
+        append("  ray-llm-eks:apiKeys: sk-0123456789abcdef\n"),
+        ["ray-llm-eks:apiKeys", "pulumi config set --secret apiKeys"],
+    ),
+    ("hf-token-in-plain-text", append("  ray-llm-eks:hfToken: hf_abc\n"), ["ray-llm-eks:hfToken", "--secret"]),
+    ("existing-cluster-keys-alone", append("  ray-llm-eks:installKubeRay: false\n"), ["ray-llm-eks:installKubeRay"]),
+    # ---- region and instance mistakes
+    ("region-typo", replace("aws:region: us-east-1", "aws:region: us-east1"), ["aws:region = us-east1"]),
+    (
+        "zone-of-another-region",
+        replace("ray-llm-eks:gpuAvailabilityZone: us-east-1a", "ray-llm-eks:gpuAvailabilityZone: us-west-2a"),
+        ["ray-llm-eks:gpuAvailabilityZone = us-west-2a"],
+    ),
+    (
+        "zones-of-another-region",
+        replace("    - us-east-1a\n    - us-east-1b\n", "    - eu-west-1a\n    - eu-west-1b\n"),
+        ["ray-llm-eks:availabilityZones"],
+    ),
+    (
+        "instance-type-typo",
+        replace(
+            "      instanceType: g6.8xlarge\n      minSize: 1\n      desiredSize: 1\n      maxSize: 1\n    decode",
+            "      instanceType: g6.8xlarg\n      minSize: 1\n      desiredSize: 1\n      maxSize: 1\n    decode",
+        ),
+        ["gpuPools.prefill.instanceType = g6.8xlarg"],
+    ),
+    (
+        "cpu-instance-for-gpu-pool",
+        replace(
+            "      instanceType: g6.8xlarge\n      minSize: 1\n      desiredSize: 1\n      maxSize: 1\n    decode",
+            "      instanceType: m7i.8xlarge\n      minSize: 1\n      desiredSize: 1\n      maxSize: 1\n    decode",
+        ),
+        ["gpuPools.prefill.instanceType = m7i.8xlarge"],
+    ),
+    (
+        "system-node-type-typo",
+        replace("    instanceType: m7i.xlarge", "    instanceType: m7i.xlarg"),
+        ["systemNodes.instanceType = m7i.xlarg"],
+    ),
+    (
+        "ami-id-and-release",
+        append("  ray-llm-eks:gpuAmiId: ami-123\n"),
+        ["ray-llm-eks:gpuAmiReleaseVersion", "gpuAmiId"],
+    ),
+    # ---- YAML slips
+    (
+        "tab-indent",
+        replace("  ray-llm-eks:natGateways: single", "\tray-llm-eks:natGateways: single"),
+        [DEV, "invalid YAML"],
+    ),
+    (
+        "missing-space-after-colon",
+        replace("ray-llm-eks:natGateways: single", "ray-llm-eks:natGateways:single\n  ray-llm-eks:vpcCidr:10.0.0.0/16"),
+        [DEV],
+    ),
+    (
+        "unclosed-bracket",
+        replace("ray-llm-eks:natGateways: single", "ray-llm-eks:natGateways: [single"),
+        [DEV, "invalid YAML"],
+    ),
+    (
+        "key-set-twice",
+        append("  ray-llm-eks:natGateways: perAz\n"),
+        [DEV, "mapping key 'ray-llm-eks:natGateways' already defined"],
+    ),
+    (
+        "keys-outside-config",
+        append("ray-llm-eks:modelId: Qwen/Qwen3.5-9B\n"),
+        [DEV, "ray-llm-eks:modelId is not a field of a stack file", "under `config:`"],
+    ),
+    ("empty-stack-file", whole(""), [DEV, "is empty"]),
+    ("config-key-misspelt", whole("confg:\n  aws:region: us-east-1\n"), [DEV, "confg", "did you mean config?"]),
+    # ---- the serve file
+    (
+        "serve-engine-kwarg-value",
+        replace("gpu_memory_utilization: 0.92", "gpu_memory_utilization: 92", PD),
+        ["gpu_memory_utilization = 92"],
+    ),
+    (
+        "serve-kv-role-typo",
+        replace("kv_role: kv_consumer", "kv_role: kv_consumr", PD),
+        ["kv_transfer_config.kv_role = kv_consumr"],
+    ),
+    (
+        "serve-import-path",
+        replace("ray.serve.llm:build_pd_openai_app", "ray.serve.llm:build_pd_app", PD),
+        ["import_path"],
+    ),
+    (
+        "serve-yaml-slip",
+        replace("          num_replicas: 1\n      decode_config", "          num_replicas: 1\n     decode_config", PD),
+        ["pd-disaggregated.yaml", "invalid YAML"],
+    ),
+    (
+        "serve-model-ids-differ",
+        replace(
+            "decode_config:\n        model_loading_config:\n          model_id: Qwen/Qwen3.5-9B\n",
+            "decode_config:\n        model_loading_config:\n          model_id: Qwen/Qwen3.5-9B-x\n",
+            PD,
+        ),
+        ["model_id"],
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def corpus_project(tmp_path_factory):
+    """One copy of the project for the whole corpus: each case edits a file and puts it back."""
+    root = tmp_path_factory.mktemp("corpus") / "project"
+    copy_project(plan_cli.ROOT, root)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plan_cli, "ROOT", root)
+        patch.setattr(serve_config, "SERVE_CONFIG_DIR", root / "serve_configs")
+        yield root
+
+
+def test_the_corpus_is_large_and_each_case_distinct():
+    assert len(CORPUS) >= 40 and len({case[0] for case in CORPUS}) == len(CORPUS)
+
+
+@pytest.mark.parametrize(("mistake", "edit", "expected"), CORPUS, ids=[case[0] for case in CORPUS])
+def test_a_first_hour_mistake_is_one_line(corpus_project: Path, capsys, mistake, edit, expected):
+    file, change = edit
+    path = corpus_project / file
+    original = path.read_text()
+    out = corpus_project / "out"
+    try:
+        path.write_text(change(original))
+        assert plan_cli.main(["--stack", "dev", "--out", str(out)]) == 2
+    finally:
+        path.write_text(original)
+        shutil.rmtree(out, ignore_errors=True)  # a case that planned must not fail the next ones
+    captured = capsys.readouterr()
+    err = captured.err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err + captured.out, err
+    for text in expected:
+        assert text in err, err
