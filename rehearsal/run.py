@@ -28,8 +28,9 @@ from pathlib import Path
 import yaml
 
 from adapters.ports import free_port
+from domain import serve_config
 from llmclient import smoke
-from rehearsal import checks, substitute, topology
+from rehearsal import checks, isa_cap, substitute, topology
 from rehearsal import gpu as gpu_rules
 from rehearsal.checks import engines
 from rehearsal.context import Clock, Context, RehearsalFailed, say
@@ -59,6 +60,8 @@ def parser_for(all_checks: list[checks.Check]) -> argparse.ArgumentParser:
     parser.add_argument("--target", choices=("cpu", "gpu"), default="cpu", help="engines on the CPU, or on GPUs")
     parser.add_argument("--spec", type=Path, help="the RayService spec or manifest to rehearse (default: rendered)")
     parser.add_argument("--save-logs", type=Path, metavar="DIR", help="Ray's logs as a .tar.gz there, at the end")
+    parser.add_argument("--keep-ray-logs", action="store_true", help="keep Ray's logs after a run that passes "
+                        "too (a failed run always keeps them, and names where)")  # fmt: skip
     gpu = parser.add_argument_group("TARGET=gpu")
     gpu.add_argument("--weights", type=Path, metavar="DIR", help="a local copy of the model (default: its source)")
     gpu.add_argument("--random-weights", action="store_true", help="the real architecture, random weights, built here")
@@ -123,12 +126,19 @@ def cpu_nodes(
 
 
 def cpu_environment(local: substitute.LocalDocument, run_id: str, run_dir: Path) -> dict[str, str]:
+    """The CPU engines' environment, with the oneDNN ISA cap this host needs, probed now (printed)."""
     env = base_environment(run_id)
     if local.hybrid:
         env["PYTHONPATH"] = os.pathsep.join(
             filter(None, [str(ROOT / "rehearsal" / "amx_hidden"), env.get("PYTHONPATH")])
         )
-    return _logging(local, run_dir, env)
+    env = _logging(local, run_dir, env)
+    choice = isa_cap.cap_for(env)
+    say(f"  - process env: {choice.line()}")
+    env.pop(isa_cap.ENV, None)
+    if choice.cap is not None:
+        env[isa_cap.ENV] = choice.cap
+    return env
 
 
 def _logging(local: substitute.LocalDocument, run_dir: Path, env: dict[str, str]) -> dict[str, str]:
@@ -157,17 +167,22 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     local = prepared.local
     doc = local.document
-    clock.mark("serve config rendered and substituted; " + ("stand-in model" if local.family in substitute.FAMILY_TEXT
-               and (prepared.gpu is None or prepared.gpu.cpu_engines) else "weights") + " ready")  # fmt: skip
-
     run_id = uuid.uuid4().hex[:12]
     run_dir = stack_run_dir(args.stack)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "serve-config.yaml").write_text(yaml.safe_dump(doc, sort_keys=False, width=120))
+    try:
+        env = cpu_environment(local, run_id, run_dir) if prepared.gpu is None else gpu_environment(
+            prepared, run_id, run_dir)  # fmt: skip
+    except KeyboardInterrupt:
+        say("\ninterrupted while probing this host's oneDNN ISA (no Ray process had started)")
+        return 130
+    clock.mark("serve config rendered and substituted; " + ("stand-in model" if local.family in substitute.FAMILY_TEXT
+               and (prepared.gpu is None or prepared.gpu.cpu_engines) else "weights") + " ready")  # fmt: skip
     if prepared.gpu is None:
-        ray = cluster(cpu_nodes(doc, chosen, args, run_id, run_dir), run_id, cpu_environment(local, run_id, run_dir))
+        ray = cluster(cpu_nodes(doc, chosen, args, run_id, run_dir), run_id, env)
     else:
-        ray = cluster(gpu_nodes(prepared.gpu), run_id, gpu_environment(prepared, run_id, run_dir))
+        ray = cluster(gpu_nodes(prepared.gpu), run_id, env)
     ctx = Context(
         args=args,
         document=doc,
@@ -223,13 +238,13 @@ def main(argv: list[str] | None = None) -> int:
             stopped = True
         return 0
     except RehearsalFailed as exc:
-        say(f"\nREHEARSAL FAILED: {str(exc)[:600]}")
+        say(f"\nREHEARSAL FAILED ({kept_logs(ray)}): {str(exc)[:600]}")
         report_errors(ctx.log_dirs)
         if ctx.target == "gpu" and "vllm memory" not in ctx.results:  # an engine refused to start: its lines
             engines.memory_lines(ctx, fail=False)
         return 1
     except smoke.SmokeError as exc:
-        say(f"\nREHEARSAL FAILED (smoke): {exc}")
+        say(f"\nREHEARSAL FAILED (smoke; {kept_logs(ray)}): {exc}")
         report_errors(ctx.log_dirs)
         return 1
     except KeyboardInterrupt:
@@ -237,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         if not stopped:
-            teardown(ray, run_id, ok, args.save_logs)
+            teardown(ray, run_id, ok, args.save_logs, args.keep_ray_logs)
 
 
 def start(ray: Cluster, ctx: Context) -> None:
@@ -249,16 +264,22 @@ def start(ray: Cluster, ctx: Context) -> None:
     wait_dashboard(ray.dashboard)
 
 
-def teardown(ray: Cluster, run_id: str, ok: bool, save_logs: Path | None = None) -> None:
+def kept_logs(ray: Cluster) -> str:
+    return f"Ray's logs kept in {', '.join(map(str, ray.log_dirs))}"
+
+
+def teardown(ray: Cluster, run_id: str, ok: bool, save_logs: Path | None = None, keep_logs: bool = False) -> None:
+    """End every process of the run; Ray's logs are deleted after a run that passed (unless `keep_logs`), kept
+    (and named) after any other end: a failure, an interruption, a crash of the rehearsal itself."""
     left = end_processes(run_id)
     if save_logs is not None:
         say(f"Ray's logs saved in {save_ray_logs(ray, save_logs)}")
     say(f"stopped every process of this rehearsal{'' if not left else f' but {left}'}")
-    if ok or not os.environ.get("KEEP_RAY_LOGS"):
+    if ok and not keep_logs:
         for temp_dir in ray.temp_dirs:
             shutil.rmtree(temp_dir, ignore_errors=True)
     else:
-        say(f"Ray logs kept in {', '.join(map(str, ray.temp_dirs))}")
+        say(f"{kept_logs(ray)} (remove: rm -rf {' '.join(map(str, ray.temp_dirs))})")
 
 
 def save_ray_logs(ray: Cluster, out: Path, largest: int = 40 * 2**20) -> Path:
@@ -290,10 +311,22 @@ def role_lines(healthy, running, replica_ready, served, kv, t_deploy) -> list[st
     return lines
 
 
+def max_num_seqs_line(doc: dict) -> str:
+    """Each role's max_num_seqs as the deployed document gives its engines. vLLM 0.26 logs the value at INFO
+    nowhere: only "Defaulting max_num_seqs to %d for %s usage context." at DEBUG when unset
+    (engine/arg_utils.py EngineArgs._set_default_max_num_seqs_and_batched_tokens_args), and the Mamba refusal
+    (config/compilation.py) when an engine does not start."""
+    seqs = {role: (config.get("engine_kwargs") or {}).get("max_num_seqs")
+            for role, config in serve_config.llm_configs_by_role(doc, "rehearsal").items()}  # fmt: skip
+    each = ", ".join(f"{role} {n}" if n is not None else f"{role} unset (vLLM's default)" for role, n in seqs.items())
+    return f"max_num_seqs per engine: {each} (from the deployed serve config: vLLM 0.26 logs no line with it)"
+
+
 def print_timeline(ctx: Context) -> None:
     say("\nTimeline (seconds since start):")
     for line in role_lines(ctx.healthy, ctx.running, ctx.replica_ready, ctx.served, ctx.kv, ctx.t_deploy):
         say(f"  {line}")
+    say(f"  {max_num_seqs_line(ctx.document)}")
     for line in ctx.timeline:
         say(f"  {line}")
     if ctx.first_token is not None:

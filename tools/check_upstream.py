@@ -450,6 +450,9 @@ def check_vllm_cpu_rehearsal(ctx: Context) -> list[str]:
         "vllm/utils/ompmultiprocessing.py": ["OMPProcessManager._get_autobind_cpu_ids"],
         "vllm/platforms/cpu.py": ["CpuPlatform.check_and_update_config"],
         "vllm/v1/executor/multiproc_executor.py": ["WorkerProc.setup_proc_title_and_log_prefix"],
+        "vllm/model_executor/layers/utils.py": ["dispatch_cpu_unquantized_gemm"],
+        "vllm/_custom_ops.py": ["create_onednn_mm", "onednn_mm"],
+        "vllm/engine/arg_utils.py": ["EngineArgs._set_default_max_num_seqs_and_batched_tokens_args"],
     }
     ray = {
         "ray/llm/_internal/serve/engines/vllm/vllm_models.py": ["VLLMEngineConfig.get_initialization_kwargs"],

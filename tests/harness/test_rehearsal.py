@@ -319,3 +319,52 @@ def test_a_later_node_draws_its_metrics_port_as_it_starts_and_the_urls_name_it(m
     assert ctx.metrics_urls == [f"http://127.0.0.2:{head.metrics_port}/metrics", f"http://127.0.0.2:{port}/metrics"]
     restarted = ray.command(head)  # the head fault starts the head again on the same ports
     assert f"--metrics-export-port={head.metrics_port}" in restarted
+
+
+def _ray_cluster_in(tmp_path):
+    from rehearsal.ray_cluster import Cluster, Node
+
+    node = Node("head", cpus=1, temp_dir=tmp_path / "rllm-test")
+    (node.log_dir).mkdir(parents=True)
+    (node.log_dir / "raylet.out").write_text("the raylet's log\n")
+    return Cluster([node], 0, 0, {})
+
+
+@pytest.mark.parametrize(("ok", "keep", "kept"), [(False, False, True), (True, False, False), (True, True, True)])
+def test_a_failed_run_keeps_rays_logs_and_says_where_a_passed_one_deletes_them(
+    tmp_path, monkeypatch, capsys, ok, keep, kept
+):
+    from rehearsal import run
+
+    monkeypatch.setattr(run, "end_processes", lambda run_id: 0)
+    ray = _ray_cluster_in(tmp_path)
+    run.teardown(ray, "test", ok=ok, keep_logs=keep)
+    said = capsys.readouterr().out
+    assert ray.nodes[0].log_dir.joinpath("raylet.out").exists() == kept
+    assert (f"Ray's logs kept in {ray.nodes[0].log_dir}" in said) == kept
+    if kept:
+        assert f"rm -rf {ray.nodes[0].temp_dir}" in said
+
+
+def test_the_kept_logs_are_named_by_each_nodes_log_dir_and_the_switch_is_documented(tmp_path):
+    from rehearsal import run
+
+    ray = _ray_cluster_in(tmp_path)
+    assert run.kept_logs(ray) == f"Ray's logs kept in {ray.nodes[0].log_dir}"
+    assert "--keep-ray-logs" in (ROOT / "docs" / "rehearsals.md").read_text()
+
+
+def test_the_timeline_names_each_engines_max_num_seqs_from_the_deployed_config():
+    from rehearsal.run import max_num_seqs_line
+
+    doc = copy.deepcopy(rendered("dev"))
+    configs = llm_configs_by_role(doc, "test")
+    configs["prefill"].setdefault("engine_kwargs", {})["max_num_seqs"] = 7
+    configs["decode"].setdefault("engine_kwargs", {}).pop("max_num_seqs", None)
+    line = max_num_seqs_line(doc)
+    assert line.startswith("max_num_seqs per engine: prefill 7, decode unset (vLLM's default) ")
+    assert "vLLM 0.26 logs no line with it" in line
+    baseline = llm_configs_by_role(rendered("baseline"), "test")["collocated"]["engine_kwargs"]
+    assert max_num_seqs_line(rendered("baseline")).startswith(
+        f"max_num_seqs per engine: collocated {baseline.get('max_num_seqs', 'unset')}"
+    )

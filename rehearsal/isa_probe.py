@@ -1,0 +1,48 @@
+"""Run as a script by rehearsal.isa_cap, in a child process of the rehearsal venv's Python, with the engines'
+environment and one ONEDNN_MAX_CPU_ISA: the oneDNN matmuls a CPU engine's first forward pass runs, in bf16
+(the stand-in's dtype), through torch's bundled oneDNN and through vLLM's own (the linear layers: vLLM 0.26
+model_executor/layers/utils.py dispatch_cpu_unquantized_gemm, ops.create_onednn_mm). An instruction this host
+cannot execute kills it by a signal (SIGILL), which only a child can survive being asked.
+
+It prints `step: <what>` before each step (flushed: the last one names where it died) and, with
+ONEDNN_VERBOSE=1 set by the caller, oneDNN's own `info,cpu,isa:` line (the ISA it dispatches to). It imports
+nothing of the project."""
+
+import sys
+
+
+def step(what: str) -> None:
+    print(f"step: {what}", flush=True)
+
+
+def main() -> int:
+    step("import torch")
+    import torch
+
+    # Rows: one decode token, a short and a longer prefill (oneDNN picks its kernels by shape).
+    rows = (1, 32, 512)
+    x = torch.randn(max(rows), 256, dtype=torch.bfloat16)
+    w = torch.randn(512, 256, dtype=torch.bfloat16)
+    step("torch's oneDNN: bf16 linear")
+    for m in rows:
+        torch.nn.functional.linear(x[:m], w)
+    step("import vLLM's CPU kernels (vllm._custom_ops)")
+    from vllm import _custom_ops as ops
+
+    if not ops._supports_onednn:
+        step("done (vLLM built without oneDNN)")
+        return 0
+    step("vLLM's oneDNN: bf16 matmul (create_onednn_mm, onednn_mm)")
+    try:
+        handler = ops.create_onednn_mm(w.t(), 32)
+    except RuntimeError as exc:  # vLLM falls back to torch's linear then (dispatch_cpu_unquantized_gemm)
+        step(f"done (vLLM's oneDNN refused the matmul, as vLLM falls back: {str(exc)[:120]})")
+        return 0
+    for m in rows:
+        ops.onednn_mm(handler, x[:m], None)
+    step("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
