@@ -663,6 +663,32 @@ def check_heads(role: str, model_id: str, model: ModelSpec, engine: Engine, inst
     )
 
 
+def accepts(
+    config: Mapping,
+    role: str,
+    instance_type: str,
+    need_efa: bool,
+    override: ModelSpec | None,
+    derived: bool,
+    tensor_parallel: int | None = None,
+) -> bool:
+    """Whether check_role passes one role's rendered LLM config on `instance_type` (with another
+    tensor_parallel_size): what a suggestion must pass. A derived max_num_seqs is derived again for that
+    type, as the stack would."""
+    model_id, spec = _model(config, override)
+    engine = _engine(config, spec)
+    if tensor_parallel is not None:
+        engine = replace(engine, tensor_parallel=tensor_parallel)
+    if derived:
+        seqs = largest_max_num_seqs(spec, replace(engine, max_num_seqs=None), _spec(instance_type))
+        engine = replace(engine, max_num_seqs=seqs or None)
+    try:
+        check_role(role, model_id, spec, engine, instance_type, need_efa)
+    except ConfigError:
+        return False
+    return True
+
+
 def _described(engine: Engine) -> str:
     seqs = (
         "max_num_seqs unset (vLLM's default)" if engine.max_num_seqs is None else f"max_num_seqs {engine.max_num_seqs}"

@@ -116,6 +116,7 @@ class ServingSettings:
     lb_controller: ChartPin | None = None  # the AWS Load Balancer Controller (internalEndpoint)
     observability: ObservabilitySettings = field(default_factory=ObservabilitySettings)  # domain/observability.py
     model_spec: ModelSpec | None = None  # the stack's modelSpec; None: domain/model_fit.py's table knows the model
+    max_num_seqs_derived: frozenset[str] = frozenset()  # roles whose max_num_seqs the fit derived (per GPU type)
 
 
 @dataclass(frozen=True)
