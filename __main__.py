@@ -57,7 +57,7 @@ sealed = stack.sealed_secrets()  # offline, the `secure:` values: their content 
 deferred = secret_content.deferred(sealed, settings.hardening.api_key_check)  # lines of what `make plan` cannot check
 serving = settings.serving
 estimate = cost.estimate(settings, settings.prices, existing_cluster=mode.existing_cluster)
-for warning in pool_use.idle_node_warnings(serving.serve_document, settings.gpu_pools):
+for warning in pool_use.idle_gpu_warnings(settings, stack.changed_stack_passes(stack_config)):
     pulumi.log.warn(warning)  # GPUs paid for and unused: said at `pulumi up` and in `make plan`
 for line in checks:
     if line.startswith("warning:"):

@@ -12,8 +12,9 @@ stack_secrets(), and hands them to the components that need them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from adapters.stackfile import ROOT, StackConfig
 from domain import config, config_keys
 from domain.deploy_mode import DeployMode
 from domain.deploy_mode import load_deploy_mode as _deploy_mode
-from domain.errors import PROJECT
+from domain.errors import PROJECT, ConfigError
 from domain.facts import SECRET_MARKER
 from domain.settings import Settings
 
@@ -106,3 +107,28 @@ def sealed_secrets() -> frozenset[str]:
 def deploying() -> bool:
     """`pulumi up`/`preview`, as opposed to `make plan` (which only warns about what deploying needs)."""
     return not environment.offline_plan()
+
+
+def changed_stack_passes(config_: StackConfig) -> Callable[[Mapping[str, Any]], bool]:
+    """Whether the stack, with some fields changed, loads without a ConfigError: every check `make plan`
+    runs before any resource (not the AWS preflight). `changes` maps a key path (`replicas.prefill`,
+    `gpuPools.decode.instanceType`) to a value; structured keys are JSON text, as the CLI hands them over."""
+
+    def passes(changes: Mapping[str, Any]) -> bool:
+        values = dict(config_.values)
+        for path, value in changes.items():
+            name, *fields = path.split(".")
+            key = f"{config_.project}:{name}"
+            doc = json.loads(values[key]) if key in values else {}
+            node = doc
+            for field in fields[:-1]:
+                node = node.setdefault(field, {})
+            node[fields[-1]] = value
+            values[key] = json.dumps(doc)
+        try:
+            load_settings(replace(config_, values=values))
+        except ConfigError:
+            return False
+        return True
+
+    return passes

@@ -481,6 +481,11 @@ def _s3_uri(key: str, uri: str) -> str:
     return uri
 
 
+def _without_max_num_seqs(document: dict) -> set[str]:
+    configs = serve_config.llm_configs_by_role(document, "rendered")
+    return {role for role, c in configs.items() if "max_num_seqs" not in (c.get("engine_kwargs") or {})}
+
+
 def _serving(
     raw: _Raw, region: str, pools: Mapping[str, GpuPoolSettings], facts: BotocoreFacts, obs: ObservabilitySettings
 ) -> ServingSettings:
@@ -498,6 +503,7 @@ def _serving(
     # max_num_seqs derived where the fit renders it; every pool of a role must fit the role's engine.
     pool_types = [(p.app_role, p.nodes.instance_type) for p in pools.values()]
     seqs = model_fit.parse_max_num_seqs(raw.text("maxNumSeqs"))
+    unset = set() if seqs is not None else _without_max_num_seqs(document)
     document, fit = model_fit.fit_serving(document, pool_types, efa_roles, own_spec, seqs)
 
     sources = {
@@ -533,6 +539,7 @@ def _serving(
         observability=obs,
         serve_document=document,
         fit=fit,
+        max_num_seqs_derived=frozenset(unset - _without_max_num_seqs(document)),
         model_spec=own_spec,
         namespace=namespace,
         service_name=service_name,

@@ -136,19 +136,24 @@ def range_line(usd: dict[str, float | None]) -> str:
     return "  range: " + ", ".join(f"at {size} {usd[size]:.2f} $/h" for size in SIZES) + " (every pool at that size)"
 
 
+def instance_prices(region: str, overrides: PriceOverrides) -> dict[str, float]:
+    """On-demand $/h per instance type in this region: the table's, then the stack's `prices.instances`."""
+    return {**INSTANCE_USD_PER_HOUR.get(region, {}), **overrides.instances}
+
+
 def estimate(
     settings: Settings, overrides: PriceOverrides, size: str = "desired", existing_cluster: bool = False
 ) -> CostEstimate:
     """What the stack's cluster costs; on an existing cluster only the GPU nodes its Ray workers occupy
     (one worker per node, sized to it), naming what it leaves out."""
     region = settings.region
-    instance_prices = {**INSTANCE_USD_PER_HOUR.get(region, {}), **overrides.instances}
+    prices = instance_prices(region, overrides)
     if existing_cluster:
         lines = [
             CostLine(
                 f"{role} nodes {p.nodes.instance_type}",
                 _count(p.nodes, size),
-                instance_prices.get(p.nodes.instance_type),
+                prices.get(p.nodes.instance_type),
             )
             for role, p in settings.gpu_pools.items()
         ]
@@ -164,9 +169,7 @@ def estimate(
     pools = {"system": settings.cluster.system_nodes} | {r: p.nodes for r, p in settings.gpu_pools.items()}
     for role, nodes in pools.items():
         lines.append(
-            CostLine(
-                f"{role} nodes {nodes.instance_type}", _count(nodes, size), instance_prices.get(nodes.instance_type)
-            )
+            CostLine(f"{role} nodes {nodes.instance_type}", _count(nodes, size), prices.get(nodes.instance_type))
         )
     nat_count = len(settings.network.availability_zones) if settings.network.nat_gateways == "perAz" else 1
     lines.append(CostLine("NAT gateways", nat_count, nat))

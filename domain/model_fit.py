@@ -149,6 +149,14 @@ class ModelSpec:
     mtp_parameters: float = 0.0  # multi-token-prediction head: vLLM skips it unless speculating
     linear: vllm_fit.LinearState | None = None  # the linear-attention layers' state shapes
     calibration: Calibration | None = None
+    attention_heads: int | None = None  # num_attention_heads (query heads); None: a modelSpec without it
+
+    @property
+    def linear_heads(self) -> tuple[int, int] | None:
+        """(linear_num_key_heads, linear_num_value_heads) of the linear-attention layers; None without them
+        or when a modelSpec does not give them."""
+        heads = (getattr(self.linear, "key_heads", None), getattr(self.linear, "value_heads", None))
+        return None if None in heads else heads
 
     @property
     def hybrid(self) -> bool:
@@ -173,8 +181,8 @@ _llama31 = partial(_dense_bf16, kv_heads=8, head_dim=128, max_context=131072, ga
 # Known models. Each row's numbers come from the model's config.json / model card on Hugging Face.
 KNOWN_MODELS: dict[str, ModelSpec] = {
     # Qwen/Qwen3.5-9B config.json (text part qwen3_5_text): 32 layers, full attention every 4th
-    # (8 layers) with 4 KV heads x 256; the other 24 are Gated DeltaNet (16 key heads, 32 value heads,
-    # head dims 128, conv kernel 4, mamba_ssm_dtype float32). Checkpoint 9,653,108,208 parameters
+    # (8 layers) with 16 query heads and 4 KV heads x 256; the other 24 are Gated DeltaNet (16 key
+    # heads, 32 value heads, head dims 128, conv kernel 4, mamba_ssm_dtype float32). Checkpoint 9,653,108,208 parameters
     # (19.3 GB bf16). Counted from config.json (hidden 4096, MLP 12288, vocab 248320, untied
     # embeddings): text model 8,953,803,264; vision tower (27 blocks x 1152) 456,010,480; MTP head
     # 243,290,624. Which values are confirmed against the published files: docs/architecture.md.
@@ -184,6 +192,7 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
         kv_layers=8,
         kv_heads=4,
         head_dim=256,
+        attention_heads=16,
         # 24 x (32 x 128 x 128 x 4 B fp32 SSM state + 3 x 8192 x 2 B conv state) = 49.1 MiB.
         state_mib_per_sequence=24 * (32 * 128 * 128 * 4 + 3 * 8192 * 2) / MIB,
         max_context=262144,
@@ -201,14 +210,21 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
         ),
         calibration=QWEN35_9B_L4,
     ),
-    # meta-llama/Llama-3.1-8B-Instruct and -70B-Instruct config.json: 32 and 80 layers, 8 KV heads, head_dim
-    # 128 (4096/32, 8192/64), max_position_embeddings 131072; 8.03B and 70.6B parameters (model cards).
-    "meta-llama/Llama-3.1-8B-Instruct": _llama31(parameters=8.03e9, kv_layers=32),
-    "meta-llama/Llama-3.1-70B-Instruct": _llama31(parameters=70.6e9, kv_layers=80),
-    # Qwen/Qwen3-32B config.json: 64 layers, 8 KV heads, head_dim 128, max_position_embeddings
-    # 40960; 32.8B parameters (model card).
+    # meta-llama/Llama-3.1-8B-Instruct and -70B-Instruct config.json: 32 and 80 layers, 32 and 64 attention
+    # heads, 8 KV heads, head_dim 128 (4096/32, 8192/64), max_position_embeddings 131072; 8.03B and 70.6B
+    # parameters (model cards).
+    "meta-llama/Llama-3.1-8B-Instruct": _llama31(parameters=8.03e9, kv_layers=32, attention_heads=32),
+    "meta-llama/Llama-3.1-70B-Instruct": _llama31(parameters=70.6e9, kv_layers=80, attention_heads=64),
+    # Qwen/Qwen3-32B config.json: 64 layers, 64 attention heads, 8 KV heads, head_dim 128,
+    # max_position_embeddings 40960; 32.8B parameters (model card).
     "Qwen/Qwen3-32B": _dense_bf16(
-        parameters=32.8e9, kv_layers=64, kv_heads=8, head_dim=128, max_context=40960, family=FAMILIES["qwen3"]
+        parameters=32.8e9,
+        kv_layers=64,
+        kv_heads=8,
+        head_dim=128,
+        max_context=40960,
+        family=FAMILIES["qwen3"],
+        attention_heads=64,
     ),
 }
 
@@ -222,8 +238,10 @@ _SPEC_FIELDS = {
     "maxContext": int,
 }
 # Optional: the number of linear-attention layers, required with a per-sequence state (vLLM pads
-# each layer's state up to a whole attention page, so the count decides the page and the pool).
-_OPTIONAL_SPEC_FIELDS = {"linearLayers": int}
+# each layer's state up to a whole attention page, so the count decides the page and the pool); the
+# head counts vLLM's tensor-parallel rules need (config.json num_attention_heads, linear_num_key_heads,
+# linear_num_value_heads), required with tensor_parallel_size > 1.
+_OPTIONAL_SPEC_FIELDS = {"linearLayers": int, "attentionHeads": int, "linearKeyHeads": int, "linearValueHeads": int}
 # How a line names the serve config the fit checks: rendered from the stack's serveConfig file and keys.
 SERVED = "the served document"
 SPEC_SHAPE = mapping_of({**_SPEC_FIELDS, **_OPTIONAL_SPEC_FIELDS})
@@ -266,7 +284,12 @@ def spec_from_config(raw: Mapping) -> ModelSpec:
         head_dim=raw["headDim"],
         state_mib_per_sequence=state,
         max_context=raw["maxContext"],
-        linear=vllm_fit.OpaqueState(linear_layers, int(state * MIB / linear_layers)) if state > 0 else None,
+        linear=vllm_fit.OpaqueState(
+            linear_layers, int(state * MIB / linear_layers), raw.get("linearKeyHeads"), raw.get("linearValueHeads")
+        )
+        if state > 0
+        else None,
+        attention_heads=raw.get("attentionHeads"),
     )
 
 
@@ -493,12 +516,32 @@ def largest_max_num_seqs(model: ModelSpec, engine: Engine, gpu: aws_facts.Instan
     return 0
 
 
+def heads_refusal(model: ModelSpec, tensor_parallel: int) -> str | None:
+    """vLLM's reason to refuse this tensor-parallel size for the model's heads (domain/vllm_fit.py); None if
+    it accepts it or the model's head counts are unknown (check_heads asks a modelSpec for them)."""
+    if tensor_parallel == 1 or model.attention_heads is None:
+        return None
+    return vllm_fit.tensor_parallel_refusal(tensor_parallel, model.attention_heads, model.kv_heads, model.linear_heads)
+
+
+def accepted(model: ModelSpec, engine: Engine, spec: aws_facts.InstanceSpec, need_efa: bool) -> bool:
+    """Whether check_role would pass this engine on this instance type: the tensor-parallel size fits one
+    node and the heads, the pool has EFA where the role needs it, and vLLM would start at the low end."""
+    return (
+        engine.tensor_parallel <= spec.gpus
+        and spec.gpus >= engine.gpus
+        and (spec.efa or not need_efa)
+        and heads_refusal(model, engine.tensor_parallel) is None
+        and predict(model, engine, spec).refusal() is None
+    )
+
+
 def _hosts(model: ModelSpec, engine: Engine, need_efa: bool) -> list[str]:
     """Instance types (from our table) on which this engine fits, smallest first."""
     fitting = [
         (spec.gpus, spec.gpu_memory_mib, spec.vcpus, name)
         for name, spec in aws_facts.INSTANCE_SPECS.items()
-        if spec.gpus >= engine.gpus and (spec.efa or not need_efa) and predict(model, engine, spec).refusal() is None
+        if accepted(model, engine, spec, need_efa)
     ]
     return [name for *_, name in sorted(fitting)]
 
@@ -541,6 +584,7 @@ def check_role(
             "maxModelLen", engine.max_model_len, f"at most {model.max_context}, the maximum context of {model_id}"
         )
     check_tensor_parallel(role, instance_type, spec.gpus, engine.tensor_parallel)
+    check_heads(role, model_id, model, engine, instance_type, need_efa)
     total = spec.gpu_memory_mib * MIB
     if engine.gpu_memory_utilization * total > total - CUDA_CONTEXT_GIB * GIB:
         raise in_serve_config(
@@ -572,6 +616,77 @@ def check_role(
     if seqs_refused:
         raise in_serve_config(SERVED, f"{role} engine_kwargs.max_num_seqs", engine.max_num_seqs, allowed)
     raise ConfigError(f"gpuPools.{role}", instance_type, allowed)
+
+
+# The config.json names of the head counts a modelSpec gives for vLLM's tensor-parallel rules.
+_HEAD_FIELDS = {
+    "attentionHeads": "num_attention_heads",
+    "linearKeyHeads": "linear_num_key_heads",
+    "linearValueHeads": "linear_num_value_heads",
+}
+
+
+def check_heads(role: str, model_id: str, model: ModelSpec, engine: Engine, instance_type: str, need_efa: bool) -> None:
+    """Refuse a tensor_parallel_size vLLM refuses for the model's heads, naming the sizes that would pass
+    every check of check_role on this instance type (a modelSpec without the head counts is asked for them)."""
+    tp = engine.tensor_parallel
+    if tp == 1:
+        return
+    given = {
+        "attentionHeads": model.attention_heads,
+        "linearKeyHeads": getattr(model.linear, "key_heads", None),
+        "linearValueHeads": getattr(model.linear, "value_heads", None),
+    }
+    missing = [name for name, value in given.items() if value is None and (name == "attentionHeads" or model.hybrid)]
+    if missing:
+        raise ConfigError(
+            f"modelSpec.{missing[0]}",
+            UNSET,
+            f"required with tensor_parallel_size {tp} ({role}): vLLM {vllm_fit.VLLM_VERSION} refuses a size that "
+            f"the model's heads do not divide; config.json {_HEAD_FIELDS[missing[0]]} (`make model-spec` reads it)",
+        )
+    reason = heads_refusal(model, tp)
+    if reason is None:
+        return
+    spec = aws_facts.INSTANCE_SPECS[instance_type]
+    sizes = [n for n in range(1, spec.gpus + 1) if heads_refusal(model, n) is None]
+    fitting = [n for n in sizes if accepted(model, replace(engine, tensor_parallel=n), spec, need_efa)]
+    if fitting:
+        way_out = f"on {instance_type} ({spec.gpus} GPUs) tensor_parallel_size {' or '.join(map(str, fitting))}"
+    else:
+        way_out = f"{yaml_text(sizes)} by the heads, none of which fits {instance_type} ({spec.gpus} GPUs) in memory"
+    raise in_serve_config(
+        SERVED,
+        f"{role} engine_kwargs.tensor_parallel_size",
+        tp,
+        f"a size vLLM {vllm_fit.VLLM_VERSION} accepts for {model_id}: {way_out}; vLLM refuses {tp}: {reason}",
+    )
+
+
+def accepts(
+    config: Mapping,
+    role: str,
+    instance_type: str,
+    need_efa: bool,
+    override: ModelSpec | None,
+    derived: bool,
+    tensor_parallel: int | None = None,
+) -> bool:
+    """Whether check_role passes one role's rendered LLM config on `instance_type` (with another
+    tensor_parallel_size): what a suggestion must pass. A derived max_num_seqs is derived again for that
+    type, as the stack would."""
+    model_id, spec = _model(config, override)
+    engine = _engine(config, spec)
+    if tensor_parallel is not None:
+        engine = replace(engine, tensor_parallel=tensor_parallel)
+    if derived:
+        seqs = largest_max_num_seqs(spec, replace(engine, max_num_seqs=None), _spec(instance_type))
+        engine = replace(engine, max_num_seqs=seqs or None)
+    try:
+        check_role(role, model_id, spec, engine, instance_type, need_efa)
+    except ConfigError:
+        return False
+    return True
 
 
 def _described(engine: Engine) -> str:
@@ -623,7 +738,18 @@ class RoleFit:
     def line(self) -> str:
         gpu = _spec(self.instance_type).gpu_model
         head = f"{self.role} ({self.instance_type}, {gpu}, max_num_seqs {self.max_num_seqs_from})"
-        return f"{head}: {self.prediction.summary()}"
+        engine = self.engine
+        if engine.gpus == 1:
+            return f"{head}: {self.prediction.summary()}"
+        # vLLM logs one rank's memory; each rank keeps its share of every token's KV heads (or layers), so
+        # the blocks are per GPU and the tokens they hold the engine's.
+        parallel = f"tensor_parallel_size {engine.tensor_parallel}" + (
+            f" x pipeline_parallel_size {engine.pipeline_parallel}" if engine.pipeline_parallel > 1 else ""
+        )
+        return (
+            f"{head}: per GPU, on each of the engine's {engine.gpus} ({parallel}): {self.prediction.summary()}; "
+            "the tokens and concurrency are the whole engine's"
+        )
 
 
 def _spec(instance_type: str) -> aws_facts.InstanceSpec:

@@ -7,8 +7,9 @@
 Derived: weightDtype (torch_dtype / dtype, or the quantization), kvLayers (attention layers; of
 `layer_types` only the attention ones), kvHeads, headDim, maxContext (max_position_embeddings),
 stateMiBPerSequence (0 without linear-attention/SSM layers; for Gated DeltaNet layers, from their
-`linear_*` shapes and `mamba_ssm_dtype` as vLLM 0.26 sizes them) and linearLayers. parameters: from a
-`model.safetensors.index.json` beside the config (its total_size / bytes per weight), else counted
+`linear_*` shapes and `mamba_ssm_dtype` as vLLM 0.26 sizes them), linearLayers, and the head counts of
+vLLM's tensor-parallel rules: attentionHeads (num_attention_heads), linearKeyHeads and linearValueHeads.
+parameters: from a `model.safetensors.index.json` beside the config (its total_size / bytes per weight), else counted
 for plain dense decoders (llama, mistral, qwen2, qwen3: embeddings, attention, gated MLP, norms);
 anything else (MoE, hybrid, multimodal towers) must be given, e.g. from the model card.
 """
@@ -95,6 +96,7 @@ def spec_from_hf_config(raw_config: dict, index: dict | None = None) -> tuple[di
 
     heads = config.get("num_attention_heads")
     if heads:
+        spec["attentionHeads"] = heads
         spec["kvHeads"] = config.get("num_key_value_heads", heads)
         head_dim = config.get("head_dim") or (config["hidden_size"] // heads if "hidden_size" in config else None)
         if head_dim:
@@ -106,6 +108,9 @@ def spec_from_hf_config(raw_config: dict, index: dict | None = None) -> tuple[di
 
     if linear_layers:
         spec["linearLayers"] = linear_layers
+        for field, name in (("linearKeyHeads", "linear_num_key_heads"), ("linearValueHeads", "linear_num_value_heads")):
+            if name in config:
+                spec[field] = config[name]
         shapes = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")
         if dtype and all(k in config for k in (*shapes, "linear_conv_kernel_dim")):
             state = vllm_fit.GatedDeltaNet(
@@ -140,6 +145,9 @@ FIELD_ORDER = (
     "stateMiBPerSequence",
     "linearLayers",
     "maxContext",
+    "attentionHeads",
+    "linearKeyHeads",
+    "linearValueHeads",
 )
 
 

@@ -119,6 +119,7 @@ class ServingSettings:
     serve_config: str = ""  # the serveConfig it was rendered from (serve_configs/<name>.yaml)
     # What the image holds, component -> version (domain/versions.py DLC_IMAGES); your own image: Ray only.
     versions: Mapping[str, str] = field(default_factory=dict)
+    max_num_seqs_derived: frozenset[str] = frozenset()  # roles whose max_num_seqs the fit derived (per GPU type)
 
 
 @dataclass(frozen=True)

@@ -86,9 +86,41 @@ class OpaqueState:
 
     layers: int
     bytes_per_layer: int  # at TP 1
+    key_heads: int | None = None  # modelSpec linearKeyHeads; None: not given (then TP 1 only)
+    value_heads: int | None = None  # modelSpec linearValueHeads
 
     def page_bytes(self, tensor_parallel: int, model_dtype_bytes: float) -> int:
         return cdiv(self.bytes_per_layer, tensor_parallel)
+
+
+def tensor_parallel_refusal(
+    tensor_parallel: int, attention_heads: int, kv_heads: int, linear_heads: tuple[int, int] | None
+) -> str | None:
+    """vLLM 0.26's refusal of a tensor-parallel size for a model's heads, in its words; None if it accepts it.
+    - config/model.py ModelConfig.verify_with_parallel_config: total_num_attention_heads % tp (a ValueError
+      before any weight loads);
+    - the attention layers (models/llama.py LlamaAttention, qwen3.py Qwen3Attention, qwen3_next.py
+      Qwen3NextAttention __init__, as layers/linear.py QKVParallelLinear): KV heads are split when there are
+      at least tp of them (kv % tp == 0 asserted), replicated otherwise (tp % kv == 0 asserted);
+    - Gated DeltaNet layers (layers/mamba/mamba_utils.py MambaStateShapeCalculator.gated_delta_net_state_shape
+      and layers/mamba/gdn/qwen_gdn_linear_attn.py QwenGatedDeltaNetAttention.__init__: divide(num_v_heads,
+      tp) asserts; fix_query_key_value_ordering views the key heads as num_k_heads // tp per rank).
+    `linear_heads`: (linear_num_key_heads, linear_num_value_heads), None without linear-attention layers."""
+    tp = tensor_parallel
+    if attention_heads % tp:
+        return (
+            f"num_attention_heads {attention_heads} is not a multiple of it: 'Total number of attention heads "
+            f"({attention_heads}) must be divisible by tensor parallel size ({tp}).'"
+        )
+    if kv_heads >= tp and kv_heads % tp:
+        return f"num_key_value_heads {kv_heads} >= {tp} must be a multiple of it (the KV heads are split)"
+    if kv_heads < tp and tp % kv_heads:
+        return f"it must be a multiple of num_key_value_heads {kv_heads} (fewer KV heads than GPUs are replicated)"
+    names = ("linear_num_key_heads", "linear_num_value_heads")
+    for name, heads in zip(names, linear_heads, strict=True) if linear_heads else ():
+        if heads % tp:
+            return f"{name} {heads} (Gated DeltaNet) is not a multiple of it: '{heads} is not divisible by {tp}'"
+    return None
 
 
 @dataclass(frozen=True)

@@ -435,6 +435,21 @@ def check_vllm_kv_cache_fit(ctx: Context) -> list[str]:
     return problems
 
 
+def check_vllm_tensor_parallel_heads(ctx: Context) -> list[str]:
+    symbols = {
+        "vllm/config/model.py": ["ModelConfig.verify_with_parallel_config"],
+        "vllm/model_executor/layers/linear.py": ["QKVParallelLinear.__init__"],
+        "vllm/model_executor/models/llama.py": ["LlamaAttention.__init__"],
+        "vllm/model_executor/models/qwen3.py": ["Qwen3Attention.__init__"],
+        "vllm/model_executor/models/qwen3_next.py": ["Qwen3NextAttention.__init__"],
+        "vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py": [
+            "QwenGatedDeltaNetAttention.__init__",
+            "QwenGatedDeltaNetAttention.fix_query_key_value_ordering",
+        ],
+    }
+    return fingerprints("vllm-tensor-parallel-heads", ctx, _vllm(ctx), symbols, "python")
+
+
 def check_vllm_nixl_behaviour(ctx: Context) -> list[str]:
     symbols = {
         "vllm/distributed/kv_transfer/kv_connector/v1/nixl/connector.py": ["NixlBaseConnector.__init__"],
@@ -861,6 +876,7 @@ CHECKS: dict[str, Callable[[Context], list[str]]] = {
     "vllm-engine-args": check_vllm_engine_args,
     "vllm-memory-defaults": check_vllm_memory_defaults,
     "vllm-kv-cache-fit": check_vllm_kv_cache_fit,
+    "vllm-tensor-parallel-heads": check_vllm_tensor_parallel_heads,
     "vllm-nixl-behaviour": check_vllm_nixl_behaviour,
     "vllm-cpu-rehearsal": check_vllm_cpu_rehearsal,
     "ray-pd-rules": check_ray_pd_rules,
