@@ -13,6 +13,7 @@ between streamed chunks, vLLM's ITL), `request_latency`, `goodput` (requests per
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -137,6 +138,19 @@ class Target:
     model: str
     tokenizer: str  # a Hugging Face id or a local directory with the tokenizer's files
     api_key: bool = True  # send `Authorization: Bearer $OPENAI_API_KEY`
+
+
+# A Hugging Face repo id, org/name: what AIPerf (transformers' AutoTokenizer) can load a tokenizer from.
+_HF_REPO = re.compile(r"[\w][\w.-]*/[\w][\w.-]*")
+
+
+def stack_tokenizer(llm_config: Mapping) -> str | None:
+    """Where a stack's tokenizer comes from: its model_source when that is a Hugging Face repo (a model served
+    under its own name), else its model_id when that is one; None when neither is (weights from S3 under an
+    own name: the user names --tokenizer)."""
+    loading = llm_config.get("model_loading_config") or {}
+    candidates = (loading.get("model_source"), loading.get("model_id"))
+    return next((c for c in candidates if isinstance(c, str) and _HF_REPO.fullmatch(c)), None)
 
 
 def aiperf_config(

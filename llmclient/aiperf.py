@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,9 +80,31 @@ def run_point(config: dict, directory: Path, api_key: str | None, timeout: float
     return PointResult(json.loads(summary_file.read_text()), records, summary_file.parent)
 
 
+# AIPerf 0.13.0 on a tokenizer it cannot load (common/tokenizer_validator.py): the traceback ends in
+# "TokenizerError: Failed to load tokenizer 'NAME': TYPE: detail", its panel says "Failed to load tokenizer
+# 'NAME'", and an alias lookup that fails logs "Failed to validate tokenizer 'NAME': detail" (all exit 1).
+_TOKENIZER_FAILED = re.compile(r"Failed to (?:load|validate) tokenizer '(?P<name>[^']+)'(?:: (?P<detail>.+))?")
+TOKENIZER_WAY_OUT = (
+    "pass --tokenizer with the served model's Hugging Face id or a local directory of its tokenizer files "
+    "(or --stack, whose model source it then takes)"
+)
+
+
+def _tokenizer_reason(lines: list[str]) -> str | None:
+    hits = [m for m in map(_TOKENIZER_FAILED.search, lines) if m]
+    if not hits:
+        return None
+    detail = next((m["detail"] for m in hits if m["detail"]), None)
+    because = f" ({detail.strip()[:200]})" if detail else ""
+    return f"AIPerf could not load the tokenizer '{hits[0]['name']}'{because}: {TOKENIZER_WAY_OUT}"
+
+
 def _last_reason(log: str) -> str:
-    """AIPerf's own reason, from its closing error box or last ERROR line."""
+    """AIPerf's own reason: a tokenizer it could not load, its closing error box or its last ERROR line."""
     lines = [line.strip(" │╭╰─") for line in log.splitlines()]
+    tokenizer = _tokenizer_reason(lines)
+    if tokenizer:
+        return tokenizer
     for marker in ("Reason:", "ERROR"):
         hits = [line for line in lines if marker in line]
         if hits:

@@ -86,13 +86,17 @@ def stack_facts(stack: str) -> dict:
     """SLO, hourly cost and PD-ness of a stack, through the one stack->Settings adapter."""
     from adapters import stack as stack_adapter
     from domain import cost
-    from domain.serve_config import PD_IMPORT
+    from domain.serve_config import PD_IMPORT, llm_configs_by_role
 
     config = stack_adapter.stack_file(stack)
     settings = stack_adapter.load_settings(config)
     mode = stack_adapter.load_deploy_mode(config)
     estimate = cost.estimate(settings, settings.prices, existing_cluster=mode.existing_cluster)
+    llm_config = next(iter(llm_configs_by_role(settings.serving.serve_document, f"stack {stack}").values()))
+    tokenizer = domain_bench.stack_tokenizer(llm_config)
     return {
+        "tokenizer": tokenizer,
+        "tokenizer_source": f"stack {stack}'s model source" if tokenizer else None,
         "slo": (settings.slo.ttft_ms, settings.slo.tpot_ms),
         "slo_source": f"stack {stack}",
         "usd_per_hour": estimate.usd_per_hour,
@@ -107,6 +111,8 @@ def default_facts() -> dict:
 
     slo = default()
     return {
+        "tokenizer": None,
+        "tokenizer_source": None,
         "slo": (slo.ttft_ms, slo.tpot_ms),
         "slo_source": "the slo key's defaults (no --stack)",
         "usd_per_hour": None,
@@ -143,7 +149,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup-requests", type=int, default=domain_bench.Bounds.warmup_requests)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--model", help="model id (default: the first the endpoint lists)")
-    p.add_argument("--tokenizer", help="Hugging Face id or local directory (default: the model id)")
+    p.add_argument(
+        "--tokenizer",
+        help="Hugging Face id or local directory (default: the stack's model source with --stack, else the model id)",
+    )
     # The KV transfer figures of each point (PD): where the engines' metrics are, as for `make verify`.
     verify.add_metrics_arguments(p)
     p.add_argument("--usd-per-hour", type=float, help="the endpoint's cost per hour (default: the stack's)")
@@ -180,11 +189,21 @@ def run(args: argparse.Namespace, api_key: str | None = None, say: Callable[[str
         domain_bench.Bounds(), requests=args.requests, seconds=args.seconds, warmup_requests=args.warmup_requests
     )
     model = args.model or first_model(args.url, api_key)
-    target = domain_bench.Target(args.url, model, args.tokenizer or model, api_key=api_key is not None)
+    tokenizer, tokenizer_source = next(
+        (name, source)
+        for name, source in (
+            (args.tokenizer, "--tokenizer"),
+            (facts["tokenizer"], facts["tokenizer_source"]),
+            (model, "the model id"),
+        )
+        if name
+    )
+    target = domain_bench.Target(args.url, model, tokenizer, api_key=api_key is not None)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     say(
-        f"bench {args.url} ({model}): {workload.describe()}; {sweep_.kind} {list(sweep_.points)}; SLO TTFT "
+        f"bench {args.url} ({model}, tokenizer {tokenizer} from {tokenizer_source}): {workload.describe()}; "
+        f"{sweep_.kind} {list(sweep_.points)}; SLO TTFT "
         f"{facts['slo'][0]:g} ms, TPOT {facts['slo'][1]:g} ms ({facts['slo_source']}); at most "
         f"{bounds.worst_case_seconds(len(sweep_.points)) / 60:.0f} min of load"
     )

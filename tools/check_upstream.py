@@ -150,6 +150,15 @@ class Source:
     def read(self, path: str) -> str:
         raise NotImplementedError
 
+    def paths(self) -> list[str]:
+        """Every file of the artefact, relative to its root."""
+        raise NotImplementedError
+
+    def python_sources(self, dirs: tuple[str, ...]) -> dict[str, str]:
+        """path -> text of every .py file under `dirs` (tests left out)."""
+        wanted = [p for p in self.paths() if p.startswith(dirs) and p.endswith(".py") and "/tests/" not in p]
+        return {p: self.read(p) for p in sorted(wanted)}
+
     def __str__(self) -> str:
         return f"{self.name} {self.version}"
 
@@ -169,6 +178,9 @@ class Installed(Source):
 
     def read(self, path: str) -> str:
         return Path(self.dist.locate_file(path)).read_text()
+
+    def paths(self) -> list[str]:
+        return [str(f) for f in self.dist.files or ()]
 
 
 class Wheel(Source):
@@ -190,6 +202,9 @@ class Wheel(Source):
 
     def read(self, path: str) -> str:
         return self.zip.read(path).decode()
+
+    def paths(self) -> list[str]:
+        return self.zip.namelist()
 
 
 class GoModule(Source):
@@ -691,6 +706,24 @@ def check_vllm_ray_metric_names(ctx: Context) -> list[str]:
     )
 
 
+def check_exported_metric_names(ctx: Context) -> list[str]:
+    """observability/exported-metrics.txt is what the pinned vLLM and Ray declare (tools/exported_metrics.py)."""
+    from tools import exported_metrics
+
+    vllm, ray = _vllm(ctx), _ray(ctx)
+    derived = set(
+        exported_metrics.derive(
+            vllm.python_sources(exported_metrics.VLLM_DIRS), ray.python_sources(exported_metrics.RAY_DIRS)
+        )
+    )
+    listed = exported_metrics.read_list()
+    where = exported_metrics.LIST.relative_to(ROOT)
+    return [f"{where}: {n} is not declared by {vllm} / {ray}" for n in sorted(listed - derived)] + [
+        f"{where}: lacks {n}, which {vllm} / {ray} declare (python -m tools.exported_metrics)"
+        for n in sorted(derived - listed)
+    ]
+
+
 def check_vllm_kv_failure_path(ctx: Context) -> list[str]:
     symbols = {
         "vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py": [
@@ -870,6 +903,8 @@ CHECKS: dict[str, Callable[[Context], list[str]]] = {
     "vllm-kv-failure-path": check_vllm_kv_failure_path,
     "prometheus-build": check_prometheus_build,
     "ray-dashboard-nixl-patch": check_ray_dashboards,
+    "ray-dashboard-swapped-patch": check_ray_dashboards,
+    "exported-metric-names": check_exported_metric_names,
     "pulumi-cli-config": check_pulumi_cli_config,
     "pulumi-replace-on-changes": check_pulumi_replace_on_changes,
     "kuberay-cluster-hash": check_kuberay_cluster_hash,

@@ -61,6 +61,25 @@ PATCHES = (
             "counters with _total, so the panel's bare name never matches and the panel stays empty"
         ),
     ),
+    Patch(
+        name="swapped-is-preemptions",
+        dashboard="ray-serve-llm.json",
+        # Ray 2.58 serve_llm_dashboard_panels.py, panel "Scheduler: Swapped": _gauge_with_join of the V0 gauge.
+        pattern=r"\bray_vllm_num_requests_swapped(\{[^}]*\})",
+        replacement=r"rate(ray_vllm_num_preemptions_total\1[$interval])",
+        why=(
+            "vLLM 0.26 (V1) has no swap space and exports no vllm:num_requests_swapped (observability/"
+            "exported-metrics.txt); a request pushed out of the running batch is a preemption, counted by "
+            "vllm:num_preemptions (v1/metrics/loggers.py PrometheusStatLogger)"
+        ),
+    ),
+    Patch(
+        name="swapped-panel-title",
+        dashboard="ray-serve-llm.json",
+        pattern=r'"title": "Scheduler: Swapped"',
+        replacement='"title": "Scheduler: Preemptions/s"',
+        why="the panel swapped-is-preemptions rewrites now shows preemptions per second",
+    ),
 )
 
 

@@ -7,12 +7,14 @@ import asyncio
 import json
 import re
 import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import yaml
 
 from llmclient import core, smoke
 from llmclient.__main__ import main
@@ -246,6 +248,59 @@ def test_bench_writes_the_generators_config_without_the_key(server, tmp_path, mo
     written = (tmp_path / "run" / "concurrency-1" / "aiperf.yaml").read_text()
     assert "sk-secret-value" not in written and "${OPENAI_API_KEY}" in written
     assert f"model: {MODEL}" in written  # the first model the endpoint lists
+
+
+TOKENIZER_FAILURE = Path(__file__).resolve().parent.parent / "data" / "aiperf-0.13.0-tokenizer-failure.log"
+
+
+def fake_aiperf(venv: Path) -> None:
+    """An AIPerf that fails as AIPerf 0.13.0 does on a tokenizer it cannot load: the traceback (stderr) and the
+    panel (stdout) of common/tokenizer_validator.py _prefetch_tokenizers, for the tokenizer its config names,
+    then exit 1. The log is what that code prints: the panel rendered by the wheel's own
+    tokenizer_display.display_tokenizer_validation_error, the error text transformers 5.24.0 raises."""
+    script = venv / "bin" / "aiperf"
+    script.parent.mkdir(parents=True)
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import sys, yaml\n"
+        "config = yaml.safe_load(open(sys.argv[sys.argv.index('--config') + 1]))\n"
+        f"log = open({str(TOKENIZER_FAILURE)!r}).read()\n"
+        "log = log.replace('acme-llama', config['benchmark']['tokenizer']['name'])\n"
+        "traceback, panel = log.split('\\n\\n\u256d', 1)\n"
+        "sys.stderr.write(traceback + '\\n')\n"
+        "sys.stdout.write('\u256d' + panel)\n"
+        "sys.exit(1)\n"
+    )
+    script.chmod(0o755)
+
+
+def test_bench_says_which_tokenizer_aiperf_could_not_load_and_the_way_out(server, tmp_path, monkeypatch, capsys):
+    """A model served under its own name: AIPerf cannot load a tokenizer of that name; the one line says so."""
+    fake_aiperf(tmp_path / "venv")
+    monkeypatch.setenv("RAY_LLM_EKS_BENCH_VENV", str(tmp_path / "venv"))
+    assert main(["bench", url(server), "--out", str(tmp_path / "run"), "--model", "acme-llama"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no reason logged" not in err
+    assert err.startswith(
+        "bench FAILED: AIPerf exited 1: AIPerf could not load the tokenizer 'acme-llama' (OSError: acme-llama is not "
+        "a local folder and is not a valid model identifier listed on 'https://huggingface.co/models'): pass "
+        "--tokenizer with the served model's Hugging Face id or a local directory of its tokenizer files"
+    )
+
+
+def test_bench_with_a_stack_takes_the_tokenizer_from_its_model_source(server, tmp_path, monkeypatch, capsys):
+    """A stack that serves Qwen/Qwen3.5-9B under its own name: the tokenizer is the model source's."""
+    from adapters import stack as stack_adapter
+
+    own_name = {"ray-llm-eks:modelId": "acme-llama", "ray-llm-eks:modelSource": "Qwen/Qwen3.5-9B"}
+    stack_file = stack_adapter.stack_file
+    monkeypatch.setattr(stack_adapter, "stack_file", lambda stack: stack_file(stack, overrides=own_name))
+    monkeypatch.setenv("RAY_LLM_EKS_BENCH_VENV", str(tmp_path / "no-venv"))
+    out = tmp_path / "run"
+    assert main(["bench", url(server), "--out", str(out), "--model", "acme-llama", "--stack", "dev"]) == 1
+    assert "tokenizer Qwen/Qwen3.5-9B from stack dev's model source" in capsys.readouterr().out
+    written = yaml.safe_load((out / "concurrency-1" / "aiperf.yaml").read_text())["benchmark"]
+    assert (written["model"], written["tokenizer"]["name"]) == ("acme-llama", "Qwen/Qwen3.5-9B")
 
 
 def test_compare_needs_two_runs(tmp_path):

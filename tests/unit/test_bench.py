@@ -170,3 +170,16 @@ def test_kv_figures_come_from_the_counters_make_verify_reads():
     figures = bench.KvFigures.of(kv_proof.counters(samples))
     assert figures == bench.KvFigures(transfers=2, megabytes=3.0, seconds=0.1)
     assert figures.per_transfer()["ms_per_transfer"] == pytest.approx(50.0)
+
+
+@pytest.mark.parametrize(
+    ("loading", "tokenizer"),
+    [
+        ({"model_id": "acme-llama", "model_source": "Qwen/Qwen3.5-9B"}, "Qwen/Qwen3.5-9B"),  # own name
+        ({"model_id": "Qwen/Qwen3.5-9B", "model_source": "s3://acme-models/qwen/"}, "Qwen/Qwen3.5-9B"),
+        ({"model_id": "acme-llama", "model_source": "s3://acme-models/qwen/"}, None),  # --tokenizer it is
+        ({"model_id": "Qwen/Qwen3.5-9B"}, "Qwen/Qwen3.5-9B"),
+    ],
+)
+def test_a_stacks_tokenizer_is_its_hugging_face_source_or_id(loading, tokenizer):
+    assert bench.stack_tokenizer({"model_loading_config": loading}) == tokenizer

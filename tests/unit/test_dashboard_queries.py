@@ -4,11 +4,13 @@ Grafana does with its default selections (domain/dashboards.py panel_queries).""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from adapters import stack
 from domain import dashboards
+from tools import exported_metrics
 
 
 @pytest.fixture(scope="module")
@@ -60,3 +62,84 @@ def test_all_means_what_grafana_sends():
     (q,) = dashboards.panel_queries("b.json", board, "2m")
     assert q.expr == 'rate(x{c=~".*", t=~"(head|worker)"}[5m]) + rate(y[2m])'
     assert (q.dashboard, q.panel, q.ref) == ("b.json", "p", "A")
+
+
+# A metric name in a query: not a label (ray_io_cluster) and not part of a regular expression (ray_serve_(http|...)).
+_ENGINE_OR_SERVE = re.compile(r"\bray_(?:vllm|serve)_[a-zA-Z0-9_]*\b(?![.*(])")
+
+
+def unexported(boards: dict[str, dict], names: set[str]) -> list[tuple[str, str, str]]:
+    return [
+        (q.dashboard, q.panel, metric)
+        for name, board in boards.items()
+        for q in dashboards.panel_queries(name, board)
+        for metric in _ENGINE_OR_SERVE.findall(q.expr)
+        if not exported_metrics.exported(metric, names)
+    ]
+
+
+def test_every_panel_queries_an_engine_or_serve_metric_the_pinned_vllm_and_ray_export(shipped):
+    """observability/exported-metrics.txt is derived from the pinned sources (`make check-upstream` re-derives it)."""
+    names = exported_metrics.read_list()
+    assert unexported(shipped, names) == []
+    assert (
+        len(
+            {
+                m
+                for b in shipped.values()
+                for q in dashboards.panel_queries("", b)
+                for m in _ENGINE_OR_SERVE.findall(q.expr)
+            }
+        )
+        > 60
+    )
+
+
+def test_a_panel_of_a_metric_nobody_exports_is_named():
+    board = {
+        "panels": [
+            {"title": "Scheduler: Swapped", "targets": [{"refId": "A", "expr": "ray_vllm_num_requests_swapped"}]}
+        ]
+    }
+    assert unexported({"b.json": board}, exported_metrics.read_list()) == [
+        ("b.json", "Scheduler: Swapped", "ray_vllm_num_requests_swapped")
+    ]
+
+
+VLLM_LIKE = {
+    "names.py": 'class Names:\n    LOAD = "vllm:load_bytes"\n    SIZE = "vllm:load_size"\n',
+    "logger.py": (
+        "class Logger:\n"
+        "    def __init__(self):\n"
+        '        self._gauge_cls(name="vllm:num_requests_running", documentation="")\n'
+        '        self._counter_cls(name="vllm:num_preemptions", documentation="")\n'
+        '        self._histogram_cls(name="vllm:time_to_first_token_seconds", buckets=[1])\n'
+        '        for name, doc in (("vllm:spec_decode_num_drafts", "d"), ("vllm:spec_decode_num_draft_tokens", "t")):\n'
+        "            self._counter_cls(name=name, documentation=doc)\n"
+        "        defs = {Names.LOAD: OffloadingCounterMetadata(documentation='')}\n"
+        "        defs[Names.SIZE] = OffloadingHistogramMetadata(documentation='')\n"
+    ),
+}
+
+
+def test_names_and_kinds_come_from_the_declarations():
+    """The shapes vLLM 0.26 declares its metrics in (tools/exported_metrics.py), and Serve's f-string names."""
+    assert exported_metrics.declared(VLLM_LIKE, "vllm:") == {
+        "vllm:num_requests_running": "gauge",
+        "vllm:num_preemptions": "counter",
+        "vllm:time_to_first_token_seconds": "histogram",
+        "vllm:spec_decode_num_drafts": "counter",
+        "vllm:spec_decode_num_draft_tokens": "counter",
+        "vllm:load_bytes": "counter",
+        "vllm:load_size": "histogram",
+    }
+    serve = {
+        "m.py": 'metrics.Counter(f"serve_num_{protocol}_requests")\nmetrics.Gauge("serve_replica_processing_queries")\n'
+    }
+    names = exported_metrics.prometheus_names(
+        exported_metrics.declared(VLLM_LIKE, "vllm:"), exported_metrics.declared(serve, "serve_")
+    )
+    assert "ray_vllm_num_preemptions_total" in names and "ray_vllm_num_preemptions" not in names
+    assert {"ray_vllm_load_size_bucket", "ray_vllm_load_size_sum", "ray_vllm_load_size_count"} <= set(names)
+    assert "ray_vllm_num_requests_running" in names and "ray_serve_replica_processing_queries" in names
+    assert exported_metrics.exported("ray_serve_num_grpc_requests_total", names)

@@ -67,3 +67,37 @@ def test_readme_costs_are_what_the_cost_model_computes():
         settings = settings_of(stack=stack)
         computed = cost.cost_range(settings, settings.prices)
         assert (f"{computed['desired']:.2f}", f"{computed['max']:.2f}") == (desired, at_max), stack
+
+
+def table_rows(text: str, heading: str) -> list[list[str]]:
+    """The body rows of the first table under `heading`, as cells."""
+    section = text.split(heading, 1)[1].split("\n#", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("|")]
+    return rows[2:]
+
+
+def unsourced_figures(text: str, heading: str) -> list[str]:
+    """Rows of the table under `heading` (step | figure | source) that give a number without a source."""
+    return [row[0] for row in table_rows(text, heading) if re.search(r"\d", row[1]) and not row[2]]
+
+
+FIRST_UP = "### Where the first `up`'s tens of minutes go"
+
+
+def test_operations_has_the_runbooks_and_every_first_up_figure_names_its_source():
+    text = (ROOT / "docs" / "operations.md").read_text()
+    runbooks = [
+        "Roll back a serve config.",
+        "Roll back to the previous image.",
+        "Upgrade Kubernetes (EKS).",
+        "A `destroy` that does not finish.",
+    ]
+    assert [r for r in runbooks if f"**{r}**" not in text] == []
+    steps = [row[0] for row in table_rows(text, FIRST_UP)]
+    assert len(steps) >= 6 and any("control plane" in s for s in steps) and any("engine" in s for s in steps)
+    assert unsourced_figures(text, FIRST_UP) == []
+
+
+def test_a_figure_without_a_source_is_found():
+    table = "| step | figure | source |\n| --- | --- | --- |\n| pull | 12 min | |\n| x | not measured | |\n"
+    assert unsourced_figures(f"{FIRST_UP}\n\n{table}", FIRST_UP) == ["pull"]

@@ -225,3 +225,31 @@ def test_the_gcs_stores_estimated_price_is_said_until_the_stack_sets_one():
     assert next(row for row in table.splitlines() if row.strip().startswith(store)).endswith("(estimate)")
     priced = hourly({NS + "prices": {"instances": {"cache.t4g.small": 0.03}}}, stack="prod").as_output()
     assert priced["estimatedPrices"] == [] and "estimate" not in cost.table(priced)
+
+
+def documented_regions() -> set[str]:
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return {r for d in docs for r in re.findall(r"\b[a-z]{2}-(?:east|west|north|south|central)-\d\b", d.read_text())}
+
+
+def test_a_copy_of_dev_in_a_complete_region_has_a_known_total_of_one_date():
+    dates = set()
+    for region in prices.COMPLETE_REGIONS:
+        estimate = hourly(region_overrides(region)).as_output()
+        assert (region, estimate["unknownPrices"]) == (region, [])
+        dates.add(estimate["pricesAsOf"])
+    assert len(dates) == 1
+
+
+def test_every_documented_region_is_complete_or_the_docs_say_what_it_lacks():
+    """A copy of dev in any region the docs name: a known total, or docs/architecture.md names the region and
+    each price it lacks (never a guessed price)."""
+    cost_doc = (ROOT / "docs" / "architecture.md").read_text().split("## Cost estimate", 1)[1].split("\n## ", 1)[0]
+    said = {"internal load balancer (NLB)": "internal load balancer", "NLB capacity units (budget)": "capacity units"}
+    assert {"us-east-1", "us-west-2"} <= documented_regions()
+    for region in sorted(documented_regions() - set(prices.COMPLETE_REGIONS)):
+        unknown = hourly(region_overrides(region)).as_output()["unknownPrices"]
+        assert unknown, f"{region} prices all of dev: list it in prices.COMPLETE_REGIONS"
+        assert region in cost_doc, region
+        named = [said.get(item, item.split()[-1].split(".")[0]) for item in unknown]
+        assert [n for n in named if n not in cost_doc] == [], region

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from domain import dashboards
 from tools import ray_dashboards
 
 
@@ -50,9 +51,17 @@ def test_a_patch_that_no_longer_changes_anything_fails_by_name():
 def test_the_patch_changes_only_the_bare_name():
     patch = ray_dashboards.PATCHES[0]
     text = "ray_vllm_nixl_num_failed_transfers{a} ray_vllm_nixl_num_failed_transfers_total{b}"
-    assert ray_dashboards.apply_patches(patch.dashboard, text) == (
+    assert ray_dashboards.apply_patches(patch.dashboard, text, (patch,)) == (
         "ray_vllm_nixl_num_failed_transfers_total{a} ray_vllm_nixl_num_failed_transfers_total{b}"
     )
+
+
+def test_the_llm_dashboards_swapped_panel_shows_preemptions_vllm_v1_exports(generated):
+    board = json.loads(generated["ray-serve-llm.json"])
+    (panel,) = [q for q in dashboards.panel_queries("ray-serve-llm.json", board) if "Preemptions" in q.panel]
+    assert panel.panel == "Scheduler: Preemptions/s"
+    assert "sum by(WorkerId) (rate(ray_vllm_num_preemptions_total{" in panel.expr
+    assert "swapped" not in generated["ray-serve-llm.json"].lower()
 
 
 def test_check_mode_names_a_stale_file(tmp_path, monkeypatch, capsys, generated):
