@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import pulumi
 
+import stack_args
 from adapters import environment, stack
 from adapters.aws_answers import PulumiAwsAnswers
 from components.cluster import Cluster
@@ -158,16 +159,17 @@ if obs.in_cluster_stack:
     )
 service = LlmService(
     "llm",
-    settings,
-    secrets.hf_token,
-    secrets.api_keys,
+    stack_args.llm_service_args(
+        settings,
+        mode,
+        hardening,
+        secrets.hf_token,
+        secrets.api_keys,
+        store,
+        [cluster.cluster_security_group_id, store.head_security_group.id] if store else [],
+    ),
     # The operator outlives the RayService (its finalizer), and so do the plugins and nodes it runs on.
     pulumi.ResourceOptions(providers=[provider], depends_on=[*installed, *nodes]),
-    wait_for_ready=mode.wait_for_ready,
-    hardening=hardening,
-    operator_namespace=mode.operator_namespace,
-    gcs_store=store,
-    head_security_groups=[cluster.cluster_security_group_id, store.head_security_group.id] if store else None,
 )
 if obs.enabled:
     # The monitors, rule and dashboards in the RayService's namespace, once the Prometheus Operator's
