@@ -77,16 +77,7 @@ else:
 # outlive them (destroy).
 on_system_nodes = pulumi.ResourceOptions(providers=[provider], depends_on=nodes[:1])
 if mode.install_device_plugins:
-    installed.append(
-        DevicePlugins(
-            "device-plugins",
-            serving.nvidia_plugin,
-            serving.efa_plugin,
-            serving.efa_plugin_image,
-            settings.gpu_pools,
-            on_system_nodes,
-        )
-    )
+    installed.append(DevicePlugins("device-plugins", stack_args.device_plugins_args(settings), on_system_nodes))
 autoscaled = not mode.existing_cluster and scaling.autoscaler_needed(settings.gpu_pools)
 obs = serving.observability  # embedded and amp only on the cluster we build (domain/observability.py)
 rule_spec = alerts.prometheus_rule_spec(settings)  # the PrometheusRule's spec (or AMP's rule groups)
@@ -121,11 +112,7 @@ if hardening.internal_endpoint:
     )
     installed.append(controller)
 if mode.install_kuberay:
-    installed.append(
-        KubeRayOperator(
-            "kuberay", serving.kuberay, on_system_nodes, feature_gates=gcs_ft.operator_feature_gates(settings.gcs_ft)
-        )
-    )
+    installed.append(KubeRayOperator("kuberay", stack_args.kuberay_args(settings), on_system_nodes))
 monitoring = []
 # Prometheus's volume (in the system nodes' zone) and rocksdb's claim: the CSI driver outlives them (destroy).
 csi = None

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import pulumi
 
+from components.device_plugins import DevicePluginsArgs
 from components.gcs_store import GcsStore
+from components.kuberay import KubeRayOperatorArgs
 from components.llm_service import LlmServiceArgs
+from domain import gcs_ft
 from domain.deploy_mode import DeployMode
 from domain.hardening import HardeningSettings
 from domain.network_policies import network_policies
@@ -46,4 +49,20 @@ def llm_service_args(
         redis_address=store.address if store else None,
         redis_password=store.password if store else None,
         head_security_group_ids=head_security_groups if store else (),
+    )
+
+
+def kuberay_args(settings: Settings) -> KubeRayOperatorArgs:
+    return KubeRayOperatorArgs(
+        chart_version=settings.serving.kuberay.version, feature_gates=gcs_ft.operator_feature_gates(settings.gcs_ft)
+    )
+
+
+def device_plugins_args(settings: Settings) -> DevicePluginsArgs:
+    serving = settings.serving
+    return DevicePluginsArgs(
+        nvidia_chart_version=serving.nvidia_plugin.version,
+        efa_chart_version=serving.efa_plugin.version,
+        efa_instance_types=sorted({p.nodes.instance_type for p in settings.gpu_pools.values() if p.efa}),
+        efa_image_repository=serving.efa_plugin_image,
     )
