@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pulumi
 
+from components.args import fill_defaults
 from components.helm import helm_release
 from domain.config_keys import default
 from domain.errors import ConfigError
@@ -25,16 +26,17 @@ ARGS = "DevicePluginsArgs"  # names the Args in a bad field's line (domain/error
 class DevicePluginsArgs:
     """The plugins' chart versions, and the instance types the EFA plugin runs on (none: NVIDIA's alone)."""
 
-    nvidia_chart_version: str = default("nvidiaDevicePluginVersion")
+    nvidia_chart_version: str | None = default("nvidiaDevicePluginVersion")
     """The nvidia-device-plugin chart's exact version (config key nvidiaDevicePluginVersion)."""
-    efa_chart_version: str = default("efaDevicePluginVersion")
+    efa_chart_version: str | None = default("efaDevicePluginVersion")
     """The aws-efa-k8s-device-plugin chart's exact version (config key efaDevicePluginVersion)."""
-    efa_instance_types: Sequence[str] = ()
+    efa_instance_types: Sequence[str] | None = ()
     """The EFA node pools' instance types: the EFA plugin schedules on these alone; none: no EFA plugin."""
     efa_image_repository: str | None = None
     """The EFA plugin image's repository in the region's EKS add-on registry (with efa_instance_types)."""
 
     def __post_init__(self) -> None:
+        fill_defaults(self)
         check_chart_version(
             "nvidia_chart_version",
             self.nvidia_chart_version,

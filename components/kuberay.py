@@ -10,6 +10,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.args import fill_defaults
 from components.helm import helm_release
 from domain.config_keys import default
 from domain.facts import KUBERAY_NAMESPACE
@@ -26,12 +27,13 @@ ARGS = "KubeRayOperatorArgs"  # names the Args in a bad field's line (domain/err
 class KubeRayOperatorArgs:
     """The operator's chart version and feature gates; it runs in the namespace kuberay-system."""
 
-    chart_version: str = default("kuberayVersion")
+    chart_version: str | None = default("kuberayVersion")
     """The kuberay-operator chart's exact version (config key kuberayVersion says why this default)."""
     feature_gates: Sequence[Mapping[str, Any]] | None = None
     """The chart's featureGates ({name, enabled} each; domain/gcs_ft.py's for rocksdb); none: the chart's."""
 
     def __post_init__(self) -> None:
+        fill_defaults(self)
         check_chart_version("chart_version", self.chart_version, KUBERAY_CHART[1], default("kuberayVersion"), ARGS)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.args import fill_defaults
 from components.network_policies import NamespaceNetworkPolicies
 from domain import api_keys, gcs_ft
 from domain.config_keys import default
@@ -31,19 +32,19 @@ class LlmServiceArgs:
     """The RayService's spec: serveConfigV2, rayClusterConfig (its workerGroupSpecs), upgradeStrategy."""
     model_id: str
     """The served model's id, as clients name it (the serve config's model_loading_config.model_id)."""
-    namespace: str = default("namespace")
+    namespace: str | None = default("namespace")
     """The RayService's namespace, created by the component (a DNS label, not default, kube-* or the operator's)."""
-    service_name: str = default("serviceName")
+    service_name: str | None = default("serviceName")
     """The RayService's name (a DNS-1035 label of at most 47 characters)."""
-    environment: str = default("environment")
+    environment: str | None = default("environment")
     """The environment annotation the policy pack reads (a RayService without the key check only in dev)."""
-    api_key_check: bool = default("apiKeyCheck")
+    api_key_check: bool | None = default("apiKeyCheck")
     """Deploy the key-checking ingress's code and the keys Secret (the spec must run that ingress)."""
-    network_policies: Sequence[Mapping[str, Any]] = ()
+    network_policies: Sequence[Mapping[str, Any]] | None = ()
     """NetworkPolicy manifests for the namespace (domain.network_policies renders them), before any Ray pod."""
-    wait_for_ready: bool = True
+    wait_for_ready: bool | None = True
     """Wait until the RayService is Ready; false: return once the object is accepted (CI deploys)."""
-    ready_timeout_seconds: int = default("serviceReadyTimeoutSeconds")
+    ready_timeout_seconds: int | None = default("serviceReadyTimeoutSeconds")
     """How long to wait for Ready (600 to 14400: image pull, weight download, engine start)."""
     hf_token: pulumi.Input[str] | None = None
     """The Hugging Face token (a secret), put in the Secret the spec's pods read; none: no Secret."""
@@ -53,10 +54,11 @@ class LlmServiceArgs:
     """The GCS fault tolerance store's address (rediss://host:port), in place of the spec's placeholder."""
     redis_password: pulumi.Input[str] | None = None
     """That store's AUTH token (a secret): the Secret gcsFaultToleranceOptions.redisPassword refers to."""
-    head_security_group_ids: Sequence[pulumi.Input[str]] = ()
+    head_security_group_ids: Sequence[pulumi.Input[str]] | None = ()
     """Security groups for the Ray head pod (a SecurityGroupPolicy), with the GCS store only."""
 
     def __post_init__(self) -> None:
+        fill_defaults(self)
         check_namespace("namespace", self.namespace, ARGS)
         check_service_name("service_name", self.service_name, ARGS)
         check_environment("environment", self.environment, ARGS)

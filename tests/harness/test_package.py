@@ -1,6 +1,7 @@
 """The components as an installable package (pyproject.toml [project]): a wheel built from the files git
 tracks, installed apart from the checkout, renders a stack's RayService and builds the components' Args
-from its own files alone (domain/data, serve_configs, serve_ingress found beside its modules)."""
+from its own files alone (domain/data, serve_configs, serve_ingress found beside its modules); and the
+Pulumi component package (PulumiPlugin.yaml, ray_llm_eks/): its schema as Pulumi's host infers it."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ import json, sys
 from adapters import stack
 from adapters.stackfile import StackConfig
 from domain import api_keys
-import components.llm_service, stack_args
+import components.llm_service, ray_llm_eks, stack_args
+from importlib.resources import files
 
 given = json.loads(sys.stdin.read())
 config = StackConfig(given["project"], given["stack"], given["values"], frozenset())
@@ -35,6 +37,7 @@ print(json.dumps({
     "spec": args.ray_service_spec,
     "model_id": args.model_id,
     "ingress": sorted(api_keys.ingress_sources()),
+    "schema": ray_llm_eks.schema() == json.loads(files("ray_llm_eks").joinpath("schema.json").read_text()),
 }))
 """
 
@@ -74,3 +77,30 @@ def test_a_wheel_installed_apart_from_the_checkout_builds_the_same_args(tmp_path
     assert installed["spec"] == json.loads(json.dumps(here["ray_service_spec"]))
     assert installed["model_id"] == here["model_id"]
     assert installed["ingress"] == sorted(api_keys.ingress_sources())
+    assert installed["schema"]  # the component package's schema ships with it, and matches its Args
+
+
+def test_the_checked_in_schema_is_the_one_the_component_provider_host_infers():
+    """Pulumi's own inference (the call the host makes at start), offline: an Args field changed without
+    schema.json (`make docs` writes it) fails here, as a consumer's `pulumi package add` would see it."""
+    import ray_llm_eks
+
+    checked_in = json.loads((Path(ray_llm_eks.__file__).parent / ray_llm_eks.SCHEMA_FILE).read_text())
+    assert ray_llm_eks.schema() == checked_in, "ray_llm_eks/schema.json is stale: `make docs` writes it"
+    # What a YAML program relies on: plain inputs it may leave out, and the two it must give.
+    service = checked_in["resources"]["ray-llm-eks:index:LlmService"]
+    assert service["requiredInputs"] == ["modelId", "rayServiceSpec"]
+    assert service["inputProperties"]["hfToken"].get("plain") is None  # an Output (a secret) may be given
+
+
+def test_a_hosted_component_gets_its_inputs_as_a_dict_and_checks_them_like_the_stack_keys():
+    """The host passes the Args' fields as a dict (component.py map_inputs); a bad one is the stack's line."""
+    import pytest
+
+    import ray_llm_eks
+    from domain.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        ray_llm_eks.LlmService("llm", {"ray_service_spec": {}, "model_id": "m", "namespace": "default"})
+    taken = "a namespace of its own, not one of [default, kuberay-system]"
+    assert str(refused.value) == f"LlmServiceArgs: invalid config namespace = default: {taken}"
