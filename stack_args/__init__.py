@@ -14,7 +14,7 @@ from domain.deploy_mode import DeployMode
 from domain.hardening import HardeningSettings
 from domain.network_policies import network_policies
 from domain.ray_service import ray_service_spec
-from domain.serve_config import llm_configs_by_role
+from domain.serve_config import served_model_id
 from domain.settings import Settings
 
 
@@ -29,10 +29,9 @@ def llm_service_args(
 ) -> LlmServiceArgs:
     """`hardening`: the stack's, as this deploy mode applies it (no internal endpoint on an existing cluster)."""
     serving = settings.serving
-    configs = llm_configs_by_role(serving.serve_document, "rendered")
     return LlmServiceArgs(
         ray_service_spec=ray_service_spec(settings),  # the store's address is a placeholder until AWS names it
-        model_id=next(iter(configs.values()))["model_loading_config"]["model_id"],
+        model_id=served_model_id(serving.serve_document, "rendered"),
         namespace=serving.namespace,
         service_name=serving.service_name,
         environment=settings.hardening.environment,
