@@ -104,3 +104,41 @@ def test_a_hosted_component_gets_its_inputs_as_a_dict_and_checks_them_like_the_s
         ray_llm_eks.LlmService("llm", {"ray_service_spec": {}, "model_id": "m", "namespace": "default"})
     taken = "a namespace of its own, not one of [default, kuberay-system]"
     assert str(refused.value) == f"LlmServiceArgs: invalid config namespace = default: {taken}"
+
+
+def _refusal(make) -> str:
+    import pytest
+
+    from domain.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        make()
+    return str(refused.value)
+
+
+def test_each_args_refuses_a_bad_field_with_the_stack_keys_line():
+    """One line each, the rule the stack key of the same value has (domain/field_checks.py)."""
+    from components.device_plugins import DevicePluginsArgs
+    from components.kuberay import KubeRayOperatorArgs
+    from components.llm_service import LlmServiceArgs
+
+    spec = {"rayClusterConfig": {"workerGroupSpecs": [{"groupName": "prefill"}]}}
+    assert _refusal(lambda: KubeRayOperatorArgs(chart_version="latest")) == (
+        "KubeRayOperatorArgs: invalid config chart_version = latest: an exact version of the kuberay-operator chart,"
+        " such as 1.7.0"
+    )
+    assert _refusal(lambda: DevicePluginsArgs(efa_instance_types=["p5.48xlarge"])).startswith(
+        "DevicePluginsArgs: invalid config efa_image_repository = null: "
+    )
+    assert _refusal(lambda: LlmServiceArgs(spec, "m", service_name="Llm")) == (
+        "LlmServiceArgs: invalid config service_name = Llm: a DNS-1035 label of at most 47 characters"
+    )
+    assert _refusal(lambda: LlmServiceArgs(spec, "m", ready_timeout_seconds=60)).endswith(
+        "ready_timeout_seconds = 60: 600 to 14400 (image pull + weights + engine start)"
+    )
+    assert _refusal(lambda: LlmServiceArgs({}, "m")).startswith("LlmServiceArgs: invalid config ray_service_spec = {}")
+    assert _refusal(lambda: LlmServiceArgs(spec, "m", redis_address="rediss://x:6379")).startswith(
+        "LlmServiceArgs: invalid config redis_password = null"
+    )
+    # None reads as the default (a YAML program leaves the field out); the defaults are the stack keys'.
+    assert LlmServiceArgs(spec, "m", namespace=None).namespace == "llm"
