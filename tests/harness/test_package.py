@@ -12,9 +12,11 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+import jsonschema
+
 from adapters import stack
 from adapters.environment import CACHE_ENV, cache_dir
-from adapters.stackfile import ROOT, load_stack
+from adapters.stackfile import ROOT, load_stack, project_schema
 from domain import api_keys
 from tests.conftest import copy_project
 
@@ -142,3 +144,36 @@ def test_each_args_refuses_a_bad_field_with_the_stack_keys_line():
     )
     # None reads as the default (a YAML program leaves the field out); the defaults are the stack keys'.
     assert LlmServiceArgs(spec, "m", namespace=None).namespace == "llm"
+
+
+SCHEMA_TYPES = {"string": str, "boolean": bool, "integer": int, "number": (int, float), "object": dict, "array": list}
+
+
+def test_the_yaml_example_uses_the_schema_s_components_inputs_and_outputs():
+    """examples/pd-service-yaml against ray_llm_eks/schema.json: each resource a hosted component, each
+    property an input of it (of its type where written literally), every required input given, each
+    output one the component has. Running it needs Pulumi YAML's language host, which this checkout does
+    not build."""
+    import re
+
+    import yaml
+
+    import ray_llm_eks
+
+    program = yaml.safe_load((ROOT / "examples" / "pd-service-yaml" / "Pulumi.yaml").read_text())
+    schema = json.loads((Path(ray_llm_eks.__file__).parent / ray_llm_eks.SCHEMA_FILE).read_text())
+    jsonschema.validate(program, project_schema())  # a project the CLI takes (offline/schemas)
+    assert program["packages"] == {ray_llm_eks.PACKAGE: "../.."}  # the checkout, PulumiPlugin.yaml at its root
+    components = {}
+    for name, resource in program["resources"].items():
+        component = schema["resources"][resource["type"]]
+        components[name] = component
+        given = resource.get("properties", {})
+        assert set(given) <= set(component["inputProperties"]), name
+        assert set(component.get("requiredInputs", [])) <= set(given), name
+        for key, value in given.items():
+            if not (isinstance(value, str) and value.startswith("${")):
+                assert isinstance(value, SCHEMA_TYPES[component["inputProperties"][key]["type"]]), key
+    for value in program["outputs"].values():
+        resource, output = re.fullmatch(r"\$\{(\w+)\.(\w+)\}", value).groups()
+        assert output in components[resource]["properties"], value
