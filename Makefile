@@ -192,8 +192,10 @@ policy-sdk: $(VENV)/.installed $(POLICY_VENV)/.installed
 	$(POLICY_VENV)/bin/python policy/sdk_check.py $(OUT)/resources.json
 
 # docs/configuration.md from the config-key table (domain/data/config_keys.yaml); make test fails while it is stale.
+# ray_llm_eks's package schema as the component provider host infers it from the Args (tests/harness/test_package.py).
 docs: $(VENV)/.installed
 	$(BIN)/python -m tools.config_docs
+	$(BIN)/python -c 'import ray_llm_eks; print(ray_llm_eks.schema_text(), end="")' > ray_llm_eks/schema.json
 
 plan: $(VENV)/.installed
 	$(BIN)/python -m offline.plan --stack $(STACK) --out $(OUT)

@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import pulumi
 
+import stack_args
 from adapters import environment, stack
 from adapters.aws_answers import PulumiAwsAnswers
 from components.cluster import Cluster
@@ -101,16 +102,7 @@ else:
 # outlive them (destroy).
 on_system_nodes = pulumi.ResourceOptions(providers=[provider], depends_on=nodes[:1])
 if mode.install_device_plugins:
-    installed.append(
-        DevicePlugins(
-            "device-plugins",
-            serving.nvidia_plugin,
-            serving.efa_plugin,
-            serving.efa_plugin_image,
-            settings.gpu_pools,
-            on_system_nodes,
-        )
-    )
+    installed.append(DevicePlugins("device-plugins", stack_args.device_plugins_args(settings), on_system_nodes))
 autoscaled = not mode.existing_cluster and scaling.autoscaler_needed(settings.gpu_pools)
 obs = serving.observability  # embedded and amp only on the cluster we build (domain/observability.py)
 rule_spec = alerts.prometheus_rule_spec(settings)  # the PrometheusRule's spec (or AMP's rule groups)
@@ -145,11 +137,7 @@ if hardening.internal_endpoint:
     )
     installed.append(controller)
 if mode.install_kuberay:
-    installed.append(
-        KubeRayOperator(
-            "kuberay", serving.kuberay, on_system_nodes, feature_gates=gcs_ft.operator_feature_gates(settings.gcs_ft)
-        )
-    )
+    installed.append(KubeRayOperator("kuberay", stack_args.kuberay_args(settings), on_system_nodes))
 monitoring = []
 # Prometheus's volume (in the system nodes' zone) and rocksdb's claim: the CSI driver outlives them (destroy).
 csi = None
@@ -183,17 +171,18 @@ if obs.in_cluster_stack:
     )
 service = LlmService(
     "llm",
-    settings,
-    secrets.hf_token,
-    secrets.api_keys,
-    sealed,
+    stack_args.llm_service_args(
+        settings,
+        mode,
+        hardening,
+        secrets.hf_token,
+        secrets.api_keys,
+        store,
+        [cluster.cluster_security_group_id, store.head_security_group.id] if store else [],
+        sealed,
+    ),
     # The operator outlives the RayService (its finalizer), and so do the plugins and nodes it runs on.
     pulumi.ResourceOptions(providers=[provider], depends_on=[*installed, *nodes]),
-    wait_for_ready=mode.wait_for_ready,
-    hardening=hardening,
-    operator_namespace=mode.operator_namespace,
-    gcs_store=store,
-    head_security_groups=[cluster.cluster_security_group_id, store.head_security_group.id] if store else None,
 )
 if obs.enabled:
     # The monitors, rule and dashboards in the RayService's namespace, once the Prometheus Operator's

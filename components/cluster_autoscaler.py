@@ -10,9 +10,8 @@ import pulumi_aws as aws
 
 from components.pod_identity import ControllerRelease, pod_identity_role, release_with_role
 from domain.placement import SYSTEM_LABELS
-from domain.settings import ChartPin
 from domain.sizing import CLUSTER_AUTOSCALER_REQUESTS
-from domain.versions import CLUSTER_AUTOSCALER_IMAGE_TAGS
+from domain.versions import CLUSTER_AUTOSCALER_IMAGE_TAGS, ChartPin
 
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "cluster-autoscaler"

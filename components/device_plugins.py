@@ -1,17 +1,59 @@
 """DevicePlugins: the NVIDIA and AWS EFA device plugins, on GPU nodes only. The EKS AL2023 NVIDIA
 AMI has the driver and the host EFA software, but neither plugin: without them no pod can ask for
-`nvidia.com/gpu` or `vpc.amazonaws.com/efa`."""
+`nvidia.com/gpu` or `vpc.amazonaws.com/efa`.
 
-from __future__ import annotations
+No `from __future__ import annotations`: the component provider host reads the Args' annotations as types
+(components/llm_service.py says where)."""
 
-from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pulumi
 
+from components.args import fill_defaults
 from components.helm import helm_release
+from domain.config_keys import default
+from domain.errors import ConfigError
+from domain.field_checks import check_chart_version
 from domain.placement import GPU_NODE_SELECTOR, GPU_TOLERATION
-from domain.settings import ChartPin, GpuPoolSettings
 from domain.sizing import EFA_PLUGIN_REQUESTS, NVIDIA_PLUGIN_REQUESTS
+from domain.versions import EFA_PLUGIN_CHART, NVIDIA_PLUGIN_CHART, ChartPin
+
+ARGS = "DevicePluginsArgs"  # names the Args in a bad field's line (domain/errors.py line())
+
+
+@dataclass(frozen=True)
+class DevicePluginsArgs:
+    """The plugins' chart versions, and the instance types the EFA plugin runs on (none: NVIDIA's alone)."""
+
+    nvidia_chart_version: str | None = default("nvidiaDevicePluginVersion")
+    """The nvidia-device-plugin chart's exact version (config key nvidiaDevicePluginVersion)."""
+    efa_chart_version: str | None = default("efaDevicePluginVersion")
+    """The aws-efa-k8s-device-plugin chart's exact version (config key efaDevicePluginVersion)."""
+    efa_instance_types: Sequence[str] | None = ()
+    """The EFA node pools' instance types: the EFA plugin schedules on these alone; none: no EFA plugin."""
+    efa_image_repository: str | None = None
+    """The EFA plugin image's repository in the region's EKS add-on registry (with efa_instance_types)."""
+
+    def __post_init__(self) -> None:
+        fill_defaults(self)
+        check_chart_version(
+            "nvidia_chart_version",
+            self.nvidia_chart_version,
+            NVIDIA_PLUGIN_CHART[1],
+            default("nvidiaDevicePluginVersion"),
+            ARGS,
+        )
+        check_chart_version(
+            "efa_chart_version", self.efa_chart_version, EFA_PLUGIN_CHART[1], default("efaDevicePluginVersion"), ARGS
+        )
+        if self.efa_instance_types and not self.efa_image_repository:
+            raise ConfigError(
+                "efa_image_repository",
+                self.efa_image_repository,
+                "the EFA plugin image's repository in the region's EKS add-on registry (with efa_instance_types)",
+                ARGS,
+            )
 
 
 def nvidia_values() -> dict:
@@ -22,14 +64,16 @@ def nvidia_values() -> dict:
     }
 
 
-def efa_values(pools: Mapping[str, GpuPoolSettings], image_repository: str) -> dict:
-    # The chart schedules only on the instance types in this allow-list (a nodeAffinity on
-    # node.kubernetes.io/instance-type): list exactly our pools' types.
-    types = sorted({p.nodes.instance_type for p in pools.values() if p.efa})
+def efa_values(instance_types: Sequence[str], image_repository: str | None) -> dict:
     return {
         # The region's own EKS add-on registry instead of the chart's us-west-2 default.
         "image": {"repository": image_repository},
-        "supportedInstanceLabels": {"keys": ["node.kubernetes.io/instance-type"], "values": types},
+        # The chart schedules only on the instance types in this allow-list (a nodeAffinity on
+        # node.kubernetes.io/instance-type): list exactly the EFA pools' types.
+        "supportedInstanceLabels": {
+            "keys": ["node.kubernetes.io/instance-type"],
+            "values": sorted(set(instance_types)),
+        },
         "nodeSelector": GPU_NODE_SELECTOR,
         "tolerations": [GPU_TOLERATION],
         "resources": {"requests": EFA_PLUGIN_REQUESTS.as_k8s()},
@@ -39,20 +83,15 @@ def efa_values(pools: Mapping[str, GpuPoolSettings], image_repository: str) -> d
 class DevicePlugins(pulumi.ComponentResource):
     """Both plugins in kube-system (device plugins run there at system-node-critical priority)."""
 
-    def __init__(
-        self,
-        name: str,
-        nvidia: ChartPin,
-        efa: ChartPin,
-        efa_image: str | None,
-        pools: Mapping[str, GpuPoolSettings],
-        opts: pulumi.ResourceOptions,
-    ):
-        super().__init__("ray-llm-eks:device_plugins:DevicePlugins", name, None, opts)
+    TYPE = "ray-llm-eks:device_plugins:DevicePlugins"  # the shipped program's resources keep their URNs
+
+    def __init__(self, name: str, args: DevicePluginsArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(self.TYPE, name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
+        nvidia = ChartPin(*NVIDIA_PLUGIN_CHART, args.nvidia_chart_version)
         self.releases = [helm_release("nvidia-device-plugin", nvidia, "kube-system", nvidia_values(), child)]
-        if any(p.efa for p in pools.values()):
-            self.releases.append(
-                helm_release("aws-efa-k8s-device-plugin", efa, "kube-system", efa_values(pools, efa_image), child)
-            )
+        if args.efa_instance_types:
+            efa = ChartPin(*EFA_PLUGIN_CHART, args.efa_chart_version)
+            values = efa_values(args.efa_instance_types, args.efa_image_repository)
+            self.releases.append(helm_release("aws-efa-k8s-device-plugin", efa, "kube-system", values, child))
         self.register_outputs({})

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import pulumi
 import pulumi_aws as aws
-import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from domain import gcs_ft
@@ -93,14 +92,5 @@ class GcsStore(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["authToken"]),
         )
         self.address = self.store.primary_endpoint_address.apply(gcs_ft.redis_address)
+        self.password = self.token.result  # the head reads it from a Secret (LlmServiceArgs.redis_password)
         self.register_outputs({"address": self.address})
-
-    def auth_secret(self, name: str, namespace: pulumi.Input[str], opts: pulumi.ResourceOptions) -> k8s.core.v1.Secret:
-        """The Kubernetes Secret gcsFaultToleranceOptions.redisPassword refers to (the token, a secret)."""
-        return k8s.core.v1.Secret(
-            name,
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=gcs_ft.REDIS_SECRET, namespace=namespace),
-            type="Opaque",
-            string_data={gcs_ft.REDIS_SECRET_KEY: pulumi.Output.secret(self.token.result)},
-            opts=opts,
-        )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from domain.settings import ChartPin
+from domain.versions import ChartPin
 
 
 def helm_release(

@@ -1,25 +1,50 @@
-"""KubeRayOperator: the KubeRay operator from its Helm chart, in its own namespace, on system nodes."""
+"""KubeRayOperator: the KubeRay operator from its Helm chart, in its own namespace, on system nodes.
 
-from __future__ import annotations
+No `from __future__ import annotations`: the component provider host reads the Args' annotations as types
+(components/llm_service.py says where)."""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.args import fill_defaults
 from components.helm import helm_release
+from domain.config_keys import default
 from domain.facts import KUBERAY_NAMESPACE
+from domain.field_checks import check_chart_version
 from domain.placement import SYSTEM_LABELS
-from domain.settings import ChartPin
 from domain.sizing import OPERATOR_REQUESTS
+from domain.versions import KUBERAY_CHART, ChartPin
 
 NAMESPACE = KUBERAY_NAMESPACE
+ARGS = "KubeRayOperatorArgs"  # names the Args in a bad field's line (domain/errors.py line())
+
+
+@dataclass(frozen=True)
+class KubeRayOperatorArgs:
+    """The operator's chart version and feature gates; it runs in the namespace kuberay-system."""
+
+    chart_version: str | None = default("kuberayVersion")
+    """The kuberay-operator chart's exact version (config key kuberayVersion says why this default)."""
+    feature_gates: Sequence[Mapping[str, Any]] | None = None
+    """The chart's featureGates ({name, enabled} each; domain/gcs_ft.py's for rocksdb); none: the chart's."""
+
+    def __post_init__(self) -> None:
+        fill_defaults(self)
+        check_chart_version("chart_version", self.chart_version, KUBERAY_CHART[1], default("kuberayVersion"), ARGS)
 
 
 class KubeRayOperator(pulumi.ComponentResource):
     """Runs the RayService controller. It must outlive every RayService: v1.7 puts a finalizer on
     them that only the operator removes, so `destroy` would otherwise hang."""
 
-    def __init__(self, name: str, pin: ChartPin, opts: pulumi.ResourceOptions, feature_gates: list[dict] | None = None):
-        super().__init__("ray-llm-eks:kuberay:KubeRayOperator", name, None, opts)
+    TYPE = "ray-llm-eks:kuberay:KubeRayOperator"  # the shipped program's resources keep their URNs
+
+    def __init__(self, name: str, args: KubeRayOperatorArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(self.TYPE, name, None, opts)
         namespace = k8s.core.v1.Namespace(
             NAMESPACE, metadata=k8s.meta.v1.ObjectMetaArgs(name=NAMESPACE), opts=pulumi.ResourceOptions(parent=self)
         )
@@ -27,11 +52,11 @@ class KubeRayOperator(pulumi.ComponentResource):
             "nodeSelector": SYSTEM_LABELS,
             "resources": {"requests": OPERATOR_REQUESTS.as_k8s(), "limits": OPERATOR_REQUESTS.as_k8s()},
         }
-        if feature_gates is not None:  # domain/gcs_ft.py operator_feature_gates (rocksdb's alpha gate)
-            values["featureGates"] = feature_gates
+        if args.feature_gates is not None:  # domain/gcs_ft.py operator_feature_gates (rocksdb's alpha gate)
+            values["featureGates"] = [dict(gate) for gate in args.feature_gates]
         self.release = helm_release(
             "kuberay-operator",
-            pin,
+            ChartPin(*KUBERAY_CHART, args.chart_version),
             namespace.metadata.name,
             values,
             pulumi.ResourceOptions(parent=self),

@@ -1,92 +1,159 @@
 """LlmService: the namespace, the Hugging Face token Secret and the RayService that serves the model
-behind one OpenAI-compatible endpoint."""
+behind one OpenAI-compatible endpoint, on any cluster that runs the KubeRay operator.
 
-from __future__ import annotations
+No `from __future__ import annotations` here: Pulumi's component provider host reads the Args' and the
+component's annotations as types (pulumi/provider/experimental/analyzer.py, inspect.get_annotations)."""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.gcs_store import GcsStore
+from components.args import fill_defaults
 from components.network_policies import NamespaceNetworkPolicies
 from domain import api_keys, gcs_ft, secret_content
-from domain.facts import ENVIRONMENT_ANNOTATION, HEAD_PORTS, KUBERAY_NAMESPACE, SERVE_PORT
-from domain.hardening import HardeningSettings
-from domain.network_policies import network_policies
-from domain.ray_service import (
-    HF_TOKEN_KEY,
-    HF_TOKEN_SECRET,
-    ray_service_spec,
-    replacement_paths,
-    worker_groups_annotation,
-)
-from domain.serve_config import llm_configs_by_role
-from domain.settings import ServingSettings, Settings
+from domain.config_keys import default
+from domain.errors import ConfigError
+from domain.facts import ENVIRONMENT_ANNOTATION, HEAD_PORTS, SERVE_PORT
+from domain.field_checks import check_environment, check_namespace, check_ready_timeout, check_service_name
+from domain.ray_service import HF_TOKEN_KEY, HF_TOKEN_SECRET, replacement_paths, worker_groups_annotation
+
+ARGS = "LlmServiceArgs"  # names the Args in a bad field's line (domain/errors.py line())
 
 
-def ready_annotations(serving: ServingSettings, wait_for_ready: bool) -> dict[str, str]:
+@dataclass(frozen=True)
+class LlmServiceArgs:
+    """What the PD LLM service deploys: a RayService spec (domain.ray_service.ray_service_spec renders one
+    from a stack) and the objects around it in its namespace."""
+
+    ray_service_spec: Mapping[str, Any]
+    """The RayService's spec: serveConfigV2, rayClusterConfig (its workerGroupSpecs), upgradeStrategy."""
+    model_id: str
+    """The served model's id, as clients name it (the serve config's model_loading_config.model_id)."""
+    namespace: str | None = default("namespace")
+    """The RayService's namespace, created by the component (a DNS label, not default, kube-* or the operator's)."""
+    service_name: str | None = default("serviceName")
+    """The RayService's name (a DNS-1035 label of at most 47 characters)."""
+    environment: str | None = default("environment")
+    """The environment annotation the policy pack reads (a RayService without the key check only in dev)."""
+    api_key_check: bool | None = default("apiKeyCheck")
+    """Deploy the key-checking ingress's code and the keys Secret (the spec must run that ingress)."""
+    network_policies: Sequence[Mapping[str, Any]] | None = ()
+    """NetworkPolicy manifests for the namespace (domain.network_policies renders them), before any Ray pod."""
+    wait_for_ready: bool | None = True
+    """Wait until the RayService is Ready; false: return once the object is accepted (CI deploys)."""
+    ready_timeout_seconds: int | None = default("serviceReadyTimeoutSeconds")
+    """How long to wait for Ready (600 to 14400: image pull, weight download, engine start)."""
+    hf_token: pulumi.Input[str] | None = None
+    """The Hugging Face token (a secret), put in the Secret the spec's pods read; none: no Secret."""
+    api_keys: pulumi.Input[str] | None = None
+    """The endpoint's API keys (a secret, comma- or newline-separated) for the key-checking ingress."""
+    redis_address: pulumi.Input[str] | None = None
+    """The GCS fault tolerance store's address (rediss://host:port), in place of the spec's placeholder."""
+    redis_password: pulumi.Input[str] | None = None
+    """That store's AUTH token (a secret): the Secret gcsFaultToleranceOptions.redisPassword refers to."""
+    head_security_group_ids: Sequence[pulumi.Input[str]] | None = ()
+    """Security groups for the Ray head pod (a SecurityGroupPolicy), with the GCS store only."""
+    sealed_secrets: Sequence[str] | None = ()
+    """Secrets (hfToken, apiKeys) an offline plan cannot read (`secure:` values): their content checks wait for
+    `pulumi up`."""
+
+    def __post_init__(self) -> None:
+        fill_defaults(self)
+        check_namespace("namespace", self.namespace, ARGS)
+        check_service_name("service_name", self.service_name, ARGS)
+        check_environment("environment", self.environment, ARGS)
+        check_ready_timeout("ready_timeout_seconds", self.ready_timeout_seconds, ARGS)
+        if not isinstance(self.model_id, str) or not self.model_id:
+            raise ConfigError("model_id", self.model_id, "the served model's id, a non-empty string", ARGS)
+        groups = (
+            self.ray_service_spec.get("rayClusterConfig", {}).get("workerGroupSpecs")
+            if isinstance(self.ray_service_spec, Mapping)
+            else None
+        )
+        if not groups:
+            raise ConfigError(
+                "ray_service_spec",
+                self.ray_service_spec,
+                "a RayService spec with rayClusterConfig.workerGroupSpecs (domain.ray_service.ray_service_spec)",
+                ARGS,
+            )
+        if (self.redis_address is None) != (self.redis_password is None):
+            raise ConfigError(
+                "redis_password" if self.redis_password is None else "redis_address",
+                None,
+                "set together with redis_address / redis_password (the GCS store's address and AUTH token)",
+                ARGS,
+            )
+
+
+def ready_annotations(timeout_seconds: int, wait_for_ready: bool) -> dict[str, str]:
     """What pulumi-kubernetes waits for on the RayService (its await annotations)."""
     if not wait_for_ready:
         return {"pulumi.com/skipAwait": "true"}  # stack setting waitForReady: false (CI deploys)
     return {
         "pulumi.com/waitFor": "condition=Ready",
         # First start: image pull, weight download, engine start (docs/operations.md: what a start costs).
-        "pulumi.com/timeoutSeconds": str(serving.ready_timeout_seconds),
+        "pulumi.com/timeoutSeconds": str(timeout_seconds),
     }
 
 
 class LlmService(pulumi.ComponentResource):
     """Finishes only when the RayService reports Ready, i.e. when the endpoint really serves (unless
-    the stack sets waitForReady: false). The RayService is domain/ray_service.py's spec as built."""
+    wait_for_ready is false). The RayService is the Args' spec as given."""
 
-    def __init__(
-        self,
-        name: str,
-        settings: Settings,
-        hf_token: pulumi.Output[str] | None,
-        keys: pulumi.Output[str] | None,
-        sealed: frozenset[str],
-        opts: pulumi.ResourceOptions,
-        wait_for_ready: bool = True,
-        hardening: HardeningSettings | None = None,
-        operator_namespace: str = KUBERAY_NAMESPACE,
-        gcs_store: GcsStore | None = None,
-        head_security_groups: list[pulumi.Input[str]] | None = None,
-    ):
-        super().__init__("ray-llm-eks:llm_service:LlmService", name, None, opts)
-        serving = settings.serving
+    TYPE = "ray-llm-eks:llm_service:LlmService"  # the shipped program's resources keep their URNs
+
+    base_url: str
+    """The OpenAI-compatible endpoint inside the cluster."""
+    port_forward: str
+    """The kubectl command that forwards the serve port to localhost."""
+    dashboard_port_forward: str
+    """The kubectl command that forwards the Ray dashboard to localhost."""
+    curl_example: str
+    """A curl request to the forwarded endpoint."""
+    openai_example: str
+    """A Python program that calls the forwarded endpoint with the openai client."""
+
+    def __init__(self, name: str, args: LlmServiceArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(self.TYPE, name, None, opts)
+        ns, svc = args.namespace, args.service_name
         child = pulumi.ResourceOptions(parent=self)
         self.namespace = namespace = k8s.core.v1.Namespace(
-            f"{name}-namespace", metadata=k8s.meta.v1.ObjectMetaArgs(name=serving.namespace), opts=child
+            f"{name}-namespace", metadata=k8s.meta.v1.ObjectMetaArgs(name=ns), opts=child
         )
         waits_for = [namespace]
+        sealed = set(args.sealed_secrets)
 
-        def checked(value: pulumi.Output[str], check, key: str) -> pulumi.Output[str]:
+        def checked(value: pulumi.Input[str], check, key: str) -> pulumi.Output[str]:
             """`value` through its content check (domain/secret_content.py), unless sealed: a `secure:` value
             offline, whose check waits for `pulumi up` (the plan's deferred line says so)."""
+            value = pulumi.Output.from_input(value)
             return value if key in sealed else value.apply(check)
 
-        hardening = hardening or HardeningSettings()
-        if hardening.network_policies:  # before any Ray pod exists
+        if args.network_policies:  # before any Ray pod exists
             waits_for.append(
                 NamespaceNetworkPolicies(
                     f"{name}-network-policies",
-                    network_policies(serving.namespace, hardening, operator_namespace, serving.observability),
+                    [dict(doc) for doc in args.network_policies],
                     pulumi.ResourceOptions(parent=self, depends_on=[namespace]),
                 )
             )
-        if hf_token is not None:
+        if args.hf_token is not None:
             waits_for.append(
                 k8s.core.v1.Secret(
                     f"{name}-hf-token",
                     metadata=k8s.meta.v1.ObjectMetaArgs(name=HF_TOKEN_SECRET, namespace=namespace.metadata.name),
                     type="Opaque",
                     string_data={
-                        HF_TOKEN_KEY: pulumi.Output.secret(checked(hf_token, secret_content.hf_token, "hfToken"))
+                        HF_TOKEN_KEY: pulumi.Output.secret(checked(args.hf_token, secret_content.hf_token, "hfToken"))
                     },
                     opts=child,
                 )
             )
-        if settings.hardening.api_key_check:
+        if args.api_key_check:
             # The key-checking ingress (domain/api_keys.py): its code, and the keys as a file.
             waits_for.append(
                 k8s.core.v1.ConfigMap(
@@ -98,9 +165,8 @@ class LlmService(pulumi.ComponentResource):
                     opts=child,
                 )
             )
-            key_file = checked(
-                pulumi.Output.from_input(keys if keys is not None else ""), api_keys.key_file_content, "apiKeys"
-            )
+            keys = args.api_keys if args.api_keys is not None else ""
+            key_file = checked(keys, api_keys.key_file_content, "apiKeys")
             waits_for.append(
                 k8s.core.v1.Secret(
                     f"{name}-api-keys",
@@ -111,10 +177,20 @@ class LlmService(pulumi.ComponentResource):
                 )
             )
 
-        if gcs_store is not None:
+        spec = dict(args.ray_service_spec)  # the store's address is a placeholder until AWS names it
+        deployed_spec: pulumi.Input[dict] = spec
+        if args.redis_address is not None:
             # The AUTH token for the head (gcsFaultToleranceOptions.redisPassword), and the head pod's own
             # security group, the only one the store admits (components/gcs_store.py says why).
-            waits_for.append(gcs_store.auth_secret(f"{name}-gcs-redis-auth", namespace.metadata.name, child))
+            waits_for.append(
+                k8s.core.v1.Secret(
+                    f"{name}-gcs-redis-auth",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(name=gcs_ft.REDIS_SECRET, namespace=namespace.metadata.name),
+                    type="Opaque",
+                    string_data={gcs_ft.REDIS_SECRET_KEY: pulumi.Output.secret(args.redis_password)},
+                    opts=child,
+                )
+            )
             waits_for.append(
                 k8s.apiextensions.CustomResource(
                     f"{name}-head-security-groups",
@@ -123,30 +199,29 @@ class LlmService(pulumi.ComponentResource):
                     metadata=k8s.meta.v1.ObjectMetaArgs(name="ray-head", namespace=namespace.metadata.name),
                     spec={
                         "podSelector": {"matchLabels": dict(gcs_ft.HEAD_SELECTOR)},
-                        "securityGroups": {"groupIds": head_security_groups or []},
+                        "securityGroups": {"groupIds": list(args.head_security_group_ids)},
                     },
                     opts=child,
                 )
             )
-        spec = ray_service_spec(settings)  # the store's address is a placeholder until AWS names it
-        deployed_spec = (
-            gcs_store.address.apply(lambda address: ray_service_spec(settings, address)) if gcs_store else spec
-        )
+            deployed_spec = pulumi.Output.from_input(args.redis_address).apply(
+                lambda address: gcs_ft.with_redis_address(spec, address)
+            )
         # upgradeStrategy None (domain/upgrades.py): KubeRay applies no cluster change to a running cluster,
         # so the program replaces the RayService; NewCluster: KubeRay makes the second cluster itself.
-        replaces = settings.upgrade_strategy == "None"
+        replaces = spec.get("upgradeStrategy", {}).get("type") == "None"
         self.ray_service = k8s.apiextensions.CustomResource(
             f"{name}-rayservice",
             api_version="ray.io/v1",
             kind="RayService",
             metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=serving.service_name,
-                namespace=serving.namespace,
+                name=svc,
+                namespace=ns,
                 annotations={
-                    **ready_annotations(serving, wait_for_ready),
+                    **ready_annotations(args.ready_timeout_seconds, args.wait_for_ready),
                     **worker_groups_annotation(spec),
                     # The policy pack allows a RayService without the key check only in a dev environment.
-                    ENVIRONMENT_ANNOTATION: settings.hardening.environment,
+                    ENVIRONMENT_ANNOTATION: args.environment,
                     # The KubeRay operator writes the whole RayService back when it adds its finalizer
                     # (rayservice_controller.go, r.Update), so it co-owns our fields; our spec wins.
                     "pulumi.com/patchForce": "true",
@@ -163,14 +238,12 @@ class LlmService(pulumi.ComponentResource):
             ),
         )
 
-        ns, svc = serving.namespace, serving.service_name
         self.base_url = f"http://{svc}-serve-svc.{ns}.svc.cluster.local:{SERVE_PORT}/v1"
         self.port_forward = f"kubectl -n {ns} port-forward svc/{svc}-serve-svc {SERVE_PORT}:{SERVE_PORT}"
         self.dashboard_port_forward = (
             f"kubectl -n {ns} port-forward svc/{svc}-head-svc {HEAD_PORTS['dashboard']}:{HEAD_PORTS['dashboard']}"
         )
-        configs = llm_configs_by_role(serving.serve_document, "rendered")
-        model_id = next(iter(configs.values()))["model_loading_config"]["model_id"]
+        model_id = args.model_id
         self.curl_example = (
             f"curl -s http://localhost:{SERVE_PORT}/v1/chat/completions -H 'Content-Type: application/json' "
             '-H "Authorization: Bearer $OPENAI_API_KEY" '

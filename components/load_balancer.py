@@ -16,7 +16,7 @@ from components.pod_identity import ControllerRelease, pod_identity_role, releas
 from domain.facts import SERVE_PORT
 from domain.hardening import HardeningSettings
 from domain.placement import SYSTEM_LABELS
-from domain.settings import ChartPin
+from domain.versions import ChartPin
 
 SERVICE_ACCOUNT = "aws-load-balancer-controller"
 NAMESPACE = "kube-system"

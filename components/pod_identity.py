@@ -13,7 +13,7 @@ import pulumi_kubernetes as k8s
 
 from components.helm import helm_release
 from domain import versions
-from domain.settings import ChartPin
+from domain.versions import ChartPin
 
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 

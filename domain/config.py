@@ -19,6 +19,7 @@ from domain import (
     api_keys,
     aws_facts,
     config_keys,
+    field_checks,
     gcs_ft,
     known_issues,
     model_fit,
@@ -35,7 +36,7 @@ from domain import (
 )
 from domain.aws_facts import BotocoreFacts
 from domain.errors import UNSET, ConfigError, kind_text, mapping_of, unknown_field, yaml_text
-from domain.facts import EXACT_CHART_VERSION, GPU_ROLES, KUBERAY_NAMESPACE
+from domain.facts import GPU_ROLES
 from domain.hardening import load_hardening, switched_off
 from domain.observability import ObservabilitySettings
 from domain.routing import route_roles
@@ -402,11 +403,7 @@ def _gpu_pools(raw: _Raw, network: NetworkSettings, version: str, facts: Botocor
 def _chart(raw: _Raw, key: str, source: tuple[str, str]) -> ChartPin:
     """A chart from its (repository, name) in domain/versions.py, at the stack's version (its default
     is the table's)."""
-    version = raw.text(key)
-    if not re.fullmatch(EXACT_CHART_VERSION, version):
-        raise ConfigError(
-            key, version, f"an exact version of the {source[1]} chart, such as {config_keys.default(key)}"
-        )
+    version = field_checks.check_chart_version(key, raw.text(key), source[1], config_keys.default(key))
     return ChartPin(source[0], source[1], version)
 
 
@@ -514,19 +511,9 @@ def _serving(
         sorted({_s3_uri(f"serveConfig {role} model_source", u) for role, u in sources.items() if "://" in u})
     )
 
-    service_name = raw.text("serviceName")
-    # KubeRay derives <name>-head-svc / <name>-serve-svc from it; 47 keeps them valid DNS labels.
-    if not re.fullmatch(r"[a-z]([-a-z0-9]{0,45}[a-z0-9])?", service_name):
-        raise ConfigError("serviceName", service_name, "a DNS-1035 label of at most 47 characters")
-    namespace = raw.text("namespace")
-    taken = ("default", KUBERAY_NAMESPACE)  # exist already / belong to the operator: we create ours
-    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace) or namespace.startswith("kube-"):
-        raise ConfigError("namespace", namespace, "a DNS-1123 label (not kube-*)")
-    if namespace in taken:
-        raise ConfigError("namespace", namespace, f"a namespace of its own, not one of {yaml_text(taken)}")
-    timeout = raw.integer("serviceReadyTimeoutSeconds")
-    if not 600 <= timeout <= 14400:
-        raise ConfigError("serviceReadyTimeoutSeconds", timeout, "600 to 14400 (image pull + weights + engine start)")
+    service_name = field_checks.check_service_name("serviceName", raw.text("serviceName"))
+    namespace = field_checks.check_namespace("namespace", raw.text("namespace"))
+    timeout = field_checks.check_ready_timeout("serviceReadyTimeoutSeconds", raw.integer("serviceReadyTimeoutSeconds"))
     efa_registry = facts.eks_addon_registry(region)
     if efa_registry is None and any(p.efa for p in pools.values()):
         raise ConfigError(

@@ -102,6 +102,13 @@ def options(ft: GcsFt, redis_address: str = ADDRESS_PLACEHOLDER) -> dict | None:
     return None
 
 
+def with_redis_address(spec: dict, address: str) -> dict:
+    """A RayService spec rendered with ADDRESS_PLACEHOLDER, with the store's `address` in its place."""
+    cluster = spec["rayClusterConfig"]
+    options = {**cluster["gcsFaultToleranceOptions"], "redisAddress": address}
+    return {**spec, "rayClusterConfig": {**cluster, "gcsFaultToleranceOptions": options}}
+
+
 def redis_address(endpoint: str) -> str:
     """ElastiCache's primary endpoint -> Ray's address: `rediss://` turns on TLS (Ray 2.58 services.py)."""
     return f"rediss://{endpoint}:{REDIS_PORT}"

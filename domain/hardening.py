@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from domain.config_keys import declared, default
 from domain.errors import UNSET, ConfigError, yaml_text
-from domain.facts import DEV_ENVIRONMENTS, ENVIRONMENTS, PROJECT
+from domain.facts import DEV_ENVIRONMENTS, PROJECT
+from domain.field_checks import check_environment
 
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
@@ -46,9 +47,7 @@ def load_hardening(
     """Check the switches; outside a dev-like environment the public API endpoint must be limited to
     networks the stack lists (and the machine running `pulumi up` must be inside them). `text`,
     `structured_list` and `flag` read a key as the stack sets it, or its default."""
-    environment = text("environment")
-    if environment not in ENVIRONMENTS:
-        raise ConfigError("environment", environment, f"one of {yaml_text(ENVIRONMENTS)}")
+    environment = check_environment("environment", text("environment"))
     if environment not in DEV_ENVIRONMENTS:
         if not public_cidrs_set:
             raise ConfigError(

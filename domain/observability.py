@@ -28,7 +28,7 @@ from domain.placement import GPU_NODE_SELECTOR, GPU_TOLERATION, SYSTEM_LABELS
 from domain.sizing import Resources
 
 if TYPE_CHECKING:
-    from domain.settings import ChartPin
+    from domain.versions import ChartPin
 
 MODES = ("embedded", "amp", "external", "none")
 IN_CLUSTER_STACK = ("embedded", "amp")  # modes that install kube-prometheus-stack themselves

@@ -117,6 +117,11 @@ def the_application(doc: dict, where: str) -> dict:
     return app
 
 
+def served_model_id(doc: dict, where: str) -> str:
+    """The model's id as clients name it: every role serves the same model (the serve-config rules check it)."""
+    return next(iter(llm_configs_by_role(doc, where).values()))["model_loading_config"]["model_id"]
+
+
 def llm_configs_by_role(doc: dict, where: str) -> dict[str, dict]:
     """The LLM configs of the application, keyed by the pool role each one runs on."""
     app = the_application(doc, where)

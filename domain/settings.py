@@ -18,6 +18,7 @@ from domain.observability import ObservabilitySettings
 from domain.prices import NO_PRICE_OVERRIDES, PriceOverrides
 from domain.slo import Slo
 from domain.slo import default as slo_default
+from domain.versions import ChartPin
 
 NAT_MODES = ("single", "perAz")
 
@@ -86,13 +87,6 @@ class GpuPoolSettings:
     def efa(self) -> bool:
         """PD pools move the KV cache over EFA; the collocated baseline does not need it."""
         return self.app_role in PD_ROLES
-
-
-@dataclass(frozen=True)
-class ChartPin:
-    repo: str
-    chart: str
-    version: str
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,15 @@ KUBERNETES_VERSIONS: dict[str, date | None] = {
 NEW_CLUSTER_MIN_SUPPORT_DAYS = 30
 
 
+@dataclass(frozen=True)
+class ChartPin:
+    """A Helm chart at an exact version (the stack's, or a component Args' own)."""
+
+    repo: str
+    chart: str
+    version: str
+
+
 # Helm charts: (repository, chart); each version is a stack key (kuberayVersion, ...) whose default,
 # and why it is that version, is in domain/data/config_keys.yaml.
 KUBERAY_CHART = ("https://ray-project.github.io/kuberay-helm/", "kuberay-operator")

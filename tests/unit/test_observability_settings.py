@@ -16,8 +16,8 @@ from adapters.stackfile import ROOT
 from domain import config_keys, observability, versions
 from domain.errors import ConfigError
 from domain.observability import ObservabilitySettings, load_observability
-from domain.settings import ChartPin
 from domain.sizing import Resources
+from domain.versions import ChartPin
 
 SCHEMAS = ROOT / "offline" / "schemas"
 STACK_CHART = ChartPin(*versions.KUBE_PROMETHEUS_STACK_CHART, config_keys.default("kubePrometheusStackVersion"))

@@ -1,0 +1,75 @@
+"""The components other Pulumi programs consume through `pulumi package add` (PulumiPlugin.yaml), from
+Pulumi YAML, TypeScript, Go, .NET or Java: the PD LLM service on a cluster that already has the KubeRay
+operator, the operator, and the device plugins; each takes plain inputs (its Args), so a YAML program can
+give them. The component provider host (Pulumi SDK 3.272, pulumi/provider/experimental) hosts every
+ComponentResource class this module defines and infers the schema from their Args (schema.json holds it).
+
+Left out: Network, Cluster and GpuNodePool take the stack's composite settings and other components'
+objects, GcsStore hands an AUTH token to LlmService in-process, ExistingCluster checks a kubeconfig the
+caller already turned into a provider. A consumer of those uses the Python package.
+
+The provider constructs a component with its inputs as a dict keyed by the Args' field names
+(pulumi/provider/experimental/component.py, map_inputs); each class here turns it into the Args, which
+checks it, and registers under `ray-llm-eks:index:<Name>`, the one module the host serves (its
+validate_resource_type). The shipped program's components keep their own type tokens."""
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pulumi
+from pulumi.provider.experimental.component import ComponentProvider
+
+from components import device_plugins, kuberay, llm_service
+from components.device_plugins import DevicePluginsArgs
+from components.kuberay import KubeRayOperatorArgs
+from components.llm_service import LlmServiceArgs
+
+PACKAGE = "ray-llm-eks"  # pyproject.toml [project] name; pulumi.run.plugin hosts this module by it
+VERSION = "0.1.0"  # pyproject.toml [project] version
+SCHEMA_FILE = "schema.json"  # beside this file: the schema the host infers, checked in
+
+
+def _args(kind: type, given: Any) -> Any:
+    return given if isinstance(given, kind) else kind(**dict(given))
+
+
+class LlmService(llm_service.LlmService):
+    """The PD LLM service (a RayService, its namespace, Secrets and NetworkPolicies) on a cluster that runs
+    the KubeRay operator."""
+
+    TYPE = f"{PACKAGE}:index:LlmService"
+
+    def __init__(self, name: str, args: LlmServiceArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(name, _args(LlmServiceArgs, args), opts)
+
+
+class KubeRayOperator(kuberay.KubeRayOperator):
+    """The KubeRay operator from its Helm chart, in kuberay-system."""
+
+    TYPE = f"{PACKAGE}:index:KubeRayOperator"
+
+    def __init__(self, name: str, args: KubeRayOperatorArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(name, _args(KubeRayOperatorArgs, args), opts)
+
+
+class DevicePlugins(device_plugins.DevicePlugins):
+    """The NVIDIA and AWS EFA device plugins, on GPU nodes."""
+
+    TYPE = f"{PACKAGE}:index:DevicePlugins"
+
+    def __init__(self, name: str, args: DevicePluginsArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(name, _args(DevicePluginsArgs, args), opts)
+
+
+HOSTED = (LlmService, KubeRayOperator, DevicePlugins)
+
+
+def schema() -> Mapping[str, Any]:
+    """The package schema as the component provider host infers it (the same call it makes at start)."""
+    return json.loads(ComponentProvider(list(HOSTED), PACKAGE, None, VERSION).schema)
+
+
+def schema_text() -> str:
+    """schema.json's text (`make docs` writes it)."""
+    return json.dumps(schema(), indent=2, sort_keys=True) + "\n"

@@ -1,0 +1,69 @@
+"""The stack's settings as the components' Args: the one place that reads the composite Settings for
+them (domain/settings.py), so every component takes only its own typed Args."""
+
+from __future__ import annotations
+
+import pulumi
+
+from components.device_plugins import DevicePluginsArgs
+from components.gcs_store import GcsStore
+from components.kuberay import KubeRayOperatorArgs
+from components.llm_service import LlmServiceArgs
+from domain import gcs_ft
+from domain.deploy_mode import DeployMode
+from domain.hardening import HardeningSettings
+from domain.network_policies import network_policies
+from domain.ray_service import ray_service_spec
+from domain.serve_config import served_model_id
+from domain.settings import Settings
+
+
+def llm_service_args(
+    settings: Settings,
+    mode: DeployMode,
+    hardening: HardeningSettings,
+    hf_token: pulumi.Output[str] | None,
+    api_keys: pulumi.Output[str] | None,
+    store: GcsStore | None,
+    head_security_groups: list[pulumi.Input[str]],
+    sealed: frozenset[str] = frozenset(),
+) -> LlmServiceArgs:
+    """`hardening`: the stack's, as this deploy mode applies it (no internal endpoint on an existing cluster)."""
+    serving = settings.serving
+    return LlmServiceArgs(
+        ray_service_spec=ray_service_spec(settings),  # the store's address is a placeholder until AWS names it
+        model_id=served_model_id(serving.serve_document, "rendered"),
+        namespace=serving.namespace,
+        service_name=serving.service_name,
+        environment=settings.hardening.environment,
+        api_key_check=settings.hardening.api_key_check,
+        network_policies=(
+            network_policies(serving.namespace, hardening, mode.operator_namespace, serving.observability)
+            if hardening.network_policies
+            else ()
+        ),
+        wait_for_ready=mode.wait_for_ready,
+        ready_timeout_seconds=serving.ready_timeout_seconds,
+        hf_token=hf_token,
+        api_keys=api_keys,
+        redis_address=store.address if store else None,
+        redis_password=store.password if store else None,
+        head_security_group_ids=head_security_groups if store else (),
+        sealed_secrets=sorted(key for key in ("hfToken", "apiKeys") if key in sealed),
+    )
+
+
+def kuberay_args(settings: Settings) -> KubeRayOperatorArgs:
+    return KubeRayOperatorArgs(
+        chart_version=settings.serving.kuberay.version, feature_gates=gcs_ft.operator_feature_gates(settings.gcs_ft)
+    )
+
+
+def device_plugins_args(settings: Settings) -> DevicePluginsArgs:
+    serving = settings.serving
+    return DevicePluginsArgs(
+        nvidia_chart_version=serving.nvidia_plugin.version,
+        efa_chart_version=serving.efa_plugin.version,
+        efa_instance_types=sorted({p.nodes.instance_type for p in settings.gpu_pools.values() if p.efa}),
+        efa_image_repository=serving.efa_plugin_image,
+    )

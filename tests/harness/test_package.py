@@ -1,0 +1,179 @@
+"""The components as an installable package (pyproject.toml [project]): a wheel built from the files git
+tracks, installed apart from the checkout, renders a stack's RayService and builds the components' Args
+from its own files alone (domain/data, serve_configs, serve_ingress found beside its modules); and the
+Pulumi component package (PulumiPlugin.yaml, ray_llm_eks/): its schema as Pulumi's host infers it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import jsonschema
+
+from adapters import stack
+from adapters.environment import CACHE_ENV, cache_dir
+from adapters.stackfile import ROOT, load_stack, project_schema
+from domain import api_keys
+from tests.conftest import copy_project
+
+# Run in the installed copy: the dev stack's values in, its Args (and where their modules came from) out.
+PROBE = """
+import json, sys
+from adapters import stack
+from adapters.stackfile import StackConfig
+from domain import api_keys
+import components.llm_service, ray_llm_eks, stack_args
+from importlib.resources import files
+
+given = json.loads(sys.stdin.read())
+config = StackConfig(given["project"], given["stack"], given["values"], frozenset())
+settings = stack.load_settings(config)
+args = stack_args.llm_service_args(settings, stack.load_deploy_mode(config), settings.hardening, None, None, None, [])
+print(json.dumps({
+    "module": components.llm_service.__file__,
+    "path": sys.path,
+    "spec": args.ray_service_spec,
+    "model_id": args.model_id,
+    "ingress": sorted(api_keys.ingress_sources()),
+    "schema": ray_llm_eks.schema() == json.loads(files("ray_llm_eks").joinpath("schema.json").read_text()),
+}))
+"""
+
+
+def _args(config) -> dict:
+    import stack_args
+
+    settings = stack.load_settings(config)
+    built = stack_args.llm_service_args(
+        settings, stack.load_deploy_mode(config), settings.hardening, None, None, None, []
+    )
+    return asdict(built)
+
+
+def test_a_wheel_installed_apart_from_the_checkout_builds_the_same_args(tmp_path: Path):
+    """About 10 s, most of it pip's isolated build environment (setuptools and wheel from the index)."""
+    source, wheels, target = tmp_path / "source", tmp_path / "wheels", tmp_path / "site"
+    copy_project(ROOT, source)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(source)], check=True, cwd=tmp_path)
+    (wheel,) = wheels.glob("ray_llm_eks-*.whl")
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True, cwd=tmp_path)
+
+    config = load_stack("dev")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env |= {"PYTHONPATH": str(target), CACHE_ENV: str(cache_dir())}  # botocore's facts: the cache already made
+    given = json.dumps({"project": config.project, "stack": config.stack, "values": config.values})
+    ran = subprocess.run(
+        [sys.executable, "-c", PROBE], input=given, capture_output=True, text=True, cwd=tmp_path, env=env
+    )
+    assert ran.returncode == 0, ran.stderr
+    installed = json.loads(ran.stdout)
+
+    assert Path(installed["module"]).is_relative_to(target)
+    assert not any((tmp_path / p).resolve() == ROOT for p in installed["path"])  # "" is its cwd
+    here = _args(config)
+    assert installed["spec"] == json.loads(json.dumps(here["ray_service_spec"]))
+    assert installed["model_id"] == here["model_id"]
+    assert installed["ingress"] == sorted(api_keys.ingress_sources())
+    assert installed["schema"]  # the component package's schema ships with it, and matches its Args
+
+
+def test_the_checked_in_schema_is_the_one_the_component_provider_host_infers():
+    """Pulumi's own inference (the call the host makes at start), offline: an Args field changed without
+    schema.json (`make docs` writes it) fails here, as a consumer's `pulumi package add` would see it."""
+    import ray_llm_eks
+
+    checked_in = json.loads((Path(ray_llm_eks.__file__).parent / ray_llm_eks.SCHEMA_FILE).read_text())
+    assert ray_llm_eks.schema() == checked_in, "ray_llm_eks/schema.json is stale: `make docs` writes it"
+    # What a YAML program relies on: plain inputs it may leave out, and the two it must give.
+    service = checked_in["resources"]["ray-llm-eks:index:LlmService"]
+    assert service["requiredInputs"] == ["modelId", "rayServiceSpec"]
+    assert service["inputProperties"]["hfToken"].get("plain") is None  # an Output (a secret) may be given
+
+
+def test_a_hosted_component_gets_its_inputs_as_a_dict_and_checks_them_like_the_stack_keys():
+    """The host passes the Args' fields as a dict (component.py map_inputs); a bad one is the stack's line."""
+    import pytest
+
+    import ray_llm_eks
+    from domain.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        ray_llm_eks.LlmService("llm", {"ray_service_spec": {}, "model_id": "m", "namespace": "default"})
+    taken = "a namespace of its own, not one of [default, kuberay-system]"
+    assert str(refused.value) == f"LlmServiceArgs: invalid config namespace = default: {taken}"
+
+
+def _refusal(make) -> str:
+    import pytest
+
+    from domain.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        make()
+    return str(refused.value)
+
+
+def test_each_args_refuses_a_bad_field_with_the_stack_keys_line():
+    """One line each, the rule the stack key of the same value has (domain/field_checks.py)."""
+    from components.device_plugins import DevicePluginsArgs
+    from components.kuberay import KubeRayOperatorArgs
+    from components.llm_service import LlmServiceArgs
+
+    spec = {"rayClusterConfig": {"workerGroupSpecs": [{"groupName": "prefill"}]}}
+    assert _refusal(lambda: KubeRayOperatorArgs(chart_version="latest")) == (
+        "KubeRayOperatorArgs: invalid config chart_version = latest: an exact version of the kuberay-operator chart,"
+        " such as 1.7.0"
+    )
+    assert _refusal(lambda: DevicePluginsArgs(efa_instance_types=["p5.48xlarge"])).startswith(
+        "DevicePluginsArgs: invalid config efa_image_repository = null: "
+    )
+    assert _refusal(lambda: LlmServiceArgs(spec, "m", service_name="Llm")) == (
+        "LlmServiceArgs: invalid config service_name = Llm: a DNS-1035 label of at most 47 characters"
+    )
+    assert _refusal(lambda: LlmServiceArgs(spec, "m", ready_timeout_seconds=60)).endswith(
+        "ready_timeout_seconds = 60: 600 to 14400 (image pull + weights + engine start)"
+    )
+    assert _refusal(lambda: LlmServiceArgs({}, "m")).startswith("LlmServiceArgs: invalid config ray_service_spec = {}")
+    assert _refusal(lambda: LlmServiceArgs(spec, "m", redis_address="rediss://x:6379")).startswith(
+        "LlmServiceArgs: invalid config redis_password = null"
+    )
+    # None reads as the default (a YAML program leaves the field out); the defaults are the stack keys'.
+    assert LlmServiceArgs(spec, "m", namespace=None).namespace == "llm"
+
+
+SCHEMA_TYPES = {"string": str, "boolean": bool, "integer": int, "number": (int, float), "object": dict, "array": list}
+
+
+def test_the_yaml_example_uses_the_schema_s_components_inputs_and_outputs():
+    """examples/pd-service-yaml against ray_llm_eks/schema.json: each resource a hosted component, each
+    property an input of it (of its type where written literally), every required input given, each
+    output one the component has. Running it needs Pulumi YAML's language host, which this checkout does
+    not build."""
+    import re
+
+    import yaml
+
+    import ray_llm_eks
+
+    program = yaml.safe_load((ROOT / "examples" / "pd-service-yaml" / "Pulumi.yaml").read_text())
+    schema = json.loads((Path(ray_llm_eks.__file__).parent / ray_llm_eks.SCHEMA_FILE).read_text())
+    jsonschema.validate(program, project_schema())  # a project the CLI takes (offline/schemas)
+    assert program["packages"] == {ray_llm_eks.PACKAGE: "../.."}  # the checkout, PulumiPlugin.yaml at its root
+    components = {}
+    for name, resource in program["resources"].items():
+        component = schema["resources"][resource["type"]]
+        components[name] = component
+        given = resource.get("properties", {})
+        assert set(given) <= set(component["inputProperties"]), name
+        assert set(component.get("requiredInputs", [])) <= set(given), name
+        for key, value in given.items():
+            if not (isinstance(value, str) and value.startswith("${")):
+                assert isinstance(value, SCHEMA_TYPES[component["inputProperties"][key]["type"]]), key
+    for value in program["outputs"].values():
+        resource, output = re.fullmatch(r"\$\{(\w+)\.(\w+)\}", value).groups()
+        assert output in components[resource]["properties"], value
