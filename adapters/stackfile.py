@@ -15,7 +15,7 @@ from pathlib import Path
 import jsonschema
 
 from domain import config_keys, yaml_files
-from domain.errors import NOT_SHOWN, UNSET, ConfigError, did_you_mean, yaml_text
+from domain.errors import NOT_SHOWN, PROJECT, UNSET, ConfigError, did_you_mean, yaml_text
 from domain.facts import SECRET_MARKER
 
 SECRET_TEXT = SECRET_MARKER  # what a secret value reads as anywhere outside Pulumi
@@ -187,7 +187,7 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
             config.pop(key, None)
         else:
             config[key] = value
-    if not config:
+    if not config and name == PROJECT:  # this program needs aws:region; another project may need nothing
         what = "is empty" if not doc else "has no config"
         raise StackFileError(
             f"{path.name} {what}: it needs a `config:` mapping with at least aws:region (start from a shipped "

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.harness.test_first_hour import NS, edit_stack, plan_fails, project  # noqa: F401 (a fixture)
+from tests.harness.test_first_hour import NS, edit_stack, plan_fails
 
 TP = "tensor-parallel.yaml"
 
@@ -20,7 +20,7 @@ def edit_tp(root: Path, **engine_kwargs) -> None:
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
-def test_tp_3_for_64_heads_is_one_line_on_either_4_gpu_type(project, capsys):  # noqa: F811
+def test_tp_3_for_64_heads_is_one_line_on_either_4_gpu_type(project, capsys):
     edit_tp(project, tensor_parallel_size=3)
     err = plan_fails(project, capsys, "tp")
     assert "invalid config collocated engine_kwargs.tensor_parallel_size = 3:" in err
@@ -57,6 +57,6 @@ _OWN = {
         ),
     ],
 )
-def test_a_users_model_on_tensor_parallel_needs_heads_that_divide(project, capsys, spec, expected):  # noqa: F811
+def test_a_users_model_on_tensor_parallel_needs_heads_that_divide(project, capsys, spec, expected):
     edit_stack(project, "tp", **{NS + "modelId": "me/model", NS + "modelSpec": spec})
     assert expected in plan_fails(project, capsys, "tp")
