@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from adapters import stack as stack_adapter  # noqa: E402
 from adapters.kube_client import KubeClient  # noqa: E402
+from components import llm_service  # noqa: E402
 from domain import api_keys, cluster_checks, gcs_ft, observability  # noqa: E402
 from domain.facts import POOL_NODE_LABEL  # noqa: E402
 from domain.ray_service import ray_service_spec, served_document  # noqa: E402
@@ -143,17 +144,21 @@ class Stack:
     def _program(self) -> None:
         if self.ready_timeout is not None:
             # Test-only: a timeout shorter than the stack minimum (600 s), so the timeout path runs in seconds.
-            real = stack_adapter.load_settings
+            # LlmServiceArgs hold the same minimum: their check lets this one value through too.
+            real, real_check = stack_adapter.load_settings, llm_service.check_ready_timeout
 
             def shorter(config):
                 s = real(config)
                 return replace(s, serving=replace(s.serving, ready_timeout_seconds=self.ready_timeout))
 
-            stack_adapter.load_settings = shorter
+            def allow_short(key, value, file=None):
+                return value if value == self.ready_timeout else real_check(key, value, file)
+
+            stack_adapter.load_settings, llm_service.check_ready_timeout = shorter, allow_short
             try:
                 runpy.run_path(str(REPO / "__main__.py"), run_name="__main__")
             finally:
-                stack_adapter.load_settings = real
+                stack_adapter.load_settings, llm_service.check_ready_timeout = real, real_check
         else:
             runpy.run_path(str(REPO / "__main__.py"), run_name="__main__")
 

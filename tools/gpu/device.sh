@@ -11,7 +11,8 @@
 #
 # RUNS: rehearsal arguments, one run per line, run one after the other (default: the dev stack's PD app with
 # random weights of the real model at the L4's budget, compile and CUDA graphs on, then a bench).
-# WAIT: seconds this call may wait (default 540: a call may run 600).
+# WAIT: seconds this call may wait (default 540: a call may run 600). The machine goes back 30 s after a call
+# returns unless another comes, and the detached run with it: send the next `poll` as soon as one returns.
 set -u
 mode="${1:-}"
 T0=$(date +%s)
