@@ -71,12 +71,19 @@ def sweep(
     return points
 
 
+class EndpointError(RuntimeError):
+    """The endpoint could not be asked what it serves (not running, wrong URL, wrong key): one line."""
+
+
 def first_model(url: str, api_key: str | None) -> str:
     async def listed() -> str:
         async with core.client(url, api_key) as api:
-            models = await asyncio.wait_for(api.models.list(), core.DEFAULT_DEADLINE)
+            try:
+                models = await asyncio.wait_for(api.models.list(), core.DEFAULT_DEADLINE)
+            except Exception as exc:  # connection refused, HTTP 401/404, a deadline: said in one line
+                raise EndpointError(f"list models at {core.api_base(url)}: {core._error_text(exc)}") from exc
         if not models.data:
-            raise RuntimeError("the endpoint lists no model")
+            raise EndpointError("the endpoint lists no model")
         return models.data[0].id
 
     return asyncio.run(listed())
@@ -243,9 +250,10 @@ def main_bench(args: argparse.Namespace) -> int:
         verify.VerifyError,
         aiperf.AiperfFailed,
         MetricsError,
+        EndpointError,
     ) as exc:
         print(f"bench FAILED: {exc}", file=sys.stderr)
-        return 1 if isinstance(exc, (aiperf.AiperfFailed, MetricsError)) else 2
+        return 1 if isinstance(exc, (aiperf.AiperfFailed, MetricsError, EndpointError)) else 2
     print(domain_bench.text_table(domain_bench.point_rows(result)))
     print()
     print(domain_bench.text_table(domain_bench.verdict_rows([result])))

@@ -342,3 +342,13 @@ def test_every_openai_client_is_closed_inside_its_event_loop():
         if re.search(r"\bcore\.client\(|\bAsyncOpenAI\(", line) and not re.search(r"\basync with core\.client\(", line)
     ]
     assert opened == []
+
+
+def test_bench_without_an_endpoint_is_one_line(tmp_path, capsys):
+    """Nothing listens: the bench says so in one line before it starts AIPerf, and exits 1."""
+    from adapters.ports import free_port
+
+    assert main(["bench", f"http://127.0.0.1:{free_port()}", "--out", str(tmp_path / "b")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bench FAILED: list models at http://127.0.0.1:"), err
+    assert "Connection error" in err[0] and "Traceback" not in err[0]
