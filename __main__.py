@@ -81,7 +81,7 @@ if mode.existing_cluster:
     deferred += target.deferred
     provider, nodes = target.provider, []
 else:
-    network = Network("net", settings.network, settings.region)
+    network = Network("net", stack_args.network_args(settings))
     cluster = Cluster(
         "eks",
         settings.cluster,

@@ -1,14 +1,60 @@
-"""Network: the VPC, one public and one private subnet per AZ, NAT, routes and the tags EKS uses."""
+"""Network: the VPC, one public and one private subnet per AZ, NAT, routes and the tags EKS uses.
 
-from __future__ import annotations
+No `from __future__ import annotations`: the component provider host reads the Args' annotations as types
+(components/llm_service.py says where)."""
 
 import ipaddress
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
 
 from adapters import botocore_facts
-from domain.settings import NetworkSettings
+from components.args import fill_defaults
+from domain.config_keys import default
+from domain.field_checks import (
+    check_availability_zones,
+    check_cluster_name,
+    check_gpu_availability_zone,
+    check_nat_gateways,
+    check_vpc_cidr,
+)
+
+ARGS = "NetworkArgs"  # names the Args in a bad field's line (domain/errors.py line())
+
+
+@dataclass(frozen=True)
+class NetworkArgs:
+    """The VPC's layout: one public and one private subnet per zone; GPU nodes only in the GPU zone's."""
+
+    cluster_name: str
+    """The EKS cluster's name: the subnets carry its kubernetes.io/cluster/<name> tag (config key clusterName)."""
+    region: str
+    """The AWS region: the zones' prefix and the S3 gateway endpoint's service name."""
+    availability_zones: Sequence[str] | None = None
+    """2 or 3 zones of the region (config key availabilityZones); none: <region>a and <region>b."""
+    gpu_availability_zone: str | None = None
+    """The zone of every EFA node, one of availability_zones (config key gpuAvailabilityZone); none: the first."""
+    vpc_cidr: str | None = default("vpcCidr")
+    """The VPC's private (RFC 1918) /16 to /20 block, not on 172.17.0.0/16 (config key vpcCidr)."""
+    nat_gateways: str | None = default("natGateways")
+    """single (one NAT, in the GPU zone) or perAz (one per zone) (config key natGateways)."""
+
+    def __post_init__(self) -> None:
+        fill_defaults(self)
+        check_cluster_name("cluster_name", self.cluster_name, ARGS)
+        zones = self.availability_zones
+        if zones is None:
+            zones = [f"{self.region}a", f"{self.region}b"]
+        object.__setattr__(
+            self, "availability_zones", check_availability_zones("availability_zones", zones, self.region, ARGS)
+        )
+        if self.gpu_availability_zone is None:
+            object.__setattr__(self, "gpu_availability_zone", self.availability_zones[0])
+        check_gpu_availability_zone("gpu_availability_zone", self.gpu_availability_zone, self.availability_zones, ARGS)
+        object.__setattr__(self, "vpc_cidr", check_vpc_cidr("vpc_cidr", self.vpc_cidr, ARGS))
+        check_nat_gateways("nat_gateways", self.nat_gateways, ARGS)
 
 
 def subnet_cidrs(vpc_cidr: str, zones: int) -> tuple[list[str], list[str]]:
@@ -25,17 +71,20 @@ class Network(pulumi.ComponentResource):
     """VPC for the cluster. `gpu_subnet_id` is the one private subnet every EFA node goes in:
     EFA (OS-bypass) traffic cannot leave its subnet."""
 
-    def __init__(self, name: str, settings: NetworkSettings, region: str, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("ray-llm-eks:network:Network", name, None, opts)
+    TYPE = "ray-llm-eks:network:Network"  # the shipped program's resources keep their URNs
+
+    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(self.TYPE, name, None, opts)
+        region = args.region
         child = pulumi.ResourceOptions(parent=self)
-        cluster_tag = {f"kubernetes.io/cluster/{settings.cluster_name}": "shared"}
+        cluster_tag = {f"kubernetes.io/cluster/{args.cluster_name}": "shared"}
 
         self.vpc = aws.ec2.Vpc(
             f"{name}-vpc",
-            cidr_block=settings.vpc_cidr,
+            cidr_block=args.vpc_cidr,
             enable_dns_hostnames=True,  # EKS private endpoint and nodes need both
             enable_dns_support=True,
-            tags={"Name": f"{settings.cluster_name}-vpc"},
+            tags={"Name": f"{args.cluster_name}-vpc"},
             opts=child,
         )
         igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=self.vpc.id, opts=child)
@@ -46,22 +95,20 @@ class Network(pulumi.ComponentResource):
             opts=child,
         )
 
-        private_cidrs, public_cidrs = subnet_cidrs(settings.vpc_cidr, len(settings.availability_zones))
+        private_cidrs, public_cidrs = subnet_cidrs(args.vpc_cidr, len(args.availability_zones))
         # The single NAT sits in the GPU AZ: model and image downloads then stay in one AZ.
-        nat_zones = (
-            list(settings.availability_zones) if settings.nat_gateways == "perAz" else [settings.gpu_availability_zone]
-        )
+        nat_zones = list(args.availability_zones) if args.nat_gateways == "perAz" else [args.gpu_availability_zone]
         self.private_subnets: dict[str, aws.ec2.Subnet] = {}
         self.public_subnets: dict[str, aws.ec2.Subnet] = {}
         nats: dict[str, aws.ec2.NatGateway] = {}
-        for az, public_cidr in zip(settings.availability_zones, public_cidrs, strict=True):
+        for az, public_cidr in zip(args.availability_zones, public_cidrs, strict=True):
             public = aws.ec2.Subnet(
                 f"{name}-public-{az}",
                 vpc_id=self.vpc.id,
                 cidr_block=public_cidr,
                 availability_zone=az,
                 map_public_ip_on_launch=False,
-                tags={**cluster_tag, "kubernetes.io/role/elb": "1", "Name": f"{settings.cluster_name}-public-{az}"},
+                tags={**cluster_tag, "kubernetes.io/role/elb": "1", "Name": f"{args.cluster_name}-public-{az}"},
                 opts=child,
             )
             aws.ec2.RouteTableAssociation(
@@ -78,8 +125,8 @@ class Network(pulumi.ComponentResource):
                 )
 
         private_rts = []
-        for az, private_cidr in zip(settings.availability_zones, private_cidrs, strict=True):
-            nat = nats.get(az) or nats[settings.gpu_availability_zone]
+        for az, private_cidr in zip(args.availability_zones, private_cidrs, strict=True):
+            nat = nats.get(az) or nats[args.gpu_availability_zone]
             private_rt = aws.ec2.RouteTable(
                 f"{name}-private-{az}",
                 vpc_id=self.vpc.id,
@@ -95,7 +142,7 @@ class Network(pulumi.ComponentResource):
                 tags={
                     **cluster_tag,
                     "kubernetes.io/role/internal-elb": "1",
-                    "Name": f"{settings.cluster_name}-private-{az}",
+                    "Name": f"{args.cluster_name}-private-{az}",
                 },
                 opts=child,
             )
@@ -118,8 +165,8 @@ class Network(pulumi.ComponentResource):
             opts=child,
         )
 
-        self.gpu_availability_zone = settings.gpu_availability_zone
-        self.gpu_subnet_id = self.private_subnets[settings.gpu_availability_zone].id
+        self.gpu_availability_zone = args.gpu_availability_zone
+        self.gpu_subnet_id = self.private_subnets[args.gpu_availability_zone].id
         self.private_subnet_ids = [s.id for s in self.private_subnets.values()]
         self.public_subnet_ids = [s.id for s in self.public_subnets.values()]
         self.register_outputs(

@@ -41,7 +41,6 @@ from domain.hardening import load_hardening, switched_off
 from domain.observability import ObservabilitySettings
 from domain.routing import route_roles
 from domain.settings import (
-    NAT_MODES,
     AmiPin,
     ChartPin,
     ClusterSettings,
@@ -203,52 +202,19 @@ def _node_pool(key: str, raw: Any, default_disk: int, facts: BotocoreFacts) -> N
     return pool
 
 
-def _cidr(key: str, value: str) -> ipaddress.IPv4Network:
-    try:
-        return ipaddress.IPv4Network(value, strict=True)
-    except ValueError as err:
-        raise ConfigError(key, value, f"an IPv4 CIDR block such as 10.0.0.0/16 ({err})") from None
-
-
-_PRIVATE_RANGES = [ipaddress.IPv4Network(c) for c in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")]
-# Docker's default bridge; AWS warns a VPC on it breaks pods that talk to it (EKS user guide, VPC reqs).
-_DOCKER_BRIDGE = ipaddress.IPv4Network("172.17.0.0/16")
-
-
-def _private_cidr(key: str, value: str, prefix_range: tuple[int, int]) -> ipaddress.IPv4Network:
-    net = _cidr(key, value)
-    lo, hi = prefix_range
-    if not any(net.subnet_of(r) for r in _PRIVATE_RANGES) or not lo <= net.prefixlen <= hi:
-        raise ConfigError(key, value, f"a private (RFC 1918) block with prefix /{lo} to /{hi}")
-    return net
-
-
 # ---------------------------------------------------------------------------------------------
 # The settings, key by key
 
 
 def _network(raw: _Raw, region: str, cluster_name: str) -> NetworkSettings:
-    # /16../20: each AZ's private subnet is a quarter of the VPC; VPC CNI gives every pod a VPC IP.
-    vpc = _private_cidr("vpcCidr", raw.text("vpcCidr"), (16, 20))
-    if vpc.overlaps(_DOCKER_BRIDGE):
-        raise ConfigError("vpcCidr", str(vpc), f"a block that does not overlap {_DOCKER_BRIDGE} (Docker bridge)")
-
+    vpc = field_checks.check_vpc_cidr("vpcCidr", raw.text("vpcCidr"))
     azs = raw.structured("availabilityZones", list, [f"{region}a", f"{region}b"])
-    az_pattern = re.compile(rf"^{re.escape(region)}[a-z]$")
-    for az in azs:
-        if not isinstance(az, str) or not az_pattern.match(az):
-            raise ConfigError("availabilityZones", azs, f"zones of region {region}, such as {region}a")
-    if len(set(azs)) != len(azs) or not 2 <= len(azs) <= 3:
-        raise ConfigError("availabilityZones", azs, "2 or 3 distinct zones (the EKS control plane needs two)")
-
-    gpu_az = raw.text("gpuAvailabilityZone", azs[0])
-    if gpu_az not in azs:
-        raise ConfigError("gpuAvailabilityZone", gpu_az, f"one of availabilityZones {yaml_text(azs)}")
-
-    nat = raw.text("natGateways")
-    if nat not in NAT_MODES:
-        raise ConfigError("natGateways", nat, f"one of {yaml_text(NAT_MODES)}")
-    return NetworkSettings(cluster_name, str(vpc), tuple(azs), gpu_az, nat)
+    zones = field_checks.check_availability_zones("availabilityZones", azs, region)
+    gpu_az = field_checks.check_gpu_availability_zone(
+        "gpuAvailabilityZone", raw.text("gpuAvailabilityZone", azs[0]), zones
+    )
+    nat = field_checks.check_nat_gateways("natGateways", raw.text("natGateways"))
+    return NetworkSettings(cluster_name, vpc, zones, gpu_az, nat)
 
 
 def _kubernetes_version(raw: _Raw) -> str:
@@ -294,10 +260,10 @@ def _cluster(
     for cidr in public_cidrs:
         if not isinstance(cidr, str):
             raise ConfigError("endpointPublicAccessCidrs", cidr, "CIDR strings")
-        _cidr("endpointPublicAccessCidrs", cidr)
+        field_checks.cidr("endpointPublicAccessCidrs", cidr)
 
     # EKS: service range must be private, /12 to /24, and must not overlap the VPC.
-    service = _private_cidr("serviceCidr", raw.text("serviceCidr"), (12, 24))
+    service = field_checks.private_cidr("serviceCidr", raw.text("serviceCidr"), (12, 24))
     if service.overlaps(ipaddress.IPv4Network(vpc_cidr)):
         raise ConfigError("serviceCidr", str(service), f"a block that does not overlap vpcCidr {vpc_cidr}")
 
@@ -566,10 +532,7 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
             f"(the node role's trust policy); {region} is in {facts.region_partition(region)}",
         )
 
-    name = raw.text("clusterName", f"ray-llm-{stack}")
-    # EKS: 1-100 chars, letter first, then letters, digits, hyphens, underscores.
-    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,99}", name):
-        raise ConfigError("clusterName", name, "1-100 letters, digits, '-' or '_', starting with a letter")
+    name = field_checks.check_cluster_name("clusterName", raw.text("clusterName", f"ray-llm-{stack}"))
 
     network = _network(raw, region, name)
     obs = observability.load_observability(

@@ -15,6 +15,7 @@ SECRET_MARKER = "[secret]"
 ENVIRONMENTS = ("dev", "staging", "production")
 DEV_ENVIRONMENTS = ("dev",)  # the only ones whose public API endpoint may stay open to the internet
 ENVIRONMENT_TAG = f"{PROJECT}:environment"  # on the EKS cluster: the policy pack reads it there
+NAT_MODES = ("single", "perAz")  # the `natGateways` setting: one NAT in the GPU zone, or one per zone
 ENVIRONMENT_ANNOTATION = f"{PROJECT}/environment"  # on the RayService: the pack reads it there
 
 # Serve roles: what an LLM config of the serve application runs. PD apps have prefill and decode,

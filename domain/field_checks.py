@@ -1,13 +1,16 @@
 """The checks a stack key and a component's Args field share (one rule, one line, either way in): the
-Kubernetes names, bounds and choices the service's objects need. `key` is the stack key or the Args field;
-`file` names the Args type where the value came from a component's caller (domain/errors.py line())."""
+Kubernetes names, bounds and choices the service's objects need, the cluster's name and the VPC's layout.
+`key` is the stack key or the Args field; `file` names the Args type where the value came from a component's
+caller (domain/errors.py line())."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
+from collections.abc import Sequence
 
 from domain.errors import ConfigError, yaml_text
-from domain.facts import ENVIRONMENTS, EXACT_CHART_VERSION, KUBERAY_NAMESPACE
+from domain.facts import ENVIRONMENTS, EXACT_CHART_VERSION, KUBERAY_NAMESPACE, NAT_MODES
 
 # Exist already / belong to the operator: the service creates its own.
 TAKEN_NAMESPACES = ("default", KUBERAY_NAMESPACE)
@@ -47,4 +50,63 @@ def check_chart_version(key: str, version: str, chart: str, example: str, file: 
 def check_environment(key: str, value: str, file: str | None = None) -> str:
     if value not in ENVIRONMENTS:
         raise ConfigError(key, value, f"one of {yaml_text(ENVIRONMENTS)}", file)
+    return value
+
+
+def check_cluster_name(key: str, value: str, file: str | None = None) -> str:
+    # EKS: 1-100 chars, letter first, then letters, digits, hyphens, underscores.
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,99}", value):
+        raise ConfigError(key, value, "1-100 letters, digits, '-' or '_', starting with a letter", file)
+    return value
+
+
+def cidr(key: str, value: str, file: str | None = None) -> ipaddress.IPv4Network:
+    try:
+        return ipaddress.IPv4Network(value, strict=True)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(key, value, f"an IPv4 CIDR block such as 10.0.0.0/16 ({err})", file) from None
+
+
+_PRIVATE_RANGES = [ipaddress.IPv4Network(c) for c in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")]
+# Docker's default bridge; AWS warns a VPC on it breaks pods that talk to it (EKS user guide, VPC reqs).
+_DOCKER_BRIDGE = ipaddress.IPv4Network("172.17.0.0/16")
+
+
+def private_cidr(key: str, value: str, prefix_range: tuple[int, int], file: str | None = None) -> ipaddress.IPv4Network:
+    net = cidr(key, value, file)
+    lo, hi = prefix_range
+    if not any(net.subnet_of(r) for r in _PRIVATE_RANGES) or not lo <= net.prefixlen <= hi:
+        raise ConfigError(key, value, f"a private (RFC 1918) block with prefix /{lo} to /{hi}", file)
+    return net
+
+
+def check_vpc_cidr(key: str, value: str, file: str | None = None) -> str:
+    # /16../20: each AZ's private subnet is a quarter of the VPC; VPC CNI gives every pod a VPC IP.
+    vpc = private_cidr(key, value, (16, 20), file)
+    if vpc.overlaps(_DOCKER_BRIDGE):
+        raise ConfigError(key, str(vpc), f"a block that does not overlap {_DOCKER_BRIDGE} (Docker bridge)", file)
+    return str(vpc)
+
+
+def check_availability_zones(key: str, zones: Sequence[str], region: str, file: str | None = None) -> tuple[str, ...]:
+    az_pattern = re.compile(rf"^{re.escape(region)}[a-z]$")
+    if isinstance(zones, str) or not isinstance(zones, Sequence):
+        raise ConfigError(key, zones, f"zones of region {region}, such as {region}a", file)
+    for az in zones:
+        if not isinstance(az, str) or not az_pattern.match(az):
+            raise ConfigError(key, list(zones), f"zones of region {region}, such as {region}a", file)
+    if len(set(zones)) != len(zones) or not 2 <= len(zones) <= 3:
+        raise ConfigError(key, list(zones), "2 or 3 distinct zones (the EKS control plane needs two)", file)
+    return tuple(zones)
+
+
+def check_gpu_availability_zone(key: str, value: str, zones: Sequence[str], file: str | None = None) -> str:
+    if value not in zones:
+        raise ConfigError(key, value, f"one of availabilityZones {yaml_text(list(zones))}", file)
+    return value
+
+
+def check_nat_gateways(key: str, value: str, file: str | None = None) -> str:
+    if value not in NAT_MODES:
+        raise ConfigError(key, value, f"one of {yaml_text(NAT_MODES)}", file)
     return value

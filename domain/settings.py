@@ -20,8 +20,6 @@ from domain.slo import Slo
 from domain.slo import default as slo_default
 from domain.versions import ChartPin
 
-NAT_MODES = ("single", "perAz")
-
 
 @dataclass(frozen=True)
 class NodePoolSettings:

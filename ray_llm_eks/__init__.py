@@ -4,7 +4,8 @@ operator, the operator, and the device plugins; each takes plain inputs (its Arg
 give them. The component provider host (Pulumi SDK 3.272, pulumi/provider/experimental) hosts every
 ComponentResource class this module defines and infers the schema from their Args (schema.json holds it).
 
-Left out: Network, Cluster and GpuNodePool take the stack's composite settings and other components'
+Left out: Network's inputs are plain (NetworkArgs), but what it gives, the subnets by zone, are objects
+Cluster and GpuNodePool read in-process; those two take the stack's composite settings and other components'
 objects, GcsStore hands an AUTH token to LlmService in-process, ExistingCluster checks a kubeconfig the
 caller already turned into a provider. A consumer of those uses the Python package.
 

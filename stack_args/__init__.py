@@ -9,6 +9,7 @@ from components.device_plugins import DevicePluginsArgs
 from components.gcs_store import GcsStore
 from components.kuberay import KubeRayOperatorArgs
 from components.llm_service import LlmServiceArgs
+from components.network import NetworkArgs
 from domain import gcs_ft
 from domain.deploy_mode import DeployMode
 from domain.hardening import HardeningSettings
@@ -66,4 +67,16 @@ def device_plugins_args(settings: Settings) -> DevicePluginsArgs:
         efa_chart_version=serving.efa_plugin.version,
         efa_instance_types=sorted({p.nodes.instance_type for p in settings.gpu_pools.values() if p.efa}),
         efa_image_repository=serving.efa_plugin_image,
+    )
+
+
+def network_args(settings: Settings) -> NetworkArgs:
+    network = settings.network
+    return NetworkArgs(
+        cluster_name=network.cluster_name,
+        region=settings.region,
+        availability_zones=network.availability_zones,
+        gpu_availability_zone=network.gpu_availability_zone,
+        vpc_cidr=network.vpc_cidr,
+        nat_gateways=network.nat_gateways,
     )

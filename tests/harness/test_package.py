@@ -177,3 +177,35 @@ def test_the_yaml_example_uses_the_schema_s_components_inputs_and_outputs():
     for value in program["outputs"].values():
         resource, output = re.fullmatch(r"\$\{(\w+)\.(\w+)\}", value).groups()
         assert output in components[resource]["properties"], value
+
+
+def test_network_args_refuse_a_bad_layout_with_the_stack_keys_line():
+    """The VPC's checks are the stack keys' (domain/field_checks.py); the zones default from the region."""
+    from components.network import NetworkArgs
+
+    assert _refusal(lambda: NetworkArgs("ray-llm", "us-east-1", vpc_cidr="172.17.0.0/16")) == (
+        "NetworkArgs: invalid config vpc_cidr = 172.17.0.0/16: a block that does not overlap 172.17.0.0/16"
+        " (Docker bridge)"
+    )
+    assert _refusal(lambda: NetworkArgs("ray-llm", "us-east-1", vpc_cidr="8.8.0.0/16")).endswith(
+        "vpc_cidr = 8.8.0.0/16: a private (RFC 1918) block with prefix /16 to /20"
+    )
+    assert _refusal(lambda: NetworkArgs("ray-llm", "us-east-1", ["us-west-2a", "us-west-2b"])).endswith(
+        "availability_zones = [us-west-2a, us-west-2b]: zones of region us-east-1, such as us-east-1a"
+    )
+    assert _refusal(lambda: NetworkArgs("ray-llm", "us-east-1", ["us-east-1a"])).endswith(
+        "2 or 3 distinct zones (the EKS control plane needs two)"
+    )
+    assert _refusal(lambda: NetworkArgs("ray-llm", "us-east-1", gpu_availability_zone="us-east-1c")) == (
+        "NetworkArgs: invalid config gpu_availability_zone = us-east-1c: one of availabilityZones"
+        " [us-east-1a, us-east-1b]"
+    )
+    assert _refusal(lambda: NetworkArgs("ray-llm", "us-east-1", nat_gateways="none")).endswith(
+        "nat_gateways = none: one of [single, perAz]"
+    )
+    assert _refusal(lambda: NetworkArgs("1st", "us-east-1")).startswith(
+        "NetworkArgs: invalid config cluster_name = 1st"
+    )
+    network = NetworkArgs("ray-llm", "us-east-1", vpc_cidr=None)
+    assert (network.availability_zones, network.gpu_availability_zone) == (("us-east-1a", "us-east-1b"), "us-east-1a")
+    assert (network.vpc_cidr, network.nat_gateways) == ("10.0.0.0/16", "single")
