@@ -115,15 +115,7 @@ if autoscaled or hardening.internal_endpoint or obs.in_cluster_stack or rocksdb_
     )
 if autoscaled:
     installed.append(
-        ClusterAutoscaler(
-            "cluster-autoscaler",
-            serving.cluster_autoscaler,
-            settings.cluster.name,
-            settings.region,
-            settings.cluster.kubernetes_version,
-            agent,
-            on_system_nodes,
-        )
+        ClusterAutoscaler("cluster-autoscaler", stack_args.cluster_autoscaler_args(settings), agent, on_system_nodes)
     )
 if hardening.internal_endpoint:
     controller = LoadBalancerController(

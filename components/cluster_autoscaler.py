@@ -1,21 +1,48 @@
 """ClusterAutoscaler: grows a GPU pool when worker pods stay Pending and shrinks it when a node has
-run nothing for a while, on the system node, with AWS access through EKS Pod Identity."""
+run nothing for a while, on the system node, with AWS access through EKS Pod Identity.
 
-from __future__ import annotations
+No `from __future__ import annotations`: the component provider host reads the Args' annotations as types
+(components/llm_service.py says where)."""
 
 import json
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
 
+from components.args import fill_defaults
 from components.pod_identity import ControllerRelease, pod_identity_role, release_with_role
+from domain.config_keys import default
+from domain.field_checks import check_chart_version, check_cluster_name, check_kubernetes_version
 from domain.placement import SYSTEM_LABELS
 from domain.sizing import CLUSTER_AUTOSCALER_REQUESTS
-from domain.versions import CLUSTER_AUTOSCALER_IMAGE_TAGS, ChartPin
+from domain.versions import CLUSTER_AUTOSCALER_CHART, CLUSTER_AUTOSCALER_IMAGE_TAGS, ChartPin
 
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "cluster-autoscaler"
+ARGS = "ClusterAutoscalerArgs"  # names the Args in a bad field's line (domain/errors.py line())
 # The trust principal of EKS Pod Identity; it needs both actions (EKS user guide, pod-id-role).
+
+
+@dataclass(frozen=True)
+class ClusterAutoscalerArgs:
+    """The autoscaler's chart and the cluster it scales; its image follows the cluster's Kubernetes version."""
+
+    cluster_name: str
+    """The EKS cluster's name: the node groups' ASGs it discovers and resizes carry its tag (config key clusterName)."""
+    region: str
+    """The cluster's AWS region."""
+    kubernetes_version: str | None = default("kubernetesVersion")
+    """The cluster's EKS version (config key kubernetesVersion): the autoscaler image of the same minor."""
+    chart_version: str | None = default("clusterAutoscalerVersion")
+    """The cluster-autoscaler chart's exact version (config key clusterAutoscalerVersion)."""
+
+    def __post_init__(self) -> None:
+        fill_defaults(self)
+        check_cluster_name("cluster_name", self.cluster_name, ARGS)
+        check_kubernetes_version("kubernetes_version", self.kubernetes_version, ARGS)
+        chart = CLUSTER_AUTOSCALER_CHART[1]
+        check_chart_version("chart_version", self.chart_version, chart, default("clusterAutoscalerVersion"), ARGS)
 
 
 def autoscaler_policy(cluster_name: str) -> str:
@@ -88,17 +115,13 @@ class ClusterAutoscaler(pulumi.ComponentResource):
     """Installed only when a pool's minSize and maxSize differ. Its IAM role reaches the pod through
     an EKS Pod Identity association (the agent is an EKS add-on), not through node credentials."""
 
-    def __init__(
-        self,
-        name: str,
-        pin: ChartPin,
-        cluster_name: str,
-        region: str,
-        kubernetes_version: str,
-        agent: pulumi.Resource,
-        opts: pulumi.ResourceOptions,
-    ):
-        super().__init__("ray-llm-eks:cluster_autoscaler:ClusterAutoscaler", name, None, opts)
+    TYPE = "ray-llm-eks:cluster_autoscaler:ClusterAutoscaler"  # the shipped program's resources keep their URNs
+
+    def __init__(self, name: str, args: ClusterAutoscalerArgs, agent: pulumi.Resource, opts: pulumi.ResourceOptions):
+        """`agent`: the cluster's EKS Pod Identity agent (components/pod_identity.py), the role's way to the pod."""
+        super().__init__(self.TYPE, name, None, opts)
+        cluster_name = args.cluster_name
+        pin = ChartPin(*CLUSTER_AUTOSCALER_CHART, args.chart_version)
         child = pulumi.ResourceOptions(parent=self)
         role = pod_identity_role(f"{name}-role", self)
         policy = aws.iam.RolePolicy(f"{name}-policy", role=role.id, policy=autoscaler_policy(cluster_name), opts=child)
@@ -107,7 +130,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             ControllerRelease(
                 "cluster-autoscaler",
                 pin,
-                chart_values(cluster_name, region, kubernetes_version),
+                chart_values(cluster_name, args.region, args.kubernetes_version),
                 (NAMESPACE, SERVICE_ACCOUNT),
             ),
             cluster_name,

@@ -50,7 +50,6 @@ from domain.settings import (
     ServingSettings,
     Settings,
 )
-from domain.versions import KUBERNETES_VERSIONS
 
 # ---------------------------------------------------------------------------------------------
 # Reading raw values
@@ -220,10 +219,7 @@ def _network(raw: _Raw, region: str, cluster_name: str) -> NetworkSettings:
 def _kubernetes_version(raw: _Raw) -> str:
     """A version EKS offers; whether its standard support has ended is a deploy-time check
     (preflight.check_kubernetes_support), since it depends on whether the cluster exists already."""
-    version = raw.text("kubernetesVersion")
-    if version not in KUBERNETES_VERSIONS:
-        raise ConfigError("kubernetesVersion", version, f"one of {yaml_text(sorted(KUBERNETES_VERSIONS))}")
-    return version
+    return field_checks.check_kubernetes_version("kubernetesVersion", raw.text("kubernetesVersion"))
 
 
 # arn:<partition>:iam::<account>:role/<path/name> or user/...; EKS access entries take IAM roles and

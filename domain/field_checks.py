@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from domain.errors import ConfigError, yaml_text
 from domain.facts import ENVIRONMENTS, EXACT_CHART_VERSION, KUBERAY_NAMESPACE, NAT_MODES
+from domain.versions import KUBERNETES_VERSIONS
 
 # Exist already / belong to the operator: the service creates its own.
 TAKEN_NAMESPACES = ("default", KUBERAY_NAMESPACE)
@@ -57,6 +58,12 @@ def check_cluster_name(key: str, value: str, file: str | None = None) -> str:
     # EKS: 1-100 chars, letter first, then letters, digits, hyphens, underscores.
     if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,99}", value):
         raise ConfigError(key, value, "1-100 letters, digits, '-' or '_', starting with a letter", file)
+    return value
+
+
+def check_kubernetes_version(key: str, value: str, file: str | None = None) -> str:
+    if value not in KUBERNETES_VERSIONS:
+        raise ConfigError(key, value, f"one of {yaml_text(sorted(KUBERNETES_VERSIONS))}", file)
     return value
 
 

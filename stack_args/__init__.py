@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pulumi
 
+from components.cluster_autoscaler import ClusterAutoscalerArgs
 from components.device_plugins import DevicePluginsArgs
 from components.gcs_store import GcsStore
 from components.kuberay import KubeRayOperatorArgs
@@ -79,4 +80,13 @@ def network_args(settings: Settings) -> NetworkArgs:
         gpu_availability_zone=network.gpu_availability_zone,
         vpc_cidr=network.vpc_cidr,
         nat_gateways=network.nat_gateways,
+    )
+
+
+def cluster_autoscaler_args(settings: Settings) -> ClusterAutoscalerArgs:
+    return ClusterAutoscalerArgs(
+        cluster_name=settings.cluster.name,
+        region=settings.region,
+        kubernetes_version=settings.cluster.kubernetes_version,
+        chart_version=settings.serving.cluster_autoscaler.version,
     )

@@ -209,3 +209,19 @@ def test_network_args_refuse_a_bad_layout_with_the_stack_keys_line():
     network = NetworkArgs("ray-llm", "us-east-1", vpc_cidr=None)
     assert (network.availability_zones, network.gpu_availability_zone) == (("us-east-1a", "us-east-1b"), "us-east-1a")
     assert (network.vpc_cidr, network.nat_gateways) == ("10.0.0.0/16", "single")
+
+
+def test_cluster_autoscaler_args_refuse_a_bad_field_with_the_stack_keys_line():
+    from components.cluster_autoscaler import ClusterAutoscalerArgs
+
+    assert _refusal(lambda: ClusterAutoscalerArgs("ray-llm", "us-east-1", kubernetes_version="1.29")) == (
+        "ClusterAutoscalerArgs: invalid config kubernetes_version = '1.29': one of ['1.34', '1.35', '1.36']"
+    )
+    assert _refusal(lambda: ClusterAutoscalerArgs("ray-llm", "us-east-1", chart_version="latest")).endswith(
+        "chart_version = latest: an exact version of the cluster-autoscaler chart, such as 9.59.0"
+    )
+    assert _refusal(lambda: ClusterAutoscalerArgs("ray_llm!", "us-east-1")).startswith(
+        "ClusterAutoscalerArgs: invalid config cluster_name = ray_llm!"
+    )
+    scaler = ClusterAutoscalerArgs("ray-llm", "us-east-1", kubernetes_version=None)
+    assert (scaler.kubernetes_version, scaler.chart_version) == ("1.35", "9.59.0")
