@@ -15,7 +15,7 @@ from components.gcs_store import GcsStore
 from components.gpu_nodes import GpuNodePool
 from components.kuberay import KubeRayOperator
 from components.llm_service import LlmService
-from components.load_balancer import InternalEndpoint, LoadBalancerController, internal_nlb_service
+from components.load_balancer import InternalEndpoint, LoadBalancerController
 from components.network import Network
 from components.observability import EbsCsiDriver, MonitoringStack, ServiceMonitoring
 from components.pod_identity import PodIdentityAgent
@@ -194,7 +194,7 @@ if hardening.internal_endpoint:
     # After the RayService, before it on destroy; the controller outlives the NLB it removes.
     endpoint = InternalEndpoint(
         "internal-endpoint",
-        internal_nlb_service(serving.namespace, serving.service_name, hardening),
+        stack_args.internal_endpoint_args(settings, hardening),
         pulumi.ResourceOptions(providers=[provider], depends_on=[service, controller]),
     )
     pulumi.export("internalEndpointUrl", endpoint.url)

@@ -1,20 +1,25 @@
 """The internal endpoint: the AWS Load Balancer Controller (Helm, IAM through EKS Pod Identity) and
 an internal Network Load Balancer Service in front of the Ray serve port. Both stay in the graph, so
 `destroy` deletes the Service (the controller, still running, removes the NLB) before the
-controller, the cluster and the VPC."""
+controller, the cluster and the VPC.
 
-from __future__ import annotations
+No `from __future__ import annotations`: the component provider host reads the Args' annotations as types
+(components/llm_service.py says where)."""
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from adapters import botocore_facts
+from components.args import fill_defaults
 from components.pod_identity import ControllerRelease, pod_identity_role, release_with_role
+from domain.config_keys import default
 from domain.facts import SERVE_PORT
-from domain.hardening import HardeningSettings
+from domain.field_checks import check_endpoint_source_ranges, check_namespace, check_service_name
 from domain.placement import SYSTEM_LABELS
 from domain.versions import ChartPin
 
@@ -114,12 +119,34 @@ class LoadBalancerController(pulumi.ComponentResource):
         self.register_outputs({"roleArn": self.role.arn})
 
 
-def internal_nlb_service(namespace: str, service_name: str, hardening: HardeningSettings) -> dict:
+ARGS = "InternalEndpointArgs"  # names the Args in a bad field's line (domain/errors.py line())
+
+
+@dataclass(frozen=True)
+class InternalEndpointArgs:
+    """The internal NLB Service in front of a RayService's serve port, and who may reach it."""
+
+    source_ranges: Sequence[str]
+    """The CIDR blocks that may reach the load balancer, never 0.0.0.0/0 (config key endpointSourceRanges)."""
+    namespace: str | None = default("namespace")
+    """The RayService's namespace, where the Service goes (config key namespace)."""
+    service_name: str | None = default("serviceName")
+    """The RayService's name: the Service is <service_name>-internal-endpoint (config key serviceName)."""
+
+    def __post_init__(self) -> None:
+        fill_defaults(self)
+        ranges = check_endpoint_source_ranges("source_ranges", self.source_ranges, ARGS)
+        object.__setattr__(self, "source_ranges", ranges)
+        check_namespace("namespace", self.namespace, ARGS)
+        check_service_name("service_name", self.service_name, ARGS)
+
+
+def internal_nlb_service(args: InternalEndpointArgs) -> dict:
     """The Service manifest: internal NLB, IP targets (the pods' VPC addresses), source ranges."""
     return {
         "metadata": {
-            "name": f"{service_name}-internal-endpoint",
-            "namespace": namespace,
+            "name": f"{args.service_name}-internal-endpoint",
+            "namespace": args.namespace,
             "annotations": {
                 "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
                 "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
@@ -128,7 +155,7 @@ def internal_nlb_service(namespace: str, service_name: str, hardening: Hardening
         "spec": {
             "type": "LoadBalancer",
             "loadBalancerClass": "service.k8s.aws/nlb",  # handled by the controller, not the in-tree one
-            "loadBalancerSourceRanges": list(hardening.endpoint_source_ranges),
+            "loadBalancerSourceRanges": list(args.source_ranges),
             "selector": SERVE_POD_SELECTOR,
             "ports": [{"name": "serve", "port": SERVE_PORT, "targetPort": SERVE_PORT, "protocol": "TCP"}],
         },
@@ -138,8 +165,11 @@ def internal_nlb_service(namespace: str, service_name: str, hardening: Hardening
 class InternalEndpoint(pulumi.ComponentResource):
     """The NLB Service; `url` is its OpenAI base URL once AWS has named the load balancer."""
 
-    def __init__(self, name: str, manifest: dict, opts: pulumi.ResourceOptions):
-        super().__init__("ray-llm-eks:load_balancer:InternalEndpoint", name, None, opts)
+    TYPE = "ray-llm-eks:load_balancer:InternalEndpoint"  # the shipped program's resources keep their URNs
+
+    def __init__(self, name: str, args: InternalEndpointArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(self.TYPE, name, None, opts)
+        manifest = internal_nlb_service(args)
         self.service = k8s.core.v1.Service(
             name, metadata=manifest["metadata"], spec=manifest["spec"], opts=pulumi.ResourceOptions(parent=self)
         )

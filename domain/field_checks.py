@@ -117,3 +117,16 @@ def check_nat_gateways(key: str, value: str, file: str | None = None) -> str:
     if value not in NAT_MODES:
         raise ConfigError(key, value, f"one of {yaml_text(NAT_MODES)}", file)
     return value
+
+
+def check_endpoint_source_ranges(key: str, ranges: Sequence[str], file: str | None = None) -> tuple[str, ...]:
+    if isinstance(ranges, str) or not isinstance(ranges, Sequence) or not ranges:
+        raise ConfigError(key, ranges, "at least one CIDR (who may call the internal endpoint)", file)
+    for block in ranges:
+        try:
+            network = ipaddress.ip_network(str(block), strict=True)
+        except ValueError:
+            raise ConfigError(key, block, "CIDR blocks such as 10.0.0.0/16", file) from None
+        if network.prefixlen == 0:
+            raise ConfigError(key, block, "a network narrower than the whole internet", file)
+    return tuple(ranges)

@@ -5,7 +5,6 @@ under other names)."""
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ from dataclasses import dataclass
 from domain.config_keys import declared, default
 from domain.errors import UNSET, ConfigError, yaml_text
 from domain.facts import DEV_ENVIRONMENTS, PROJECT
-from domain.field_checks import check_environment
+from domain.field_checks import check_endpoint_source_ranges, check_environment
 
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
@@ -70,15 +69,7 @@ def load_hardening(
             raise ConfigError("serveClientNamespaces", namespace, "Kubernetes namespace names (DNS-1123 labels)")
     ranges = structured_list("endpointSourceRanges")
     ranges = [vpc_cidr] if ranges is None else ranges  # internal NLB: the VPC (and what is peered to it)
-    if not ranges:
-        raise ConfigError("endpointSourceRanges", ranges, "at least one CIDR (who may call the internal endpoint)")
-    for cidr in ranges:
-        try:
-            network = ipaddress.ip_network(str(cidr), strict=True)
-        except ValueError:
-            raise ConfigError("endpointSourceRanges", cidr, "CIDR blocks such as 10.0.0.0/16") from None
-        if network.prefixlen == 0:
-            raise ConfigError("endpointSourceRanges", cidr, "a network narrower than the whole internet")
+    ranges = check_endpoint_source_ranges("endpointSourceRanges", ranges)
     api_key_check = flag("apiKeyCheck")
     if not api_key_check and environment not in DEV_ENVIRONMENTS:
         raise ConfigError(
@@ -92,7 +83,7 @@ def load_hardening(
         flag("networkPolicies"),
         tuple(namespaces),
         internal_endpoint=flag("internalEndpoint"),
-        endpoint_source_ranges=tuple(ranges),
+        endpoint_source_ranges=ranges,
         endpoint_vpc_cidr=vpc_cidr,
         require_ebs_encryption=flag("requireEbsEncryption"),
         api_key_check=api_key_check,

@@ -10,6 +10,7 @@ from components.device_plugins import DevicePluginsArgs
 from components.gcs_store import GcsStore
 from components.kuberay import KubeRayOperatorArgs
 from components.llm_service import LlmServiceArgs
+from components.load_balancer import InternalEndpointArgs
 from components.network import NetworkArgs
 from domain import gcs_ft
 from domain.deploy_mode import DeployMode
@@ -89,4 +90,13 @@ def cluster_autoscaler_args(settings: Settings) -> ClusterAutoscalerArgs:
         region=settings.region,
         kubernetes_version=settings.cluster.kubernetes_version,
         chart_version=settings.serving.cluster_autoscaler.version,
+    )
+
+
+def internal_endpoint_args(settings: Settings, hardening: HardeningSettings) -> InternalEndpointArgs:
+    """`hardening`: the stack's, as this deploy mode applies it."""
+    return InternalEndpointArgs(
+        source_ranges=hardening.endpoint_source_ranges,
+        namespace=settings.serving.namespace,
+        service_name=settings.serving.service_name,
     )

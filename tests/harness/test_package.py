@@ -225,3 +225,20 @@ def test_cluster_autoscaler_args_refuse_a_bad_field_with_the_stack_keys_line():
     )
     scaler = ClusterAutoscalerArgs("ray-llm", "us-east-1", kubernetes_version=None)
     assert (scaler.kubernetes_version, scaler.chart_version) == ("1.35", "9.59.0")
+
+
+def test_internal_endpoint_args_refuse_a_bad_field_with_the_stack_keys_line():
+    from components.load_balancer import InternalEndpointArgs
+
+    assert _refusal(lambda: InternalEndpointArgs(["0.0.0.0/0"])) == (
+        "InternalEndpointArgs: invalid config source_ranges = 0.0.0.0/0: a network narrower than the whole internet"
+    )
+    assert _refusal(lambda: InternalEndpointArgs(["10.0.0.1/16"])).endswith(
+        "source_ranges = 10.0.0.1/16: CIDR blocks such as 10.0.0.0/16"
+    )
+    assert _refusal(lambda: InternalEndpointArgs([])).endswith("at least one CIDR (who may call the internal endpoint)")
+    assert _refusal(lambda: InternalEndpointArgs(["10.0.0.0/16"], namespace="kube-system")).startswith(
+        "InternalEndpointArgs: invalid config namespace = kube-system"
+    )
+    endpoint = InternalEndpointArgs(["10.0.0.0/16"], service_name=None)
+    assert (endpoint.source_ranges, endpoint.namespace, endpoint.service_name) == (("10.0.0.0/16",), "llm", "llm")
