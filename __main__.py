@@ -91,8 +91,7 @@ else:
         pod_security_groups=settings.gcs_ft.redis,
     )
     if settings.gcs_ft.redis:  # the head's GCS fault tolerance store (domain/gcs_ft.py)
-        ft = settings.gcs_ft
-        store = GcsStore("gcs-store", ft, settings.cluster.name, network.vpc.id, network.private_subnet_ids)
+        store = GcsStore("gcs-store", stack_args.gcs_store_args(settings, network))
     pools = {name: GpuNodePool(name, pool, cluster, network) for name, pool in settings.gpu_pools.items()}
     provider, nodes = cluster.provider, [cluster.system_nodes, *pools.values()]
     if serving.weights_s3_uris:  # weights mirrored in S3: the nodes may read them before any worker starts

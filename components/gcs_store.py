@@ -10,35 +10,62 @@ security group admits that group alone on 6379. Why not the node security group 
 every node of the cluster shares the EKS cluster security group, so admitting it admits every pod of every
 namespace, and a NetworkPolicy restricts only the egress of the pods it selects (a pod in another
 namespace without one could still connect). Only the head talks to the store (the GCS runs there). The head
-pod keeps the cluster security group too, so everything it reached before still works."""
+pod keeps the cluster security group too, so everything it reached before still works.
 
-from __future__ import annotations
+No `from __future__ import annotations`: the component provider host reads the Args' annotations as types
+(components/llm_service.py says where)."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_random as random
 
+from components.args import fill_defaults
 from domain import gcs_ft
-from domain.gcs_ft import GcsFt
+from domain.config_keys import default
+from domain.errors import ConfigError
+from domain.field_checks import check_cluster_name, check_redis_node_type, check_redis_replicas
 
 # ElastiCache for Valkey 8 (the engine AWS prices 20% under Redis OSS on nodes, elasticache pricing page).
 ENGINE, ENGINE_VERSION = "valkey", "8.0"
+ARGS = "GcsStoreArgs"  # names the Args in a bad field's line (domain/errors.py line())
+
+
+@dataclass(frozen=True)
+class GcsStoreArgs:
+    """The store's size and where it goes: the cluster's VPC and its private subnets."""
+
+    cluster_name: str
+    """The EKS cluster's name, in the store's and its security groups' descriptions (config key clusterName)."""
+    vpc_id: pulumi.Input[str]
+    """The cluster's VPC: the store's and the head pods' security groups go in it."""
+    private_subnet_ids: Sequence[pulumi.Input[str]]
+    """The VPC's private subnets the store's subnet group takes (at least one)."""
+    node_type: str | None = default("gcsRedisNodeType")
+    """The ElastiCache node type (config key gcsRedisNodeType)."""
+    replicas: int | None = default("gcsRedisReplicas")
+    """Read replicas beside the primary, 0 to 5; one or more gives Multi-AZ failover (config key gcsRedisReplicas)."""
+
+    def __post_init__(self) -> None:
+        fill_defaults(self)
+        check_cluster_name("cluster_name", self.cluster_name, ARGS)
+        if isinstance(self.private_subnet_ids, str) or not self.private_subnet_ids:
+            raise ConfigError("private_subnet_ids", self.private_subnet_ids, "at least one private subnet id", ARGS)
+        check_redis_node_type("node_type", self.node_type, ARGS)
+        check_redis_replicas("replicas", self.replicas, ARGS)
 
 
 class GcsStore(pulumi.ComponentResource):
     """The replication group, its subnet group and security group, the AUTH token, and the head pod's
     security group (attached by the SecurityGroupPolicy that LlmService declares in the Ray namespace)."""
 
-    def __init__(
-        self,
-        name: str,
-        ft: GcsFt,
-        cluster_name: str,
-        vpc_id: pulumi.Input[str],
-        private_subnet_ids: pulumi.Input[list[str]],
-        opts: pulumi.ResourceOptions | None = None,
-    ):
-        super().__init__("ray-llm-eks:gcs_store:GcsStore", name, None, opts)
+    TYPE = "ray-llm-eks:gcs_store:GcsStore"  # the shipped program's resources keep their URNs
+
+    def __init__(self, name: str, args: GcsStoreArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(self.TYPE, name, None, opts)
+        cluster_name, vpc_id = args.cluster_name, args.vpc_id
         child = pulumi.ResourceOptions(parent=self)
         self.head_security_group = aws.ec2.SecurityGroup(
             f"{name}-head",
@@ -64,7 +91,7 @@ class GcsStore(pulumi.ComponentResource):
         subnets = aws.elasticache.SubnetGroup(
             f"{name}-subnets",
             description=f"private subnets of {cluster_name}",
-            subnet_ids=private_subnet_ids,
+            subnet_ids=list(args.private_subnet_ids),
             opts=child,
         )
         # ElastiCache AUTH: 16-128 printable characters without @, " or / (special=False keeps to letters
@@ -75,10 +102,10 @@ class GcsStore(pulumi.ComponentResource):
             description=f"Ray GCS fault tolerance of {cluster_name}",
             engine=ENGINE,
             engine_version=ENGINE_VERSION,
-            node_type=ft.redis_node_type,
-            num_cache_clusters=1 + ft.redis_replicas,
-            automatic_failover_enabled=ft.redis_replicas > 0,
-            multi_az_enabled=ft.redis_replicas > 0,
+            node_type=args.node_type,
+            num_cache_clusters=1 + args.replicas,
+            automatic_failover_enabled=args.replicas > 0,
+            multi_az_enabled=args.replicas > 0,
             port=gcs_ft.REDIS_PORT,
             subnet_group_name=subnets.name,
             security_group_ids=[self.security_group.id],

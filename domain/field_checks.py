@@ -130,3 +130,15 @@ def check_endpoint_source_ranges(key: str, ranges: Sequence[str], file: str | No
         if network.prefixlen == 0:
             raise ConfigError(key, block, "a network narrower than the whole internet", file)
     return tuple(ranges)
+
+
+def check_redis_node_type(key: str, value: str, file: str | None = None) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"cache\.[a-z0-9]+\.[a-z0-9]+", value):
+        raise ConfigError(key, value, "an ElastiCache node type such as cache.t4g.small", file)
+    return value
+
+
+def check_redis_replicas(key: str, value: int, file: str | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 5:
+        raise ConfigError(key, value, "0 to 5 read replicas beside the primary", file)
+    return value

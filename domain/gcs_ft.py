@@ -21,12 +21,12 @@ The backend is immutable on a RayCluster (CRD validation `self == oldSelf`). Pur
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
 from domain.config_keys import default
 from domain.errors import ConfigError
 from domain.facts import DEV_ENVIRONMENTS
+from domain.field_checks import check_redis_node_type, check_redis_replicas
 from domain.observability import STORAGE_CLASS
 
 BACKENDS = ("off", "redis", "rocksdb")
@@ -81,10 +81,8 @@ def parse(backend: str | None, node_type: str, replicas: int, environment: str) 
     chosen = default_backend(environment) if backend is None else backend
     if chosen not in BACKENDS:
         raise ConfigError("gcsFaultTolerance", chosen, f"one of {', '.join(BACKENDS)}")
-    if not re.fullmatch(r"cache\.[a-z0-9]+\.[a-z0-9]+", node_type):
-        raise ConfigError("gcsRedisNodeType", node_type, "an ElastiCache node type such as cache.t4g.small")
-    if not 0 <= replicas <= 5:
-        raise ConfigError("gcsRedisReplicas", replicas, "0 to 5 read replicas beside the primary")
+    check_redis_node_type("gcsRedisNodeType", node_type)
+    check_redis_replicas("gcsRedisReplicas", replicas)
     return GcsFt(chosen, node_type, replicas, set_by_stack=backend is not None)
 
 

@@ -7,11 +7,11 @@ import pulumi
 
 from components.cluster_autoscaler import ClusterAutoscalerArgs
 from components.device_plugins import DevicePluginsArgs
-from components.gcs_store import GcsStore
+from components.gcs_store import GcsStore, GcsStoreArgs
 from components.kuberay import KubeRayOperatorArgs
 from components.llm_service import LlmServiceArgs
 from components.load_balancer import InternalEndpointArgs
-from components.network import NetworkArgs
+from components.network import Network, NetworkArgs
 from domain import gcs_ft
 from domain.deploy_mode import DeployMode
 from domain.hardening import HardeningSettings
@@ -99,4 +99,15 @@ def internal_endpoint_args(settings: Settings, hardening: HardeningSettings) -> 
         source_ranges=hardening.endpoint_source_ranges,
         namespace=settings.serving.namespace,
         service_name=settings.serving.service_name,
+    )
+
+
+def gcs_store_args(settings: Settings, network: Network) -> GcsStoreArgs:
+    ft = settings.gcs_ft
+    return GcsStoreArgs(
+        cluster_name=settings.cluster.name,
+        vpc_id=network.vpc.id,
+        private_subnet_ids=network.private_subnet_ids,
+        node_type=ft.redis_node_type,
+        replicas=ft.redis_replicas,
     )

@@ -242,3 +242,17 @@ def test_internal_endpoint_args_refuse_a_bad_field_with_the_stack_keys_line():
     )
     endpoint = InternalEndpointArgs(["10.0.0.0/16"], service_name=None)
     assert (endpoint.source_ranges, endpoint.namespace, endpoint.service_name) == (("10.0.0.0/16",), "llm", "llm")
+
+
+def test_gcs_store_args_refuse_a_bad_field_with_the_stack_keys_line():
+    from components.gcs_store import GcsStoreArgs
+
+    assert _refusal(lambda: GcsStoreArgs("ray-llm", "vpc-1", ["subnet-1"], node_type="t4g.small")) == (
+        "GcsStoreArgs: invalid config node_type = t4g.small: an ElastiCache node type such as cache.t4g.small"
+    )
+    assert _refusal(lambda: GcsStoreArgs("ray-llm", "vpc-1", ["subnet-1"], replicas=6)).endswith(
+        "replicas = 6: 0 to 5 read replicas beside the primary"
+    )
+    assert _refusal(lambda: GcsStoreArgs("ray-llm", "vpc-1", [])).endswith("at least one private subnet id")
+    store = GcsStoreArgs("ray-llm", "vpc-1", ["subnet-1"], replicas=None)
+    assert (store.node_type, store.replicas) == ("cache.t4g.small", 1)
