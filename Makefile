@@ -34,7 +34,7 @@ URL ?= http://localhost:8000
 	rehearse-faults rehearse-mistakes smoke verify test-rules bench bench-venv compare policy policy-sdk rehearsal-venv check-upstream docs gpu-wheels
 
 # Every target a user runs, from its `## target: summary` line.
-## help: this list
+## help: this list of targets, one line each
 help:
 	@grep -E '^## [a-z0-9-]+: ' $(MAKEFILE_LIST) | sed 's/^## \([a-z0-9-]*\): /  make \1\t/' | expand -t 24
 
