@@ -91,9 +91,11 @@ def network_policies(
                 {PROMETHEUS_NAMESPACE_ANNOTATION: obs.prometheus_namespace},
             )
         )
-    if hardening.internal_endpoint and hardening.endpoint_vpc_cidr:
-        # The NLB (IP targets) reaches the pods from its own addresses in the VPC; its security group
-        # admits only endpointSourceRanges. Pods of the VPC share that range: the key check stays.
+    if hardening.internal_endpoint and hardening.load_balancer_subnets:
+        # The internal NLB (IP targets, client IP not preserved: components/load_balancer.py) reaches
+        # the pods, health checks included, from its own addresses in its subnets, the public ones,
+        # where no node and so no pod lives (domain/subnets.py). Not the VPC CIDR: every pod has an
+        # address there, which would open the serve port to every namespace.
         policies.append(
             _policy(
                 "serve-port-from-load-balancer",
@@ -103,7 +105,7 @@ def network_policies(
                     "policyTypes": ["Ingress"],
                     "ingress": [
                         {
-                            "from": [{"ipBlock": {"cidr": hardening.endpoint_vpc_cidr}}],
+                            "from": [{"ipBlock": {"cidr": cidr}} for _, cidr in hardening.load_balancer_subnets],
                             "ports": [{"protocol": "TCP", "port": SERVE_PORT}],
                         }
                     ],
