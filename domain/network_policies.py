@@ -128,3 +128,37 @@ def network_policies(
             )
         )
     return policies
+
+
+def monitoring_policies(obs: ObservabilitySettings, ray_namespace: str) -> list[dict]:
+    """The monitoring namespace's (embedded, amp): Prometheus, Grafana and Alertmanager take ingress
+    only from pods of that namespace (Grafana queries Prometheus, Prometheus scrapes all three and
+    sends alerts, Alertmanager replicas gossip) and, for Prometheus and Grafana with embedded, from the
+    Ray head, which queries both (head_env). Alertmanager's API, which silences alerts without
+    authentication, is reachable from no other namespace. The operator, kube-state-metrics and the
+    exporters keep open ingress: the API server calls the operator's webhook from the control plane's
+    addresses, and node-exporter's host network is out of a policy's reach."""
+    if not obs.in_cluster_stack:
+        return []
+    namespace = observability.NAMESPACE
+    own = {"podSelector": {}}  # this namespace's pods
+
+    def admitted(name: str, pods: dict, port: int | None) -> dict:
+        ingress = [{"from": [own]}]
+        if port is not None:
+            head = {"namespaceSelector": namespace_selector(ray_namespace), "podSelector": HEAD_POD_SELECTOR}
+            ingress.append({"from": [head], "ports": [{"protocol": "TCP", "port": port}]})
+        return _policy(name, namespace, {"podSelector": pods, "policyTypes": ["Ingress"], "ingress": ingress})
+
+    ray_port = observability.PROMETHEUS_PORT if obs.grafana else None  # only embedded's head queries it
+    policies = [admitted("prometheus-from-grafana-and-ray", observability.PROMETHEUS_POD_SELECTOR, ray_port)]
+    if obs.grafana:
+        policies += [
+            admitted(
+                "grafana-from-monitoring-and-ray",
+                observability.GRAFANA_POD_SELECTOR,
+                observability.GRAFANA_CONTAINER_PORT,
+            ),
+            admitted("alertmanager-from-monitoring", observability.ALERTMANAGER_POD_SELECTOR, None),
+        ]
+    return policies
