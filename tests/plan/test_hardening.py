@@ -90,3 +90,25 @@ def test_ebs_encryption_off_in_the_region_is_refused_at_deploy_time():
     assert run().outputs["preflightChecks"][-1] == (
         "ok: EBS encryption by default is on in us-east-1 (node root volumes encrypted)"
     )
+
+
+def test_every_namespace_the_stack_creates_carries_pod_security_labels(plans):
+    """Enforce at the level its pods need (privileged where hostPath, EFA or host access force it),
+    warn and audit one level stricter; the e2e checks the API server enforces them."""
+    expected = {
+        "llm": ("privileged", "baseline"),  # the model cache's hostPath, privileged or IPC_LOCK EFA workers
+        "monitoring": ("privileged", "baseline"),  # node-exporter's host namespaces, DCGM's SYS_ADMIN
+        "kuberay-system": ("restricted", "restricted"),
+    }
+    for stack, plan in plans.items():
+        namespaces = {
+            n.inputs["metadata"]["name"]: n.inputs["metadata"] for n in plan.of_type("kubernetes:core/v1:Namespace")
+        }
+        assert namespaces and set(namespaces) <= set(expected), stack
+        for name, meta in namespaces.items():
+            enforce, stricter = expected[name]
+            assert meta["labels"] == {
+                "pod-security.kubernetes.io/enforce": enforce,
+                "pod-security.kubernetes.io/warn": stricter,
+                "pod-security.kubernetes.io/audit": stricter,
+            }, (stack, name)
