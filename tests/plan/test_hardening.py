@@ -66,10 +66,15 @@ def test_no_container_outside_efa_workers_is_privileged(plans):
         spec = plan.one("kubernetes:ray.io/v1:RayService").inputs["spec"]["rayClusterConfig"]
         head = spec["headGroupSpec"]["template"]["spec"]["containers"][0]
         assert head["securityContext"]["allowPrivilegeEscalation"] is False
+        # The head keeps its token: KubeRay's autoscaler sidecar runs in it and calls the API.
+        assert "automountServiceAccountToken" not in spec["headGroupSpec"]["template"]["spec"]
         for group in spec["workerGroupSpecs"]:
             worker = group["template"]["spec"]["containers"][0]
             efa = "vpc.amazonaws.com/efa" in worker["resources"]["limits"]
             assert worker["securityContext"].get("privileged", False) is efa, group["groupName"]
+            assert group["template"]["spec"]["automountServiceAccountToken"] is False, group["groupName"]
+            if not efa:  # the collocated worker: the container runtime's default seccomp profile
+                assert worker["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, group["groupName"]
 
 
 def test_ebs_encryption_off_in_the_region_is_refused_at_deploy_time():
