@@ -25,6 +25,8 @@ NAMESPACE = "kube-system"
 SERVE_POD_SELECTOR = {"ray.io/is-ray-node": "yes", "ray.io/serve": "true"}
 # The controller's own tag on what it creates (security groups, load balancers): it may change only those.
 CONTROLLER_TAG = "elbv2.k8s.aws/cluster"
+ANNOTATION = "service.beta.kubernetes.io/aws-load-balancer"  # the prefix of the controller's Service annotations
+SUBNETS = f"{ANNOTATION}-subnets"
 
 
 def controller_security_group_policy() -> dict:
@@ -115,7 +117,8 @@ class LoadBalancerController(pulumi.ComponentResource):
 
 
 def internal_nlb_service(namespace: str, service_name: str, hardening: HardeningSettings) -> dict:
-    """The Service manifest: internal NLB, IP targets (the pods' VPC addresses), source ranges."""
+    """The Service manifest: internal NLB in the public subnets, IP targets (the pods' VPC addresses),
+    source ranges."""
     return {
         "metadata": {
             "name": f"{service_name}-internal-endpoint",
@@ -123,6 +126,12 @@ def internal_nlb_service(namespace: str, service_name: str, hardening: Hardening
             "annotations": {
                 "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
                 "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
+                # In the public subnets, where no pod lives, so a NetworkPolicy can tell the NLB's
+                # addresses from pods' (domain/network_policies.py); internal: private addresses only.
+                SUBNETS: ",".join(name for name, _ in hardening.load_balancer_subnets),
+                # Off is AWS's default for IP targets over TCP; said here so the pods see the NLB's
+                # address, never the client's (which may be a pod's), whatever that default becomes.
+                f"{ANNOTATION}-target-group-attributes": "preserve_client_ip.enabled=false",
             },
         },
         "spec": {
@@ -140,8 +149,15 @@ class InternalEndpoint(pulumi.ComponentResource):
 
     def __init__(self, name: str, manifest: dict, opts: pulumi.ResourceOptions):
         super().__init__("ray-llm-eks:load_balancer:InternalEndpoint", name, None, opts)
+        # AWS may refuse to take subnets off a running NLB (the controller's docs, annotation
+        # aws-load-balancer-subnets): a changed annotation replaces the Service, and so the NLB.
         self.service = k8s.core.v1.Service(
-            name, metadata=manifest["metadata"], spec=manifest["spec"], opts=pulumi.ResourceOptions(parent=self)
+            name,
+            metadata=manifest["metadata"],
+            spec=manifest["spec"],
+            opts=pulumi.ResourceOptions(
+                parent=self, replace_on_changes=[f'metadata.annotations["{SUBNETS}"]'], delete_before_replace=True
+            ),
         )
         self.url = self.service.status.apply(_base_url)
         self.register_outputs({"url": self.url})

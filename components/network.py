@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import ipaddress
-
 import pulumi
 import pulumi_aws as aws
 
 from adapters import botocore_facts
 from domain.settings import NetworkSettings
-
-
-def subnet_cidrs(vpc_cidr: str, zones: int) -> tuple[list[str], list[str]]:
-    """Private subnets get a quarter of the VPC each (pods take VPC IPs with the VPC CNI); public
-    subnets, which hold only NAT gateways and load balancers, share the last quarter."""
-    vpc = ipaddress.IPv4Network(vpc_cidr)
-    quarters = list(vpc.subnets(prefixlen_diff=2))
-    private = [str(q) for q in quarters[:zones]]
-    public = [str(s) for s in quarters[3].subnets(prefixlen_diff=2)][:zones]
-    return private, public
+from domain.subnets import public_subnet_name, subnet_cidrs
 
 
 class Network(pulumi.ComponentResource):
@@ -61,7 +50,11 @@ class Network(pulumi.ComponentResource):
                 cidr_block=public_cidr,
                 availability_zone=az,
                 map_public_ip_on_launch=False,
-                tags={**cluster_tag, "kubernetes.io/role/elb": "1", "Name": f"{settings.cluster_name}-public-{az}"},
+                tags={
+                    **cluster_tag,
+                    "kubernetes.io/role/elb": "1",
+                    "Name": public_subnet_name(settings.cluster_name, az),
+                },
                 opts=child,
             )
             aws.ec2.RouteTableAssociation(
