@@ -103,7 +103,7 @@ def test_every_namespace_the_stack_creates_carries_pod_security_labels(plans):
     expected = {
         "llm": ("privileged", "baseline"),  # the model cache's hostPath, privileged or IPC_LOCK EFA workers
         "monitoring": ("privileged", "baseline"),  # node-exporter's host namespaces, DCGM's SYS_ADMIN
-        "kuberay-system": ("restricted", "restricted"),
+        "kuberay-system": ("baseline", "restricted"),  # restricted warned until a deploy of the pinned chart shows it
     }
     for stack, plan in plans.items():
         namespaces = {
