@@ -30,8 +30,13 @@ BENCH_REQS := llmclient/bench-requirements.txt
 BENCH_VENV ?= $(call pinned-venv-dir,bench-venv,$(BENCH_REQS))
 URL ?= http://localhost:8000
 
-.PHONY: test test-fast e2e e2e-cluster cli-stack plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
+.PHONY: help test test-fast e2e e2e-cluster cli-stack plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
 	rehearse-faults rehearse-mistakes smoke verify test-rules bench bench-venv compare policy policy-sdk rehearsal-venv check-upstream docs gpu-wheels
+
+# Every target a user runs, from its `## target: summary` line.
+## help: this list of targets, one line each
+help:
+	@grep -E '^## [a-z0-9-]+: ' $(MAKEFILE_LIST) | sed 's/^## \([a-z0-9-]*\): /  make \1\t/' | expand -t 24
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
 	@echo "Installing the pinned Python requirements into $(VENV) (Pulumi SDKs, Ray for its serve schemas, pytest, ruff: about 1 GB, a few minutes the first time; later runs reuse it)..."
@@ -40,6 +45,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
 	touch $@
 
 # lint-imports: the layers hold (pyproject.toml [tool.importlinter], docs/architecture.md).
+## test: lint (ruff), the layer contracts and every test; the first run installs .venv
 test: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -47,6 +53,7 @@ test: $(VENV)/.installed
 	$(BIN)/python -m pytest
 
 # The unit layer alone (tests/unit: the domain called directly, no program run): seconds.
+## test-fast: the unit tests alone (seconds)
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest tests/unit
 
@@ -86,12 +93,14 @@ $(GPU_VENV)/.installed:
 	@echo "Installing the GPU rehearsal's venv into $(GPU_VENV) (vLLM for CUDA 13, torch, Ray, NIXL: several GB)."
 	$(call pinned-venv,$(GPU_VENV),<($(GPU_PINS)))
 
+## rehearse: STACK=<stack> [TARGET=gpu] [ARGS=...]: serve the stack's config for real on this machine
 rehearse: $(if $(filter $(GPU_VENV)/bin/python,$(REHEARSE_PYTHON)),$(GPU_VENV)/.installed,$(if $(filter $(REHEARSAL_VENV)/bin/python,$(REHEARSE_PYTHON)),$(REHEARSAL_VENV)/.installed))
 	$(REHEARSE_PYTHON) -m rehearsal.run --stack $(STACK) --target $(TARGET) $(ARGS)
 
 # The wheels a GPU machine without network needs for TARGET=gpu, pruned and cut into pieces under .whl/, with
 # the stack's RayService spec rendered here (tools/gpu/wheels.sh; tools/gpu/device.sh runs there).
 GPU_STACKS ?= dev,baseline
+## gpu-wheels: the wheels and kit a GPU machine without network needs (tools/gpu/)
 gpu-wheels: $(VENV)/.installed
 	STACK=$(GPU_STACKS) tools/gpu/wheels.sh
 
@@ -99,6 +108,7 @@ gpu-wheels: $(VENV)/.installed
 # through Redis, then the head restart through RocksDB and without fault tolerance. Three runs, each starting
 # its engines: about 40 minutes on 2 cores. Tables in $(CACHE_DIR)/rehearsal-runs/$(STACK)/faults-*.json.
 FAULTS_DIR = $(CACHE_DIR)/rehearsal-runs/$(STACK)
+## rehearse-faults: STACK=<stack>: the whole fault matrix on this CPU (about 40 minutes)
 rehearse-faults: $(REHEARSAL_VENV)/.installed
 	mkdir -p $(FAULTS_DIR)
 	$(REHEARSAL_VENV)/bin/python -m rehearsal.run --stack $(STACK) --faults all --gcs-ft redis \
@@ -116,6 +126,7 @@ rehearse-mistakes: $(REHEARSAL_VENV)/.installed
 	$(REHEARSAL_VENV)/bin/python -m rehearsal.mistakes --stack $(STACK)
 
 # Prove an endpoint serves (ARGS: --metrics-url URL --expect-pd, --model, --api-key).
+## smoke: URL=<endpoint>: keys, models, one completion, one streamed
 smoke: $(VENV)/.installed
 	$(BIN)/python -m llmclient smoke $(URL) $(ARGS)
 
@@ -127,6 +138,7 @@ test-rules: $(VENV)/.installed
 # Prove that every request's KV moves from prefill to decode over NIXL (docs/observability.md): long-prompt
 # requests to URL, the engines' own counters read from ARGS: --prometheus URL, --metrics-url URL or --kube
 # (the Ray pods through the Kubernetes API); --dashboard URL adds the NIXL backend from the engines' logs.
+## verify: URL=<endpoint> ARGS=...: prove every request's KV moves from prefill to decode
 verify: $(VENV)/.installed
 	$(BIN)/python -m llmclient verify $(URL) --stack $(STACK) $(ARGS)
 
@@ -143,11 +155,13 @@ bench compare: export RAY_LLM_EKS_BENCH_VENV = $(BENCH_VENV)
 # from $$OPENAI_API_KEY. ARGS: --stack (SLO, $$/h, PD), --sweep concurrency:1,2,4,8 | rate:..., --workload
 # fixed|multiturn|dataset (--isl --osl --turns --context-tokens --dataset FILE), --metrics-url (KV figures).
 BENCH_OUT ?= bench-$(shell date +%Y%m%d-%H%M%S)
+## bench: URL=<endpoint> [ARGS=...]: a load sweep with AIPerf (JSON and a plot)
 bench: $(VENV)/.installed $(BENCH_VENV)/.installed
 	$(BIN)/python -m llmclient bench $(URL) --out $(BENCH_OUT) $(ARGS)
 
 # Two endpoints under the same sweep (URL_A, URL_B), or two saved runs (A=dir B=dir): one plot, one verdict.
 COMPARE_OUT ?= compare-$(shell date +%Y%m%d-%H%M%S)
+## compare: URL_A=... URL_B=... | A=<dir> B=<dir>: two endpoints or saved runs under one sweep
 compare: $(VENV)/.installed $(BENCH_VENV)/.installed
 	@if [ -n "$(URL_A)" ]; then \
 		$(BIN)/python -m llmclient bench $(URL_A) --out $(COMPARE_OUT)/a --label "$(or $(LABEL_A),A)" $(ARGS) $(ARGS_A) && \
@@ -161,12 +175,14 @@ compare: $(VENV)/.installed $(BENCH_VENV)/.installed
 # $(CACHE_DIR)/e2e, run on 127.0.0.1 only: the control plane, the KubeRay operator, and our
 # program through the Pulumi CLI and Kubernetes provider (`pulumi up`/`destroy`).
 # `make e2e-cluster` skips the Pulumi half (no Pulumi CLI or provider to build).
+## e2e: the in-cluster half for real on 127.0.0.1 (control plane, KubeRay, the Pulumi CLI)
 e2e: $(VENV)/.installed
 	$(BIN)/python -m e2e.build
 	$(BIN)/python -m e2e.run
 
 # A stack whose apiKeys and hfToken the real Pulumi CLI set (the e2e build's; passphrase, local backend, a
 # temporary folder), planned and checked by the policy pack as a stack after `make stack` is (e2e/cli_stack.py).
+## cli-stack: a stack whose secrets the real Pulumi CLI set, planned and policy-checked
 cli-stack: $(VENV)/.installed
 	$(BIN)/python -m e2e.cli_stack
 
@@ -176,6 +192,7 @@ e2e-cluster: $(VENV)/.installed
 
 # The policy pack's rules (policy/rules.py) over the offline plan: exit 1 naming each violated policy.
 # With the Pulumi CLI the same rules run as CrossGuard: `pulumi preview --policy-pack policy`.
+## policy: STACK=<stack>: the policy pack over the offline plan
 policy: $(VENV)/.installed
 	$(BIN)/python -m offline.policy_check --stack $(STACK)
 
@@ -193,15 +210,18 @@ policy-sdk: $(VENV)/.installed $(POLICY_VENV)/.installed
 
 # docs/configuration.md from the config-key table (domain/data/config_keys.yaml); make test fails while it is stale.
 # ray_llm_eks's package schema as the component provider host infers it from the Args (tests/harness/test_package.py).
+## docs: regenerate docs/configuration.md and the component schema
 docs: $(VENV)/.installed
 	$(BIN)/python -m tools.config_docs
 	$(BIN)/python -c 'import ray_llm_eks; print(ray_llm_eks.schema_text(), end="")' > ray_llm_eks/schema.json
 
+## plan: STACK=<stack> [OUT=dir]: the whole program offline: resources, manifests, fit, cost (no AWS)
 plan: $(VENV)/.installed
 	$(BIN)/python -m offline.plan --stack $(STACK) --out $(OUT)
 
 # Two plans differ only where their input does (plans are byte-identical for identical input); then what the
 # change does to a running service (offline/impact.py: in place, replicas restarted, new cluster, gap, nodes).
+## diff: A=<plan dir> B=<plan dir>: what changed between two plans, and what it does to a running service
 diff: $(VENV)/.installed
 	@[ -n "$(A)" ] && [ -n "$(B)" ] || { echo "usage: make diff A=<plan dir> B=<plan dir>"; exit 2; }
 	@diff -ru $(A) $(B) && echo "$(A) and $(B) are identical." || [ $$? -eq 1 ]
@@ -227,10 +247,12 @@ passphrase:
 # Every copy of upstream behaviour and private API in UPGRADING.md, re-checked against the pinned
 # artefacts (wheels from PyPI, Go modules from the Go module proxy: network and `go` needed); prints
 # what is checked by hand. ARGS: --record (after re-reading), --only ID.
+## check-upstream: re-check every copy of upstream behaviour against the pinned artefacts
 check-upstream: $(VENV)/.installed
 	$(BIN)/python tools/check_upstream.py $(ARGS)
 
 # modelSpec for a model outside domain/model_fit.py's table, from its config.json (a local file).
+## model-spec: CONFIG=<config.json>: a modelSpec for a model the fit table does not know
 model-spec: $(VENV)/.installed
 	@[ -n "$(CONFIG)" ] || { echo "usage: make model-spec CONFIG=path/to/config.json"; exit 2; }
 	@$(BIN)/python -m tools.model_spec $(CONFIG)
@@ -241,6 +263,7 @@ model-spec: $(VENV)/.installed
 # `pulumi config set --secret` (never an argument, never printed): only "not found" counts as
 # unset, so a config that cannot be read (wrong passphrase) stops here instead of being overwritten.
 # Not where the stack turns the key check off (apiKeyCheck: false, environment dev only).
+## stack: STACK=<stack>: log in, create or select the stack, give it a random API key (a Pulumi secret)
 stack: login passphrase
 	@backend="$${PULUMI_BACKEND_URL:-$$(pulumi whoami --verbose 2>/dev/null | awk -F': *' 'tolower($$1) ~ /backend url/ {print $$2}')}"; \
 	if [[ "$$backend" == file://* ]]; then provider="--secrets-provider passphrase"; fi; \
@@ -254,11 +277,14 @@ stack: login passphrase
 	fi
 	@echo "Stack $(STACK) is ready. A gated model needs: pulumi config set --secret hfToken hf_... --stack $(STACK)"
 
+## up: STACK=<stack>: deploy (pulumi up), ends when the endpoint serves
 up: $(VENV)/.installed stack
 	pulumi up --stack $(STACK)
 
+## destroy: STACK=<stack>: remove everything the stack created
 destroy: $(VENV)/.installed login passphrase
 	pulumi destroy --stack $(STACK)
 
+## clean: remove .venv and local plan outputs
 clean:
 	rm -rf $(VENV) plan-*/ .pytest_cache .ruff_cache .import_linter_cache

@@ -27,6 +27,7 @@ from domain import (
     dashboards,
     gcs_ft,
     known_issues,
+    network_policies,
     observability,
     pool_use,
     preflight,
@@ -156,6 +157,7 @@ if obs.in_cluster_stack:
             agent,
             csi,
             rule_spec,
+            network_policies.monitoring_policies(obs, serving.namespace) if hardening.network_policies else [],
             # node-exporter and the DCGM exporter run on every node: all of them first.
             pulumi.ResourceOptions(providers=[provider], depends_on=nodes),
         )

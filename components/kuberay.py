@@ -12,6 +12,7 @@ import pulumi_kubernetes as k8s
 
 from components.args import fill_defaults
 from components.helm import helm_release
+from domain import pod_security
 from domain.config_keys import default
 from domain.facts import KUBERAY_NAMESPACE
 from domain.field_checks import check_chart_version
@@ -46,7 +47,9 @@ class KubeRayOperator(pulumi.ComponentResource):
     def __init__(self, name: str, args: KubeRayOperatorArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(self.TYPE, name, None, opts)
         namespace = k8s.core.v1.Namespace(
-            NAMESPACE, metadata=k8s.meta.v1.ObjectMetaArgs(name=NAMESPACE), opts=pulumi.ResourceOptions(parent=self)
+            NAMESPACE,
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=NAMESPACE, labels=pod_security.labels(pod_security.KUBERAY)),
+            opts=pulumi.ResourceOptions(parent=self),
         )
         values = {
             "nodeSelector": SYSTEM_LABELS,

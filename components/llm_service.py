@@ -13,7 +13,7 @@ import pulumi_kubernetes as k8s
 
 from components.args import fill_defaults
 from components.network_policies import NamespaceNetworkPolicies
-from domain import api_keys, gcs_ft, secret_content
+from domain import api_keys, gcs_ft, pod_security, secret_content
 from domain.config_keys import default
 from domain.errors import ConfigError
 from domain.facts import ENVIRONMENT_ANNOTATION, HEAD_PORTS, SERVE_PORT
@@ -122,7 +122,9 @@ class LlmService(pulumi.ComponentResource):
         ns, svc = args.namespace, args.service_name
         child = pulumi.ResourceOptions(parent=self)
         self.namespace = namespace = k8s.core.v1.Namespace(
-            f"{name}-namespace", metadata=k8s.meta.v1.ObjectMetaArgs(name=ns), opts=child
+            f"{name}-namespace",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=ns, labels=pod_security.labels(pod_security.SERVING)),
+            opts=child,
         )
         waits_for = [namespace]
         sealed = set(args.sealed_secrets)

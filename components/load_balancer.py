@@ -30,6 +30,8 @@ NAMESPACE = "kube-system"
 SERVE_POD_SELECTOR = {"ray.io/is-ray-node": "yes", "ray.io/serve": "true"}
 # The controller's own tag on what it creates (security groups, load balancers): it may change only those.
 CONTROLLER_TAG = "elbv2.k8s.aws/cluster"
+ANNOTATION = "service.beta.kubernetes.io/aws-load-balancer"  # the prefix of the controller's Service annotations
+SUBNETS = f"{ANNOTATION}-subnets"
 
 
 def controller_security_group_policy() -> dict:
@@ -132,6 +134,9 @@ class InternalEndpointArgs:
     """The RayService's namespace, where the Service goes (config key namespace)."""
     service_name: str | None = default("serviceName")
     """The RayService's name: the Service is <service_name>-internal-endpoint (config key serviceName)."""
+    subnets: Sequence[str] | None = ()
+    """The Name tags of the subnets the NLB goes in: subnets where no pod lives (the stack's public ones,
+    domain/subnets.py), so a NetworkPolicy can tell the NLB's addresses from pods'; none: the controller's choice."""
 
     def __post_init__(self) -> None:
         fill_defaults(self)
@@ -142,7 +147,8 @@ class InternalEndpointArgs:
 
 
 def internal_nlb_service(args: InternalEndpointArgs) -> dict:
-    """The Service manifest: internal NLB, IP targets (the pods' VPC addresses), source ranges."""
+    """The Service manifest: internal NLB in the given subnets, IP targets (the pods' VPC addresses),
+    source ranges."""
     return {
         "metadata": {
             "name": f"{args.service_name}-internal-endpoint",
@@ -150,6 +156,12 @@ def internal_nlb_service(args: InternalEndpointArgs) -> dict:
             "annotations": {
                 "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
                 "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
+                # In the public subnets, where no pod lives, so a NetworkPolicy can tell the NLB's
+                # addresses from pods' (domain/network_policies.py); internal: private addresses only.
+                **({SUBNETS: ",".join(args.subnets)} if args.subnets else {}),
+                # Off is AWS's default for IP targets over TCP; said here so the pods see the NLB's
+                # address, never the client's (which may be a pod's), whatever that default becomes.
+                f"{ANNOTATION}-target-group-attributes": "preserve_client_ip.enabled=false",
             },
         },
         "spec": {
@@ -170,8 +182,15 @@ class InternalEndpoint(pulumi.ComponentResource):
     def __init__(self, name: str, args: InternalEndpointArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(self.TYPE, name, None, opts)
         manifest = internal_nlb_service(args)
+        # AWS may refuse to take subnets off a running NLB (the controller's docs, annotation
+        # aws-load-balancer-subnets): a changed annotation replaces the Service, and so the NLB.
         self.service = k8s.core.v1.Service(
-            name, metadata=manifest["metadata"], spec=manifest["spec"], opts=pulumi.ResourceOptions(parent=self)
+            name,
+            metadata=manifest["metadata"],
+            spec=manifest["spec"],
+            opts=pulumi.ResourceOptions(
+                parent=self, replace_on_changes=[f'metadata.annotations["{SUBNETS}"]'], delete_before_replace=True
+            ),
         )
         self.url = self.service.status.apply(_base_url)
         self.register_outputs({"url": self.url})

@@ -3,7 +3,6 @@
 No `from __future__ import annotations`: the component provider host reads the Args' annotations as types
 (components/llm_service.py says where)."""
 
-import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,6 +19,7 @@ from domain.field_checks import (
     check_nat_gateways,
     check_vpc_cidr,
 )
+from domain.subnets import public_subnet_name, subnet_cidrs
 
 ARGS = "NetworkArgs"  # names the Args in a bad field's line (domain/errors.py line())
 
@@ -55,16 +55,6 @@ class NetworkArgs:
         check_gpu_availability_zone("gpu_availability_zone", self.gpu_availability_zone, self.availability_zones, ARGS)
         object.__setattr__(self, "vpc_cidr", check_vpc_cidr("vpc_cidr", self.vpc_cidr, ARGS))
         check_nat_gateways("nat_gateways", self.nat_gateways, ARGS)
-
-
-def subnet_cidrs(vpc_cidr: str, zones: int) -> tuple[list[str], list[str]]:
-    """Private subnets get a quarter of the VPC each (pods take VPC IPs with the VPC CNI); public
-    subnets, which hold only NAT gateways and load balancers, share the last quarter."""
-    vpc = ipaddress.IPv4Network(vpc_cidr)
-    quarters = list(vpc.subnets(prefixlen_diff=2))
-    private = [str(q) for q in quarters[:zones]]
-    public = [str(s) for s in quarters[3].subnets(prefixlen_diff=2)][:zones]
-    return private, public
 
 
 class Network(pulumi.ComponentResource):
@@ -108,7 +98,11 @@ class Network(pulumi.ComponentResource):
                 cidr_block=public_cidr,
                 availability_zone=az,
                 map_public_ip_on_launch=False,
-                tags={**cluster_tag, "kubernetes.io/role/elb": "1", "Name": f"{args.cluster_name}-public-{az}"},
+                tags={
+                    **cluster_tag,
+                    "kubernetes.io/role/elb": "1",
+                    "Name": public_subnet_name(args.cluster_name, az),
+                },
                 opts=child,
             )
             aws.ec2.RouteTableAssociation(

@@ -16,8 +16,9 @@ import yaml
 
 from adapters import botocore_facts
 from components.helm import helm_release
+from components.network_policies import NamespaceNetworkPolicies
 from components.pod_identity import default_version_addon, pod_identity_role
-from domain import observability, versions
+from domain import observability, pod_security, versions
 from domain.observability import ObservabilitySettings
 
 
@@ -144,14 +145,27 @@ class MonitoringStack(pulumi.ComponentResource):
         agent: pulumi.Resource | None,
         storage: EbsCsiDriver | None,
         rule_spec: dict,
+        network_policies: list[dict],
         opts: pulumi.ResourceOptions,
     ):
         super().__init__("ray-llm-eks:observability:MonitoringStack", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.namespace = k8s.core.v1.Namespace(
-            f"{name}-namespace", metadata=k8s.meta.v1.ObjectMetaArgs(name=observability.NAMESPACE), opts=child
+            f"{name}-namespace",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=observability.NAMESPACE, labels=pod_security.labels(pod_security.MONITORING)
+            ),
+            opts=child,
         )
         waits_for: list[pulumi.Resource] = [self.namespace]
+        if network_policies:  # before any pod of the chart starts (domain/network_policies.py)
+            waits_for.append(
+                NamespaceNetworkPolicies(
+                    f"{name}-network-policies",
+                    network_policies,
+                    pulumi.ResourceOptions(parent=self, depends_on=[self.namespace]),
+                )
+            )
         self.workspace: aws.amp.Workspace | None = None
         if obs.mode == "embedded":
             assert storage is not None

@@ -31,6 +31,7 @@ from domain import (
     serve_config,
     sizing,
     slo,
+    subnets,
     upgrades,
     versions,
 )
@@ -550,6 +551,9 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         public_cidrs_set=raw.is_set("endpointPublicAccessCidrs"),
         public_cidrs=cluster.public_access_cidrs,
         vpc_cidr=network.vpc_cidr,
+        load_balancer_subnets=subnets.load_balancer_subnets(
+            network.cluster_name, network.vpc_cidr, network.availability_zones
+        ),
     )
     settings = Settings(
         region=region,

@@ -76,6 +76,13 @@ def load_deploy_mode(get) -> DeployMode:
             )
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", operator_namespace):
             raise ConfigError("kuberayNamespace", operator_namespace, "a namespace name (DNS-1123 label)")
+        if operator_namespace == "default":  # every pod created without a namespace lands there
+            raise ConfigError(
+                "kuberayNamespace",
+                operator_namespace,
+                "a namespace of the operator's own, not default: the NetworkPolicies open the head's dashboard "
+                "(which runs arbitrary code) to every pod of this namespace",
+            )
     return DeployMode(
         existing_cluster=existing,
         install_kuberay=install_kuberay,

@@ -26,7 +26,9 @@ class HardeningSettings:
     serve_client_namespaces: tuple[str, ...] = tuple(default("serveClientNamespaces"))  # may call the serve port
     internal_endpoint: bool = default("internalEndpoint")  # an internal NLB in front of the serve port
     endpoint_source_ranges: tuple[str, ...] = ()  # who may reach that NLB (its security group)
-    endpoint_vpc_cidr: str | None = None  # the NLB's own addresses, which reach the pods (NetworkPolicy)
+    # The internal NLB's subnets (Name tag -> CIDR, domain/subnets.py): with IP targets and no client IP
+    # preservation its traffic reaches the pods from its own addresses there, where no pod lives.
+    load_balancer_subnets: tuple[tuple[str, str], ...] = ()
     require_ebs_encryption: bool = default("requireEbsEncryption")  # deploy-time check of the region's default
     api_key_check: bool = default("apiKeyCheck")  # the ingress refuses requests without one of the stack's apiKeys
 
@@ -42,6 +44,7 @@ def load_hardening(
     public_cidrs_set: bool,
     public_cidrs: tuple[str, ...],
     vpc_cidr: str,
+    load_balancer_subnets: dict[str, str],
 ) -> HardeningSettings:
     """Check the switches; outside a dev-like environment the public API endpoint must be limited to
     networks the stack lists (and the machine running `pulumi up` must be inside them). `text`,
@@ -83,8 +86,8 @@ def load_hardening(
         flag("networkPolicies"),
         tuple(namespaces),
         internal_endpoint=flag("internalEndpoint"),
-        endpoint_source_ranges=ranges,
-        endpoint_vpc_cidr=vpc_cidr,
+        endpoint_source_ranges=tuple(ranges),
+        load_balancer_subnets=tuple(load_balancer_subnets.items()),
         require_ebs_encryption=flag("requireEbsEncryption"),
         api_key_check=api_key_check,
     )

@@ -91,9 +91,11 @@ def network_policies(
                 {PROMETHEUS_NAMESPACE_ANNOTATION: obs.prometheus_namespace},
             )
         )
-    if hardening.internal_endpoint and hardening.endpoint_vpc_cidr:
-        # The NLB (IP targets) reaches the pods from its own addresses in the VPC; its security group
-        # admits only endpointSourceRanges. Pods of the VPC share that range: the key check stays.
+    if hardening.internal_endpoint and hardening.load_balancer_subnets:
+        # The internal NLB (IP targets, client IP not preserved: components/load_balancer.py) reaches
+        # the pods, health checks included, from its own addresses in its subnets, the public ones,
+        # where no node and so no pod lives (domain/subnets.py). Not the VPC CIDR: every pod has an
+        # address there, which would open the serve port to every namespace.
         policies.append(
             _policy(
                 "serve-port-from-load-balancer",
@@ -103,7 +105,7 @@ def network_policies(
                     "policyTypes": ["Ingress"],
                     "ingress": [
                         {
-                            "from": [{"ipBlock": {"cidr": hardening.endpoint_vpc_cidr}}],
+                            "from": [{"ipBlock": {"cidr": cidr}} for _, cidr in hardening.load_balancer_subnets],
                             "ports": [{"protocol": "TCP", "port": SERVE_PORT}],
                         }
                     ],
@@ -125,4 +127,38 @@ def network_policies(
                 },
             )
         )
+    return policies
+
+
+def monitoring_policies(obs: ObservabilitySettings, ray_namespace: str) -> list[dict]:
+    """The monitoring namespace's (embedded, amp): Prometheus, Grafana and Alertmanager take ingress
+    only from pods of that namespace (Grafana queries Prometheus, Prometheus scrapes all three and
+    sends alerts, Alertmanager replicas gossip) and, for Prometheus and Grafana with embedded, from the
+    Ray head, which queries both (head_env). Alertmanager's API, which silences alerts without
+    authentication, is reachable from no other namespace. The operator, kube-state-metrics and the
+    exporters keep open ingress: the API server calls the operator's webhook from the control plane's
+    addresses, and node-exporter's host network is out of a policy's reach."""
+    if not obs.in_cluster_stack:
+        return []
+    namespace = observability.NAMESPACE
+    own = {"podSelector": {}}  # this namespace's pods
+
+    def admitted(name: str, pods: dict, port: int | None) -> dict:
+        ingress = [{"from": [own]}]
+        if port is not None:
+            head = {"namespaceSelector": namespace_selector(ray_namespace), "podSelector": HEAD_POD_SELECTOR}
+            ingress.append({"from": [head], "ports": [{"protocol": "TCP", "port": port}]})
+        return _policy(name, namespace, {"podSelector": pods, "policyTypes": ["Ingress"], "ingress": ingress})
+
+    ray_port = observability.PROMETHEUS_PORT if obs.grafana else None  # only embedded's head queries it
+    policies = [admitted("prometheus-from-grafana-and-ray", observability.PROMETHEUS_POD_SELECTOR, ray_port)]
+    if obs.grafana:
+        policies += [
+            admitted(
+                "grafana-from-monitoring-and-ray",
+                observability.GRAFANA_POD_SELECTOR,
+                observability.GRAFANA_CONTAINER_PORT,
+            ),
+            admitted("alertmanager-from-monitoring", observability.ALERTMANAGER_POD_SELECTOR, None),
+        ]
     return policies

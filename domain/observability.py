@@ -46,6 +46,14 @@ PROMETHEUS_PORT = 9090
 GRAFANA_SERVICE = f"{RELEASE}-grafana"
 GRAFANA_PORT = 80  # the grafana chart's service.port
 GRAFANA_LOCAL_PORT = 3000
+GRAFANA_CONTAINER_PORT = 3000  # the grafana chart's service.targetPort, what a NetworkPolicy names
+ALERTMANAGER_NAME = f"{RELEASE}-alertmanager"  # the Alertmanager object (the chart's alertmanager.crname)
+# Labels the pods carry: prometheus-operator v0.93 labels each pod `prometheus: <name>` or
+# `alertmanager: <name>` (its object's name); the grafana chart's selector labels (templates/_helpers.tpl
+# grafana.selectorLabels).
+PROMETHEUS_POD_SELECTOR = {"matchLabels": {"prometheus": PROMETHEUS_NAME}}
+ALERTMANAGER_POD_SELECTOR = {"matchLabels": {"alertmanager": ALERTMANAGER_NAME}}
+GRAFANA_POD_SELECTOR = {"matchLabels": {"app.kubernetes.io/name": "grafana", "app.kubernetes.io/instance": RELEASE}}
 # The chart's Grafana sidecar loads every ConfigMap with this label, from every namespace (values.yaml
 # grafana.sidecar.dashboards: label grafana_dashboard, labelValue "1", searchNamespace ALL).
 DASHBOARD_LABEL = {"grafana_dashboard": "1"}
@@ -95,6 +103,7 @@ class ObservabilitySettings:
     retention_days: int = 15
     storage_gib: int = 20
     grafana_iframe_host: str = f"http://127.0.0.1:{GRAFANA_LOCAL_PORT}"
+    grafana_anonymous: bool = False  # anonymous Viewer: Ray's dashboard shows Grafana's panels without a login
     # external: the `release` label value the cluster's Prometheus selects, and its namespace (NetworkPolicy)
     prometheus_release: str = RELEASE
     prometheus_namespace: str = NAMESPACE
@@ -129,10 +138,11 @@ _FIELDS: Mapping[str, type] = {
     "retentionDays": int,
     "storageGiB": int,
     "grafanaIframeHost": str,
+    "grafanaAnonymous": bool,
     "prometheusRelease": str,
     "prometheusNamespace": str,
 }
-_EMBEDDED_ONLY = ("retentionDays", "storageGiB", "grafanaIframeHost")
+_EMBEDDED_ONLY = ("retentionDays", "storageGiB", "grafanaIframeHost", "grafanaAnonymous")
 _EXTERNAL_ONLY = ("prometheusRelease", "prometheusNamespace")
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -176,6 +186,7 @@ def load_observability(
         retention_days=raw.get("retentionDays", ObservabilitySettings.retention_days),
         storage_gib=raw.get("storageGiB", ObservabilitySettings.storage_gib),
         grafana_iframe_host=raw.get("grafanaIframeHost", ObservabilitySettings.grafana_iframe_host),
+        grafana_anonymous=raw.get("grafanaAnonymous", ObservabilitySettings.grafana_anonymous),
         prometheus_release=raw.get("prometheusRelease", RELEASE),
         prometheus_namespace=raw.get("prometheusNamespace", NAMESPACE),
         stack_chart=stack_chart,
@@ -335,12 +346,13 @@ def stack_values(obs: ObservabilitySettings, remote_write_url: Any = None, regio
             **system,
             "resources": _resources(GRAFANA_REQUESTS, 200),
             "sidecar": {"resources": _resources(GRAFANA_SIDECAR_REQUESTS, 100)},
-            # Ray's dashboard embeds Grafana's panels in an iframe, read-only without a login (Ray 2.58's
-            # KubeRay guide, the overrides of its kube-prometheus-stack install). Grafana has no Service
+            # Ray's dashboard embeds Grafana's panels in an iframe (Ray 2.58's KubeRay guide, the
+            # overrides of its kube-prometheus-stack install); they show once the browser has logged in
+            # to Grafana, or without a login with grafanaAnonymous (Viewer). Grafana has no Service
             # outside the cluster: reach it by `kubectl port-forward` (grafanaPortForwardCommand).
             "grafana.ini": {
                 "security": {"allow_embedding": True},
-                "auth.anonymous": {"enabled": True, "org_role": "Viewer"},
+                "auth.anonymous": {"enabled": obs.grafana_anonymous, "org_role": "Viewer"},
             },
         }
     else:  # amp: scrape and forward only; the workspace stores, evaluates the rules and answers queries

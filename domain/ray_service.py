@@ -165,7 +165,7 @@ def worker_group(
     # what the reference deployment ran; without it, IPC_LOCK lifts the memlock limit at least.
     # A pool without EFA (the collocated baseline) registers nothing with a device: no privilege at all.
     if not pool.efa:
-        security = {"allowPrivilegeEscalation": False}
+        security = {"allowPrivilegeEscalation": False, "seccompProfile": {"type": "RuntimeDefault"}}
     elif serving.privileged_workers:
         security = {"privileged": True}
     else:
@@ -184,6 +184,9 @@ def worker_group(
         "template": {
             "metadata": {"annotations": dict(NOT_EVICTABLE)},
             "spec": {
+                # Workers never call the Kubernetes API: KubeRay runs the autoscaler as a sidecar of the
+                # head only (ray-operator v1.6.2 common/pod.go DefaultHeadPodTemplate), so no token here.
+                "automountServiceAccountToken": False,
                 "nodeSelector": {POOL_NODE_LABEL: pool.name},
                 "tolerations": [
                     {"key": GPU_TAINT["key"], "operator": "Equal", "value": GPU_TAINT["value"], "effect": "NoSchedule"}

@@ -53,6 +53,11 @@ RAY_SERVICE = "kubernetes:ray.io/v1:RayService"
 NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 K8S_SERVICE = "kubernetes:core/v1:Service"
 K8S_SECRET = "kubernetes:core/v1:Secret"
+K8S_NAMESPACE = "kubernetes:core/v1:Namespace"
+# Kubernetes' PodSecurity admission labels and levels (domain/pod_security.py sets them).
+POD_SECURITY = "pod-security.kubernetes.io"
+POD_SECURITY_LEVELS = ("privileged", "baseline", "restricted")
+POD_SUBNET_TAG = "kubernetes.io/role/internal-elb"  # our private subnets, where the nodes and so the pods live
 # Kubernetes kinds whose spec.template is a pod template (type token -> path to the pod spec).
 WORKLOADS = {
     "kubernetes:apps/v1:Deployment": ("spec", "template", "spec"),
@@ -409,6 +414,36 @@ def _ray_network_policies(resources: list[Resource]) -> list[tuple[Resource | No
     return found
 
 
+def _pod_security_labels(r: Resource) -> list[str]:
+    """A namespace the stack creates says its Pod Security level: enforce, warn and audit."""
+    if r.type != K8S_NAMESPACE:
+        return []
+    labels = _get(r.props, "metadata", "labels") or {}
+    wrong = [m for m in ("enforce", "warn", "audit") if labels.get(f"{POD_SECURITY}/{m}") not in POD_SECURITY_LEVELS]
+    return [f"label {POD_SECURITY}/{m} must be one of {', '.join(POD_SECURITY_LEVELS)}" for m in wrong]
+
+
+def _ip_blocks_outside_pod_subnets(resources: list[Resource]) -> list[tuple[Resource | None, str]]:
+    """With the VPC CNI every pod has an address in a private subnet: an IP block that overlaps one
+    admits pods of every namespace, past the namespace selectors."""
+    pod_subnets = []
+    for subnet in (r for r in resources if r.type == AWS_SUBNET):
+        cidr = subnet.props.get("cidrBlock")
+        if POD_SUBNET_TAG in (subnet.props.get("tags") or {}) and isinstance(cidr, str):
+            pod_subnets.append(ipaddress.ip_network(cidr, strict=False))
+    found: list[tuple[Resource | None, str]] = []
+    for policy in (r for r in resources if r.type == NETWORK_POLICY):
+        for rule in _get(policy.props, "spec", "ingress") or []:
+            for source in rule.get("from") or []:
+                cidr = (source.get("ipBlock") or {}).get("cidr")
+                if not isinstance(cidr, str):
+                    continue
+                hit = [str(n) for n in pod_subnets if ipaddress.ip_network(cidr, strict=False).overlaps(n)]
+                if hit:
+                    found.append((policy, f"ipBlock {cidr} holds pod addresses (subnets {', '.join(hit)})"))
+    return found
+
+
 def _endpoint_requires_api_key(r: Resource) -> list[str]:
     """Every Serve application of the RayService answers through the key-checking ingress, unless the
     RayService says it runs in a dev environment (where a stack may turn the check off)."""
@@ -510,6 +545,16 @@ def policies(secrets_marked: bool = True) -> list[Policy]:
             "ray-network-policies",
             "Ray's namespace denies ingress by default; only the serve port is reachable from outside it.",
             whole_stack=_ray_network_policies,
+        ),
+        Policy(
+            "ip-blocks-outside-pod-subnets",
+            "No NetworkPolicy admits an IP block that holds pods' addresses (the private subnets).",
+            whole_stack=_ip_blocks_outside_pod_subnets,
+        ),
+        Policy(
+            "namespaces-pod-security",
+            "Every namespace the stack creates sets its Pod Security Admission levels.",
+            per_resource=_pod_security_labels,
         ),
         Policy(
             "privileged-only-efa-workers",

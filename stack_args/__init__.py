@@ -99,6 +99,7 @@ def internal_endpoint_args(settings: Settings, hardening: HardeningSettings) -> 
         source_ranges=hardening.endpoint_source_ranges,
         namespace=settings.serving.namespace,
         service_name=settings.serving.service_name,
+        subnets=[name for name, _ in hardening.load_balancer_subnets],
     )
 
 

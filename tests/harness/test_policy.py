@@ -35,7 +35,7 @@ def test_make_policy_passes_dev(capsys):
 def test_each_policy_is_one_kind_with_a_unique_name():
     """CrossGuard refuses two policies of one name; each rule is a resource or a stack policy."""
     names = [p.name for p in rules.policies()]
-    assert len(names) == len(set(names)) == 12
+    assert len(names) == len(set(names)) == 14
     assert all((p.per_resource is None) != (p.whole_stack is None) for p in rules.policies())
 
 
@@ -78,6 +78,12 @@ MUTATIONS = {
         lambda p: p["spec"].update(ingress=[{"from": [{"namespaceSelector": {}}]}]),
         "llm-network-policies-default-deny-ingress",
     ),
+    "ip-blocks-outside-pod-subnets": (
+        rules.NETWORK_POLICY,
+        lambda p: p["spec"]["ingress"][0].update({"from": [{"ipBlock": {"cidr": "10.0.0.0/16"}}]}),
+        "llm-network-policies-serve-port-from-load-balancer",
+    ),
+    "namespaces-pod-security": (rules.K8S_NAMESPACE, lambda p: p["metadata"].pop("labels"), "llm-namespace"),
     "privileged-only-efa-workers": (
         rules.RAY_SERVICE,
         lambda p: _ray_spec(p)["headGroupSpec"]["template"]["spec"]["containers"][0].update(

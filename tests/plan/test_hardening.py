@@ -13,8 +13,11 @@ from tests.plan.test_preflight import EVERYWHERE, ROOMY, aws_run
 
 
 def _network_policies(plan) -> dict[str, dict]:
+    """The Ray namespace's (the monitoring namespace's are tests/plan/test_observability_graph.py's)."""
     return {
-        r.inputs["metadata"]["name"]: r.inputs for r in plan.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+        r.inputs["metadata"]["name"]: r.inputs
+        for r in plan.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+        if r.inputs["metadata"]["namespace"] == "llm"
     }
 
 
@@ -44,7 +47,8 @@ def test_dev_plan_declares_the_network_policies_and_the_cni_agent(dev):
     # The RayService (and so every Ray pod) waits for the policies.
     service = dev.one("kubernetes:ray.io/v1:RayService")
     for policy in dev.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy"):
-        assert dev.depends_on(service.urn, policy.urn)
+        if policy.inputs["metadata"]["namespace"] == "llm":
+            assert dev.depends_on(service.urn, policy.urn)
 
 
 def test_client_namespaces_reach_the_serve_port_only(dev):
@@ -62,10 +66,15 @@ def test_no_container_outside_efa_workers_is_privileged(plans):
         spec = plan.one("kubernetes:ray.io/v1:RayService").inputs["spec"]["rayClusterConfig"]
         head = spec["headGroupSpec"]["template"]["spec"]["containers"][0]
         assert head["securityContext"]["allowPrivilegeEscalation"] is False
+        # The head keeps its token: KubeRay's autoscaler sidecar runs in it and calls the API.
+        assert "automountServiceAccountToken" not in spec["headGroupSpec"]["template"]["spec"]
         for group in spec["workerGroupSpecs"]:
             worker = group["template"]["spec"]["containers"][0]
             efa = "vpc.amazonaws.com/efa" in worker["resources"]["limits"]
             assert worker["securityContext"].get("privileged", False) is efa, group["groupName"]
+            assert group["template"]["spec"]["automountServiceAccountToken"] is False, group["groupName"]
+            if not efa:  # the collocated worker: the container runtime's default seccomp profile
+                assert worker["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, group["groupName"]
 
 
 def test_ebs_encryption_off_in_the_region_is_refused_at_deploy_time():
@@ -86,3 +95,25 @@ def test_ebs_encryption_off_in_the_region_is_refused_at_deploy_time():
     assert run().outputs["preflightChecks"][-1] == (
         "ok: EBS encryption by default is on in us-east-1 (node root volumes encrypted)"
     )
+
+
+def test_every_namespace_the_stack_creates_carries_pod_security_labels(plans):
+    """Enforce at the level its pods need (privileged where hostPath, EFA or host access force it),
+    warn and audit one level stricter; the e2e checks the API server enforces them."""
+    expected = {
+        "llm": ("privileged", "baseline"),  # the model cache's hostPath, privileged or IPC_LOCK EFA workers
+        "monitoring": ("privileged", "baseline"),  # node-exporter's host namespaces, DCGM's SYS_ADMIN
+        "kuberay-system": ("baseline", "restricted"),  # restricted warned until a deploy of the pinned chart shows it
+    }
+    for stack, plan in plans.items():
+        namespaces = {
+            n.inputs["metadata"]["name"]: n.inputs["metadata"] for n in plan.of_type("kubernetes:core/v1:Namespace")
+        }
+        assert namespaces and set(namespaces) <= set(expected), stack
+        for name, meta in namespaces.items():
+            enforce, stricter = expected[name]
+            assert meta["labels"] == {
+                "pod-security.kubernetes.io/enforce": enforce,
+                "pod-security.kubernetes.io/warn": stricter,
+                "pod-security.kubernetes.io/audit": stricter,
+            }, (stack, name)

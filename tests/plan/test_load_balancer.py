@@ -3,8 +3,10 @@ AWS Load Balancer Controller (Helm, EKS Pod Identity), in the graph so `destroy`
 
 from __future__ import annotations
 
+import ipaddress
 import json
 
+from components.load_balancer import ANNOTATION, SUBNETS
 from offline.mocks import placeholder
 from offline.plan import run_program
 
@@ -55,7 +57,36 @@ def test_pods_admit_the_nlb_on_the_serve_port_only(dev):
         r.inputs["metadata"]["name"]: r.inputs for r in dev.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
     }
     rule = policies["serve-port-from-load-balancer"]["spec"]["ingress"]
-    assert rule == [{"from": [{"ipBlock": {"cidr": "10.0.0.0/16"}}], "ports": [{"port": 8000, "protocol": "TCP"}]}]
+    blocks = [{"ipBlock": {"cidr": c}} for c in ("10.0.192.0/20", "10.0.208.0/20")]  # dev's two public subnets
+    assert rule == [{"from": blocks, "ports": [{"port": 8000, "protocol": "TCP"}]}]
+
+
+def test_the_load_balancer_rule_admits_the_nlbs_subnets_and_no_pod_address(plans):
+    """The NLB sits in the public subnets, where no node (so no pod, VPC CNI) lives, and does not
+    pass the client's address on: the policy's blocks are exactly those subnets, none overlaps a
+    subnet a node group uses, so `serveClientNamespaces` decides which pods reach the serve port."""
+    for stack, plan in plans.items():
+        services = [r for r in plan.of_type(SERVICE) if r.name == "internal-endpoint"]
+        if not services:
+            continue
+        (service,) = services
+        annotations = service.inputs["metadata"]["annotations"]
+        # AWS may not take subnets off a running NLB: a new subnet list makes a new Service and NLB.
+        assert service.options["replaceOnChanges"] == [f'metadata.annotations["{SUBNETS}"]'], stack
+        assert service.options["deleteBeforeReplace"] is True, stack
+        assert annotations[f"{ANNOTATION}-target-group-attributes"] == "preserve_client_ip.enabled=false", stack
+        subnets = {s.inputs["tags"]["Name"]: s for s in plan.of_type("aws:ec2/subnet:Subnet")}
+        named = annotations[SUBNETS].split(",")
+        assert all(subnets[n].inputs["tags"].get("kubernetes.io/role/elb") == "1" for n in named), stack
+        policies = plan.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+        (policy,) = [p for p in policies if p.inputs["metadata"]["name"] == "serve-port-from-load-balancer"]
+        (rule,) = policy.inputs["spec"]["ingress"]
+        admitted = {b["ipBlock"]["cidr"] for b in rule["from"]}
+        assert admitted == {subnets[n].inputs["cidrBlock"] for n in named}, stack
+        # Every other subnet of the VPC, the private ones that node groups (and so pods) use among them.
+        pod_networks = [ipaddress.ip_network(s.inputs["cidrBlock"]) for n, s in subnets.items() if n not in named]
+        assert pod_networks, stack
+        assert not any(ipaddress.ip_network(c).overlaps(p) for c in admitted for p in pod_networks), stack
 
 
 def test_internal_endpoint_off_declares_no_load_balancer():

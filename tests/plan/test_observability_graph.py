@@ -51,8 +51,12 @@ def test_dev_plan_holds_the_prometheus_stack_on_the_system_node(dev):
     claim = spec["storageSpec"]["volumeClaimTemplate"]["spec"]
     assert claim["volumeName"] == dev.one(PV).inputs["metadata"]["name"] == "kube-prometheus-stack-prometheus-data"
     assert claim["resources"]["requests"]["storage"] == "20Gi" and claim["storageClassName"] == "gp3"
-    # Ray's dashboard embeds Grafana's panels: embedding allowed, read-only without a login.
-    assert values["grafana"]["grafana.ini"]["auth.anonymous"] == {"enabled": True, "org_role": "Viewer"}
+    # Ray's dashboard embeds Grafana's panels: embedding allowed; a login needed unless grafanaAnonymous.
+    assert values["grafana"]["grafana.ini"]["security"] == {"allow_embedding": True}
+    assert values["grafana"]["grafana.ini"]["auth.anonymous"] == {"enabled": False, "org_role": "Viewer"}
+    opened = run_program("dev", {NS + "observability": {"mode": "embedded", "grafanaAnonymous": True}})
+    ini = opened.one(RELEASE, "kube-prometheus-stack").inputs["values"]["grafana"]["grafana.ini"]
+    assert ini["auth.anonymous"] == {"enabled": True, "org_role": "Viewer"}
     assert "adminPassword" not in json.dumps(values)  # the chart generates it into a Secret
 
 
@@ -240,3 +244,52 @@ def test_a_bigger_volume_and_longer_retention_reach_the_chart_and_the_cost():
     plan = run_program("dev", {NS + "kubePrometheusStackVersion": "88.5.2", NS + "dcgmExporterVersion": "4.8.1"})
     assert plan.one(RELEASE, "kube-prometheus-stack").inputs["version"] == "88.5.2"
     assert plan.one(RELEASE, "dcgm-exporter").inputs["version"] == "4.8.1"
+
+
+POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+
+
+def _monitoring_policies(plan: Plan) -> dict[str, dict]:
+    return {
+        p.inputs["metadata"]["name"]: p
+        for p in plan.of_type(POLICY)
+        if p.inputs["metadata"]["namespace"] == "monitoring"
+    }
+
+
+def test_monitoring_pods_admit_their_namespace_and_the_ray_head_only(dev):
+    """Prometheus, Grafana and Alertmanager: ingress from `monitoring`'s own pods, and the Ray head to
+    Prometheus's and Grafana's ports (its dashboard queries both); Alertmanager's API from no other
+    namespace. In place before the chart's pods start."""
+    policies = _monitoring_policies(dev)
+    own = {"from": [{"podSelector": {}}]}
+
+    def head_on(port: int) -> dict:
+        selector = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["llm"]}]}
+        source = {"namespaceSelector": selector, "podSelector": {"matchLabels": {"ray.io/node-type": "head"}}}
+        return {"from": [source], "ports": [{"port": port, "protocol": "TCP"}]}
+
+    expected = {
+        "prometheus-from-grafana-and-ray": ({"prometheus": "kube-prometheus-stack-prometheus"}, [own, head_on(9090)]),
+        "grafana-from-monitoring-and-ray": (
+            {"app.kubernetes.io/name": "grafana", "app.kubernetes.io/instance": "kube-prometheus-stack"},
+            [own, head_on(3000)],
+        ),
+        "alertmanager-from-monitoring": ({"alertmanager": "kube-prometheus-stack-alertmanager"}, [own]),
+    }
+    assert set(policies) == set(expected)
+    release = dev.one(RELEASE, "kube-prometheus-stack")
+    for name, (labels, ingress) in expected.items():
+        spec = policies[name].inputs["spec"]
+        assert spec == {"podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress"], "ingress": ingress}, name
+        assert dev.depends_on(release.urn, policies[name].urn), name
+    # The ports the Ray head uses are the ones it is given (head_env).
+    env = {e["name"]: e["value"] for e in head_container(dev)["env"]}
+    assert env["RAY_PROMETHEUS_HOST"].endswith(":9090")
+
+
+def test_amp_monitoring_policies_cover_the_agent_alone_and_none_without_network_policies():
+    amp = _monitoring_policies(run_program("dev", {NS + "observability": {"mode": "amp"}}))
+    assert list(amp) == ["prometheus-from-grafana-and-ray"]
+    assert amp["prometheus-from-grafana-and-ray"].inputs["spec"]["ingress"] == [{"from": [{"podSelector": {}}]}]
+    assert _monitoring_policies(run_program("dev", {NS + "networkPolicies": False})) == {}

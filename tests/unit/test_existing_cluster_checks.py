@@ -107,6 +107,7 @@ def test_existing_cluster_keys_need_existing_cluster(key):
     [
         ({"installKubeRay": "true"}, "ray-system: only with installKubeRay: false (ours runs in kuberay-system)"),
         ({"installKubeRay": "false", "kuberayNamespace": "Ray_System"}, "Ray_System: a namespace name"),
+        ({"installKubeRay": "false", "kuberayNamespace": "default"}, "default: a namespace of the operator's own"),
     ],
 )
 def test_kuberay_namespace_needs_the_clusters_own_kuberay_and_a_valid_name(values, rule):

@@ -207,6 +207,7 @@ def test_chart_defaults_we_rely_on():
         assert spec[f"{kind}NamespaceSelector"] == {}  # every namespace
     assert "adminPassword" not in stack["grafana"]  # unset: the chart generates one in a Secret, never in our state
     assert stack["grafana"]["service"]["port"] == observability.GRAFANA_PORT
+    assert stack["grafana"]["service"]["targetPort"] == observability.GRAFANA_CONTAINER_PORT  # its NetworkPolicy
     assert stack["prometheus-node-exporter"]["tolerations"] == [{"effect": "NoSchedule", "operator": "Exists"}]
     assert stack["prometheus"]["prometheusSpec"]["image"]["tag"] == "v3.14.0-distroless"
     dcgm = chart_defaults(f"dcgm-exporter-{DCGM_CHART.version}")

@@ -1,0 +1,28 @@
+"""Pod Security Admission labels of the namespaces the stack creates (the API server's built-in
+PodSecurity admission enforces them): each namespace at the strictest level its pods pass, and warned
+and audited at the next one where that is not restricted, so what keeps it lower is on record."""
+
+from __future__ import annotations
+
+PREFIX = "pod-security.kubernetes.io"  # Kubernetes' PodSecurity admission labels: <prefix>/enforce, warn, audit
+LEVELS = ("privileged", "baseline", "restricted")
+
+# The Ray namespace: every GPU worker mounts the node's model cache (a hostPath volume, domain/ray_service.py)
+# and EFA workers run privileged (privilegedWorkers) or add IPC_LOCK; baseline allows neither hostPath
+# volumes nor capabilities beyond its short list, so privileged even with privilegedWorkers false.
+SERVING = "privileged"
+# kube-prometheus-stack's node-exporter uses the host's network, PID namespace and paths
+# (prometheus-node-exporter 4.56.1 values.yaml hostNetwork, hostPID, hostRootFsMount) and the DCGM
+# exporter adds SYS_ADMIN (dcgm-exporter 4.8.2 values.yaml securityContext): both only privileged.
+MONITORING = "privileged"
+# The KubeRay operator's container drops every capability, runs as non-root with RuntimeDefault seccomp
+# and no privilege escalation (kuberay-operator chart values.yaml securityContext, read at a later commit than
+# the pinned chart): it should pass restricted, which is warned and audited; enforced is baseline until a
+# deploy of the pinned chart shows restricted admits it (enforcing too strict a level would refuse the operator).
+KUBERAY = "baseline"
+
+
+def labels(enforce: str) -> dict[str, str]:
+    """enforce at `enforce`; warn and audit one level stricter (the same when it is restricted)."""
+    stricter = LEVELS[min(LEVELS.index(enforce) + 1, len(LEVELS) - 1)]
+    return {f"{PREFIX}/enforce": enforce, f"{PREFIX}/warn": stricter, f"{PREFIX}/audit": stricter}

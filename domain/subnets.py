@@ -1,0 +1,28 @@
+"""The VPC's subnet layout (components/network.py builds it): which addresses pods can take and which
+only load balancers and NAT gateways hold, as the NetworkPolicies must tell them apart."""
+
+from __future__ import annotations
+
+import ipaddress
+
+
+def subnet_cidrs(vpc_cidr: str, zones: int) -> tuple[list[str], list[str]]:
+    """Private subnets get a quarter of the VPC each (pods take VPC IPs with the VPC CNI); public
+    subnets, which hold only NAT gateways and load balancers (never a node, so never a pod), share
+    the last quarter."""
+    vpc = ipaddress.IPv4Network(vpc_cidr)
+    quarters = list(vpc.subnets(prefixlen_diff=2))
+    private = [str(q) for q in quarters[:zones]]
+    public = [str(s) for s in quarters[3].subnets(prefixlen_diff=2)][:zones]
+    return private, public
+
+
+def public_subnet_name(cluster_name: str, zone: str) -> str:
+    """The public subnet's Name tag, by which the load balancer Service names its subnets."""
+    return f"{cluster_name}-public-{zone}"
+
+
+def load_balancer_subnets(cluster_name: str, vpc_cidr: str, zones: tuple[str, ...]) -> dict[str, str]:
+    """The subnets the internal NLB goes in, by Name tag, with their CIDRs: the public ones, where no pod lives."""
+    _, public = subnet_cidrs(vpc_cidr, len(zones))
+    return {public_subnet_name(cluster_name, z): cidr for z, cidr in zip(zones, public, strict=True)}
