@@ -48,10 +48,15 @@ def check_chart_version(key: str, version: str, chart: str, example: str, file: 
     return version
 
 
-def check_environment(key: str, value: str, file: str | None = None) -> str:
-    if value not in ENVIRONMENTS:
-        raise ConfigError(key, value, f"one of {yaml_text(ENVIRONMENTS)}", file)
+def check_one_of(key: str, value, allowed: Sequence, file: str | None = None, what: str = ""):
+    """`value` if it is one of `allowed`, else the one line naming them (`what` names the list, e.g. a key)."""
+    if value not in allowed:
+        raise ConfigError(key, value, f"one of {what + ' ' if what else ''}{yaml_text(list(allowed))}", file)
     return value
+
+
+def check_environment(key: str, value: str, file: str | None = None) -> str:
+    return check_one_of(key, value, ENVIRONMENTS, file)
 
 
 def check_cluster_name(key: str, value: str, file: str | None = None) -> str:
@@ -108,15 +113,11 @@ def check_availability_zones(key: str, zones: Sequence[str], region: str, file: 
 
 
 def check_gpu_availability_zone(key: str, value: str, zones: Sequence[str], file: str | None = None) -> str:
-    if value not in zones:
-        raise ConfigError(key, value, f"one of availabilityZones {yaml_text(list(zones))}", file)
-    return value
+    return check_one_of(key, value, zones, file, what="availabilityZones")
 
 
 def check_nat_gateways(key: str, value: str, file: str | None = None) -> str:
-    if value not in NAT_MODES:
-        raise ConfigError(key, value, f"one of {yaml_text(NAT_MODES)}", file)
-    return value
+    return check_one_of(key, value, NAT_MODES, file)
 
 
 def check_endpoint_source_ranges(key: str, ranges: Sequence[str], file: str | None = None) -> tuple[str, ...]:
