@@ -31,6 +31,7 @@ class CostLine:
     quantity: float
     unit_usd_per_hour: float | None  # None: no price known (said, not guessed)
     estimated: bool = False  # a price of ours that AWS's price list did not give (said in the table)
+    price_key: str = ""  # the stack's `prices` field that sets this line's unit price, named when it is missing
 
     @property
     def usd_per_hour(self) -> float | None:
@@ -87,7 +88,14 @@ class CostEstimate:
             "estimatedPrices": self.estimated,
             "scope": self.scope,
             "notPriced": list(self.not_priced),
+            # Only when a price is missing, so a fully priced stack's output is the same as without it.
+            **({"pricesToSet": self.keys_to_set} if self.unknown else {}),
         }
+
+    @property
+    def keys_to_set(self) -> list[str]:
+        """The `prices` fields that would price every unknown line, each once, in the lines' order."""
+        return list(dict.fromkeys(line.price_key for line in self.lines if line.unit_usd_per_hour is None))
 
 
 def table(estimate: dict) -> str:
@@ -105,7 +113,8 @@ def table(estimate: dict) -> str:
     total = estimate["usdPerHour"]
     if total is None:
         rows.append(
-            f"  total: unknown, no price for {', '.join(estimate['unknownPrices'])} (set `prices` in the stack)"
+            f"  total: unknown, no price for {', '.join(estimate['unknownPrices'])}"
+            f" (set {', '.join(estimate['pricesToSet'])} in the stack)"
         )
     else:
         rows.append(f"  total: {total:.2f} $/h (~{total * HOURS_PER_MONTH:,.0f} $/month); data transfer not included")
@@ -113,6 +122,13 @@ def table(estimate: dict) -> str:
         estimated = ", ".join(estimate["estimatedPrices"])
         rows.append(f"  estimated, not from AWS's price list: {estimated} (set `prices` to replace)")
     return "\n".join(rows)
+
+
+GP3_PRICE_KEY = "prices.ebsGp3PerGbMonth"
+
+
+def _instance_key(instance_type: str) -> str:
+    return f"prices.instances.{instance_type}"
 
 
 SIZES = ("min", "desired", "max")  # node counts of every pool: minSize, desiredSize, maxSize
@@ -154,6 +170,7 @@ def estimate(
                 f"{role} nodes {p.nodes.instance_type}",
                 _count(p.nodes, size),
                 prices.get(p.nodes.instance_type),
+                price_key=_instance_key(p.nodes.instance_type),
             )
             for role, p in settings.gpu_pools.items()
         ]
@@ -169,13 +186,25 @@ def estimate(
     pools = {"system": settings.cluster.system_nodes} | {r: p.nodes for r, p in settings.gpu_pools.items()}
     for role, nodes in pools.items():
         lines.append(
-            CostLine(f"{role} nodes {nodes.instance_type}", _count(nodes, size), prices.get(nodes.instance_type))
+            CostLine(
+                f"{role} nodes {nodes.instance_type}",
+                _count(nodes, size),
+                prices.get(nodes.instance_type),
+                price_key=_instance_key(nodes.instance_type),
+            )
         )
     nat_count = len(settings.network.availability_zones) if settings.network.nat_gateways == "perAz" else 1
-    lines.append(CostLine("NAT gateways", nat_count, nat))
+    lines.append(CostLine("NAT gateways", nat_count, nat, price_key="prices.natGatewayPerHour"))
     lines.append(CostLine("public IPv4 addresses (NAT EIPs)", nat_count, PUBLIC_IPV4_USD_PER_HOUR))
     disk_gb = sum(nodes.disk_size_gib * _count(nodes, size) for nodes in pools.values())
-    lines.append(CostLine("EBS gp3 root volumes (GB)", disk_gb, None if gp3 is None else gp3 / HOURS_PER_MONTH))
+    lines.append(
+        CostLine(
+            "EBS gp3 root volumes (GB)",
+            disk_gb,
+            None if gp3 is None else gp3 / HOURS_PER_MONTH,
+            price_key=GP3_PRICE_KEY,
+        )
+    )
     lines.append(CostLine("KMS key (secrets encryption)", 1, KMS_KEY_USD_PER_MONTH / HOURS_PER_MONTH))
     if settings.hardening.internal_endpoint:
         lines += _load_balancer_lines(region, overrides)
@@ -186,7 +215,13 @@ def estimate(
         node_price = overrides.instances.get(ft.redis_node_type, estimate)
         item = f"GCS store ElastiCache Valkey {ft.redis_node_type}"
         lines.append(
-            CostLine(item, 1 + ft.redis_replicas, node_price, estimated=ft.redis_node_type not in overrides.instances)
+            CostLine(
+                item,
+                1 + ft.redis_replicas,
+                node_price,
+                estimated=ft.redis_node_type not in overrides.instances,
+                price_key=_instance_key(ft.redis_node_type),
+            )
         )
     return CostEstimate(region, tuple(lines))
 
@@ -204,8 +239,8 @@ def _load_balancer_lines(region: str, overrides: PriceOverrides) -> list[CostLin
     hourly = _chosen(overrides.load_balancer_per_hour, NLB_USD_PER_HOUR, region)
     lcu = _chosen(overrides.load_balancer_lcu_per_hour, NLB_LCU_USD_PER_HOUR, region)
     return [
-        CostLine("internal load balancer (NLB)", 1, hourly),
-        CostLine("NLB capacity units (budget)", NLB_CAPACITY_UNITS, lcu),
+        CostLine("internal load balancer (NLB)", 1, hourly, price_key="prices.loadBalancerPerHour"),
+        CostLine("NLB capacity units (budget)", NLB_CAPACITY_UNITS, lcu, price_key="prices.loadBalancerLcuPerHour"),
     ]
 
 
@@ -221,7 +256,12 @@ def _observability_lines(
     The monitoring pods fit the system node (domain/observability.py system_pods): no node is added."""
     if obs.mode == "embedded":
         return [
-            CostLine("EBS gp3 Prometheus volume (GB)", obs.storage_gib, None if gp3 is None else gp3 / HOURS_PER_MONTH)
+            CostLine(
+                "EBS gp3 Prometheus volume (GB)",
+                obs.storage_gib,
+                None if gp3 is None else gp3 / HOURS_PER_MONTH,
+                price_key=GP3_PRICE_KEY,
+            )
         ]
     if obs.mode != "amp":
         return []
@@ -230,10 +270,16 @@ def _observability_lines(
     per_gb = _chosen(overrides.amp_storage_per_gb_month, AMP_STORAGE_USD_PER_GB_MONTH, region)
     stored_gb = samples_per_hour * 24 * AMP_RETENTION_DAYS * observability.BYTES_PER_SAMPLE / 2**30
     return [
-        CostLine("AMP samples ingested (10M/h, series budget)", samples_per_hour / 1e7, per_10m),
+        CostLine(
+            "AMP samples ingested (10M/h, series budget)",
+            samples_per_hour / 1e7,
+            per_10m,
+            price_key="prices.ampPer10MSamples",
+        ),
         CostLine(
             f"AMP storage after {AMP_RETENTION_DAYS} days (GB)",
             round(stored_gb, 1),
             None if per_gb is None else per_gb / HOURS_PER_MONTH,
+            price_key="prices.ampStoragePerGbMonth",
         ),
     ]

@@ -183,7 +183,10 @@ def test_a_copy_of_dev_in_another_region_plans(project, capsys, plans):
     ireland = dev.replace("us-east-1", "eu-west-1")
     (project / "Pulumi.mine.yaml").write_text(ireland)
     assert plan_cli.main(["--stack", "mine", "--out", str(out)]) == 0
-    assert "total: unknown, no price for decode nodes g6.8xlarge, prefill nodes g6.8xlarge" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "total: unknown, no price for decode nodes g6.8xlarge, prefill nodes g6.8xlarge" in printed
+    # Each missing price by the `prices` field that sets it, an instance type once for both pools.
+    assert "(set prices.instances.g6.8xlarge, prices.loadBalancerPerHour, prices.loadBalancerLcuPerHour in" in printed
     (project / "Pulumi.mine.yaml").write_text(ireland + nlb + "    instances: {g6.8xlarge: 2.5}\n")
     assert plan_cli.main(["--stack", "mine", "--out", str(out)]) == 0
     assert re.search(r"total: [\d.]+ \$/h", capsys.readouterr().out)
