@@ -67,6 +67,8 @@ def test_no_container_outside_efa_workers_is_privileged(plans):
         spec = plan.one("kubernetes:ray.io/v1:RayService").inputs["spec"]["rayClusterConfig"]
         head = spec["headGroupSpec"]["template"]["spec"]["containers"][0]
         assert head["securityContext"]["allowPrivilegeEscalation"] is False
+        assert head["securityContext"]["capabilities"] == {"drop": ["ALL"]}  # NET_RAW and the runtime's others
+        assert head["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         # The head keeps its token: KubeRay's autoscaler sidecar runs in it and calls the API.
         assert "automountServiceAccountToken" not in spec["headGroupSpec"]["template"]["spec"]
         for group in spec["workerGroupSpecs"]:
