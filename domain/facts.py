@@ -31,6 +31,10 @@ POOL_RESOURCE_PREFIX = "pool_"
 # (docs/upgrade-notes.md): it holds a pool's name, which is a role only when the pool is named after one.
 POOL_NODE_LABEL = f"{PROJECT}/pool"
 
+# EC2's instance metadata service (IPv4; its IPv6 endpoint stays off: EC2's default, which pulumi-eks
+# nodegroup.ts metadataOptions keeps): what the Ray namespace's egress policy keeps pods from.
+INSTANCE_METADATA_CIDR = "169.254.169.254/32"
+
 # Ports of the Ray head (KubeRay's defaults); the serve port is also every worker's.
 SERVE_PORT = 8000  # Ray Serve's HTTP proxy: the only Ray port reachable from outside the namespace
 DASHBOARD_PORT = 8265  # ...besides the head's dashboard, for the KubeRay operator only

@@ -65,9 +65,13 @@ def head_group(serving: ServingSettings, with_token: bool, keyed: bool) -> dict:
         ],
         "resources": _resources(HEAD_REQUESTS),
         # Not runAsNonRoot: the serving image's user cannot be inspected offline, and kubelet refuses to
-        # start a runAsNonRoot container whose image runs as root; the head needs no privilege, so it
-        # can never gain one.
-        "securityContext": {"allowPrivilegeEscalation": False, "seccompProfile": {"type": "RuntimeDefault"}},
+        # start a runAsNonRoot container whose image runs as root. The head needs no privilege and no
+        # capability (its ports are all above 1024, it writes only files it creates), so it keeps none.
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
     }
     env = [_token_env()] if with_token else []
     env += observability.head_env(serving.observability)  # where its dashboard finds Grafana's panels
@@ -169,7 +173,9 @@ def worker_group(
     elif serving.privileged_workers:
         security = {"privileged": True}
     else:
-        security = {"capabilities": {"add": ["IPC_LOCK"]}}
+        # Only IPC_LOCK, for the memlock limit: the runtime's other defaults (NET_RAW, CHOWN, ...)
+        # serve none of NIXL's paths, and the node cache is 1777 (cache_permissions).
+        security = {"capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}}
     return {
         "groupName": pool.name,
         "replicas": pool.nodes.desired_size,

@@ -41,7 +41,13 @@ def llm_service_args(
         environment=settings.hardening.environment,
         api_key_check=settings.hardening.api_key_check,
         network_policies=(
-            network_policies(serving.namespace, hardening, mode.operator_namespace, serving.observability)
+            network_policies(
+                serving.namespace,
+                hardening,
+                mode.operator_namespace,
+                serving.observability,
+                node_credentials=bool(serving.weights_s3_uris),
+            )
             if hardening.network_policies
             else ()
         ),

@@ -26,6 +26,7 @@ def test_dev_plan_declares_the_network_policies_and_the_cni_agent(dev):
     assert sorted(policies) == [
         "dashboard-from-kuberay-operator",
         "default-deny-ingress",
+        "egress-except-instance-metadata",
         "metrics-from-prometheus",  # domain/observability.py: the PodMonitors' ports, from its namespace only
         "ray-pods-to-ray-pods",
         "serve-port-from-load-balancer",
@@ -66,6 +67,8 @@ def test_no_container_outside_efa_workers_is_privileged(plans):
         spec = plan.one("kubernetes:ray.io/v1:RayService").inputs["spec"]["rayClusterConfig"]
         head = spec["headGroupSpec"]["template"]["spec"]["containers"][0]
         assert head["securityContext"]["allowPrivilegeEscalation"] is False
+        assert head["securityContext"]["capabilities"] == {"drop": ["ALL"]}  # NET_RAW and the runtime's others
+        assert head["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         # The head keeps its token: KubeRay's autoscaler sidecar runs in it and calls the API.
         assert "automountServiceAccountToken" not in spec["headGroupSpec"]["template"]["spec"]
         for group in spec["workerGroupSpecs"]:
@@ -117,3 +120,17 @@ def test_every_namespace_the_stack_creates_carries_pod_security_labels(plans):
                 "pod-security.kubernetes.io/warn": stricter,
                 "pod-security.kubernetes.io/audit": stricter,
             }, (stack, name)
+
+
+def test_ray_pods_reach_everything_but_the_instance_metadata(dev):
+    egress = _network_policies(dev)["egress-except-instance-metadata"]["spec"]
+    assert egress["podSelector"] == {} and egress["policyTypes"] == ["Egress"]
+    assert egress["egress"] == [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}}]}]
+
+
+def test_weights_read_with_the_node_role_keep_the_instance_metadata_open():
+    from domain.hardening import HardeningSettings
+    from domain.network_policies import network_policies
+
+    names = {p["metadata"]["name"] for p in network_policies("llm", HardeningSettings(), node_credentials=True)}
+    assert "default-deny-ingress" in names and "egress-except-instance-metadata" not in names

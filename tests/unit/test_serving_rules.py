@@ -68,7 +68,9 @@ def test_workers_are_privileged_by_default_and_can_opt_out():
     group = spec_of()["rayClusterConfig"]["workerGroupSpecs"][0]
     assert group["template"]["spec"]["containers"][0]["securityContext"] == {"privileged": True}
     group = spec_of({NS + "privilegedWorkers": False})["rayClusterConfig"]["workerGroupSpecs"][0]
-    assert group["template"]["spec"]["containers"][0]["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    assert group["template"]["spec"]["containers"][0]["securityContext"] == {
+        "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+    }
 
 
 def test_serve_only_change_is_not_a_cluster_change():
