@@ -28,6 +28,9 @@ REHEARSAL_VENV ?= $(call pinned-venv-dir,rehearsal-venv,$(REHEARSAL_REQS))
 # The load generator's venv (AIPerf, ~1.2 GB, no torch or CUDA; llmclient/aiperf.py names it the same way).
 BENCH_REQS := llmclient/bench-requirements.txt
 BENCH_VENV ?= $(call pinned-venv-dir,bench-venv,$(BENCH_REQS))
+# checkov's venv (about 300 MB; policy/checkov-requirements.txt pins it and all it needs).
+CHECKOV_REQS := policy/checkov-requirements.txt
+CHECKOV_VENV ?= $(call pinned-venv-dir,checkov-venv,$(CHECKOV_REQS))
 URL ?= http://localhost:8000
 
 .PHONY: help test test-fast e2e e2e-cluster cli-stack plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
@@ -193,8 +196,14 @@ e2e-cluster: $(VENV)/.installed
 # The policy pack's rules (policy/rules.py) over the offline plan: exit 1 naming each violated policy.
 # With the Pulumi CLI the same rules run as CrossGuard: `pulumi preview --policy-pack policy`.
 ## policy: STACK=<stack>: the policy pack over the offline plan
-policy: $(VENV)/.installed
-	$(BIN)/python -m offline.policy_check --stack $(STACK)
+# Then checkov over the plan's objects and the RayService's pods (offline/checkov_scan.py): each failure
+# justified in policy/checkov-skips.yaml or the target fails.
+policy: $(VENV)/.installed $(CHECKOV_VENV)/.installed
+	$(BIN)/python -m offline.policy_check --stack $(STACK) --checkov $(CHECKOV_VENV)/bin/checkov
+
+$(CHECKOV_VENV)/.installed:
+	@echo "Installing checkov into $(CHECKOV_VENV): about 300 MB, a minute the first time."
+	$(call pinned-venv,$(CHECKOV_VENV),$(CHECKOV_REQS))
 
 # The pack's own venv (pulumi-policy pins protobuf 5.29; .venv has 6): also what the CLI runs it in.
 POLICY_VENV := policy/venv
@@ -213,6 +222,7 @@ policy-sdk: $(VENV)/.installed $(POLICY_VENV)/.installed
 ## docs: regenerate docs/configuration.md and the component schema
 docs: $(VENV)/.installed
 	$(BIN)/python -m tools.config_docs
+	$(BIN)/python -m offline.checkov_scan
 	$(BIN)/python -c 'import ray_llm_eks; print(ray_llm_eks.schema_text(), end="")' > ray_llm_eks/schema.json
 
 ## plan: STACK=<stack> [OUT=dir]: the whole program offline: resources, manifests, fit, cost (no AWS)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from adapters.stackfile import ROOT
+from offline import checkov_scan
 from offline.plan import Plan, precheck, root_message, run_program
 from policy.rules import Resource, Violation, check_all, policies
 
@@ -23,6 +25,7 @@ def violations(plan: Plan) -> list[Violation]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stack", required=True)
+    parser.add_argument("--checkov", type=Path, help="checkov's executable: also scan the plan's objects and Ray pods")
     args = parser.parse_args(argv)
     try:
         precheck(args.stack, ROOT)
@@ -34,8 +37,17 @@ def main(argv: list[str] | None = None) -> int:
     for violation in found:
         print(violation, file=sys.stderr)
     names = len(policies())
+    unjustified = []
+    if args.checkov:
+        failures = checkov_scan.run(args.checkov, checkov_scan.scanned(plan.manifests()))
+        unjustified = checkov_scan.unjustified(failures, checkov_scan.load_skips())
+        for failure in unjustified:
+            print(f"{failure} (not justified in policy/checkov-skips.yaml)", file=sys.stderr)
+        print(f"stack {args.stack}: checkov: {len(failures)} failed check(s), {len(unjustified)} not justified")
     advice = [v for v in found if v.advisory]
     found = [v for v in found if not v.advisory]
+    if unjustified and not found:
+        return 1
     if found:
         failed = sorted({v.policy for v in found})
         print(f"stack {args.stack}: {len(failed)} of {names} policies violated: {', '.join(failed)}", file=sys.stderr)
