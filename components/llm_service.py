@@ -163,7 +163,7 @@ class LlmService(pulumi.ComponentResource):
                     metadata=k8s.meta.v1.ObjectMetaArgs(
                         name=api_keys.CONFIG_MAP_NAME, namespace=namespace.metadata.name
                     ),
-                    data=api_keys.ingress_sources(),
+                    data=api_keys.ingress_sources(args.ray_service_spec.get("serveConfigV2", "")),
                     opts=child,
                 )
             )

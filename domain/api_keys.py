@@ -8,6 +8,8 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import yaml
+
 from domain import packaged, serve_config
 from domain.errors import NOT_SHOWN, ConfigError, in_serve_config
 from domain.facts import KEY_CHECKED_INGRESS
@@ -15,6 +17,7 @@ from domain.facts import KEY_CHECKED_INGRESS
 INGRESS_CLS = KEY_CHECKED_INGRESS
 SOURCES_DIR = Path(__file__).resolve().parent.parent / "serve_ingress"
 SHIPPED_MODULES = ("api_keys.py", "api_key_ingress.py", "worker_setup.py")  # flat modules on the pods' PYTHONPATH
+SELECTIVE_PD_MODULES = ("local_prefill.py", "selective_pd.py")  # shipped too where the app is selective PD
 # What ray.init makes of runtime_env `worker_process_setup_hook: "module.function"` (Ray 2.58
 # ray/_private/runtime_env/setup_hook.py export_setup_func_module); a Serve application's runtime_env is not
 # converted so, hence the env var itself (ray/_private/ray_constants.py WORKER_PROCESS_SETUP_HOOK_ENV_VAR, read
@@ -30,9 +33,15 @@ CONFIG_MAP_NAME = "api-key-ingress"
 MIN_KEY_LENGTH = 16
 
 
-def ingress_sources() -> dict[str, str]:
-    """The ConfigMap's data: the modules as they are in serve_ingress/ (the key check and the worker setup hook)."""
-    return {name: packaged.read_text(SOURCES_DIR / name) for name in SHIPPED_MODULES}
+def ingress_sources(serve_config_text: str = "") -> dict[str, str]:
+    """The ConfigMap's data: the modules as they are in serve_ingress/ (the key check and the worker setup hook),
+    and selective PD's decode server where the serve config (serveConfigV2's text) runs it."""
+    document = yaml.safe_load(serve_config_text) or {}
+    selective = any(
+        a.get("import_path") == serve_config.SELECTIVE_PD_IMPORT for a in document.get("applications") or []
+    )
+    names = SHIPPED_MODULES + (SELECTIVE_PD_MODULES if selective else ())
+    return {name: packaged.read_text(SOURCES_DIR / name) for name in names}
 
 
 def check_no_own_ingress(document: dict, where: str) -> None:

@@ -426,7 +426,18 @@ def _serve_overrides(raw: _Raw) -> serve_config.ServeOverrides:
     kv_buffer_device = raw.text("kvBufferDevice")
     if kv_buffer_device not in serve_config.KV_BUFFER_DEVICES:
         raise ConfigError("kvBufferDevice", kv_buffer_device, f"one of {yaml_text(serve_config.KV_BUFFER_DEVICES)}")
-    return serve_config.ServeOverrides(model_id, model_source, max_len, replicas, autoscaling, kv_buffer_device)
+    return serve_config.ServeOverrides(
+        model_id, model_source, max_len, replicas, autoscaling, kv_buffer_device, _selective_pd(raw.text("selectivePd"))
+    )
+
+
+def _selective_pd(value: str) -> int | None:
+    """selectivePd: `off` (None), or the prompt length in tokens below which decode prefills itself."""
+    if value == "off":
+        return None
+    if not re.fullmatch(r"[1-9][0-9]{0,7}", value):
+        raise ConfigError("selectivePd", value, "off, or a prompt length in tokens (a whole number, 1 or more)")
+    return int(value)
 
 
 # S3 bucket naming rules (3-63 of a-z 0-9 . -, starting and ending with a letter or digit).
@@ -555,6 +566,11 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
             network.cluster_name, network.vpc_cidr, network.availability_zones
         ),
     )
+    if not hardening.api_key_check and serving.serve_document["applications"][0]["import_path"] == (
+        serve_config.SELECTIVE_PD_IMPORT
+    ):
+        # Its decode server reaches the pods with the key-checking ingress's code (domain/api_keys.py).
+        raise ConfigError("selectivePd", raw.text("selectivePd"), "off while apiKeyCheck is false")
     settings = Settings(
         region=region,
         stack=stack,

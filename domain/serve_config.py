@@ -27,12 +27,20 @@ SERVE_CONFIG_DIR = Path(__file__).resolve().parent.parent / "serve_configs"
 
 PD_IMPORT = "ray.serve.llm:build_pd_openai_app"
 COLLOCATED_IMPORT = "ray.serve.llm:build_openai_app"
+# Ray's PD app whose decode replicas prefill short prompts themselves (serve_ingress/selective_pd.py): what
+# the stack key selectivePd renders in place of PD_IMPORT, never written in a serve file.
+SELECTIVE_PD_IMPORT = "selective_pd:build_selective_pd_app"
+PD_IMPORTS = (PD_IMPORT, SELECTIVE_PD_IMPORT)
+# The decode config's experimental_configs key selective_pd.py reads the threshold from (local_prefill.py
+# THRESHOLD_CONFIG).
+LOCAL_PREFILL_BELOW = "local_prefill_below_tokens"
 # Fields of Ray 2.58 PDServingArgs and LLMServingArgs we accept (the deprecated, ignored proxy_*
 # fields of PDServingArgs are refused: they would silently do nothing).
 APP_ARGS = {
     PD_IMPORT: {"prefill_config", "decode_config", "ingress_cls_config", "ingress_deployment_config"},
     COLLOCATED_IMPORT: {"llm_configs", "ingress_cls_config", "ingress_deployment_config"},
 }
+APP_ARGS[SELECTIVE_PD_IMPORT] = APP_ARGS[PD_IMPORT]  # it hands them to build_pd_openai_app
 PD_ARG_ROLES = {f"{role}_config": role for role in PD_ROLES}  # PDServingArgs' prefill_config, decode_config
 
 
@@ -70,6 +78,7 @@ class ServeOverrides:
     replicas: Mapping[str, int] | None = None
     autoscaling: Mapping[str, dict] | None = None  # Ray Serve autoscaling_config per role (domain/scaling.py)
     kv_buffer_device: str = "cuda"  # kvBufferDevice: where NIXL's KV transfer buffers live
+    local_prefill_below: int | None = None  # selectivePd: shorter prompts are prefilled by decode (None: off)
 
 
 KV_BUFFER_DEVICES = ("cuda", "cpu")
@@ -126,7 +135,7 @@ def llm_configs_by_role(doc: dict, where: str) -> dict[str, dict]:
     """The LLM configs of the application, keyed by the pool role each one runs on."""
     app = the_application(doc, where)
     args = app.get("args") or {}
-    if app["import_path"] == PD_IMPORT:
+    if app["import_path"] in PD_IMPORTS:
         return {role: args[key] for key, role in PD_ARG_ROLES.items() if key in args}
     configs = args.get("llm_configs") or []
     if len(configs) != 1:
@@ -156,7 +165,7 @@ def check_application(doc: dict, where: str, vllm_version: str | None) -> None:
             f"arguments: {yaml_text(sorted(APP_ARGS[app['import_path']]))}",
         )
     configs = llm_configs_by_role(doc, where)
-    if app["import_path"] == PD_IMPORT:
+    if app["import_path"] in PD_IMPORTS:
         for key in PD_ARG_ROLES:
             if key not in args:
                 raise in_serve_config(where, f"args.{key}", UNSET, "required by build_pd_openai_app")
@@ -268,6 +277,13 @@ def render(
     pinned to its pools, checked. `model_facts(model_id, model_source)` answers from the model table."""
     where = f"serve_configs/{name}.yaml"
     doc = copy.deepcopy(load_serve_file(name))
+    if the_application(doc, where)["import_path"] == SELECTIVE_PD_IMPORT:
+        raise in_serve_config(
+            where,
+            "import_path",
+            SELECTIVE_PD_IMPORT,
+            f"{PD_IMPORT}: the stack key selectivePd switches to selective PD",
+        )
     check_application(doc, where, vllm_version)
     configs = llm_configs_by_role(doc, where)
     if set(configs) != set(pools):
@@ -324,7 +340,23 @@ def render(
             "bundle_per_worker": {"GPU": 1, role_resource(role): 1},
             "strategy": "STRICT_PACK" if gpus_per_replica <= pool.gpus_per_node else "PACK",
         }
+    if overrides.local_prefill_below is not None:
+        _selective_pd(doc, where, overrides.local_prefill_below)
     return doc
+
+
+def _selective_pd(doc: dict, where: str, below: int) -> None:
+    """The PD app whose decode replicas prefill prompts shorter than `below` tokens themselves."""
+    app = the_application(doc, where)
+    if app["import_path"] != PD_IMPORT:
+        raise ConfigError("selectivePd", below, f"off: {where} has no prefill role for a short prompt to skip")
+    experimental = app["args"]["decode_config"].setdefault("experimental_configs", {})
+    if LOCAL_PREFILL_BELOW in experimental:
+        raise in_serve_config(
+            where, f"decode experimental_configs.{LOCAL_PREFILL_BELOW}", NOT_SHOWN, "left out: stack key selectivePd"
+        )
+    app["import_path"] = SELECTIVE_PD_IMPORT
+    experimental[LOCAL_PREFILL_BELOW] = below
 
 
 def to_yaml(doc: dict) -> str:

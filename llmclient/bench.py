@@ -93,7 +93,7 @@ def stack_facts(stack: str) -> dict:
     """SLO, hourly cost and PD-ness of a stack, through the one stack->Settings adapter."""
     from adapters import stack as stack_adapter
     from domain import cost
-    from domain.serve_config import PD_IMPORT, llm_configs_by_role
+    from domain.serve_config import PD_IMPORTS, llm_configs_by_role
 
     config = stack_adapter.stack_file(stack)
     settings = stack_adapter.load_settings(config)
@@ -108,7 +108,7 @@ def stack_facts(stack: str) -> dict:
         "slo_source": f"stack {stack}",
         "usd_per_hour": estimate.usd_per_hour,
         "cost_source": f"stack {stack}, on-demand, {estimate.scope}",
-        "pd": settings.serving.serve_document["applications"][0]["import_path"] == PD_IMPORT,
+        "pd": settings.serving.serve_document["applications"][0]["import_path"] in PD_IMPORTS,
         "namespace": settings.serving.namespace,
     }
 
