@@ -114,13 +114,7 @@ if autoscaled:
     )
 if hardening.internal_endpoint:
     controller = LoadBalancerController(
-        "lb-controller",
-        serving.lb_controller,
-        cluster.name,
-        settings.region,
-        network.vpc.id,
-        agent,
-        on_system_nodes,
+        "lb-controller", stack_args.load_balancer_controller_args(settings, network), agent, on_system_nodes
     )
     installed.append(controller)
 if mode.install_kuberay:

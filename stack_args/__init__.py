@@ -10,7 +10,7 @@ from components.device_plugins import DevicePluginsArgs
 from components.gcs_store import GcsStore, GcsStoreArgs
 from components.kuberay import KubeRayOperatorArgs
 from components.llm_service import LlmServiceArgs
-from components.load_balancer import InternalEndpointArgs
+from components.load_balancer import InternalEndpointArgs, LoadBalancerControllerArgs
 from components.network import Network, NetworkArgs
 from components.observability import EbsCsiDriverArgs, MonitoringStackArgs, ServiceMonitoringArgs
 from domain import alerts, dashboards, gcs_ft
@@ -155,4 +155,13 @@ def service_monitoring_args(settings: Settings, mode: DeployMode) -> ServiceMoni
         rule_spec=None if amp else alerts.prometheus_rule_spec(settings),
         dashboards=None if amp else dashboards.shipped_dashboards(settings, existing_cluster=mode.existing_cluster),
         operator_namespace=mode.operator_namespace if mode.install_kuberay else None,
+    )
+
+
+def load_balancer_controller_args(settings: Settings, network: Network) -> LoadBalancerControllerArgs:
+    return LoadBalancerControllerArgs(
+        cluster_name=settings.cluster.name,
+        region=settings.region,
+        vpc_id=network.vpc.id,
+        chart_version=settings.serving.lb_controller.version,
     )

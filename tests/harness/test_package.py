@@ -291,3 +291,16 @@ def test_observability_args_refuse_a_bad_field_with_the_stack_keys_line():
         "88.5.3",
     )
     assert ServiceMonitoringArgs(prometheus_release=None).prometheus_release == "kube-prometheus-stack"
+
+
+def test_load_balancer_controller_args_refuse_a_bad_field_with_the_stack_keys_line():
+    from components.load_balancer import LoadBalancerControllerArgs
+
+    assert _refusal(lambda: LoadBalancerControllerArgs("ray-llm", "us-east-1", "vpc-1", chart_version="latest")) == (
+        "LoadBalancerControllerArgs: invalid config chart_version = latest: an exact version of the"
+        " aws-load-balancer-controller chart, such as 3.5.0"
+    )
+    assert _refusal(lambda: LoadBalancerControllerArgs("-lb", "us-east-1", "vpc-1")).startswith(
+        "LoadBalancerControllerArgs: invalid config cluster_name = -lb"
+    )
+    assert LoadBalancerControllerArgs("ray-llm", "us-east-1", "vpc-1", chart_version=None).chart_version == "3.5.0"
