@@ -21,13 +21,10 @@ from components.observability import EbsCsiDriver, MonitoringStack, ServiceMonit
 from components.pod_identity import PodIdentityAgent
 from components.weights_access import WeightsAccess
 from domain import (
-    alerts,
     config,
     cost,
-    dashboards,
     gcs_ft,
     known_issues,
-    network_policies,
     observability,
     pool_use,
     preflight,
@@ -36,7 +33,6 @@ from domain import (
     upgrades,
 )
 from domain.errors import ConfigError
-from domain.facts import ENVIRONMENT_TAG
 from domain.yaml_files import YamlSyntaxError
 
 try:  # a bad value or an AWS refusal stops here, before any resource
@@ -105,7 +101,6 @@ if mode.install_device_plugins:
     installed.append(DevicePlugins("device-plugins", stack_args.device_plugins_args(settings), on_system_nodes))
 autoscaled = not mode.existing_cluster and scaling.autoscaler_needed(settings.gpu_pools)
 obs = serving.observability  # embedded and amp only on the cluster we build (domain/observability.py)
-rule_spec = alerts.prometheus_rule_spec(settings)  # the PrometheusRule's spec (or AMP's rule groups)
 # Controllers with an AWS role (and the EBS CSI driver, Prometheus's remote write): one Pod Identity agent.
 # rocksdb's claim (GCS fault tolerance, domain/gcs_ft.py) needs the EBS CSI driver and the gp3 StorageClass too.
 rocksdb_claim = settings.gcs_ft.rocksdb and not mode.existing_cluster
@@ -119,13 +114,7 @@ if autoscaled:
     )
 if hardening.internal_endpoint:
     controller = LoadBalancerController(
-        "lb-controller",
-        serving.lb_controller,
-        cluster.name,
-        settings.region,
-        network.vpc.id,
-        agent,
-        on_system_nodes,
+        "lb-controller", stack_args.load_balancer_controller_args(settings, network), agent, on_system_nodes
     )
     installed.append(controller)
 if mode.install_kuberay:
@@ -134,30 +123,16 @@ monitoring = []
 # Prometheus's volume (in the system nodes' zone) and rocksdb's claim: the CSI driver outlives them (destroy).
 csi = None
 if (obs.in_cluster_stack and obs.mode == "embedded") or rocksdb_claim:
-    csi = EbsCsiDriver(
-        "ebs-csi",
-        settings.cluster.name,
-        settings.cluster.kubernetes_version,
-        settings.region,
-        agent,
-        on_system_nodes,
-    )
+    csi = EbsCsiDriver("ebs-csi", stack_args.ebs_csi_driver_args(settings), agent, on_system_nodes)
     if rocksdb_claim:
         installed.append(csi)
 if obs.in_cluster_stack:
-    stack_tags = {"Name": f"{settings.cluster.name}-prometheus", ENVIRONMENT_TAG: hardening.environment}
     monitoring.append(
         MonitoringStack(
             "monitoring",
-            obs,
-            settings.cluster.name,
-            settings.region,
-            network.gpu_availability_zone,
-            stack_tags,
+            stack_args.monitoring_stack_args(settings, hardening, network.gpu_availability_zone),
             agent,
             csi,
-            rule_spec,
-            network_policies.monitoring_policies(obs, serving.namespace) if hardening.network_policies else [],
             # node-exporter and the DCGM exporter run on every node: all of them first.
             pulumi.ResourceOptions(providers=[provider], depends_on=nodes),
         )
@@ -182,11 +157,7 @@ if obs.enabled:
     # CRDs exist (our chart's, or the existing cluster's own); removed before either on destroy.
     ServiceMonitoring(
         "service-monitoring",
-        obs,
-        serving.namespace,
-        rule_spec,
-        dashboards.shipped_dashboards(settings, existing_cluster=mode.existing_cluster),
-        mode.operator_namespace if mode.install_kuberay else None,
+        stack_args.service_monitoring_args(settings, mode),
         pulumi.ResourceOptions(providers=[provider], depends_on=[service.namespace, *monitoring, *installed]),
     )
     if obs.grafana:

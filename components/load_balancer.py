@@ -19,9 +19,15 @@ from components.args import fill_defaults
 from components.pod_identity import ControllerRelease, pod_identity_role, release_with_role
 from domain.config_keys import default
 from domain.facts import SERVE_PORT
-from domain.field_checks import check_endpoint_source_ranges, check_namespace, check_service_name
+from domain.field_checks import (
+    check_chart_version,
+    check_cluster_name,
+    check_endpoint_source_ranges,
+    check_namespace,
+    check_service_name,
+)
 from domain.placement import SYSTEM_LABELS
-from domain.versions import ChartPin
+from domain.versions import LB_CONTROLLER_CHART, ChartPin
 
 SERVICE_ACCOUNT = "aws-load-balancer-controller"
 NAMESPACE = "kube-system"
@@ -74,21 +80,46 @@ def controller_values(cluster_name: str, region: str, vpc_id: pulumi.Input[str])
     }
 
 
+CONTROLLER_ARGS = "LoadBalancerControllerArgs"  # names the Args in a bad field's line (domain/errors.py line())
+
+
+@dataclass(frozen=True)
+class LoadBalancerControllerArgs:
+    """The controller's chart and the cluster whose load balancers it manages."""
+
+    cluster_name: str
+    """The EKS cluster's name: what the controller tags and may change (config key clusterName)."""
+    region: str
+    """The cluster's AWS region."""
+    vpc_id: pulumi.Input[str]
+    """The cluster's VPC, given to the controller rather than read from instance metadata."""
+    chart_version: str | None = default("loadBalancerControllerVersion")
+    """The aws-load-balancer-controller chart's exact version (config key loadBalancerControllerVersion)."""
+
+    def __post_init__(self) -> None:
+        fill_defaults(self)
+        check_cluster_name("cluster_name", self.cluster_name, CONTROLLER_ARGS)
+        check_chart_version(
+            "chart_version",
+            self.chart_version,
+            LB_CONTROLLER_CHART[1],
+            default("loadBalancerControllerVersion"),
+            CONTROLLER_ARGS,
+        )
+
+
 class LoadBalancerController(pulumi.ComponentResource):
     """The controller and its AWS identity: a role only EKS Pod Identity can assume, associated with
     the chart's service account."""
 
+    TYPE = "ray-llm-eks:load_balancer:LoadBalancerController"  # the shipped program's resources keep their URNs
+
     def __init__(
-        self,
-        name: str,
-        pin: ChartPin,
-        cluster_name: str,
-        region: str,
-        vpc_id: pulumi.Input[str],
-        agent: pulumi.Resource,
-        opts: pulumi.ResourceOptions,
+        self, name: str, args: LoadBalancerControllerArgs, agent: pulumi.Resource, opts: pulumi.ResourceOptions
     ):
-        super().__init__("ray-llm-eks:load_balancer:LoadBalancerController", name, None, opts)
+        """`agent`: the cluster's EKS Pod Identity agent (components/pod_identity.py), the role's way to the pod."""
+        super().__init__(self.TYPE, name, None, opts)
+        cluster_name, region = args.cluster_name, args.region
         child = pulumi.ResourceOptions(parent=self)
         partition = botocore_facts.load().region_partition(region)
         self.role = pod_identity_role(f"{name}-role", self)
@@ -108,8 +139,8 @@ class LoadBalancerController(pulumi.ComponentResource):
             name,
             ControllerRelease(
                 "aws-load-balancer-controller",
-                pin,
-                controller_values(cluster_name, region, vpc_id),
+                ChartPin(*LB_CONTROLLER_CHART, args.chart_version),
+                controller_values(cluster_name, region, args.vpc_id),
                 (NAMESPACE, SERVICE_ACCOUNT),
             ),
             cluster_name,

@@ -2,12 +2,15 @@
 gp3 StorageClass, the monitoring stack (kube-prometheus-stack, the DCGM exporter, Prometheus's volume;
 or an Amazon Managed Service for Prometheus workspace), and the monitors, rule and dashboards that
 watch the RayService. `destroy` removes it all in reverse: the monitors, then the charts, then
-Prometheus's claim, volume object and EBS volume, and only then the CSI driver that detaches it."""
+Prometheus's claim, volume object and EBS volume, and only then the CSI driver that detaches it.
 
-from __future__ import annotations
+No `from __future__ import annotations`: the component provider host reads the Args' annotations as types
+(components/llm_service.py says where)."""
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -15,30 +18,55 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from adapters import botocore_facts
+from components.args import fill_defaults
 from components.helm import helm_release
 from components.network_policies import NamespaceNetworkPolicies
 from components.pod_identity import default_version_addon, pod_identity_role
 from domain import observability, pod_security, versions
-from domain.observability import ObservabilitySettings
+from domain.config_keys import default
+from domain.field_checks import (
+    check_chart_version,
+    check_cluster_name,
+    check_kubernetes_version,
+    check_label_value,
+    check_namespace,
+    check_one_of,
+)
+from domain.versions import DCGM_EXPORTER_CHART, KUBE_PROMETHEUS_STACK_CHART, ChartPin
+
+EBS_ARGS = "EbsCsiDriverArgs"  # names the Args in a bad field's line (domain/errors.py line())
+
+
+@dataclass(frozen=True)
+class EbsCsiDriverArgs:
+    """The cluster the EBS CSI driver add-on goes on; its version is EKS's default for the cluster's."""
+
+    cluster_name: str
+    """The EKS cluster's name (config key clusterName)."""
+    region: str
+    """The cluster's AWS region: the partition of the driver's managed IAM policy."""
+    kubernetes_version: str | None = default("kubernetesVersion")
+    """The cluster's EKS version (config key kubernetesVersion): the add-on's default version for it."""
+
+    def __post_init__(self) -> None:
+        fill_defaults(self)
+        check_cluster_name("cluster_name", self.cluster_name, EBS_ARGS)
+        check_kubernetes_version("kubernetes_version", self.kubernetes_version, EBS_ARGS)
 
 
 class EbsCsiDriver(pulumi.ComponentResource):
     """The aws-ebs-csi-driver EKS add-on (its IAM role through EKS Pod Identity) and the gp3
     StorageClass. Everything that mounts an EBS volume waits for it, so it outlives those volumes."""
 
-    def __init__(
-        self,
-        name: str,
-        cluster_name: str,
-        kubernetes_version: str,
-        region: str,
-        agent: pulumi.Resource,
-        opts: pulumi.ResourceOptions,
-    ):
-        super().__init__("ray-llm-eks:observability:EbsCsiDriver", name, None, opts)
+    TYPE = "ray-llm-eks:observability:EbsCsiDriver"  # the shipped program's resources keep their URNs
+
+    def __init__(self, name: str, args: EbsCsiDriverArgs, agent: pulumi.Resource, opts: pulumi.ResourceOptions):
+        """`agent`: the cluster's EKS Pod Identity agent (components/pod_identity.py), the role's way to the pod."""
+        super().__init__(self.TYPE, name, None, opts)
+        cluster_name, kubernetes_version = args.cluster_name, args.kubernetes_version
         child = pulumi.ResourceOptions(parent=self)
         role = pod_identity_role(f"{name}-role", self)
-        partition = botocore_facts.load().region_partition(region)
+        partition = botocore_facts.load().region_partition(args.region)
         attachment = aws.iam.RolePolicyAttachment(
             f"{name}-policy",
             role=role.name,
@@ -90,36 +118,90 @@ def custom_object(name: str, manifest: dict, opts: pulumi.ResourceOptions) -> k8
     )
 
 
+MONITORING_ARGS = "MonitoringStackArgs"  # names the Args in a bad field's line (domain/errors.py line())
+
+
+@dataclass(frozen=True)
+class MonitoringStackArgs:
+    """kube-prometheus-stack and the DCGM exporter, and where Prometheus keeps its data: its own EBS volume
+    (embedded) or an Amazon Managed Service for Prometheus workspace (amp)."""
+
+    cluster_name: str
+    """The EKS cluster's name: the workspace's alias and its Pod Identity association's cluster (config key
+    clusterName)."""
+    region: str
+    """The cluster's AWS region: where Prometheus signs its remote writes to the workspace (amp)."""
+    availability_zone: str
+    """The system nodes' zone, where Prometheus runs and its EBS volume goes (EBS volumes are zonal)."""
+    mode: str | None = "embedded"
+    """embedded (Prometheus on its own volume, Grafana, Alertmanager) or amp (config key observability.mode)."""
+    retention_days: int | None = observability.DEFAULT_RETENTION_DAYS
+    """Days Prometheus keeps, 1 to 3650 (embedded; config key observability.retentionDays)."""
+    storage_gib: int | None = observability.DEFAULT_STORAGE_GIB
+    """Prometheus's volume, at least what the retention needs (embedded; config key observability.storageGiB)."""
+    grafana_anonymous: bool | None = False
+    """Grafana's anonymous Viewer, so Ray's dashboard shows its panels without a login (embedded; config key
+    observability.grafanaAnonymous)."""
+    stack_chart_version: str | None = default("kubePrometheusStackVersion")
+    """The kube-prometheus-stack chart's exact version (config key kubePrometheusStackVersion)."""
+    dcgm_chart_version: str | None = default("dcgmExporterVersion")
+    """The dcgm-exporter chart's exact version (config key dcgmExporterVersion)."""
+    tags: Mapping[str, str] | None = None
+    """AWS tags on Prometheus's volume or the workspace; none: no tags."""
+    rule_spec: Mapping[str, Any] | None = None
+    """The alert rules' PrometheusRule spec (domain/alerts.py renders the stack's): with amp the workspace
+    evaluates them (an agent evaluates none); none: no rules there."""
+    network_policies: Sequence[Mapping[str, Any]] | None = ()
+    """NetworkPolicy manifests for the monitoring namespace (domain/network_policies.py), before any pod."""
+
+    def __post_init__(self) -> None:
+        fill_defaults(self)
+        check_cluster_name("cluster_name", self.cluster_name, MONITORING_ARGS)
+        check_one_of("mode", self.mode, observability.IN_CLUSTER_STACK, MONITORING_ARGS)
+        observability.check_retention_days("retention_days", self.retention_days, MONITORING_ARGS)
+        observability.check_storage_gib("storage_gib", self.storage_gib, self.retention_days, MONITORING_ARGS)
+        check_chart_version(
+            "stack_chart_version",
+            self.stack_chart_version,
+            KUBE_PROMETHEUS_STACK_CHART[1],
+            default("kubePrometheusStackVersion"),
+            MONITORING_ARGS,
+        )
+        check_chart_version(
+            "dcgm_chart_version",
+            self.dcgm_chart_version,
+            DCGM_EXPORTER_CHART[1],
+            default("dcgmExporterVersion"),
+            MONITORING_ARGS,
+        )
+
+
 class PrometheusVolume(pulumi.ComponentResource):
     """Prometheus's EBS volume, declared by the stack, its PersistentVolume and the claim the
     StatefulSet adopts by name. On destroy the claim goes once the Prometheus pod is gone, then the
     PersistentVolume, then the EBS volume (its delete retries while the volume is still attached:
     terraform-provider-aws ebs_volume.go resourceEBSVolumeDelete, VolumeInUse), all before the CSI driver."""
 
-    def __init__(
-        self,
-        name: str,
-        obs: ObservabilitySettings,
-        zone: str,
-        tags: Mapping[str, str],
-        namespace: pulumi.Resource,
-        opts: pulumi.ResourceOptions,
-    ):
-        super().__init__("ray-llm-eks:observability:PrometheusVolume", name, None, opts)
+    TYPE = "ray-llm-eks:observability:PrometheusVolume"  # the shipped program's resources keep their URNs
+
+    def __init__(self, name: str, args: MonitoringStackArgs, namespace: pulumi.Resource, opts: pulumi.ResourceOptions):
+        """`args`: the monitoring stack's (its zone, volume size and tags); `namespace`: the claim's."""
+        super().__init__(self.TYPE, name, None, opts)
+        zone = args.availability_zone
         self.volume = aws.ebs.Volume(
             name,
             availability_zone=zone,  # the system nodes' zone (components/cluster.py)
-            size=obs.storage_gib,
+            size=args.storage_gib,
             type="gp3",
             encrypted=True,
-            tags=dict(tags),
+            tags=dict(args.tags or {}),
             opts=pulumi.ResourceOptions(parent=self, custom_timeouts=pulumi.CustomTimeouts(delete="15m")),
         )
-        pv = observability.persistent_volume(self.volume.id, zone, obs.storage_gib)
+        pv = observability.persistent_volume(self.volume.id, zone, args.storage_gib)
         self.persistent_volume = k8s.core.v1.PersistentVolume(
             f"{name}-pv", metadata=_metadata(pv), spec=pv["spec"], opts=pulumi.ResourceOptions(parent=self)
         )
-        claim = observability.persistent_volume_claim(obs.storage_gib)
+        claim = observability.persistent_volume_claim(args.storage_gib)
         self.claim = k8s.core.v1.PersistentVolumeClaim(
             f"{name}-claim",
             metadata=_metadata(claim),
@@ -134,21 +216,20 @@ class MonitoringStack(pulumi.ComponentResource):
     embedded: Prometheus on its own EBS volume, Grafana, Alertmanager. amp: the workspace, Prometheus as
     an agent remote-writing to it (SigV4, its role through EKS Pod Identity), the alert rules there."""
 
+    TYPE = "ray-llm-eks:observability:MonitoringStack"  # the shipped program's resources keep their URNs
+
     def __init__(
         self,
         name: str,
-        obs: ObservabilitySettings,
-        cluster_name: str,
-        region: str,
-        zone: str,
-        tags: Mapping[str, str],
+        args: MonitoringStackArgs,
         agent: pulumi.Resource | None,
         storage: EbsCsiDriver | None,
-        rule_spec: dict,
-        network_policies: list[dict],
         opts: pulumi.ResourceOptions,
     ):
-        super().__init__("ray-llm-eks:observability:MonitoringStack", name, None, opts)
+        """`agent`: the cluster's EKS Pod Identity agent (amp: the remote writer's role); `storage`: the EBS
+        CSI driver (embedded: it attaches Prometheus's volume)."""
+        super().__init__(self.TYPE, name, None, opts)
+        cluster_name, tags, network_policies = args.cluster_name, dict(args.tags or {}), list(args.network_policies)
         child = pulumi.ResourceOptions(parent=self)
         self.namespace = k8s.core.v1.Namespace(
             f"{name}-namespace",
@@ -167,18 +248,17 @@ class MonitoringStack(pulumi.ComponentResource):
                 )
             )
         self.workspace: aws.amp.Workspace | None = None
-        if obs.mode == "embedded":
+        kept = (args.mode, args.retention_days, args.storage_gib, args.grafana_anonymous)  # stack_values takes them
+        if args.mode == "embedded":
             assert storage is not None
             self.volume = PrometheusVolume(
                 f"{name}-prometheus-volume",
-                obs,
-                zone,
-                tags,
+                args,
                 self.namespace,
                 pulumi.ResourceOptions(parent=self, depends_on=[storage]),
             )
             waits_for.append(self.volume)
-            values = observability.stack_values(obs)
+            values = observability.stack_values(*kept)
         else:
             assert agent is not None
             self.workspace = aws.amp.Workspace(f"{name}-workspace", alias=cluster_name, tags=dict(tags), opts=child)
@@ -206,21 +286,21 @@ class MonitoringStack(pulumi.ComponentResource):
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[agent, policy]),
                 )
             )
-            # The workspace evaluates the alert rules (an agent evaluates none).
-            aws.amp.RuleGroupNamespace(
-                f"{name}-rules",
-                name=observability.RULE_NAME,
-                workspace_id=self.workspace.id,
-                data=yaml.safe_dump(rule_spec, sort_keys=False),
-                opts=child,
-            )
+            if args.rule_spec is not None:  # the workspace evaluates the alert rules (an agent evaluates none)
+                aws.amp.RuleGroupNamespace(
+                    f"{name}-rules",
+                    name=observability.RULE_NAME,
+                    workspace_id=self.workspace.id,
+                    data=yaml.safe_dump(dict(args.rule_spec), sort_keys=False),
+                    opts=child,
+                )
             remote_write = self.workspace.prometheus_endpoint.apply(
                 lambda url: f"{url.rstrip('/')}/api/v1/remote_write"
             )
-            values = observability.stack_values(obs, remote_write, region)
+            values = observability.stack_values(*kept, remote_write, args.region)
         self.release = helm_release(
             observability.RELEASE,
-            obs.stack_chart,
+            ChartPin(*KUBE_PROMETHEUS_STACK_CHART, args.stack_chart_version),
             observability.NAMESPACE,
             values,
             pulumi.ResourceOptions(parent=self, depends_on=waits_for),
@@ -228,12 +308,38 @@ class MonitoringStack(pulumi.ComponentResource):
         # Its ServiceMonitor needs the Prometheus Operator's CRDs, which the stack's chart installs.
         self.dcgm = helm_release(
             "dcgm-exporter",
-            obs.dcgm_chart,
+            ChartPin(*DCGM_EXPORTER_CHART, args.dcgm_chart_version),
             observability.NAMESPACE,
-            observability.dcgm_values(obs),
+            observability.dcgm_values(),
             pulumi.ResourceOptions(parent=self, depends_on=[self.release]),
         )
         self.register_outputs({})
+
+
+SERVICE_ARGS = "ServiceMonitoringArgs"  # names the Args in a bad field's line (domain/errors.py line())
+
+
+@dataclass(frozen=True)
+class ServiceMonitoringArgs:
+    """What watches a RayService, for the Prometheus Operator that selects objects labelled with its release."""
+
+    namespace: str | None = default("namespace")
+    """The RayService's namespace, where the monitors, rule and dashboards go (config key namespace)."""
+    prometheus_release: str | None = observability.RELEASE
+    """The `release` label value the watching Prometheus selects: ours (kube-prometheus-stack) or the
+    cluster's own (config key observability.prometheusRelease)."""
+    rule_spec: Mapping[str, Any] | None = None
+    """The alert rules' spec (domain/alerts.py renders the stack's), as a PrometheusRule; none: no rule (with
+    amp the workspace holds them, MonitoringStackArgs.rule_spec)."""
+    dashboards: Mapping[str, str] | None = None
+    """Grafana dashboards, file name -> JSON, as ConfigMaps its sidecar loads; none: none (amp: no Grafana)."""
+    operator_namespace: str | None = None
+    """The KubeRay operator's namespace, for its ServiceMonitor; none: no monitor (an operator not ours)."""
+
+    def __post_init__(self) -> None:
+        fill_defaults(self)
+        check_namespace("namespace", self.namespace, SERVICE_ARGS)
+        check_label_value("prometheus_release", self.prometheus_release, SERVICE_ARGS)
 
 
 class ServiceMonitoring(pulumi.ComponentResource):
@@ -241,37 +347,33 @@ class ServiceMonitoring(pulumi.ComponentResource):
     alert rule (where Prometheus evaluates it), the dashboards for Grafana's sidecar, and the KubeRay
     operator's ServiceMonitor where this stack installs the operator."""
 
-    def __init__(
-        self,
-        name: str,
-        obs: ObservabilitySettings,
-        namespace: str,
-        rule_spec: dict,
-        dashboards: Mapping[str, str],
-        operator_namespace: str | None,
-        opts: pulumi.ResourceOptions,
-    ):
-        super().__init__("ray-llm-eks:observability:ServiceMonitoring", name, None, opts)
+    TYPE = "ray-llm-eks:observability:ServiceMonitoring"  # the shipped program's resources keep their URNs
+
+    def __init__(self, name: str, args: ServiceMonitoringArgs, opts: pulumi.ResourceOptions):
+        super().__init__(self.TYPE, name, None, opts)
+        namespace, release = args.namespace, args.prometheus_release
         child = pulumi.ResourceOptions(parent=self)
         self.monitors = [
             custom_object(f"{name}-{m['metadata']['name']}", m, child)
-            for m in observability.pod_monitors(obs, namespace)
+            for m in observability.pod_monitors(release, namespace)
         ]
-        if operator_namespace is not None:
+        if args.operator_namespace is not None:
             custom_object(
                 f"{name}-{observability.KUBERAY_MONITOR}",
-                observability.kuberay_service_monitor(obs, operator_namespace),
+                observability.kuberay_service_monitor(release, args.operator_namespace),
                 child,
             )
-        if obs.mode != "amp":  # with amp the workspace holds the rules (MonitoringStack)
+        if args.rule_spec is not None:
             self.rule = custom_object(
-                f"{name}-{observability.RULE_NAME}", observability.prometheus_rule(obs, namespace, rule_spec), child
+                f"{name}-{observability.RULE_NAME}",
+                observability.prometheus_rule(release, namespace, args.rule_spec),
+                child,
             )
-        if obs.mode != "amp":  # with amp there is no Grafana of ours to load them
+        if args.dashboards:
             self.dashboards = [
                 k8s.core.v1.ConfigMap(
                     f"{name}-{cm['metadata']['name']}", metadata=_metadata(cm), data=cm["data"], opts=child
                 )
-                for cm in observability.dashboard_config_maps(namespace, dashboards)
+                for cm in observability.dashboard_config_maps(namespace, args.dashboards)
             ]
         self.register_outputs({})

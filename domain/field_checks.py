@@ -143,3 +143,10 @@ def check_redis_replicas(key: str, value: int, file: str | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 5:
         raise ConfigError(key, value, "0 to 5 read replicas beside the primary", file)
     return value
+
+
+def check_label_value(key: str, value: str, file: str | None = None) -> str:
+    # Kubernetes label values: at most 63 characters, alphanumeric at both ends.
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", value):
+        raise ConfigError(key, value, "a label value", file)
+    return value

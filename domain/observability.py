@@ -22,8 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from domain.errors import ConfigError, kind_text, mapping_of, unknown_field, yaml_text
+from domain.errors import ConfigError, kind_text, mapping_of, unknown_field
 from domain.facts import HEAD_METRICS_PORTS
+from domain.field_checks import check_label_value, check_one_of
 from domain.placement import GPU_NODE_SELECTOR, GPU_TOLERATION, SYSTEM_LABELS
 from domain.sizing import Resources
 
@@ -89,6 +90,11 @@ BYTES_PER_SAMPLE = 2
 RETENTION_SIZE_SHARE = 0.8
 
 
+# The `observability` key's defaults for `embedded` (docs/observability.md).
+DEFAULT_RETENTION_DAYS = 15
+DEFAULT_STORAGE_GIB = 20
+
+
 def storage_need_gib(retention_days: int, series: int = SERIES_BUDGET) -> float:
     """Disk that `retention_days` of the series budget needs (Prometheus's own formula:
     retention seconds x samples per second x bytes per sample)."""
@@ -100,8 +106,8 @@ class ObservabilitySettings:
     """The stack's `observability` mapping, checked, plus the charts' pins (their own keys)."""
 
     mode: str = "none"  # Settings built without a stack have none; a stack's default is in load_observability
-    retention_days: int = 15
-    storage_gib: int = 20
+    retention_days: int = DEFAULT_RETENTION_DAYS
+    storage_gib: int = DEFAULT_STORAGE_GIB
     grafana_iframe_host: str = f"http://127.0.0.1:{GRAFANA_LOCAL_PORT}"
     grafana_anonymous: bool = False  # anonymous Viewer: Ray's dashboard shows Grafana's panels without a login
     # external: the `release` label value the cluster's Prometheus selects, and its namespace (NetworkPolicy)
@@ -123,14 +129,37 @@ class ObservabilitySettings:
         """Our Grafana (embedded only: with AMP, Amazon Managed Grafana is the team's own)."""
         return self.mode == "embedded"
 
-    @property
-    def selector_labels(self) -> dict[str, str]:
-        """The label our PodMonitors, ServiceMonitors and rule carry for the Prometheus that selects them."""
-        return {RELEASE_LABEL: self.prometheus_release}
 
-    @property
-    def retention_size_gib(self) -> int:
-        return math.floor(self.storage_gib * RETENTION_SIZE_SHARE)
+def selector_labels(release: str) -> dict[str, str]:
+    """The label our PodMonitors, ServiceMonitors and rule carry for the Prometheus (of Helm release
+    `release`) that selects them."""
+    return {RELEASE_LABEL: release}
+
+
+def retention_size_gib(storage_gib: int) -> int:
+    return math.floor(storage_gib * RETENTION_SIZE_SHARE)
+
+
+def check_retention_days(key: str, value: int, file: str | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 3650:
+        raise ConfigError(key, value, "1 to 3650 days", file)
+    return value
+
+
+def check_storage_gib(key: str, value: int, retention_days: int, file: str | None = None) -> int:
+    """At least what `retention_days` of the series budget needs, Prometheus filling its share of it."""
+    need = storage_need_gib(retention_days)
+    least = math.ceil(need / RETENTION_SIZE_SHARE)
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= 16384:
+        raise ConfigError(
+            key,
+            value,
+            f"{least} to 16384 GiB: {retention_days} days of {SERIES_BUDGET:,} series at {SCRAPE_INTERVAL_S} s "
+            f"need {need:.1f} GiB, and Prometheus may fill {RETENTION_SIZE_SHARE:.0%} of the volume "
+            "(domain/observability.py)",
+            file,
+        )
+    return value
 
 
 _FIELDS: Mapping[str, type] = {
@@ -144,7 +173,6 @@ _FIELDS: Mapping[str, type] = {
 }
 _EMBEDDED_ONLY = ("retentionDays", "storageGiB", "grafanaIframeHost", "grafanaAnonymous")
 _EXTERNAL_ONLY = ("prometheusRelease", "prometheusNamespace")
-_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 SHAPE = mapping_of(_FIELDS)
 
@@ -164,9 +192,7 @@ def load_observability(
             raise unknown_field(key, name, value, _FIELDS)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise ConfigError(f"{key}.{name}", value, kind_text(kind))
-    mode = raw.get("mode", "none" if existing_cluster else "embedded")
-    if mode not in MODES:
-        raise ConfigError(f"{key}.mode", mode, f"one of {yaml_text(MODES)}")
+    mode = check_one_of(f"{key}.mode", raw.get("mode", "none" if existing_cluster else "embedded"), MODES)
     if existing_cluster and mode in IN_CLUSTER_STACK:
         raise ConfigError(
             f"{key}.mode",
@@ -192,25 +218,15 @@ def load_observability(
         stack_chart=stack_chart,
         dcgm_chart=dcgm_chart,
     )
-    if not 1 <= settings.retention_days <= 3650:
-        raise ConfigError(f"{key}.retentionDays", settings.retention_days, "1 to 3650 days")
-    need = storage_need_gib(settings.retention_days)
-    if not math.ceil(need / RETENTION_SIZE_SHARE) <= settings.storage_gib <= 16384:
-        raise ConfigError(
-            f"{key}.storageGiB",
-            settings.storage_gib,
-            f"{math.ceil(need / RETENTION_SIZE_SHARE)} to 16384 GiB: {settings.retention_days} days of "
-            f"{SERIES_BUDGET:,} series at {SCRAPE_INTERVAL_S} s need {need:.1f} GiB, and Prometheus may fill "
-            f"{RETENTION_SIZE_SHARE:.0%} of the volume (domain/observability.py)",
-        )
+    check_retention_days(f"{key}.retentionDays", settings.retention_days)
+    check_storage_gib(f"{key}.storageGiB", settings.storage_gib, settings.retention_days)
     if not re.fullmatch(r"https?://[^\s/]+(/[^\s]*)?", settings.grafana_iframe_host):
         raise ConfigError(
             f"{key}.grafanaIframeHost",
             settings.grafana_iframe_host,
             "the URL your browser reaches Grafana at, with http:// or https:// (Ray's dashboard embeds its panels)",
         )
-    if not _LABEL_VALUE.fullmatch(settings.prometheus_release):
-        raise ConfigError(f"{key}.prometheusRelease", settings.prometheus_release, "a label value")
+    check_label_value(f"{key}.prometheusRelease", settings.prometheus_release)
     if not _NAMESPACE.fullmatch(settings.prometheus_namespace):
         raise ConfigError(f"{key}.prometheusNamespace", settings.prometheus_namespace, "a namespace (DNS-1123 label)")
     return settings
@@ -289,8 +305,15 @@ def _resources(requests: Resources, memory_limit_mib: int | None = None) -> dict
 # The charts' values
 
 
-def stack_values(obs: ObservabilitySettings, remote_write_url: Any = None, region: str | None = None) -> dict:
-    """kube-prometheus-stack values (chart 88.5.3 values.yaml) for `embedded` and `amp`.
+def stack_values(
+    mode: str,
+    retention_days: int,
+    storage_gib: int,
+    grafana_anonymous: bool,
+    remote_write_url: Any = None,
+    region: str | None = None,
+) -> dict:
+    """kube-prometheus-stack values (chart 88.5.3 values.yaml) for `embedded` and `amp` (`mode`).
     `remote_write_url` (amp): the workspace's remote-write URL, known at deploy time."""
     system = {"nodeSelector": dict(SYSTEM_LABELS)}
     values: dict[str, Any] = {
@@ -321,10 +344,10 @@ def stack_values(obs: ObservabilitySettings, remote_write_url: Any = None, regio
         },
     }
     prometheus = values["prometheus"]["prometheusSpec"]
-    if obs.mode == "embedded":
+    if mode == "embedded":
         prometheus |= {
-            "retention": f"{obs.retention_days}d",
-            "retentionSize": f"{obs.retention_size_gib}GiB",
+            "retention": f"{retention_days}d",
+            "retentionSize": f"{retention_size_gib(storage_gib)}GiB",
             # The claim this stack declares (components/observability.py) on the volume it declares:
             # the StatefulSet finds it by name and keeps it (Retain) when the operator recreates it.
             "storageSpec": {
@@ -333,7 +356,7 @@ def stack_values(obs: ObservabilitySettings, remote_write_url: Any = None, regio
                         "storageClassName": STORAGE_CLASS,
                         "volumeName": prometheus_volume_name(),
                         "accessModes": ["ReadWriteOnce"],
-                        "resources": {"requests": {"storage": f"{obs.storage_gib}Gi"}},
+                        "resources": {"requests": {"storage": f"{storage_gib}Gi"}},
                     }
                 }
             },
@@ -352,7 +375,7 @@ def stack_values(obs: ObservabilitySettings, remote_write_url: Any = None, regio
             # outside the cluster: reach it by `kubectl port-forward` (grafanaPortForwardCommand).
             "grafana.ini": {
                 "security": {"allow_embedding": True},
-                "auth.anonymous": {"enabled": obs.grafana_anonymous, "org_role": "Viewer"},
+                "auth.anonymous": {"enabled": grafana_anonymous, "org_role": "Viewer"},
             },
         }
     else:  # amp: scrape and forward only; the workspace stores, evaluates the rules and answers queries
@@ -368,15 +391,15 @@ def stack_values(obs: ObservabilitySettings, remote_write_url: Any = None, regio
     return values
 
 
-def dcgm_values(obs: ObservabilitySettings) -> dict:
+def dcgm_values() -> dict:
     """NVIDIA's DCGM exporter (chart 4.8.2 values.yaml) on GPU nodes only, its ServiceMonitor selected
-    by our Prometheus."""
+    by our Prometheus (installed with it, release RELEASE)."""
     return {
         "nodeSelector": dict(GPU_NODE_SELECTOR),
         # The chart tolerates only the control-plane taint by default; ours marks every GPU node.
         "tolerations": [dict(GPU_TOLERATION)],
         "resources": _resources(DCGM_EXPORTER_REQUESTS, 512),
-        "serviceMonitor": {"enabled": True, "additionalLabels": obs.selector_labels},
+        "serviceMonitor": {"enabled": True, "additionalLabels": selector_labels(RELEASE)},
     }
 
 
@@ -479,7 +502,7 @@ def _ray_cluster_relabel() -> list[dict]:
     ]
 
 
-def pod_monitors(obs: ObservabilitySettings, namespace: str) -> list[dict]:
+def pod_monitors(release: str, namespace: str) -> list[dict]:
     """Head and workers, each by PodMonitor: a RayService has two Services in front of its head (its
     own and the RayCluster's), so a ServiceMonitor would scrape the head twice (Ray 2.58's KubeRay guide,
     step 5). KubeRay labels every pod with its node type (v1.7.0 utils/constant.go RayNodeTypeLabelKey)."""
@@ -488,7 +511,7 @@ def pod_monitors(obs: ObservabilitySettings, namespace: str) -> list[dict]:
         return {
             "apiVersion": "monitoring.coreos.com/v1",
             "kind": "PodMonitor",
-            "metadata": {"name": name, "namespace": namespace, "labels": obs.selector_labels},
+            "metadata": {"name": name, "namespace": namespace, "labels": selector_labels(release)},
             "spec": {
                 "selector": {"matchLabels": {"ray.io/node-type": node_type}},
                 "podMetricsEndpoints": [{"port": port, "relabelings": _ray_cluster_relabel()} for port in ports],
@@ -501,14 +524,14 @@ def pod_monitors(obs: ObservabilitySettings, namespace: str) -> list[dict]:
     ]
 
 
-def kuberay_service_monitor(obs: ObservabilitySettings, operator_namespace: str) -> dict:
+def kuberay_service_monitor(release: str, operator_namespace: str) -> dict:
     """The KubeRay operator's own metrics (RayService readiness, kuberay_service_*): the same monitor its
     chart would create (kuberay-operator 1.7.0 templates/servicemonitor.yaml), declared here so the
     operator's release needs no Prometheus CRD."""
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
-        "metadata": {"name": KUBERAY_MONITOR, "namespace": operator_namespace, "labels": obs.selector_labels},
+        "metadata": {"name": KUBERAY_MONITOR, "namespace": operator_namespace, "labels": selector_labels(release)},
         "spec": {
             "endpoints": [{"path": "/metrics", "targetPort": "http", "interval": "30s", "honorLabels": True}],
             "namespaceSelector": {"matchNames": [operator_namespace]},
@@ -517,12 +540,12 @@ def kuberay_service_monitor(obs: ObservabilitySettings, operator_namespace: str)
     }
 
 
-def prometheus_rule(obs: ObservabilitySettings, namespace: str, spec: dict) -> dict:
+def prometheus_rule(release: str, namespace: str, spec: Mapping[str, Any]) -> dict:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
-        "metadata": {"name": RULE_NAME, "namespace": namespace, "labels": obs.selector_labels},
-        "spec": spec,
+        "metadata": {"name": RULE_NAME, "namespace": namespace, "labels": selector_labels(release)},
+        "spec": dict(spec),
     }
 
 

@@ -10,10 +10,13 @@ from components.device_plugins import DevicePluginsArgs
 from components.gcs_store import GcsStore, GcsStoreArgs
 from components.kuberay import KubeRayOperatorArgs
 from components.llm_service import LlmServiceArgs
-from components.load_balancer import InternalEndpointArgs
+from components.load_balancer import InternalEndpointArgs, LoadBalancerControllerArgs
 from components.network import Network, NetworkArgs
-from domain import gcs_ft
+from components.observability import EbsCsiDriverArgs, MonitoringStackArgs, ServiceMonitoringArgs
+from domain import alerts, dashboards, gcs_ft
+from domain import network_policies as policies
 from domain.deploy_mode import DeployMode
+from domain.facts import ENVIRONMENT_TAG
 from domain.hardening import HardeningSettings
 from domain.network_policies import network_policies
 from domain.ray_service import ray_service_spec
@@ -117,4 +120,54 @@ def gcs_store_args(settings: Settings, network: Network) -> GcsStoreArgs:
         private_subnet_ids=network.private_subnet_ids,
         node_type=ft.redis_node_type,
         replicas=ft.redis_replicas,
+    )
+
+
+def ebs_csi_driver_args(settings: Settings) -> EbsCsiDriverArgs:
+    cluster = settings.cluster
+    return EbsCsiDriverArgs(
+        cluster_name=cluster.name, region=settings.region, kubernetes_version=cluster.kubernetes_version
+    )
+
+
+def monitoring_stack_args(settings: Settings, hardening: HardeningSettings, zone: str) -> MonitoringStackArgs:
+    """`hardening`: the stack's, as this deploy mode applies it; `zone`: the system nodes' (Network's GPU zone)."""
+    obs, name = settings.serving.observability, settings.cluster.name
+    return MonitoringStackArgs(
+        cluster_name=name,
+        region=settings.region,
+        availability_zone=zone,
+        mode=obs.mode,
+        retention_days=obs.retention_days,
+        storage_gib=obs.storage_gib,
+        grafana_anonymous=obs.grafana_anonymous,
+        stack_chart_version=obs.stack_chart.version,
+        dcgm_chart_version=obs.dcgm_chart.version,
+        tags={"Name": f"{name}-prometheus", ENVIRONMENT_TAG: hardening.environment},
+        rule_spec=alerts.prometheus_rule_spec(settings),
+        network_policies=(
+            policies.monitoring_policies(obs, settings.serving.namespace) if hardening.network_policies else ()
+        ),
+    )
+
+
+def service_monitoring_args(settings: Settings, mode: DeployMode) -> ServiceMonitoringArgs:
+    obs = settings.serving.observability
+    # With amp the workspace holds the rules (MonitoringStack) and there is no Grafana of ours to load dashboards.
+    amp = obs.mode == "amp"
+    return ServiceMonitoringArgs(
+        namespace=settings.serving.namespace,
+        prometheus_release=obs.prometheus_release,
+        rule_spec=None if amp else alerts.prometheus_rule_spec(settings),
+        dashboards=None if amp else dashboards.shipped_dashboards(settings, existing_cluster=mode.existing_cluster),
+        operator_namespace=mode.operator_namespace if mode.install_kuberay else None,
+    )
+
+
+def load_balancer_controller_args(settings: Settings, network: Network) -> LoadBalancerControllerArgs:
+    return LoadBalancerControllerArgs(
+        cluster_name=settings.cluster.name,
+        region=settings.region,
+        vpc_id=network.vpc.id,
+        chart_version=settings.serving.lb_controller.version,
     )

@@ -256,3 +256,51 @@ def test_gcs_store_args_refuse_a_bad_field_with_the_stack_keys_line():
     assert _refusal(lambda: GcsStoreArgs("ray-llm", "vpc-1", [])).endswith("at least one private subnet id")
     store = GcsStoreArgs("ray-llm", "vpc-1", ["subnet-1"], replicas=None)
     assert (store.node_type, store.replicas) == ("cache.t4g.small", 1)
+
+
+def test_observability_args_refuse_a_bad_field_with_the_stack_keys_line():
+    """The monitoring's checks are the `observability` key's (domain/observability.py), one line each."""
+    from components.observability import EbsCsiDriverArgs, MonitoringStackArgs, ServiceMonitoringArgs
+
+    assert _refusal(lambda: EbsCsiDriverArgs("ray-llm", "us-east-1", kubernetes_version="1.29")) == (
+        "EbsCsiDriverArgs: invalid config kubernetes_version = '1.29': one of ['1.34', '1.35', '1.36']"
+    )
+    assert _refusal(lambda: MonitoringStackArgs("ray-llm", "us-east-1", "us-east-1a", mode="external")) == (
+        "MonitoringStackArgs: invalid config mode = external: one of [embedded, amp]"
+    )
+    assert _refusal(lambda: MonitoringStackArgs("ray-llm", "us-east-1", "us-east-1a", retention_days=0)).endswith(
+        "retention_days = 0: 1 to 3650 days"
+    )
+    assert _refusal(lambda: MonitoringStackArgs("ray-llm", "us-east-1", "us-east-1a", storage_gib=10)).startswith(
+        "MonitoringStackArgs: invalid config storage_gib = 10: 11 to 16384 GiB: 15 days of 100,000 series"
+    )
+    assert _refusal(
+        lambda: MonitoringStackArgs("ray-llm", "us-east-1", "us-east-1a", dcgm_chart_version="latest")
+    ).endswith("dcgm_chart_version = latest: an exact version of the dcgm-exporter chart, such as 4.8.2")
+    assert _refusal(lambda: ServiceMonitoringArgs(prometheus_release="-kps")) == (
+        "ServiceMonitoringArgs: invalid config prometheus_release = -kps: a label value"
+    )
+    assert _refusal(lambda: ServiceMonitoringArgs(namespace="default")).startswith(
+        "ServiceMonitoringArgs: invalid config namespace = default"
+    )
+    stack = MonitoringStackArgs("ray-llm", "us-east-1", "us-east-1a", mode=None, storage_gib=None)
+    assert (stack.mode, stack.retention_days, stack.storage_gib, stack.stack_chart_version) == (
+        "embedded",
+        15,
+        20,
+        "88.5.3",
+    )
+    assert ServiceMonitoringArgs(prometheus_release=None).prometheus_release == "kube-prometheus-stack"
+
+
+def test_load_balancer_controller_args_refuse_a_bad_field_with_the_stack_keys_line():
+    from components.load_balancer import LoadBalancerControllerArgs
+
+    assert _refusal(lambda: LoadBalancerControllerArgs("ray-llm", "us-east-1", "vpc-1", chart_version="latest")) == (
+        "LoadBalancerControllerArgs: invalid config chart_version = latest: an exact version of the"
+        " aws-load-balancer-controller chart, such as 3.5.0"
+    )
+    assert _refusal(lambda: LoadBalancerControllerArgs("-lb", "us-east-1", "vpc-1")).startswith(
+        "LoadBalancerControllerArgs: invalid config cluster_name = -lb"
+    )
+    assert LoadBalancerControllerArgs("ray-llm", "us-east-1", "vpc-1", chart_version=None).chart_version == "3.5.0"

@@ -35,7 +35,7 @@ def load(raw, existing_cluster: bool = False) -> ObservabilitySettings:
 def test_embedded_on_a_cluster_we_create_none_on_an_existing_one():
     assert load(None).mode == "embedded" and load({}).in_cluster_stack
     assert load(None, existing_cluster=True).mode == "none"
-    assert load({"mode": "external"}, existing_cluster=True).selector_labels == {"release": "kube-prometheus-stack"}
+    assert load({"mode": "external"}, existing_cluster=True).prometheus_release == "kube-prometheus-stack"
 
 
 @pytest.mark.parametrize(
@@ -66,7 +66,7 @@ def test_bad_values_are_refused_in_one_line(raw, existing, message):
 def test_storage_must_hold_the_retention_at_the_series_budget():
     """100,000 series every 30 s at 2 bytes: 8.05 GiB for 15 days, which may fill 80% of the volume."""
     assert observability.storage_need_gib(15) == pytest.approx(100_000 / 30 * 15 * 86400 * 2 / 2**30)
-    assert load({"storageGiB": 11}).retention_size_gib == 8
+    assert observability.retention_size_gib(load({"storageGiB": 11}).storage_gib) == 8
     with pytest.raises(
         ConfigError, match=r"storageGiB = 10: 11 to 16384 GiB: 15 days of 100,000 series at 30 s need 8.0"
     ):
@@ -177,16 +177,14 @@ def stack_chart_defaults() -> dict:
 @pytest.mark.parametrize("mode", ["embedded", "amp"])
 def test_every_stack_value_is_a_key_of_the_pinned_chart(mode):
     """Helm ignores a key it does not know, silently: every key we set is one of the chart's."""
-    values = observability.stack_values(ObservabilitySettings(mode), "https://example/api/v1/remote_write", "us-east-1")
+    values = observability.stack_values(mode, 15, 20, False, "https://example/api/v1/remote_write", "us-east-1")
     assert unknown_keys(values, stack_chart_defaults()) == []
     broken = {"prometheus": {"prometheusSpec": {"nodeSelecter": {}}}}  # a typo is caught
     assert unknown_keys(broken, stack_chart_defaults()) == ["prometheus.prometheusSpec.nodeSelecter"]
 
 
 def test_dcgm_values_and_ebs_configuration_are_keys_of_their_charts():
-    assert (
-        unknown_keys(observability.dcgm_values(EMBEDDED), chart_defaults(f"dcgm-exporter-{DCGM_CHART.version}")) == []
-    )
+    assert unknown_keys(observability.dcgm_values(), chart_defaults(f"dcgm-exporter-{DCGM_CHART.version}")) == []
     ebs = observability.ebs_csi_configuration()
     assert unknown_keys(ebs, chart_defaults("aws-ebs-csi-driver-2.64.0")) == []
     assert (
@@ -226,23 +224,23 @@ def crd_validator(plural: str) -> jsonschema.Draft7Validator:
 
 def test_monitors_and_rule_validate_against_the_crds():
     objects = [
-        *observability.pod_monitors(EMBEDDED, "llm"),
-        observability.kuberay_service_monitor(EMBEDDED, "kuberay-system"),
+        *observability.pod_monitors(observability.RELEASE, "llm"),
+        observability.kuberay_service_monitor(observability.RELEASE, "kuberay-system"),
         observability.prometheus_rule(
-            EMBEDDED, "llm", {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "1"}]}]}
+            observability.RELEASE, "llm", {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "1"}]}]}
         ),
     ]
     plural = {"PodMonitor": "podmonitors", "ServiceMonitor": "servicemonitors", "PrometheusRule": "prometheusrules"}
     for obj in objects:
         errors = list(crd_validator(plural[obj["kind"]]).iter_errors(obj))
         assert errors == [], (obj["metadata"]["name"], [e.message for e in errors])
-    broken = observability.pod_monitors(EMBEDDED, "llm")[0]
+    broken = observability.pod_monitors(observability.RELEASE, "llm")[0]
     broken["spec"]["podMetricsEndpoints"][0]["relabelings"][0]["action"] = "rename"
     assert list(crd_validator("podmonitors").iter_errors(broken))
 
 
 def test_pod_monitors_watch_head_and_workers_on_their_metrics_ports():
-    head, workers = observability.pod_monitors(EMBEDDED, "llm")
+    head, workers = observability.pod_monitors(observability.RELEASE, "llm")
     assert head["spec"]["selector"] == {"matchLabels": {"ray.io/node-type": "head"}}
     assert [e["port"] for e in head["spec"]["podMetricsEndpoints"]] == ["metrics", "as-metrics", "dash-metrics"]
     assert workers["spec"]["selector"] == {"matchLabels": {"ray.io/node-type": "worker"}}
