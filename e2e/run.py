@@ -10,6 +10,7 @@ needed (the Go module proxy serves no version of that module), and no aws/eks pl
 
 After the seed stack (Pulumi.dev.yaml) and its destroy, the xpyd stack shows scaling: a worker asked
 for as Ray's autoscaler asks, and the node the Cluster Autoscaler would add (e2e/scale_up.py).
+Last, the Pulumi YAML example through the real CLI and YAML language host (e2e/yaml_example.py).
 
 Usage: python -m e2e.run [--cluster-only | --yaml-only]   (after `python -m e2e.build`; `make e2e` runs both)
 --cluster-only: no Pulumi; only the control plane, the operator and the scheduling checks.
