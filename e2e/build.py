@@ -41,6 +41,8 @@ PULUMI_VERSION = "v3.274.1"  # >= the SDK pin pulumi==3.272.0; newest pkg/v3 in 
 # provider/v4 is served only at this pseudo-version: the commit tagged v4.25.0.
 PULUMI_KUBERNETES_MODULE_VERSION = "v4.0.0-20260115033456-f47bc2d6f199"
 PULUMI_KUBERNETES_VERSION = "4.25.0"
+# The newest pulumi-yaml the proxy serves (v1.39+ refused); built against the CLI's pkg/v3 (e2e/build/pulumi-yaml).
+PULUMI_YAML_VERSION = "v1.38.1"
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,14 @@ COMPONENTS: tuple[Component, ...] = (
             )
             for f in ("schema.json", "terraform-mapping.json")
         ),
+    ),
+    Component(
+        "pulumi-yaml",
+        PULUMI_YAML_VERSION,
+        (("github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml", "pulumi-language-yaml"),),
+        wrapper="pulumi-yaml",
+        # What pulumi-yaml's own build sets (Makefile: -X .../pkg/version.Version).
+        ldflags=f"-s -w -X github.com/pulumi/pulumi-yaml/pkg/version.Version={PULUMI_YAML_VERSION}",
     ),
 )
 

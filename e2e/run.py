@@ -10,9 +10,11 @@ needed (the Go module proxy serves no version of that module), and no aws/eks pl
 
 After the seed stack (Pulumi.dev.yaml) and its destroy, the xpyd stack shows scaling: a worker asked
 for as Ray's autoscaler asks, and the node the Cluster Autoscaler would add (e2e/scale_up.py).
+Last, the Pulumi YAML example through the real CLI and YAML language host (e2e/yaml_example.py).
 
-Usage: python -m e2e.run [--cluster-only]   (after `python -m e2e.build`; `make e2e` runs both)
+Usage: python -m e2e.run [--cluster-only | --yaml-only]   (after `python -m e2e.build`; `make e2e` runs both)
 --cluster-only: no Pulumi; only the control plane, the operator and the scheduling checks.
+--yaml-only: only the control plane, the operator and the Pulumi YAML example (e2e/yaml_example.py).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from domain import api_keys, cluster_checks, gcs_ft, observability, pod_security
 from domain.facts import POOL_NODE_LABEL  # noqa: E402
 from domain.ray_service import ray_service_spec, served_document  # noqa: E402
 from e2e import build  # noqa: E402
+from e2e import yaml_example as yaml_run  # noqa: E402
 from e2e.checks import max_model_lens, names_failed_resource, unkept_fields  # noqa: E402
 from e2e.cluster import LocalCluster, node_shapes  # noqa: E402
 from e2e.observe import object_path, ray_cluster_of, wait_for, wait_for_gone, wait_scheduled  # noqa: E402
@@ -224,7 +227,7 @@ def state_input_spec(stack, type_token: str) -> dict:
 # -- scenario ---------------------------------------------------------------------------------
 
 
-def run(work: Path, timeline: Timeline, checks: Checks, cluster_only: bool = False) -> None:
+def run(work: Path, timeline: Timeline, checks: Checks, cluster_only: bool = False, yaml_only: bool = False) -> None:
     bins = build.bin_dirs()
     needed = ("etcd", "kube", "kuberay-operator") if cluster_only else tuple(bins)
     for name, d in bins.items():
@@ -242,7 +245,10 @@ def run(work: Path, timeline: Timeline, checks: Checks, cluster_only: bool = Fal
         api = cluster.api
         nodes = {n["metadata"]["name"]: n["metadata"]["labels"] for n in api.get("/api/v1/nodes")["items"]}
         timeline.log(f"control plane up; nodes {sorted(nodes)}")
-        if cluster_only:
+        if yaml_only:
+            (work / "state").mkdir()
+            yaml_example(work, cluster, {**cfg, **EXISTING_CLUSTER}, timeline, checks)
+        elif cluster_only:
             # Without the Pulumi half: the scheduling checks on our RayService applied straight to the API.
             negative_cases(api, settings, nodes, timeline, checks)
         else:
@@ -254,9 +260,10 @@ def run(work: Path, timeline: Timeline, checks: Checks, cluster_only: bool = Fal
             timeline.log(f"harness kubelet loop errors (last 3): {cluster.kubelet_errors[-3:]}")
 
 
-def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None:
+def pulumi_env(work: Path, cluster: LocalCluster) -> dict[str, str]:
+    """The CLI's environment: the e2e build's binaries, its own home, a local backend; no download."""
     bins = build.bin_dirs()
-    env = {
+    return {
         # The engine uses a provider binary found on PATH without downloading anything.
         "PATH": os.pathsep.join([str(bins["pulumi"]), str(bins["pulumi-kubernetes"]), os.environ["PATH"]]),
         "PULUMI_HOME": str(work / "pulumi-home"),
@@ -266,6 +273,18 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
         "PULUMI_SKIP_UPDATE_CHECK": "true",
         "KUBECONFIG": str(cluster.kubeconfig),
     }
+
+
+def yaml_example(work: Path, cluster: LocalCluster, cfg: dict, timeline: Timeline, checks: Checks) -> None:
+    """examples/pd-service-yaml through the real CLI and YAML language host (e2e/yaml_example.py), with the
+    seed stack's RayService spec as its stack config."""
+    spec = ray_service_spec(settings_of(BASE_STACK_FILE, cfg))
+    (model,) = yaml_run.served_models(spec["serveConfigV2"])
+    yaml_run.run(work, pulumi_env(work, cluster), cluster.api, spec, model, timeline.log, checks)
+
+
+def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None:
+    env = pulumi_env(work, cluster)
     (work / "state").mkdir()
     os.environ.update(env)  # the Automation API finds `pulumi` on PATH
     kubeconfig = cluster.kubeconfig.read_text()
@@ -461,6 +480,9 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
         stack, cluster, scaling, settings_of(SCALING_STACK_FILE, EXISTING_CLUSTER), kubeconfig, timeline.log, checks
     ).run()
 
+    # 11. The Pulumi YAML example, through the component package, on the same API server.
+    yaml_example(work, cluster, cfg, timeline, checks)
+
 
 def observability_admitted(stack: Stack, api: KubeClient, objs: list, checks: Checks) -> None:
     """The Prometheus Operator's objects and the dashboards, admitted by the real API server against the
@@ -654,7 +676,7 @@ def main() -> int:
     # A SIGTERM (CI cancelling the job) unwinds like an error, so the finally blocks stop what we started.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        run(work, timeline, checks, cluster_only="--cluster-only" in sys.argv)
+        run(work, timeline, checks, cluster_only="--cluster-only" in sys.argv, yaml_only="--yaml-only" in sys.argv)
     except Exception:
         checks.fail("e2e run raised:\n" + traceback.format_exc())
     finally:

@@ -14,7 +14,9 @@ The provider constructs a component with its inputs as a dict keyed by the Args'
 checks it, and registers under `ray-llm-eks:index:<Name>`, the one module the host serves (its
 validate_resource_type). The shipped program's components keep their own type tokens."""
 
+import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,7 +34,17 @@ SCHEMA_FILE = "schema.json"  # beside this file: the schema the host infers, che
 
 
 def _args(kind: type, given: Any) -> Any:
-    return given if isinstance(given, kind) else kind(**dict(given))
+    if isinstance(given, kind):
+        return given
+    # The annotations are text (`from __future__ import annotations`), some naming types imported for checking only.
+    ints = {f.name for f in dataclasses.fields(kind) if "int" in re.split(r"[^\w.]+", str(f.type))}
+    return kind(**{k: _whole(v) if k in ints else v for k, v in dict(given).items()})
+
+
+def _whole(value: Any) -> Any:
+    """An integer input arrives as a float: the engine's wire carries every number as a double
+    (google.protobuf.Struct number_value), so YAML's `3600` reaches the provider as 3600.0."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 class LlmService(llm_service.LlmService):

@@ -304,3 +304,20 @@ def test_load_balancer_controller_args_refuse_a_bad_field_with_the_stack_keys_li
         "LoadBalancerControllerArgs: invalid config cluster_name = -lb"
     )
     assert LoadBalancerControllerArgs("ray-llm", "us-east-1", "vpc-1", chart_version=None).chart_version == "3.5.0"
+
+
+def test_component_inputs_take_a_whole_float_as_int():
+    """The engine hands the provider every number as a double: YAML's `readyTimeoutSeconds: 3600` arrives as
+    3600.0 and must reach LlmServiceArgs as the int 3600; 3600.5 stays refused."""
+    import pytest
+
+    import ray_llm_eks
+    from components.llm_service import LlmServiceArgs
+    from domain.errors import ConfigError
+
+    spec = {"rayClusterConfig": {"workerGroupSpecs": [{"groupName": "decode"}]}}
+    given = {"model_id": "Qwen/Qwen3.5-9B", "ray_service_spec": spec, "api_key_check": False}
+    args = ray_llm_eks._args(LlmServiceArgs, {**given, "ready_timeout_seconds": 3600.0})
+    assert args.ready_timeout_seconds == 3600 and type(args.ready_timeout_seconds) is int
+    with pytest.raises(ConfigError):
+        ray_llm_eks._args(LlmServiceArgs, {**given, "ready_timeout_seconds": 3600.5})
