@@ -27,15 +27,14 @@ from functools import partial
 from domain import aws_facts, vllm_fit
 from domain.errors import UNSET, ConfigError, did_you_mean, in_serve_config, mapping_of, unknown_field, yaml_text
 from domain.model_families import FAMILIES, ModelFamily
-from domain.serve_config import check_tensor_parallel, llm_configs_by_role
+from domain.role_view import RoleView, view_of
+from domain.serve_config import check_tensor_parallel, llm_configs_by_role, model_of
 
 GIB = 1024**3
 MIB = 1024**2
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.26 CacheConfig default (vllm/config/cache.py)
-# max_model_len -1 ("auto"): vLLM picks the longest context that fits (vllm/config/model.py); we then
-# check only that a minimal context fits beside the weights.
-AUTO_MAX_MODEL_LEN = -1
+# The least context a max_model_len of -1 (domain/role_view.py AUTO_MAX_MODEL_LEN) must leave room for.
 MIN_CONTEXT_TOKENS = 16
 
 # The runtime reserve of a model without measurements of its own (vLLM V1 gpu_worker
@@ -314,9 +313,10 @@ class Engine:
     compile_cache: bool = False
 
     @classmethod
-    def from_engine_kwargs(cls, kwargs: Mapping) -> Engine:
+    def from_engine_kwargs(cls, kwargs: Mapping, max_model_len: int) -> Engine:
+        """`max_model_len`: the effective one (domain/role_view.py effective_max_model_len)."""
         return cls(
-            max_model_len=kwargs["max_model_len"],
+            max_model_len=max_model_len,
             tensor_parallel=kwargs.get("tensor_parallel_size", 1),
             pipeline_parallel=kwargs.get("pipeline_parallel_size", 1),
             gpu_memory_utilization=kwargs.get("gpu_memory_utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION),
@@ -675,8 +675,8 @@ def accepts(
     """Whether check_role passes one role's rendered LLM config on `instance_type` (with another
     tensor_parallel_size): what a suggestion must pass. A derived max_num_seqs is derived again for that
     type, as the stack would."""
-    model_id, spec = _model(config, override)
-    engine = _engine(config, spec)
+    view, spec, engine = _role(role, config, override)
+    model_id = view.model_id
     if tensor_parallel is not None:
         engine = replace(engine, tensor_parallel=tensor_parallel)
     if derived:
@@ -756,19 +756,16 @@ def _spec(instance_type: str) -> aws_facts.InstanceSpec:
     return aws_facts.INSTANCE_SPECS[instance_type]
 
 
-def _engine(config: Mapping, spec: ModelSpec) -> Engine:
-    kwargs = config.get("engine_kwargs") or {}
-    # Without max_model_len vLLM takes the model's whole context: so do we.
-    engine = Engine.from_engine_kwargs({"max_model_len": spec.max_context, **kwargs})
-    if engine.max_model_len == AUTO_MAX_MODEL_LEN:
+def _role(role: str, config: Mapping, override: ModelSpec | None) -> tuple[RoleView, ModelSpec, Engine]:
+    """One role's view, its model's facts and the engine settings the fit predicts with."""
+    model_id, source = model_of(config)
+    spec = model_spec(model_id, source, override)
+    view = view_of(role, config, lambda *_: spec.max_context)
+    engine = Engine.from_engine_kwargs(view.engine_kwargs, view.max_model_len)
+    if view.max_model_len_auto:
+        # vLLM fits the context to the KV cache it finds: check only that a minimal context fits beside the weights.
         engine = replace(engine, max_model_len=MIN_CONTEXT_TOKENS)
-    return engine
-
-
-def _model(config: Mapping, override: ModelSpec | None) -> tuple[str, ModelSpec]:
-    loading = config.get("model_loading_config") or {}
-    model_id = loading.get("model_id", "")
-    return model_id, model_spec(model_id, loading.get("model_source") or model_id, override)
+    return view, spec, engine
 
 
 def derives_max_num_seqs(model: ModelSpec, engine: Engine) -> bool:
@@ -788,8 +785,7 @@ def render_max_num_seqs(
     types = _types_by_role(pools)
     derived = {}
     for role, config in llm_configs_by_role(document, "rendered").items():
-        _, spec = _model(config, override)
-        engine = _engine(config, spec)
+        _, spec, engine = _role(role, config, override)
         if role not in types or not derives_max_num_seqs(spec, engine):
             continue
         seqs = largest_max_num_seqs(spec, engine, _spec(_smallest(types[role])))
@@ -819,8 +815,8 @@ def fit_document(
     whose max_num_seqs the stack derived)."""
     fits = {}
     for role, config in llm_configs_by_role(document, "rendered").items():
-        model_id, spec = _model(config, override)
-        engine = _engine(config, spec)
+        view, spec, engine = _role(role, config, override)
+        model_id = view.model_id
         source = "derived" if role in derived else "vLLM default" if engine.max_num_seqs is None else "set"
         prediction = predict(spec, engine, _spec(instance_types[role]))
         fits[role] = RoleFit(role, model_id, instance_types[role], spec, engine, prediction, source)
@@ -833,9 +829,8 @@ def check_fit(
     """Check every LLM config of a rendered serve document against its pool's instance type."""
     predictions = {}
     for role, config in llm_configs_by_role(document, "rendered").items():
-        model_id, spec = _model(config, override)
-        engine = _engine(config, spec)
-        predictions[role] = check_role(role, model_id, spec, engine, instance_types[role], role in efa_roles)
+        view, spec, engine = _role(role, config, override)
+        predictions[role] = check_role(role, view.model_id, spec, engine, instance_types[role], role in efa_roles)
     return predictions
 
 
@@ -885,9 +880,5 @@ def fit_serving(
 
 def gated_models(document: dict) -> list[str]:
     """Known gated models the serve document loads (they need hfToken)."""
-    sources = {
-        (c.get("model_loading_config") or {}).get("model_source")
-        or (c.get("model_loading_config") or {}).get("model_id")
-        for c in llm_configs_by_role(document, "rendered").values()
-    }
+    sources = {model_of(c)[1] for c in llm_configs_by_role(document, "rendered").values()}
     return sorted(s for s in sources if s in KNOWN_MODELS and KNOWN_MODELS[s].gated)
