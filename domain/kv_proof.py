@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from domain import model_fit, model_spec_helper, role_view, serve_config, vllm_fit
+from domain import model_fit, model_spec_helper, model_table, role_view, serve_config, vllm_fit
 from domain import ray_metrics as m
 
 # vLLM's decode engine computes the last prompt token itself (it needs that token's logits): one token per
@@ -166,7 +166,7 @@ class KvShape:
         )
 
 
-def spec_from_hf_config(config: Mapping) -> model_fit.ModelSpec:
+def spec_from_hf_config(config: Mapping) -> model_table.ModelSpec:
     """The KV facts of a model from its config.json alone (a local model such as the rehearsal's stand-in):
     the fit helper's derivation, the linear-attention state kept as its shapes so the engine's
     mamba_ssm_cache_dtype applies."""
@@ -183,7 +183,7 @@ def spec_from_hf_config(config: Mapping) -> model_fit.ModelSpec:
             text["linear_conv_kernel_dim"],
             text.get("mamba_ssm_dtype"),
         )
-    return model_fit.ModelSpec(
+    return model_table.ModelSpec(
         parameters=0.0,  # the weights do not move
         weight_dtype=derived["weightDtype"],
         kv_layers=derived["kvLayers"],
@@ -195,7 +195,7 @@ def spec_from_hf_config(config: Mapping) -> model_fit.ModelSpec:
     )
 
 
-def shape_of(model: model_fit.ModelSpec, engine_kwargs: Mapping) -> KvShape:
+def shape_of(model: model_table.ModelSpec, engine_kwargs: Mapping) -> KvShape:
     """The KV a request of `model` moves under these engine kwargs, from the fit's copy of vLLM's layout
     (domain/vllm_fit.py: the hybrid block grown to cover a Mamba page, the unpadded state per layer)."""
     max_model_len = role_view.effective_max_model_len(engine_kwargs, lambda: model.max_context)

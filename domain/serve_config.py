@@ -84,7 +84,7 @@ HYBRID_CPU_BUFFER = (
 
 
 class ModelFacts(Protocol):
-    """What the renderer asks of the model table for the model a config serves (model_fit.ModelSpec)."""
+    """What the renderer asks of the model table for the model a config serves (model_table.ModelSpec)."""
 
     family: ModelFamily | None  # None for a modelSpec of the user's
     hybrid: bool

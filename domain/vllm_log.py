@@ -106,7 +106,7 @@ class EngineMemory:
     mamba_padding_pct: float | None = None
     cudagraph_estimate_gib: float | None = None
     # True: the compiled graphs came from vLLM's compile cache; False: compiled during this start's profiling
-    # pass (whose activation peak then includes the compile's, model_fit.Measured.compile_cache).
+    # pass (whose activation peak then includes the compile's, model_table.Measured.compile_cache).
     compile_cache: bool | None = None
     budget_gib: float | None = None  # "Desired GPU memory utilization is (u, X GiB)"
     activation_gib: float | None = None

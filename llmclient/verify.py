@@ -202,9 +202,11 @@ def expectations(doc: dict, model_spec, floor_bytes_per_s: float | None, hf_conf
 
 def _model_facts(model_id: str, source: str, model_spec, hf_config: dict | None):
     """The served model's facts: its config.json when given (a local model), else the fit's table or modelSpec."""
-    from domain import model_fit
+    from domain import model_table
 
-    return kv_proof.spec_from_hf_config(hf_config) if hf_config else model_fit.model_spec(model_id, source, model_spec)
+    return (
+        kv_proof.spec_from_hf_config(hf_config) if hf_config else model_table.model_spec(model_id, source, model_spec)
+    )
 
 
 def served_context(model_spec) -> Callable[[str, str], int]:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from adapters.stackfile import SecretValue
-from domain import aws_facts, model_fit, preflight, prices
+from domain import aws_facts, model_fit, model_table, preflight, prices
 from domain.model_fit import Engine
 from domain.serve_config import llm_configs_by_role
 from offline.mocks import PlanMocks, RecordingMonitor
@@ -42,7 +42,7 @@ def test_dev_renders_the_largest_max_num_seqs_and_plan_prints_the_fit(plans):
     plan = plans["dev"]
     document = yaml.safe_load(plan.one("kubernetes:ray.io/v1:RayService").inputs["spec"]["serveConfigV2"])
     seqs = model_fit.largest_max_num_seqs(
-        model_fit.KNOWN_MODELS["Qwen/Qwen3.5-9B"], Engine(4096, 1, 1, 0.92, "auto", 2048, True), L4
+        model_table.KNOWN_MODELS["Qwen/Qwen3.5-9B"], Engine(4096, 1, 1, 0.92, "auto", 2048, True), L4
     )
     assert {role: c["engine_kwargs"]["max_num_seqs"] for role, c in llm_configs_by_role(document, "x").items()} == {
         "prefill": seqs,

@@ -9,13 +9,14 @@ from dataclasses import replace
 
 import pytest
 
-from domain import aws_facts, model_fit, vllm_fit, vllm_log
+from domain import aws_facts, model_fit, model_table, vllm_fit, vllm_log
 from domain.errors import ConfigError
-from domain.model_fit import GIB, MIB, Engine, predict
+from domain.model_fit import Engine, predict
+from domain.model_table import GIB, MIB
 
-QWEN = model_fit.KNOWN_MODELS["Qwen/Qwen3.5-9B"]
+QWEN = model_table.KNOWN_MODELS["Qwen/Qwen3.5-9B"]
 LLAMA_ID = "meta-llama/Llama-3.1-8B-Instruct"
-LLAMA = model_fit.KNOWN_MODELS[LLAMA_ID]
+LLAMA = model_table.KNOWN_MODELS[LLAMA_ID]
 L4 = aws_facts.INSTANCE_SPECS["g6.8xlarge"]
 # The dev stack's engine: max_model_len 4096, 2048 batched tokens, TP 1, language_model_only.
 DEV = Engine(4096, 1, 1, 0.92, "auto", 2048, language_model_only=True)
@@ -244,8 +245,8 @@ def test_a_users_hybrid_model_spec_names_its_linear_layers():
         "maxContext": 32768,
     }
     with pytest.raises(ConfigError, match=r"modelSpec\.linearLayers"):
-        model_fit.spec_from_config(facts)
-    spec = model_fit.spec_from_config({**facts, "linearLayers": 24})
+        model_table.spec_from_config(facts)
+    spec = model_table.spec_from_config({**facts, "linearLayers": 24})
     layout = model_fit.layout(spec, DEV)
     assert layout.block_size == 528 and (layout.attention_groups, layout.mamba_groups) == (1, 3)
 
@@ -345,7 +346,7 @@ def test_model_spec_helper_derives_a_gated_deltanet_state_that_sizes_the_pool_as
     derived, missing = spec_from_hf_config({"text_config": QWEN35_9B_TEXT_CONFIG})
     assert set(missing) == {"parameters"}
     assert derived["linearLayers"] == 24 and derived["stateMiBPerSequence"] == round(QWEN.state_mib_per_sequence, 2)
-    own = model_fit.spec_from_config({**derived, "parameters": QWEN.loaded_parameters(True)})
+    own = model_table.spec_from_config({**derived, "parameters": QWEN.loaded_parameters(True)})
     # The state to 0.01 MiB: the same block, page, groups and pool as the table's exact shapes.
     assert replace(model_fit.layout(own, DEV), mamba_page_bytes=0) == replace(
         model_fit.layout(QWEN, DEV), mamba_page_bytes=0
