@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from domain import model_fit, model_spec_helper, model_table, role_view, serve_config, vllm_fit
+from domain import fit_prediction, model_spec_helper, model_table, role_view, serve_config, vllm_fit
 from domain import ray_metrics as m
 
 # vLLM's decode engine computes the last prompt token itself (it needs that token's logits): one token per
@@ -199,8 +199,8 @@ def shape_of(model: model_table.ModelSpec, engine_kwargs: Mapping) -> KvShape:
     """The KV a request of `model` moves under these engine kwargs, from the fit's copy of vLLM's layout
     (domain/vllm_fit.py: the hybrid block grown to cover a Mamba page, the unpadded state per layer)."""
     max_model_len = role_view.effective_max_model_len(engine_kwargs, lambda: model.max_context)
-    engine = model_fit.Engine.from_engine_kwargs(engine_kwargs, max_model_len)
-    layout = model_fit.layout(model, engine)
+    engine = fit_prediction.Engine.from_engine_kwargs(engine_kwargs, max_model_len)
+    layout = fit_prediction.layout(model, engine)
     tp = engine.tensor_parallel
     per_token = layout.page_bytes // layout.block_size * model.kv_layers * tp if layout.block_size else 0
     linear_layers = model.linear.layers if model.linear is not None else 0

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields
 
-from domain import model_fit
+from domain import fit_prediction, model_fit
 
 GIB = 1024**3
 _NUM = r"(-?[\d.]+)"
@@ -231,7 +231,7 @@ _ROUNDING_GIB = 0.005
 
 
 def compare(
-    measured: EngineMemory, predicted: model_fit.Prediction | model_fit.RoleFit, emulated: bool = False
+    measured: EngineMemory, predicted: fit_prediction.Prediction | model_fit.RoleFit, emulated: bool = False
 ) -> Verdict:
     """Does vLLM's own log agree with the prediction within the fit's tolerance? A RoleFit is compared
     at the max_num_seqs the engine ran with when its log names it (the Mamba refusal does), and for a
@@ -248,7 +248,11 @@ def compare(
     if measured.weights_gib is not None:
         figures.append(
             Figure(
-                "weights", p.weights / GIB, measured.weights_gib, model_fit.WEIGHTS_TOLERANCE_GIB + _ROUNDING_GIB, "GiB"
+                "weights",
+                p.weights / GIB,
+                measured.weights_gib,
+                fit_prediction.WEIGHTS_TOLERANCE_GIB + _ROUNDING_GIB,
+                "GiB",
             )
         )
     if measured.kv_cache_gib is not None:

@@ -9,9 +9,10 @@ import re
 import pytest
 
 from adapters.stackfile import ROOT, SecretValue
-from domain import aws_facts, cost, model_fit, model_table, preflight, prices
+from domain import aws_facts, cost, fit_prediction, model_fit, model_table, preflight, prices
 from domain.errors import ConfigError
-from domain.model_fit import Engine, check_role, predict
+from domain.fit_prediction import Engine, predict
+from domain.model_fit import check_role
 from domain.model_table import GIB
 from domain.serve_config import llm_configs_by_role
 from tests.conftest import region_overrides, settings_error, settings_of
@@ -73,7 +74,7 @@ def test_reserve_grows_with_batch_and_parallelism():
     batched tokens, +1 GiB above, +1.8 GiB on several GPUs, +1.2 MiB per sequence beyond 256."""
     spec = model_table.KNOWN_MODELS[LLAMA_8B]
     l4, h100 = aws_facts.INSTANCE_SPECS["g6.8xlarge"], aws_facts.INSTANCE_SPECS["p5.48xlarge"]
-    reserve = lambda engine, gpu=l4: model_fit.reserve_gib(spec, engine.on(gpu))  # noqa: E731
+    reserve = lambda engine, gpu=l4: fit_prediction.reserve_gib(spec, engine.on(gpu))  # noqa: E731
     assert reserve(Engine(4096, 1, 1, 0.9, "auto", 2048)) == 2.0
     assert reserve(Engine(4096, 1, 1, 0.9, "auto", 8192)) == 3.0
     assert reserve(Engine(4096, 2, 1, 0.9, "auto", 2048)) == pytest.approx(3.8)
