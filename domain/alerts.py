@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from domain import aws_facts, config_keys, facts, serve_config
 from domain import ray_metrics as m
 from domain.errors import UNSET, ConfigError, mapping_of
-from domain.model_fit import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
+from domain.fit_prediction import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
 from domain.slo import Slo
 from domain.slo import default as slo_default
 

@@ -23,6 +23,7 @@ from domain import (
     gcs_ft,
     known_issues,
     model_fit,
+    model_table,
     observability,
     prices,
     roles,
@@ -171,7 +172,7 @@ _MAPPINGS = {
     "autoscaling": scaling.SHAPE,
     "routing": routing.SHAPE,
     "observability": observability.SHAPE,
-    "modelSpec": model_fit.SPEC_SHAPE,
+    "modelSpec": model_table.SPEC_SHAPE,
     "prices": prices.SHAPE,
     "slo": slo.SHAPE,
     "alerts": alerts.SHAPE,
@@ -465,8 +466,8 @@ def _serving(
     name = raw.text("serveConfig")
     shapes = roles.role_shapes(pools)
     spec_raw = raw.structured("modelSpec", dict)
-    own_spec = model_fit.spec_from_config(spec_raw) if spec_raw is not None else None
-    model_facts = lambda model_id, source: model_fit.model_spec(model_id, source, own_spec)  # noqa: E731
+    own_spec = model_table.spec_from_config(spec_raw) if spec_raw is not None else None
+    model_facts = lambda model_id, source: model_table.model_spec(model_id, source, own_spec)  # noqa: E731
     document = serve_config.render(name, _serve_overrides(raw), shapes, vllm_version, model_facts)
     route_roles(serve_config.llm_configs_by_role(document, name), raw.structured("routing", dict), name, model_facts)
     api_keys.check_no_own_ingress(document, f"serve_configs/{name}.yaml")
@@ -604,7 +605,7 @@ def secret_checks(settings: Settings, deploying: bool) -> list[str]:
     while only planning, both are warnings. Returns the warnings, then a line per security switch turned off."""
     warnings = []
     refusals = []
-    gated = model_fit.gated_models(settings.serving.serve_document)
+    gated = model_table.gated_models(settings.serving.serve_document)
     if not settings.hf_token_set and gated:
         refusals.append(
             ConfigError("hfToken", UNSET, f"set it (pulumi config set --secret hfToken hf_...): {gated[0]} is gated")

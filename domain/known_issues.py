@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from domain import model_fit, packaged, serve_config
+from domain import model_table, packaged, serve_config
 from domain.errors import ConfigError, yaml_text
 from domain.facts import POOL_NODE_LABEL
 
@@ -177,7 +177,7 @@ def facts_of(document: dict, model_spec, spec: Mapping, pool_roles: Mapping[str,
     configs = serve_config.llm_configs_by_role(document, "rendered")
     first = next(iter(configs.values()))
     loading = first.get("model_loading_config") or {}
-    model = model_fit.model_spec(loading.get("model_id", ""), loading.get("model_source") or "", model_spec)
+    model = model_table.model_spec(loading.get("model_id", ""), loading.get("model_source") or "", model_spec)
     from domain.routing import prefix_cache_on  # here: routing's own imports reach config-time modules
 
     caching = tuple(r for r, c in configs.items() if prefix_cache_on(c, model.hybrid))

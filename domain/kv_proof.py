@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from domain import model_fit, model_spec_helper, serve_config, vllm_fit
+from domain import fit_prediction, model_spec_helper, model_table, role_view, serve_config, vllm_fit
 from domain import ray_metrics as m
 
 # vLLM's decode engine computes the last prompt token itself (it needs that token's logits): one token per
@@ -166,7 +166,7 @@ class KvShape:
         )
 
 
-def spec_from_hf_config(config: Mapping) -> model_fit.ModelSpec:
+def spec_from_hf_config(config: Mapping) -> model_table.ModelSpec:
     """The KV facts of a model from its config.json alone (a local model such as the rehearsal's stand-in):
     the fit helper's derivation, the linear-attention state kept as its shapes so the engine's
     mamba_ssm_cache_dtype applies."""
@@ -183,7 +183,7 @@ def spec_from_hf_config(config: Mapping) -> model_fit.ModelSpec:
             text["linear_conv_kernel_dim"],
             text.get("mamba_ssm_dtype"),
         )
-    return model_fit.ModelSpec(
+    return model_table.ModelSpec(
         parameters=0.0,  # the weights do not move
         weight_dtype=derived["weightDtype"],
         kv_layers=derived["kvLayers"],
@@ -195,11 +195,12 @@ def spec_from_hf_config(config: Mapping) -> model_fit.ModelSpec:
     )
 
 
-def shape_of(model: model_fit.ModelSpec, engine_kwargs: Mapping) -> KvShape:
+def shape_of(model: model_table.ModelSpec, engine_kwargs: Mapping) -> KvShape:
     """The KV a request of `model` moves under these engine kwargs, from the fit's copy of vLLM's layout
     (domain/vllm_fit.py: the hybrid block grown to cover a Mamba page, the unpadded state per layer)."""
-    engine = model_fit.Engine.from_engine_kwargs({"max_model_len": model.max_context, **engine_kwargs})
-    layout = model_fit.layout(model, engine)
+    max_model_len = role_view.effective_max_model_len(engine_kwargs, lambda: model.max_context)
+    engine = fit_prediction.Engine.from_engine_kwargs(engine_kwargs, max_model_len)
+    layout = fit_prediction.layout(model, engine)
     tp = engine.tensor_parallel
     per_token = layout.page_bytes // layout.block_size * model.kv_layers * tp if layout.block_size else 0
     linear_layers = model.linear.layers if model.linear is not None else 0

@@ -22,506 +22,25 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from functools import partial
 
 from domain import aws_facts, vllm_fit
-from domain.errors import UNSET, ConfigError, did_you_mean, in_serve_config, mapping_of, unknown_field, yaml_text
-from domain.model_families import FAMILIES, ModelFamily
-from domain.serve_config import check_tensor_parallel, llm_configs_by_role
-
-GIB = 1024**3
-MIB = 1024**2
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
-VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.26 CacheConfig default (vllm/config/cache.py)
-# max_model_len -1 ("auto"): vLLM picks the longest context that fits (vllm/config/model.py); we then
-# check only that a minimal context fits beside the weights.
-AUTO_MAX_MODEL_LEN = -1
-MIN_CONTEXT_TOKENS = 16
-
-# The runtime reserve of a model without measurements of its own (vLLM V1 gpu_worker
-# determine_available_memory: activation peak of the profiling pass + non-torch memory + CUDA graph
-# estimate). Logs of 8B models at vLLM's default 256 sequences: activation peak 1.19-1.26 GiB at 8192
-# batched tokens, ~0.2-0.4 GiB at 2048; non-torch 0.05-0.35 GiB at TP 1 and ~1.8 GiB more per GPU at
-# TP 2 (NCCL buffers; vllm PR #10511); CUDA graphs 0.3-0.9 GiB. So: 2 GiB at TP 1 with <= 2048 batched
-# tokens, +1 GiB above, +1.8 GiB with TP/PP > 1.
-RUNTIME_RESERVE_GIB = 2.0
-LARGE_BATCH_EXTRA_GIB = 1.0
-MULTI_GPU_EXTRA_GIB = 1.8
-RESERVE_REFERENCE_SEQS = 256  # the max_num_seqs those logs ran with
-# Beyond that, per sequence: the one slope measured, Qwen3.5-9B with compile + CUDA graphs between 64
-# and 256 sequences (docs/measurements.md, GPU: vLLM 0.26 memory lines): 1.15 MiB.
-RESERVE_PER_SEQUENCE_MIB = 1.2
-# Outside vLLM's budget: nvidia-smi showed ~0.5 GiB per engine beyond it (the CUDA context) in the
-# H200 run of docs/measurements.md. vLLM refuses to start when the free memory is below the budget
-# (v1/worker/utils.py request_memory).
-CUDA_CONTEXT_GIB = 0.5
-# Tolerance of the prediction against vLLM's own lines: the KV cache memory within 0.10 GiB (the
-# spread of two engines with the same settings on the same GPU was 0.07 GiB, 3.15 vs 3.22 GiB; each
-# logged figure is rounded to 0.01 GiB); the weights within 0.05 GiB. Blocks, tokens and concurrency
-# follow from the KV cache memory exactly (domain/vllm_fit.py), so their tolerance is the KV one in
-# their unit. Checks and the derived max_num_seqs use the low end: what fits, fits within it.
-KV_TOLERANCE_GIB = 0.10
-WEIGHTS_TOLERANCE_GIB = 0.05
-
-
-@dataclass(frozen=True)
-class Measured:
-    """One engine start's memory, from vLLM 0.26's own log lines ("Model loading took", "Available
-    KV cache memory"), at the budget the run gave vLLM."""
-
-    max_num_seqs: int
-    cudagraphs: bool  # torch.compile + CUDA graphs (vLLM's default) or enforce_eager
-    weights_gib: float
-    kv_cache_gib: float
-    budget_gib: float
-    # The compiled graphs loaded from vLLM's compile cache ("Directly load the compiled graph(s)"): the
-    # profiling pass then runs without torch.compile, whose memory is in a cold start's activation peak
-    # (1.98 GiB cold, 0.42 GiB from the cache: Qwen3.5-9B, 2048 batched tokens).
-    compile_cache: bool = False
-
-    @property
-    def reserve_gib(self) -> float:
-        return self.budget_gib - self.weights_gib - self.kv_cache_gib
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """A model's runtime reserve and weights as vLLM measured them, at one max_num_batched_tokens and TP 1."""
-
-    source: str  # where it was measured (docs/measurements.md has when)
-    max_num_batched_tokens: int
-    points: tuple[Measured, ...]
-    emulated: bool  # measured on a larger GPU at this GPU's budget: its reserve may differ on the real one
-
-    def reserve_gib(self, max_num_seqs: int, cudagraphs: bool, compile_cache: bool = False) -> float:
-        """With CUDA graphs: the least-squares line through the measured points of the same kind of start
-        (cold, or compiled graphs from the cache when such points exist; reserve vs max_num_seqs); eager:
-        the largest eager reserve measured."""
-        if not cudagraphs:
-            return max(p.reserve_gib for p in self.points if not p.cudagraphs)
-        warm = compile_cache and any(p.cudagraphs and p.compile_cache for p in self.points)
-        graph = [(p.max_num_seqs, p.reserve_gib) for p in self.points if p.cudagraphs and p.compile_cache == warm]
-        n = len(graph)
-        mean_s = sum(s for s, _ in graph) / n
-        mean_r = sum(r for _, r in graph) / n
-        spread = sum((s - mean_s) ** 2 for s, _ in graph)
-        slope = sum((s - mean_s) * (r - mean_r) for s, r in graph) / spread if spread else 0.0
-        return mean_r + slope * (max_num_seqs - mean_s)
-
-    def weights_overhead_gib(self, computed_gib: float) -> float:
-        """What vLLM holds after loading beyond the parameters (buffers such as the rotary cache)."""
-        return max(sum(p.weights_gib for p in self.points) / len(self.points) - computed_gib, 0.0)
-
-
-# Qwen3.5-9B on one H200 with gpu_memory_utilization scaled so that the budget equals an L4's (0.92 x 22,888
-# MiB): the runs and their conditions are docs/measurements.md's "GPU: vLLM 0.26 memory lines" and "GPU
-# rehearsal".
-_L4_BUDGET_GIB = 0.92 * 22888 / 1024
-QWEN35_9B_L4 = Calibration(
-    source="H200 at the L4 budget, vLLM 0.26.0 (docs/measurements.md)",
-    max_num_batched_tokens=2048,
-    points=(
-        Measured(256, True, 16.8, 1.17, _L4_BUDGET_GIB),  # refused: 72 Mamba blocks
-        Measured(64, True, 16.8, 1.39, _L4_BUDGET_GIB),
-        Measured(78, True, 16.8, 1.34, _L4_BUDGET_GIB),  # the rendered dev stack, PD prefill and decode alike
-        Measured(78, True, 16.8, 2.93, _L4_BUDGET_GIB, compile_cache=True),  # the same, restarted
-        Measured(64, False, 16.8, 3.15, _L4_BUDGET_GIB),  # PD prefill, eager
-        Measured(64, False, 16.8, 3.22, _L4_BUDGET_GIB),  # PD decode, eager
-    ),
-    emulated=True,
+from domain.errors import UNSET, ConfigError, in_serve_config, yaml_text
+from domain.fit_prediction import (
+    CUDA_CONTEXT_GIB,
+    MIN_CONTEXT_TOKENS,
+    Engine,
+    Prediction,
+    gib_text,
+    heads_refusal,
+    largest_max_num_seqs,
+    predict,
 )
+from domain.model_table import GIB, MIB, ModelSpec, model_spec
+from domain.role_view import RoleView, view_of
+from domain.serve_config import check_tensor_parallel, llm_configs_by_role, model_of
 
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """The facts that decide a model's GPU memory (and whether Hugging Face wants a token)."""
-
-    parameters: float  # every weight in the checkpoint
-    weight_dtype: str
-    kv_layers: int  # layers that keep a KV cache
-    kv_heads: int
-    head_dim: int
-    state_mib_per_sequence: float  # linear-attention (SSM/DeltaNet) state of one sequence, all layers
-    max_context: int
-    gated: bool = False  # Hugging Face asks for an accepted licence and a token
-    family: ModelFamily | None = None  # None: a model of the user's (modelSpec); no settings added
-    vision_parameters: float = 0.0  # not loaded with language_model_only
-    mtp_parameters: float = 0.0  # multi-token-prediction head: vLLM skips it unless speculating
-    linear: vllm_fit.LinearState | None = None  # the linear-attention layers' state shapes
-    calibration: Calibration | None = None
-    attention_heads: int | None = None  # num_attention_heads (query heads); None: a modelSpec without it
-
-    @property
-    def linear_heads(self) -> tuple[int, int] | None:
-        """(linear_num_key_heads, linear_num_value_heads) of the linear-attention layers; None without them
-        or when a modelSpec does not give them."""
-        heads = (getattr(self.linear, "key_heads", None), getattr(self.linear, "value_heads", None))
-        return None if None in heads else heads
-
-    @property
-    def hybrid(self) -> bool:
-        """Linear-attention layers: from the family, or (a modelSpec of the user's) per-sequence state."""
-        return self.family.hybrid if self.family is not None else self.state_mib_per_sequence > 0
-
-    def loaded_parameters(self, language_model_only: bool) -> float:
-        """What vLLM loads. Qwen3.5's load_weights skips `mtp.` always (AutoWeightsLoader
-        skip_prefixes=["mtp."], vllm 0.26 qwen3_5.py); language_model_only replaces the vision tower
-        with a stub without weights (_mark_tower_model)."""
-        vision = self.vision_parameters if language_model_only else 0.0
-        return self.parameters - self.mtp_parameters - vision
-
-    def kv_bytes_per_token(self, kv_bytes: float) -> float:
-        return 2 * self.kv_layers * self.kv_heads * self.head_dim * kv_bytes
-
-
-# Dense transformers in bf16: no linear-attention state. Llama 3.1: its shared shape stated once.
-_dense_bf16 = partial(ModelSpec, weight_dtype="bfloat16", state_mib_per_sequence=0.0)
-_llama31 = partial(_dense_bf16, kv_heads=8, head_dim=128, max_context=131072, gated=True, family=FAMILIES["llama3"])
-
-# Known models. Each row's numbers come from the model's config.json / model card on Hugging Face.
-KNOWN_MODELS: dict[str, ModelSpec] = {
-    # Qwen/Qwen3.5-9B config.json (text part qwen3_5_text): 32 layers, full attention every 4th
-    # (8 layers) with 16 query heads and 4 KV heads x 256; the other 24 are Gated DeltaNet (16 key
-    # heads, 32 value heads, head dims 128, conv kernel 4, mamba_ssm_dtype float32). Checkpoint 9,653,108,208 parameters
-    # (19.3 GB bf16). Counted from config.json (hidden 4096, MLP 12288, vocab 248320, untied
-    # embeddings): text model 8,953,803,264; vision tower (27 blocks x 1152) 456,010,480; MTP head
-    # 243,290,624. Which values are confirmed against the published files: docs/architecture.md.
-    "Qwen/Qwen3.5-9B": ModelSpec(
-        parameters=9.653108208e9,
-        weight_dtype="bfloat16",
-        kv_layers=8,
-        kv_heads=4,
-        head_dim=256,
-        attention_heads=16,
-        # 24 x (32 x 128 x 128 x 4 B fp32 SSM state + 3 x 8192 x 2 B conv state) = 49.1 MiB.
-        state_mib_per_sequence=24 * (32 * 128 * 128 * 4 + 3 * 8192 * 2) / MIB,
-        max_context=262144,
-        family=FAMILIES["qwen3_5"],
-        vision_parameters=0.45601048e9,
-        mtp_parameters=0.243290624e9,
-        linear=vllm_fit.GatedDeltaNet(
-            layers=24,
-            key_heads=16,
-            value_heads=32,
-            key_head_dim=128,
-            value_head_dim=128,
-            conv_kernel=4,
-            ssm_dtype="float32",
-        ),
-        calibration=QWEN35_9B_L4,
-    ),
-    # meta-llama/Llama-3.1-8B-Instruct and -70B-Instruct config.json: 32 and 80 layers, 32 and 64 attention
-    # heads, 8 KV heads, head_dim 128 (4096/32, 8192/64), max_position_embeddings 131072; 8.03B and 70.6B
-    # parameters (model cards).
-    "meta-llama/Llama-3.1-8B-Instruct": _llama31(parameters=8.03e9, kv_layers=32, attention_heads=32),
-    "meta-llama/Llama-3.1-70B-Instruct": _llama31(parameters=70.6e9, kv_layers=80, attention_heads=64),
-    # Qwen/Qwen3-32B config.json: 64 layers, 64 attention heads, 8 KV heads, head_dim 128,
-    # max_position_embeddings 40960; 32.8B parameters (model card).
-    "Qwen/Qwen3-32B": _dense_bf16(
-        parameters=32.8e9,
-        kv_layers=64,
-        kv_heads=8,
-        head_dim=128,
-        max_context=40960,
-        family=FAMILIES["qwen3"],
-        attention_heads=64,
-    ),
-}
-
-_SPEC_FIELDS = {
-    "parameters": (int, float),
-    "weightDtype": str,
-    "kvLayers": int,
-    "kvHeads": int,
-    "headDim": int,
-    "stateMiBPerSequence": (int, float),
-    "maxContext": int,
-}
-# Optional: the number of linear-attention layers, required with a per-sequence state (vLLM pads
-# each layer's state up to a whole attention page, so the count decides the page and the pool); the
-# head counts vLLM's tensor-parallel rules need (config.json num_attention_heads, linear_num_key_heads,
-# linear_num_value_heads), required with tensor_parallel_size > 1.
-_OPTIONAL_SPEC_FIELDS = {"linearLayers": int, "attentionHeads": int, "linearKeyHeads": int, "linearValueHeads": int}
 # How a line names the serve config the fit checks: rendered from the stack's serveConfig file and keys.
 SERVED = "the served document"
-SPEC_SHAPE = mapping_of({**_SPEC_FIELDS, **_OPTIONAL_SPEC_FIELDS})
-
-
-def spec_from_config(raw: Mapping) -> ModelSpec:
-    """A `modelSpec` stack value for a model not in KNOWN_MODELS (every field required)."""
-    fields = {**_SPEC_FIELDS, **_OPTIONAL_SPEC_FIELDS}
-    if not isinstance(raw, Mapping):
-        raise ConfigError("modelSpec", raw, SPEC_SHAPE)
-    for name, value in raw.items():
-        if name not in fields:
-            raise unknown_field("modelSpec", name, value, fields)
-        kind = fields[name]
-        if isinstance(value, bool) or not isinstance(value, kind):
-            raise ConfigError(f"modelSpec.{name}", value, "a string" if kind is str else "a number")
-        may_be_zero = name in ("kvLayers", "stateMiBPerSequence", "linearLayers")  # pure SSM / attention
-        if kind is not str and (value < 0 or (value == 0 and not may_be_zero)):
-            raise ConfigError(f"modelSpec.{name}", value, "a positive number")
-    missing = sorted(set(_SPEC_FIELDS) - set(raw))
-    if missing:
-        raise ConfigError(
-            f"modelSpec.{missing[0]}", UNSET, f"required; modelSpec needs {yaml_text(sorted(_SPEC_FIELDS))}"
-        )
-    if raw["weightDtype"] not in DTYPE_BYTES:
-        raise ConfigError("modelSpec.weightDtype", raw["weightDtype"], f"one of {yaml_text(sorted(DTYPE_BYTES))}")
-    state, linear_layers = float(raw["stateMiBPerSequence"]), raw.get("linearLayers", 0)
-    if state > 0 and not linear_layers:
-        raise ConfigError(
-            "modelSpec.linearLayers",
-            raw.get("linearLayers", UNSET),
-            "the number of linear-attention/SSM layers, required with stateMiBPerSequence > 0 (vLLM pads "
-            "each layer's state to a whole attention page: the count decides the block size and the pool)",
-        )
-    return ModelSpec(
-        parameters=float(raw["parameters"]),
-        weight_dtype=raw["weightDtype"],
-        kv_layers=raw["kvLayers"],
-        kv_heads=raw["kvHeads"],
-        head_dim=raw["headDim"],
-        state_mib_per_sequence=state,
-        max_context=raw["maxContext"],
-        linear=vllm_fit.OpaqueState(
-            linear_layers, int(state * MIB / linear_layers), raw.get("linearKeyHeads"), raw.get("linearValueHeads")
-        )
-        if state > 0
-        else None,
-        attention_heads=raw.get("attentionHeads"),
-    )
-
-
-@dataclass(frozen=True)
-class Engine:
-    """The vLLM settings of one role that decide memory (None: vLLM's default for the GPU)."""
-
-    max_model_len: int
-    tensor_parallel: int
-    pipeline_parallel: int
-    gpu_memory_utilization: float
-    kv_cache_dtype: str  # "auto" = the weights' dtype
-    max_num_batched_tokens: int | None = None
-    language_model_only: bool = False
-    max_num_seqs: int | None = None
-    enforce_eager: bool = False  # no torch.compile, no CUDA graphs
-    block_size: int | None = None
-    prefix_caching: bool = False  # enable_prefix_caching: off by default for hybrid models in vLLM 0.26
-    mamba_ssm_cache_dtype: str | None = None  # overrides the model's mamba_ssm_dtype
-    # Not an engine argument: the start loads its compiled graphs from vLLM's compile cache (a restart on the
-    # same node). False, a cold start, is what every check and the derived max_num_seqs use.
-    compile_cache: bool = False
-
-    @classmethod
-    def from_engine_kwargs(cls, kwargs: Mapping) -> Engine:
-        return cls(
-            max_model_len=kwargs["max_model_len"],
-            tensor_parallel=kwargs.get("tensor_parallel_size", 1),
-            pipeline_parallel=kwargs.get("pipeline_parallel_size", 1),
-            gpu_memory_utilization=kwargs.get("gpu_memory_utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION),
-            kv_cache_dtype=kwargs.get("kv_cache_dtype", "auto"),
-            max_num_batched_tokens=kwargs.get("max_num_batched_tokens"),
-            language_model_only=bool(kwargs.get("language_model_only", False)),
-            max_num_seqs=kwargs.get("max_num_seqs"),
-            enforce_eager=bool(kwargs.get("enforce_eager", False)),
-            block_size=kwargs.get("block_size"),
-            prefix_caching=bool(kwargs.get("enable_prefix_caching", False)),
-            mamba_ssm_cache_dtype=_not_auto(kwargs.get("mamba_ssm_cache_dtype")),
-        )
-
-    @property
-    def gpus(self) -> int:
-        return self.tensor_parallel * self.pipeline_parallel
-
-    def on(self, gpu: aws_facts.InstanceSpec) -> Engine:
-        """With vLLM's defaults for this GPU filled in (EngineArgs.get_batch_defaults, OPENAI_API_SERVER;
-        an unset max_num_seqs is also capped at max_num_batched_tokens)."""
-        tokens = self.max_num_batched_tokens or vllm_fit.default_max_num_batched_tokens(
-            gpu.gpu_memory_mib, gpu.gpu_model
-        )
-        seqs = self.max_num_seqs or min(vllm_fit.default_max_num_seqs(gpu.gpu_memory_mib, gpu.gpu_model), tokens)
-        return replace(self, max_num_batched_tokens=tokens, max_num_seqs=seqs)
-
-
-def _not_auto(value):
-    return None if value in (None, "auto") else value
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """vLLM 0.26's memory lines for one engine on one GPU, predicted (bytes)."""
-
-    budget: float
-    weights: float
-    reserve: float
-    layout: vllm_fit.KvLayout
-    max_model_len: int
-    max_num_seqs: int
-    cudagraphs: bool
-    tolerance: float  # on the KV cache memory
-    calibrated: bool  # the reserve comes from this model's own measurements
-    emulated: bool  # ... taken on a larger GPU at this GPU's budget
-    compile_cache: bool = False  # predicted for a start that loads its compiled graphs from the cache
-
-    @property
-    def kv_cache(self) -> float:
-        return self.budget - self.weights - self.reserve
-
-    @property
-    def num_blocks(self) -> int:
-        return self.layout.num_blocks(self.kv_cache)
-
-    @property
-    def num_blocks_low(self) -> int:
-        """The blocks at the low end of the tolerance: what the checks rely on."""
-        return self.layout.num_blocks(self.kv_cache - self.tolerance)
-
-    @property
-    def blocks_per_request(self) -> int:
-        return self.layout.blocks_per_request(self.max_model_len)
-
-    @property
-    def kv_tokens(self) -> int:
-        return self.layout.tokens(self.num_blocks, self.max_model_len)
-
-    @property
-    def concurrency(self) -> float:
-        return self.layout.concurrency(self.num_blocks, self.max_model_len)
-
-    @property
-    def mamba_check(self) -> bool:
-        """vLLM refuses max_num_seqs above the blocks: hybrid model with full CUDA graphs."""
-        return self.layout.hybrid and self.cudagraphs
-
-    def refusal(self, margin: float | None = None) -> str | None:
-        """vLLM's own reason for refusing to start with `margin` bytes less KV cache memory than
-        predicted (default: the tolerance, the low end); None if it starts."""
-        low = self.kv_cache - (self.tolerance if margin is None else margin)
-        if low <= 0:
-            return (
-                "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-                "initializing the engine."
-            )
-        blocks = self.layout.num_blocks(low)
-        if blocks < self.blocks_per_request:
-            needed = self.blocks_per_request * self.layout.bytes_per_block
-            return (
-                f"To serve at least one request with the model's max seq len ({self.max_model_len}), "
-                f"({needed / GIB:.2f} GiB KV cache is needed, which is larger than the available KV cache "
-                f"memory ({low / GIB:.2f} GiB). Based on the available memory, the estimated maximum model "
-                f"length is {self.layout.longest_context(blocks)}."
-            )
-        if self.mamba_check and self.max_num_seqs > blocks:
-            return vllm_fit.mamba_refusal(self.max_num_seqs, blocks)
-        return None
-
-    @property
-    def _mode(self) -> str:
-        if not self.cudagraphs:
-            return "eager"
-        return "CUDA graphs, compiled graphs from the cache" if self.compile_cache else "CUDA graphs"
-
-    def summary(self) -> str:
-        kind = "measured reserve" + (", emulated" if self.emulated else "") if self.calibrated else "estimated reserve"
-        layout = self.layout
-        block = (
-            f"{self.num_blocks} blocks of {layout.block_size} tokens ({layout.bytes_per_block / MIB:.1f} MiB, "
-            f"{layout.blocks_per_request(self.max_model_len)} per request)"
-        )
-        return (
-            f"budget {_gib(self.budget)} = weights {_gib(self.weights)} + runtime {_gib(self.reserve)} "
-            f"(max_num_seqs {self.max_num_seqs}, {self._mode}) + KV cache "
-            f"{_gib(self.kv_cache)} -> {block}: {self.kv_tokens:,} tokens, {self.concurrency:.2f}x concurrency "
-            f"at {self.max_model_len:,} tokens (+-{_gib(self.tolerance)} KV, {kind})"
-        )
-
-
-def _gib(n: float) -> str:
-    return f"{n / GIB:.2f} GiB"
-
-
-def _dtype_bytes(model: ModelSpec, dtype: str | None) -> float:
-    if dtype in ("auto", None):
-        return DTYPE_BYTES[model.weight_dtype]
-    return 1 if dtype.startswith("fp8") else DTYPE_BYTES.get(dtype, 2)
-
-
-def layout(model: ModelSpec, engine: Engine) -> vllm_fit.KvLayout:
-    model_bytes = DTYPE_BYTES[model.weight_dtype]
-    linear = model.linear
-    if isinstance(linear, vllm_fit.GatedDeltaNet) and engine.mamba_ssm_cache_dtype:
-        linear = replace(linear, ssm_dtype=engine.mamba_ssm_cache_dtype)
-    return vllm_fit.kv_layout(
-        kv_layers=model.kv_layers,
-        kv_heads=model.kv_heads,
-        head_dim=model.head_dim,
-        kv_bytes=_dtype_bytes(model, engine.kv_cache_dtype),
-        linear=linear,
-        model_dtype_bytes=model_bytes,
-        tensor_parallel=engine.tensor_parallel,
-        pipeline_parallel=engine.pipeline_parallel,
-        block_size=engine.block_size,
-        prefix_caching=engine.prefix_caching,
-    )
-
-
-def reserve_gib(model: ModelSpec, engine: Engine) -> float:
-    """Activation peak + non-torch memory + CUDA graphs, per GPU (engine with its defaults filled in)."""
-    seqs, tokens, graphs = engine.max_num_seqs, engine.max_num_batched_tokens, not engine.enforce_eager
-    cal = model.calibration
-    if cal is not None:
-        base = cal.reserve_gib(seqs, graphs, engine.compile_cache)
-        extra_tokens = tokens > cal.max_num_batched_tokens
-    else:
-        base = RUNTIME_RESERVE_GIB + max(seqs - RESERVE_REFERENCE_SEQS, 0) * RESERVE_PER_SEQUENCE_MIB / 1024
-        extra_tokens = tokens > 2048
-    return base + (LARGE_BATCH_EXTRA_GIB if extra_tokens else 0.0) + (MULTI_GPU_EXTRA_GIB if engine.gpus > 1 else 0.0)
-
-
-def weights_bytes(model: ModelSpec, engine: Engine) -> float:
-    computed = model.loaded_parameters(engine.language_model_only) * DTYPE_BYTES[model.weight_dtype] / engine.gpus
-    if model.calibration is None:
-        return computed
-    measured_with = model.loaded_parameters(True) * DTYPE_BYTES[model.weight_dtype]
-    return computed + model.calibration.weights_overhead_gib(measured_with / GIB) * GIB
-
-
-def predict(model: ModelSpec, engine: Engine, gpu: aws_facts.InstanceSpec) -> Prediction:
-    """vLLM's memory lines for this engine on one GPU of this instance type."""
-    engine = engine.on(gpu)
-    calibrated = model.calibration is not None
-    return Prediction(
-        budget=gpu.gpu_memory_mib * MIB * engine.gpu_memory_utilization,
-        weights=weights_bytes(model, engine),
-        reserve=reserve_gib(model, engine) * GIB,
-        layout=layout(model, engine),
-        max_model_len=engine.max_model_len,
-        max_num_seqs=engine.max_num_seqs,
-        cudagraphs=not engine.enforce_eager,
-        tolerance=KV_TOLERANCE_GIB * GIB,
-        calibrated=calibrated,
-        emulated=calibrated and model.calibration.emulated,
-        compile_cache=engine.compile_cache,
-    )
-
-
-def largest_max_num_seqs(model: ModelSpec, engine: Engine, gpu: aws_facts.InstanceSpec) -> int:
-    """The fixed point: the largest s (up to vLLM's default for the GPU) with s <= blocks(s) at the low
-    end of the tolerance, where blocks(s) shrinks as the reserve grows with s; 0 if none."""
-    cap = engine.on(gpu).max_num_seqs if engine.max_num_seqs is None else engine.max_num_seqs
-    for seqs in range(cap, 0, -1):
-        if seqs <= predict(model, replace(engine, max_num_seqs=seqs), gpu).num_blocks_low:
-            return seqs
-    return 0
-
-
-def heads_refusal(model: ModelSpec, tensor_parallel: int) -> str | None:
-    """vLLM's reason to refuse this tensor-parallel size for the model's heads (domain/vllm_fit.py); None if
-    it accepts it or the model's head counts are unknown (check_heads asks a modelSpec for them)."""
-    if tensor_parallel == 1 or model.attention_heads is None:
-        return None
-    return vllm_fit.tensor_parallel_refusal(tensor_parallel, model.attention_heads, model.kv_heads, model.linear_heads)
 
 
 def accepted(model: ModelSpec, engine: Engine, spec: aws_facts.InstanceSpec, need_efa: bool) -> bool:
@@ -601,13 +120,13 @@ def check_role(
     # Quote vLLM at the predicted memory when it refuses there too, else at the low end.
     central = prediction.refusal(0.0)
     reason = central or prediction.refusal()
-    would = "would" if central else f"may (within the fit's tolerance, -{_gib(prediction.tolerance)} KV cache)"
+    would = "would" if central else f"may (within the fit's tolerance, -{gib_text(prediction.tolerance)} KV cache)"
     seqs_refused = prediction.mamba_check and engine.max_num_seqs is not None and reason.startswith("max_num_seqs")
     ideas = "; ".join(_alternatives(model, engine, prediction, spec, need_efa)) or "nothing in our instance table"
     # Short by: what one request at max_model_len still lacks, at the low end of the tolerance.
     one_request = prediction.blocks_per_request * prediction.layout.bytes_per_block
     short = one_request - (prediction.kv_cache - prediction.tolerance)
-    short_by = f", short by {_gib(short)} for one request at max_model_len" if short > 0 else ""
+    short_by = f", short by {gib_text(short)} for one request at max_model_len" if short > 0 else ""
     allowed = (
         f"{model_id} does not fit the {role} GPU ({spec.gpu_model}) with {_described(engine)}: vLLM "
         f"{vllm_fit.VLLM_VERSION} {would} refuse to start: '{reason}' (predicted {prediction.summary()}{short_by}). "
@@ -675,8 +194,8 @@ def accepts(
     """Whether check_role passes one role's rendered LLM config on `instance_type` (with another
     tensor_parallel_size): what a suggestion must pass. A derived max_num_seqs is derived again for that
     type, as the stack would."""
-    model_id, spec = _model(config, override)
-    engine = _engine(config, spec)
+    view, spec, engine = _role(role, config, override)
+    model_id = view.model_id
     if tensor_parallel is not None:
         engine = replace(engine, tensor_parallel=tensor_parallel)
     if derived:
@@ -694,23 +213,6 @@ def _described(engine: Engine) -> str:
         "max_num_seqs unset (vLLM's default)" if engine.max_num_seqs is None else f"max_num_seqs {engine.max_num_seqs}"
     )
     return f"max_model_len {engine.max_model_len}, {seqs}, gpu_memory_utilization {engine.gpu_memory_utilization}"
-
-
-def model_spec(model_id: str, model_source: str, override: ModelSpec | None) -> ModelSpec:
-    if override is not None:
-        return override
-    spec = KNOWN_MODELS.get(model_source) or KNOWN_MODELS.get(model_id)
-    if spec is None:
-        # A slip of the id first (case too: hub ids are case-sensitive), then the way to a model of one's own.
-        by_case = {known.lower(): known for known in KNOWN_MODELS}
-        hint = did_you_mean(model_source.lower(), by_case)
-        raise ConfigError(
-            "modelSource" if model_source != model_id else "modelId",
-            model_source,
-            f"a model whose memory facts the fit knows;{hint} known: {yaml_text(sorted(KNOWN_MODELS))}; for "
-            "another model, `make model-spec CONFIG=<its config.json>` prints the modelSpec to add to the stack",
-        )
-    return spec
 
 
 @dataclass(frozen=True)
@@ -756,19 +258,16 @@ def _spec(instance_type: str) -> aws_facts.InstanceSpec:
     return aws_facts.INSTANCE_SPECS[instance_type]
 
 
-def _engine(config: Mapping, spec: ModelSpec) -> Engine:
-    kwargs = config.get("engine_kwargs") or {}
-    # Without max_model_len vLLM takes the model's whole context: so do we.
-    engine = Engine.from_engine_kwargs({"max_model_len": spec.max_context, **kwargs})
-    if engine.max_model_len == AUTO_MAX_MODEL_LEN:
+def _role(role: str, config: Mapping, override: ModelSpec | None) -> tuple[RoleView, ModelSpec, Engine]:
+    """One role's view, its model's facts and the engine settings the fit predicts with."""
+    model_id, source = model_of(config)
+    spec = model_spec(model_id, source, override)
+    view = view_of(role, config, lambda *_: spec.max_context)
+    engine = Engine.from_engine_kwargs(view.engine_kwargs, view.max_model_len)
+    if view.max_model_len_auto:
+        # vLLM fits the context to the KV cache it finds: check only that a minimal context fits beside the weights.
         engine = replace(engine, max_model_len=MIN_CONTEXT_TOKENS)
-    return engine
-
-
-def _model(config: Mapping, override: ModelSpec | None) -> tuple[str, ModelSpec]:
-    loading = config.get("model_loading_config") or {}
-    model_id = loading.get("model_id", "")
-    return model_id, model_spec(model_id, loading.get("model_source") or model_id, override)
+    return view, spec, engine
 
 
 def derives_max_num_seqs(model: ModelSpec, engine: Engine) -> bool:
@@ -788,8 +287,7 @@ def render_max_num_seqs(
     types = _types_by_role(pools)
     derived = {}
     for role, config in llm_configs_by_role(document, "rendered").items():
-        _, spec = _model(config, override)
-        engine = _engine(config, spec)
+        _, spec, engine = _role(role, config, override)
         if role not in types or not derives_max_num_seqs(spec, engine):
             continue
         seqs = largest_max_num_seqs(spec, engine, _spec(_smallest(types[role])))
@@ -819,8 +317,8 @@ def fit_document(
     whose max_num_seqs the stack derived)."""
     fits = {}
     for role, config in llm_configs_by_role(document, "rendered").items():
-        model_id, spec = _model(config, override)
-        engine = _engine(config, spec)
+        view, spec, engine = _role(role, config, override)
+        model_id = view.model_id
         source = "derived" if role in derived else "vLLM default" if engine.max_num_seqs is None else "set"
         prediction = predict(spec, engine, _spec(instance_types[role]))
         fits[role] = RoleFit(role, model_id, instance_types[role], spec, engine, prediction, source)
@@ -833,9 +331,8 @@ def check_fit(
     """Check every LLM config of a rendered serve document against its pool's instance type."""
     predictions = {}
     for role, config in llm_configs_by_role(document, "rendered").items():
-        model_id, spec = _model(config, override)
-        engine = _engine(config, spec)
-        predictions[role] = check_role(role, model_id, spec, engine, instance_types[role], role in efa_roles)
+        view, spec, engine = _role(role, config, override)
+        predictions[role] = check_role(role, view.model_id, spec, engine, instance_types[role], role in efa_roles)
     return predictions
 
 
@@ -881,13 +378,3 @@ def fit_serving(
             raise ConfigError("maxNumSeqs", max_num_seqs, f"{error.key}: {error.allowed}") from None
     fits = fit_document(document, {role: _smallest(ts) for role, ts in types.items()}, override, derived)
     return document, tuple(fit.line() for fit in fits.values())
-
-
-def gated_models(document: dict) -> list[str]:
-    """Known gated models the serve document loads (they need hfToken)."""
-    sources = {
-        (c.get("model_loading_config") or {}).get("model_source")
-        or (c.get("model_loading_config") or {}).get("model_id")
-        for c in llm_configs_by_role(document, "rendered").values()
-    }
-    return sorted(s for s in sources if s in KNOWN_MODELS and KNOWN_MODELS[s].gated)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from domain import aws_facts, cost, model_fit
+from domain.role_view import replica_bounds
 from domain.serve_config import llm_configs_by_role
 from domain.settings import GpuPoolSettings, ServingSettings, Settings
 
@@ -73,12 +74,9 @@ def pool_gpus(document: dict, pools: Mapping[str, GpuPoolSettings]) -> dict[str,
         if len(mine) != 1:
             continue
         engine = config.get("engine_kwargs") or {}
-        deployment = config.get("deployment_config") or {}
-        auto = deployment.get("autoscaling_config")
-        # Ray Serve 2.58's default max_replicas is 1 (domain/scaling.py SERVE_DEFAULT_MAX).
-        replicas = auto.get("max_replicas", 1) if auto is not None else deployment.get("num_replicas", 1)
+        bounds = replica_bounds(role, config)
         tp, pp = engine.get("tensor_parallel_size", 1), engine.get("pipeline_parallel_size", 1)
-        counted[role] = PoolGpus(role, mine[0], replicas, tp, pp, auto is not None)
+        counted[role] = PoolGpus(role, mine[0], bounds.max, tp, pp, bounds.autoscales)
     return counted
 
 

@@ -274,7 +274,7 @@ def route_roles(
     configs_by_role: Mapping[str, dict], raw: Any, serve_file: str, model_facts: Callable[[str, str], Any]
 ) -> None:
     """The stack's `routing` value, checked and written into the application's LLM configs (by role).
-    `model_facts(model_id, model_source).hybrid` answers from the model table (domain/model_fit.py)."""
+    `model_facts(model_id, model_source).hybrid` answers from the model table (domain/model_table.py)."""
 
     def hybrid(config: Mapping) -> bool:
         loading = config.get("model_loading_config") or {}

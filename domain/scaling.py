@@ -11,13 +11,14 @@ resource is declared, naming both sides.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from domain.errors import UNSET, ConfigError, mapping_of, unknown_field, yaml_text
 from domain.facts import EFA_RESOURCE, GPU_RESOURCE, GPU_ROLES
 from domain.placement import GPU_TAINT, gpu_labels
 from domain.pool_use import nodes_used
+from domain.role_view import ReplicaBounds, replica_bounds
 from domain.serve_config import llm_configs_by_role
 from domain.settings import GpuPoolSettings
 
@@ -31,8 +32,6 @@ AUTOSCALING_FIELDS = {
     "upscaleDelayS": "upscale_delay_s",
 }
 SHAPE = mapping_of(AUTOSCALING_FIELDS, by=f"roles {yaml_text(GPU_ROLES)}")
-# Ray Serve 2.58 AutoscalingConfig defaults (ray/serve/config.py): min_replicas 1, max_replicas 1.
-SERVE_DEFAULT_MIN, SERVE_DEFAULT_MAX = 1, 1
 
 # Cluster Autoscaler (cloudprovider/aws/aws_manager.go, chart 9.59.0 / CA 1.35): with no node in a
 # group, it builds the would-be node from these ASG tags: labels, taints (value `<value>:<Effect>`)
@@ -62,38 +61,6 @@ def parse_autoscaling(raw: Any) -> dict[str, dict]:
             config[AUTOSCALING_FIELDS[name]] = value
         configs[role] = config
     return configs
-
-
-@dataclass(frozen=True)
-class ReplicaBounds:
-    """Replicas of one role's LLM deployment (fixed: min == initial == max)."""
-
-    min: int
-    initial: int
-    max: int
-    autoscales: bool
-    gpus_per_replica: int
-    where: str  # how the message names the replica side
-
-
-def replica_bounds(role: str, config: dict) -> ReplicaBounds:
-    engine = config.get("engine_kwargs") or {}
-    gpus = engine.get("tensor_parallel_size", 1) * engine.get("pipeline_parallel_size", 1)
-    deployment = config.get("deployment_config") or {}
-    auto = deployment.get("autoscaling_config")
-    if auto is None:
-        n = deployment.get("num_replicas", 1)
-        return ReplicaBounds(n, n, n, False, gpus, f"{role} num_replicas = {n}")
-    low, high = auto.get("min_replicas", SERVE_DEFAULT_MIN), auto.get("max_replicas", SERVE_DEFAULT_MAX)
-    initial = auto.get("initial_replicas", low)
-    if not low <= initial <= high:
-        raise ConfigError(
-            f"autoscaling.{role}",
-            {"minReplicas": low, "initialReplicas": initial, "maxReplicas": high},
-            "minReplicas <= initialReplicas <= maxReplicas (Ray Serve refuses otherwise)",
-        )
-    where = f"{role} autoscaling min_replicas {low} .. max_replicas {high}"
-    return ReplicaBounds(low, initial, high, True, gpus, where)
 
 
 def role_bounds(document: dict) -> dict[str, ReplicaBounds]:

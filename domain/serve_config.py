@@ -93,7 +93,7 @@ HYBRID_CPU_BUFFER = (
 
 
 class ModelFacts(Protocol):
-    """What the renderer asks of the model table for the model a config serves (model_fit.ModelSpec)."""
+    """What the renderer asks of the model table for the model a config serves (model_table.ModelSpec)."""
 
     family: ModelFamily | None  # None for a modelSpec of the user's
     hybrid: bool
@@ -129,6 +129,13 @@ def the_application(doc: dict, where: str) -> dict:
 def served_model_id(doc: dict, where: str) -> str:
     """The model's id as clients name it: every role serves the same model (the serve-config rules check it)."""
     return next(iter(llm_configs_by_role(doc, where).values()))["model_loading_config"]["model_id"]
+
+
+def model_of(config: Mapping) -> tuple[str, str]:
+    """(model_id, model_source) of one LLM config; the source defaults to the id, as Ray Serve LLM's does."""
+    loading = config.get("model_loading_config") or {}
+    model_id = loading.get("model_id", "")
+    return model_id, loading.get("model_source") or model_id
 
 
 def llm_configs_by_role(doc: dict, where: str) -> dict[str, dict]:
@@ -202,6 +209,11 @@ def check_application(doc: dict, where: str, vllm_version: str | None) -> None:
             )
         if vllm_version == engine_args.vllm_arguments()["vllm_version"]:  # else vLLM checks them on start
             engine_args.check(f"{where}: {role}", config.get("engine_kwargs") or {})
+
+
+def gpus_per_replica(engine_kwargs: Mapping) -> int:
+    """GPUs of one engine: tensor x pipeline parallel (vLLM's world size without data parallelism)."""
+    return int(engine_kwargs.get("tensor_parallel_size", 1)) * int(engine_kwargs.get("pipeline_parallel_size", 1))
 
 
 def check_tensor_parallel(role: str, instance_type: str, gpus_per_node: int, tensor_parallel: int) -> None:
@@ -317,17 +329,17 @@ def render(
             deployment["autoscaling_config"] = {**file_bounds, **overrides.autoscaling[role]}
         replicas = deployment.get("num_replicas", 1)
         check_tensor_parallel(role, pool.instance_type, pool.gpus_per_node, engine.get("tensor_parallel_size", 1))
-        gpus_per_replica = engine.get("tensor_parallel_size", 1) * engine.get("pipeline_parallel_size", 1)
+        gpus = gpus_per_replica(engine)
         # An autoscaling role's bounds are checked against its pool's by domain/scaling.py.
         fixed = "autoscaling_config" not in deployment
-        if fixed and replicas * gpus_per_replica > pool.nodes * pool.gpus_per_node:
+        if fixed and replicas * gpus > pool.nodes * pool.gpus_per_node:
             raise ConfigError(
                 f"replicas.{role}",
                 replicas,
-                f"at most {pool.nodes * pool.gpus_per_node // gpus_per_replica}: {gpus_per_replica} GPU(s) per "
+                f"at most {pool.nodes * pool.gpus_per_node // gpus}: {gpus} GPU(s) per "
                 f"replica, pool {role} runs {pool.nodes} node(s) (desiredSize) x {pool.gpus_per_node} GPU(s)",
             )
-        model = model_facts(loading.get("model_id", ""), loading.get("model_source") or loading.get("model_id", ""))
+        model = model_facts(*model_of(config))
         _apply_family(config, role, where, model)
         _kv_buffer(config, role, where, overrides.kv_buffer_device, model)
         if pool.gpu_model is not None:  # the pool resource pins the role either way
@@ -338,7 +350,7 @@ def render(
         # parallelism must fit one node, model_fit checks it): then PACK, else all on one node.
         config["placement_group_config"] = {
             "bundle_per_worker": {"GPU": 1, role_resource(role): 1},
-            "strategy": "STRICT_PACK" if gpus_per_replica <= pool.gpus_per_node else "PACK",
+            "strategy": "STRICT_PACK" if gpus <= pool.gpus_per_node else "PACK",
         }
     if overrides.local_prefill_below is not None:
         _selective_pd(doc, where, overrides.local_prefill_below)

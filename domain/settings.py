@@ -13,7 +13,7 @@ from domain.config_keys import default
 from domain.facts import PD_ROLES
 from domain.gcs_ft import GcsFt
 from domain.hardening import HardeningSettings
-from domain.model_fit import ModelSpec
+from domain.model_table import ModelSpec
 from domain.observability import ObservabilitySettings
 from domain.prices import NO_PRICE_OVERRIDES, PriceOverrides
 from domain.slo import Slo
@@ -107,7 +107,7 @@ class ServingSettings:
     cluster_autoscaler: ChartPin | None = None  # installed when a GPU pool's min and max differ
     lb_controller: ChartPin | None = None  # the AWS Load Balancer Controller (internalEndpoint)
     observability: ObservabilitySettings = field(default_factory=ObservabilitySettings)  # domain/observability.py
-    model_spec: ModelSpec | None = None  # the stack's modelSpec; None: domain/model_fit.py's table knows the model
+    model_spec: ModelSpec | None = None  # the stack's modelSpec; None: domain/model_table.py's table knows the model
     serve_config: str = ""  # the serveConfig it was rendered from (serve_configs/<name>.yaml)
     # What the image holds, component -> version (domain/versions.py DLC_IMAGES); your own image: Ray only.
     versions: Mapping[str, str] = field(default_factory=dict)

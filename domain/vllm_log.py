@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields
 
-from domain import model_fit
+from domain import fit_prediction, model_fit
 
 GIB = 1024**3
 _NUM = r"(-?[\d.]+)"
@@ -106,7 +106,7 @@ class EngineMemory:
     mamba_padding_pct: float | None = None
     cudagraph_estimate_gib: float | None = None
     # True: the compiled graphs came from vLLM's compile cache; False: compiled during this start's profiling
-    # pass (whose activation peak then includes the compile's, model_fit.Measured.compile_cache).
+    # pass (whose activation peak then includes the compile's, model_table.Measured.compile_cache).
     compile_cache: bool | None = None
     budget_gib: float | None = None  # "Desired GPU memory utilization is (u, X GiB)"
     activation_gib: float | None = None
@@ -231,7 +231,7 @@ _ROUNDING_GIB = 0.005
 
 
 def compare(
-    measured: EngineMemory, predicted: model_fit.Prediction | model_fit.RoleFit, emulated: bool = False
+    measured: EngineMemory, predicted: fit_prediction.Prediction | model_fit.RoleFit, emulated: bool = False
 ) -> Verdict:
     """Does vLLM's own log agree with the prediction within the fit's tolerance? A RoleFit is compared
     at the max_num_seqs the engine ran with when its log names it (the Mamba refusal does), and for a
@@ -248,7 +248,11 @@ def compare(
     if measured.weights_gib is not None:
         figures.append(
             Figure(
-                "weights", p.weights / GIB, measured.weights_gib, model_fit.WEIGHTS_TOLERANCE_GIB + _ROUNDING_GIB, "GiB"
+                "weights",
+                p.weights / GIB,
+                measured.weights_gib,
+                fit_prediction.WEIGHTS_TOLERANCE_GIB + _ROUNDING_GIB,
+                "GiB",
             )
         )
     if measured.kv_cache_gib is not None:

@@ -180,27 +180,43 @@ def expectations(doc: dict, model_spec, floor_bytes_per_s: float | None, hf_conf
     """From a serve document as deployed: its decode engine's arguments, the model's facts (`hf_config`: the
     model's config.json when it is a local directory, e.g. the rehearsal's stand-in; else the fit's table or
     the stack's modelSpec)."""
-    from domain import model_fit, serve_config
+    from domain import role_view, serve_config
 
     configs = serve_config.llm_configs_by_role(doc, "deployed")
     if "decode" not in configs:
         raise VerifyError("the serve config has no prefill/decode application: no KV moves to verify")
-    decode = configs["decode"]
-    loading = decode.get("model_loading_config") or {}
-    model_id = loading.get("model_id", "")
-    source = loading.get("model_source") or model_id
-    spec = kv_proof.spec_from_hf_config(hf_config) if hf_config else model_fit.model_spec(model_id, source, model_spec)
-    kwargs = decode.get("engine_kwargs") or {}
-    extra = (kwargs.get("kv_transfer_config") or {}).get("kv_connector_extra_config") or {}
+    model_id, source = serve_config.model_of(configs["decode"])
+    spec = _model_facts(model_id, source, model_spec, hf_config)
+    decode = role_view.view_of("decode", configs["decode"], lambda *_: spec.max_context)
+    extra = (decode.engine_kwargs.get("kv_transfer_config") or {}).get("kv_connector_extra_config") or {}
     return Expectations(
         model=model_id,
-        shape=kv_proof.shape_of(spec, kwargs),
+        shape=kv_proof.shape_of(spec, decode.engine_kwargs),
         floor_bytes_per_s=floor_bytes_per_s,
         backends=list(extra.get("backends") or []),
-        max_model_len=int(kwargs.get("max_model_len", spec.max_context)),
+        max_model_len=decode.max_model_len,
         app=doc["applications"][0]["name"],
         model_source=source,
     )
+
+
+def _model_facts(model_id: str, source: str, model_spec, hf_config: dict | None):
+    """The served model's facts: its config.json when given (a local model), else the fit's table or modelSpec."""
+    from domain import model_table
+
+    return (
+        kv_proof.spec_from_hf_config(hf_config) if hf_config else model_table.model_spec(model_id, source, model_spec)
+    )
+
+
+def served_context(model_spec) -> Callable[[str, str], int]:
+    """The derived maximum length of a served model (domain/role_view.py view_of's `max_context`): a local
+    model's config.json (the rehearsal's stand-in, --weights), else the fit's table or the stack's modelSpec."""
+
+    def context(model_id: str, source: str) -> int:
+        return _model_facts(model_id, source, model_spec, _local_config(source) if source else None).max_context
+
+    return context
 
 
 def logged_block_size(logs: dict[str, str]) -> int | None:

@@ -9,6 +9,7 @@ import copy
 from dataclasses import dataclass
 
 from domain import aws_facts, serve_config, vllm_fit
+from domain.role_view import replica_bounds
 from rehearsal.substitute import CannotRehearse, LocalDocument, loopback
 
 GIB_MIB = 1024
@@ -68,16 +69,12 @@ class RoleNeed:
 
 def role_needs(doc: dict) -> list[RoleNeed]:
     """What each LLM role needs of a Ray node, from its config as deployed (roles in the document's order)."""
-    from rehearsal.topology import _start_replicas
-
     needs = []
     for role, config in serve_config.llm_configs_by_role(doc, "rehearsal").items():
-        engine = config.get("engine_kwargs") or {}
-        per_replica = int(engine.get("tensor_parallel_size", 1)) * int(engine.get("pipeline_parallel_size", 1))
+        bounds = replica_bounds(role, config)
         bundle = (config.get("placement_group_config") or {}).get("bundle_per_worker") or {}
         custom = {k: float(v) for k, v in bundle.items() if k not in {"GPU", "CPU", "memory"}}
-        replicas = _start_replicas(config.get("deployment_config") or {})
-        needs.append(RoleNeed(role, replicas * per_replica, custom, config.get("accelerator_type")))
+        needs.append(RoleNeed(role, bounds.initial * bounds.gpus_per_replica, custom, config.get("accelerator_type")))
     return needs
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from adapters import environment
-from domain import api_keys, model_fit, serve_config
+from domain import api_keys, model_table, serve_config
 from rehearsal import gpu, substitute, topology
 from rehearsal.context import say
 from rehearsal.logs import ROLE_HEADER
@@ -91,7 +91,7 @@ class GpuRun:
     here: gpu.GpuHere
     emulate: gpu.Emulation | None
     nodes: list[gpu.NodeLayout]
-    model: model_fit.ModelSpec | None  # the served model's row of the fit check's table
+    model: model_table.ModelSpec | None  # the served model's row of the fit check's table
     cpu_engines: bool  # the layout rehearsed with CPU engines (a dry run of the GPU target on a CPU machine)
     weights_from_hub: bool  # vLLM downloads the stack's model_source (HF_HUB_OFFLINE must stay unset)
     prediction_document: dict  # what the fit check predicts for: the rendered document with the engine
@@ -114,14 +114,16 @@ def spec_of(path: Path) -> dict:
     return loaded.get("spec", loaded) if isinstance(loaded, dict) else {}
 
 
-def served_model(doc: dict) -> model_fit.ModelSpec | None:
-    """The served model's row of domain/model_fit.py's table (None: a model of the user's)."""
+def served_model(doc: dict) -> model_table.ModelSpec | None:
+    """The served model's row of domain/model_table.py's table (None: a model of the user's)."""
     loading = next(iter(serve_config.llm_configs_by_role(doc, "rehearsal").values()))["model_loading_config"]
-    return model_fit.KNOWN_MODELS.get(loading.get("model_source")) or model_fit.KNOWN_MODELS.get(loading["model_id"])
+    return model_table.KNOWN_MODELS.get(loading.get("model_source")) or model_table.KNOWN_MODELS.get(
+        loading["model_id"]
+    )
 
 
 def stand_in_family(doc: dict) -> str:
-    """The stand-in for the served model's family (domain/model_fit.py's table), or by its layer kinds."""
+    """The stand-in for the served model's family (domain/model_table.py's table), or by its layer kinds."""
     spec = served_model(doc)
     if spec is None:
         return substitute.stand_in(None, False)

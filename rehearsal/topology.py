@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from domain.role_view import replica_bounds
 from domain.serve_config import llm_configs_by_role, role_of
 from llmclient import core
 
@@ -18,24 +19,12 @@ ENGINE_ID = re.compile(r"Initializing NIXL worker (\S+)")
 KV_READ = re.compile(r"Remote agent (\S+) available, calling _read_blocks")
 
 
-def _start_replicas(deployment_config: dict) -> int:
-    """Replicas Serve starts a deployment with: num_replicas, or autoscaling's initial_replicas, else its
-    min_replicas (ray/serve/config.py AutoscalingConfig: min_replicas defaults to 1, initial to min)."""
-    fixed = deployment_config.get("num_replicas")
-    if isinstance(fixed, int):
-        return fixed
-    scaling = deployment_config.get("autoscaling_config") or {}
-    if scaling.get("initial_replicas") is not None:
-        return int(scaling["initial_replicas"])
-    return int(scaling.get("min_replicas", 1))
-
-
 def expected_replicas(doc: dict) -> dict[str, int]:
     """role -> replicas at start, from the serve config as deployed (several collocated models add up)."""
     expected: dict[str, int] = {}
     for role, config in llm_configs_by_role(doc, "rehearsal").items():
         key = role.split("-")[0]
-        expected[key] = expected.get(key, 0) + _start_replicas(config.get("deployment_config") or {})
+        expected[key] = expected.get(key, 0) + replica_bounds(role, config).initial
     return expected
 
 
@@ -177,6 +166,6 @@ def logical_cpus(doc: dict, extra: dict[str, int] | None = None, floor: int = 8)
     for role, config in llm_configs_by_role(doc, "rehearsal").items():
         key = role.split("-")[0]
         tp = int((config.get("engine_kwargs") or {}).get("tensor_parallel_size", 1))
-        replicas = _start_replicas(config.get("deployment_config") or {}) + (extra or {}).get(key, 0)
+        replicas = replica_bounds(role, config).initial + (extra or {}).get(key, 0)
         need += replicas * (1 + tp)
     return max(floor, need)

@@ -395,7 +395,7 @@ def check_vllm_engine_args(ctx: Context) -> list[str]:
 
 
 def check_vllm_memory_defaults(ctx: Context) -> list[str]:
-    from domain import model_fit
+    from domain import fit_prediction
 
     text = _vllm(ctx).read("vllm/config/cache.py")
     cls = ast.parse(python_symbol(text, "CacheConfig")).body[0]
@@ -406,7 +406,7 @@ def check_vllm_memory_defaults(ctx: Context) -> list[str]:
                 if kw.arg == "default":
                     value = kw.value
             theirs = ast.literal_eval(value)
-            ours = model_fit.VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
+            ours = fit_prediction.VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
             return [] if theirs == ours else [f"gpu_memory_utilization default: vLLM {theirs}, ours {ours}"]
     return ["vllm/config/cache.py: CacheConfig has no gpu_memory_utilization field"]
 

@@ -45,7 +45,7 @@ def fits(ctx: Context) -> tuple[dict[str, model_fit.RoleFit], str]:
     if run.emulate is None:
         return {}, "no prediction without --emulate (the fit predicts for a GPU of domain/aws_facts.py's table)"
     if run.model is None:
-        return {}, "no prediction: the model is not in domain/model_fit.py's table"
+        return {}, "no prediction: the model is not in domain/model_table.py's table"
     doc = run.prediction_document
     roles = topology.expected_replicas(doc)
     return model_fit.fit_document(doc, {role: run.emulate.instance_type for role in roles}), ""

@@ -16,8 +16,9 @@ import random
 import time
 from pathlib import Path
 
-from adapters import metrics
+from adapters import metrics, stack
 from domain import bench, kv_proof, routing
+from domain.role_view import role_views
 from domain.serve_config import llm_configs_by_role
 from llmclient import aiperf, core
 from llmclient import verify as verify_client
@@ -299,8 +300,10 @@ def prefix_over_nixl(ctx: Context) -> None:
     and each request must move its KV to decode without a failed read and without decode computing the prompt
     again (prompt tokens by source, as `make verify` judges)."""
     rng = random.Random(7)
-    prefill = llm_configs_by_role(ctx.document, "rehearsal")["prefill"]
-    max_model_len = int((prefill.get("engine_kwargs") or {}).get("max_model_len") or 4096)
+    # The stack's modelSpec: the context of a model of the user's that the run loads from the hub.
+    override = stack.load_settings(stack.stack_file(ctx.args.stack)).serving.model_spec
+    views = role_views(ctx.document, "rehearsal", verify_client.served_context(override))
+    max_model_len = views["prefill"].max_model_len
     start, _ = _kv_and_prefix(ctx)
     per_word, _ = asyncio.run(verify_client.calibrate(ctx.url, ctx.model, ctx.api_key, seed=7))
     # The first reading once the calibration's transfer and decode's own prompt token are both counted (they

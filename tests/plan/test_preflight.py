@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from adapters.stackfile import SecretValue
-from domain import aws_facts, model_fit, preflight, prices
-from domain.model_fit import Engine
+from domain import aws_facts, fit_prediction, model_table, preflight, prices
+from domain.fit_prediction import Engine
 from domain.serve_config import llm_configs_by_role
 from offline.mocks import PlanMocks, RecordingMonitor
 from offline.plan import run_program
@@ -41,8 +41,8 @@ def test_dev_renders_the_largest_max_num_seqs_and_plan_prints_the_fit(plans):
     largest that fits, and make plan prints the expected KV tokens and concurrency per role."""
     plan = plans["dev"]
     document = yaml.safe_load(plan.one("kubernetes:ray.io/v1:RayService").inputs["spec"]["serveConfigV2"])
-    seqs = model_fit.largest_max_num_seqs(
-        model_fit.KNOWN_MODELS["Qwen/Qwen3.5-9B"], Engine(4096, 1, 1, 0.92, "auto", 2048, True), L4
+    seqs = fit_prediction.largest_max_num_seqs(
+        model_table.KNOWN_MODELS["Qwen/Qwen3.5-9B"], Engine(4096, 1, 1, 0.92, "auto", 2048, True), L4
     )
     assert {role: c["engine_kwargs"]["max_num_seqs"] for role, c in llm_configs_by_role(document, "x").items()} == {
         "prefill": seqs,

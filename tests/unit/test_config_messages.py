@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from domain import alerts, config_keys, model_fit, prices, routing, scaling, slo
+from domain import alerts, config_keys, model_table, prices, routing, scaling, slo
 from domain.errors import NOT_SHOWN, UNSET, ConfigError, line, yaml_text
 from domain.preflight import PreflightError, check_zones
 from tests.conftest import settings_error, settings_of
@@ -185,7 +185,7 @@ def test_a_nested_mapping_given_a_scalar_lists_its_fields(key, value, field):
         (routing.parse, "routing"),
         (scaling.parse_autoscaling, "autoscaling"),
         (prices.price_overrides, "prices"),
-        (model_fit.spec_from_config, "modelSpec"),
+        (model_table.spec_from_config, "modelSpec"),
         (slo.parse, "slo"),
         (alerts.parse, "alerts"),
     ],

@@ -83,7 +83,7 @@ def test_nodes_a_role_uses(replicas, gpus_per_replica, gpus_per_node, nodes):
 
 
 def test_model_spec_from_config_matches_the_table(tmp_path):
-    from domain.model_fit import KNOWN_MODELS
+    from domain.model_table import KNOWN_MODELS
 
     spec, missing = _spec(LLAMA_31_8B)
     known = KNOWN_MODELS["meta-llama/Llama-3.1-8B-Instruct"]

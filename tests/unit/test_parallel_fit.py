@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from domain import model_fit, vllm_fit
+from domain import model_fit, model_table, vllm_fit
 from domain.errors import ConfigError
 from tests.unit.test_first_hour_rules import LLAMA_31_8B
 from tests.unit.test_vllm_fit import QWEN35_9B_TEXT_CONFIG
@@ -58,7 +58,7 @@ def test_vllms_head_rules(heads, kv_heads, linear, tp, refused):
 
 
 def test_known_models_carry_their_heads():
-    table = model_fit.KNOWN_MODELS
+    table = model_table.KNOWN_MODELS
     assert table[QWEN3_32B].attention_heads == 64 and table["Qwen/Qwen3.5-9B"].linear_heads == (16, 32)
     assert [table[f"meta-llama/Llama-3.1-{n}-Instruct"].attention_heads for n in ("8B", "70B")] == [32, 64]
 
@@ -74,20 +74,20 @@ def test_tp_3_of_qwen3_32b_is_refused_naming_what_fits(instance_type, accepted):
 
 def test_a_memory_refusal_never_suggests_a_size_the_heads_refuse():
     """28 heads at TP 4 do not fit an L4: TP 8 would pass the memory check but not the heads (28 % 8)."""
-    error = _refusal("me/model", 4, "g6.12xlarge", model_fit.spec_from_config(OWN))
+    error = _refusal("me/model", 4, "g6.12xlarge", model_table.spec_from_config(OWN))
     assert "Would fit: a larger GPU at the same parallelism: g6e.12xlarge" in error.allowed
     assert "tensor_parallel_size 8" not in error.allowed
 
 
 def test_a_users_model_spec_gives_the_heads_for_tensor_parallelism():
     without = {k: v for k, v in OWN.items() if k != "attentionHeads"}
-    error = _refusal("me/model", 2, "g6e.12xlarge", model_fit.spec_from_config(without))
+    error = _refusal("me/model", 2, "g6e.12xlarge", model_table.spec_from_config(without))
     assert error.key == "modelSpec.attentionHeads"
     assert error.allowed.startswith("required with tensor_parallel_size 2 (collocated): vLLM 0.26.0 refuses")
     hybrid = {**OWN, "attentionHeads": 16, "stateMiBPerSequence": 49.1, "linearLayers": 24, "linearKeyHeads": 16}
-    error = _refusal("me/model", 2, "g6e.12xlarge", model_fit.spec_from_config(hybrid))
+    error = _refusal("me/model", 2, "g6e.12xlarge", model_table.spec_from_config(hybrid))
     assert error.key == "modelSpec.linearValueHeads"
-    spec = model_fit.spec_from_config({**hybrid, "linearValueHeads": 12})
+    spec = model_table.spec_from_config({**hybrid, "linearValueHeads": 12})
     assert spec.linear_heads == (16, 12)
     assert "linear_num_value_heads 12" in _refusal("me/model", 8, "g6e.48xlarge", spec).allowed
 
@@ -99,7 +99,7 @@ def test_model_spec_helper_reads_the_heads():
     hybrid, _ = spec_from_hf_config({"text_config": QWEN35_9B_TEXT_CONFIG})
     assert dense["attentionHeads"] == 32 and "linearKeyHeads" not in dense
     assert (hybrid["attentionHeads"], hybrid["linearKeyHeads"], hybrid["linearValueHeads"]) == (16, 16, 32)
-    assert model_fit.spec_from_config({**hybrid, "parameters": 9e9}).linear_heads == (16, 32)
+    assert model_table.spec_from_config({**hybrid, "parameters": 9e9}).linear_heads == (16, 32)
 
 
 def test_a_tensor_parallel_fit_line_says_its_budget_is_per_gpu():

@@ -9,9 +9,11 @@ import re
 import pytest
 
 from adapters.stackfile import ROOT, SecretValue
-from domain import aws_facts, cost, model_fit, preflight, prices
+from domain import aws_facts, cost, fit_prediction, model_fit, model_table, preflight, prices
 from domain.errors import ConfigError
-from domain.model_fit import GIB, Engine, check_role, predict
+from domain.fit_prediction import Engine, predict
+from domain.model_fit import check_role
+from domain.model_table import GIB
 from domain.serve_config import llm_configs_by_role
 from tests.conftest import region_overrides, settings_error, settings_of
 
@@ -56,7 +58,7 @@ def test_qwen35_weights_and_budget_are_the_hand_arithmetic():
     """Qwen3.5-9B on one L4, bf16, language_model_only: weights = the text model's 8,953,803,264
     parameters x 2 B (16.68 GiB; no vision tower, no MTP head) + what vLLM measured beyond them
     (16.80 GiB logged); 22888 MiB x 0.92 usable; KV 2 x 8 layers x 4 heads x 256 x 2 B = 32 KiB/token."""
-    spec = model_fit.KNOWN_MODELS["Qwen/Qwen3.5-9B"]
+    spec = model_table.KNOWN_MODELS["Qwen/Qwen3.5-9B"]
     assert spec.kv_bytes_per_token(2) == 32 * 1024
     assert spec.loaded_parameters(True) * 2 == pytest.approx(8_953_803_264 * 2, rel=1e-6)
     assert spec.loaded_parameters(False) == pytest.approx(9_653_108_208 - 243_290_624, rel=1e-6), "MTP never loads"
@@ -70,9 +72,9 @@ def test_qwen35_weights_and_budget_are_the_hand_arithmetic():
 def test_reserve_grows_with_batch_and_parallelism():
     """A model without measurements of its own: 2 GiB at vLLM's default 256 sequences and <= 2048
     batched tokens, +1 GiB above, +1.8 GiB on several GPUs, +1.2 MiB per sequence beyond 256."""
-    spec = model_fit.KNOWN_MODELS[LLAMA_8B]
+    spec = model_table.KNOWN_MODELS[LLAMA_8B]
     l4, h100 = aws_facts.INSTANCE_SPECS["g6.8xlarge"], aws_facts.INSTANCE_SPECS["p5.48xlarge"]
-    reserve = lambda engine, gpu=l4: model_fit.reserve_gib(spec, engine.on(gpu))  # noqa: E731
+    reserve = lambda engine, gpu=l4: fit_prediction.reserve_gib(spec, engine.on(gpu))  # noqa: E731
     assert reserve(Engine(4096, 1, 1, 0.9, "auto", 2048)) == 2.0
     assert reserve(Engine(4096, 1, 1, 0.9, "auto", 8192)) == 3.0
     assert reserve(Engine(4096, 2, 1, 0.9, "auto", 2048)) == pytest.approx(3.8)
@@ -83,7 +85,7 @@ def test_reserve_grows_with_batch_and_parallelism():
 
 
 def test_tensor_parallel_splits_weights_and_kv_heads():
-    spec = model_fit.KNOWN_MODELS["meta-llama/Llama-3.1-70B-Instruct"]
+    spec = model_table.KNOWN_MODELS["meta-llama/Llama-3.1-70B-Instruct"]
     one, eight = (predict(spec, Engine(8192, tp, 1, 0.9, "auto"), L4) for tp in (1, 8))
     assert eight.weights == pytest.approx(one.weights / 8)
     assert eight.layout.page_bytes * 8 == one.layout.page_bytes
@@ -112,7 +114,7 @@ def collocated_llama(engine_kwargs: dict) -> dict:
 
 
 def test_unset_max_model_len_means_the_whole_context():
-    spec = model_fit.KNOWN_MODELS[LLAMA_8B]
+    spec = model_table.KNOWN_MODELS[LLAMA_8B]
     document = collocated_llama({"max_num_batched_tokens": 2048})
     with pytest.raises(ConfigError, match=rf"one request with the model's max seq len \({spec.max_context}\)"):
         model_fit.check_fit(document, {"collocated": "g6.8xlarge"}, set(), None)
@@ -124,7 +126,7 @@ def test_context_beyond_the_model_fails():
 
 
 def test_tensor_parallel_wider_than_the_instance_fails():
-    spec = model_fit.KNOWN_MODELS[LLAMA_8B]
+    spec = model_table.KNOWN_MODELS[LLAMA_8B]
     with pytest.raises(ConfigError, match="an instance with >= 2 GPUs"):
         check_role("decode", LLAMA_8B, spec, Engine(4096, 2, 1, 0.9, "auto"), "g6.8xlarge", need_efa=True)
 

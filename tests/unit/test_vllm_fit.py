@@ -9,13 +9,14 @@ from dataclasses import replace
 
 import pytest
 
-from domain import aws_facts, model_fit, vllm_fit, vllm_log
+from domain import aws_facts, fit_prediction, model_fit, model_table, vllm_fit, vllm_log
 from domain.errors import ConfigError
-from domain.model_fit import GIB, MIB, Engine, predict
+from domain.fit_prediction import Engine, predict
+from domain.model_table import GIB, MIB
 
-QWEN = model_fit.KNOWN_MODELS["Qwen/Qwen3.5-9B"]
+QWEN = model_table.KNOWN_MODELS["Qwen/Qwen3.5-9B"]
 LLAMA_ID = "meta-llama/Llama-3.1-8B-Instruct"
-LLAMA = model_fit.KNOWN_MODELS[LLAMA_ID]
+LLAMA = model_table.KNOWN_MODELS[LLAMA_ID]
 L4 = aws_facts.INSTANCE_SPECS["g6.8xlarge"]
 # The dev stack's engine: max_model_len 4096, 2048 batched tokens, TP 1, language_model_only.
 DEV = Engine(4096, 1, 1, 0.92, "auto", 2048, language_model_only=True)
@@ -64,7 +65,7 @@ def test_qwen35_page_alignment_is_vllms():
     """24 Gated DeltaNet layers: conv state (2 x 16 x 128 + 32 x 128) x 3 x 2 B + SSM state 32 x 128 x 128
     x 4 B (mamba_ssm_dtype float32) = 2,146,304 B; the attention block grows to the multiple of 16 whose
     page (4 KiB a token) covers it: 528 tokens, the state padded by 0.76% to 2,162,688 B (measured)."""
-    layout = model_fit.layout(QWEN, DEV)
+    layout = fit_prediction.layout(QWEN, DEV)
     assert layout.mamba_page_bytes == 3 * 8192 * 2 + 32 * 128 * 128 * 4 == 2_146_304
     assert layout.block_size == 528 and layout.page_bytes == 2_162_688
     assert round(100 * (layout.page_bytes - layout.mamba_page_bytes) / layout.mamba_page_bytes, 2) == 0.76
@@ -80,23 +81,23 @@ def test_qwen35_page_alignment_is_vllms():
 )
 def test_kv_memory_becomes_vllms_blocks_tokens_and_concurrency(kv_gib, blocks, tokens, concurrency):
     """From vLLM's "Available KV cache memory" line, its other lines follow exactly."""
-    layout = model_fit.layout(QWEN, DEV)
+    layout = fit_prediction.layout(QWEN, DEV)
     assert layout.num_blocks(kv_gib * GIB) == blocks
     assert layout.tokens(blocks, 4096) == tokens
     assert round(layout.concurrency(blocks, 4096), 2) == concurrency
 
 
 def test_state_dtype_tensor_parallelism_and_prefix_caching_change_the_pool():
-    bf16 = model_fit.layout(QWEN, replace(DEV, mamba_ssm_cache_dtype="bfloat16"))
+    bf16 = fit_prediction.layout(QWEN, replace(DEV, mamba_ssm_cache_dtype="bfloat16"))
     assert bf16.mamba_page_bytes == 3 * 8192 * 2 + 32 * 128 * 128 * 2 and bf16.block_size == 272
-    tp2 = model_fit.layout(QWEN, replace(DEV, tensor_parallel=2))
+    tp2 = fit_prediction.layout(QWEN, replace(DEV, tensor_parallel=2))
     assert tp2.mamba_page_bytes == 2_146_304 // 2 and tp2.block_size == 528 and tp2.page_bytes == 2_162_688 // 2
     # Prefix caching on: mamba_cache_mode "align", two state pages per Mamba group and request.
-    assert model_fit.layout(QWEN, replace(DEV, prefix_caching=True)).blocks_per_request(4096) == 8 + 2 * 3
+    assert fit_prediction.layout(QWEN, replace(DEV, prefix_caching=True)).blocks_per_request(4096) == 8 + 2 * 3
 
 
 def test_attention_only_model_keeps_blocks_of_16():
-    layout = model_fit.layout(LLAMA, DEV)
+    layout = fit_prediction.layout(LLAMA, DEV)
     assert (layout.block_size, layout.group_size, layout.mamba_groups) == (16, 32, 0)
     assert layout.bytes_per_block == 16 * 128 * 1024 and layout.blocks_per_request(8192) == 512
 
@@ -131,7 +132,7 @@ def test_the_256_refusal_is_predicted_with_vllms_numbers():
     prediction = predict(QWEN, engine, L4)
     assert measured.refused.startswith("max_num_seqs (256) exceeds available Mamba cache blocks (72)")
     assert prediction.refusal(0.0) == vllm_fit.mamba_refusal(256, prediction.num_blocks)
-    assert abs(prediction.num_blocks - measured.mamba_blocks) <= model_fit.KV_TOLERANCE_GIB * GIB / (16.5 * MIB)
+    assert abs(prediction.num_blocks - measured.mamba_blocks) <= fit_prediction.KV_TOLERANCE_GIB * GIB / (16.5 * MIB)
 
 
 def test_a_model_without_the_state_disagrees():
@@ -154,7 +155,7 @@ def test_a_reserve_off_by_more_than_the_tolerance_disagrees():
 def test_largest_max_num_seqs_is_a_fixed_point_between_the_measured_runs():
     """The reserve grows with max_num_seqs (256 -> 72 blocks, 64 -> 86): the largest s with s <= blocks(s)
     at the low end of the tolerance."""
-    seqs = model_fit.largest_max_num_seqs(QWEN, DEV, L4)
+    seqs = fit_prediction.largest_max_num_seqs(QWEN, DEV, L4)
     at = lambda s: predict(QWEN, replace(DEV, max_num_seqs=s), L4)  # noqa: E731
     assert seqs <= at(seqs).num_blocks_low and seqs + 1 > at(seqs + 1).num_blocks_low
     # 64 started on the GPU; for s >= 64 the blocks are at most the 86 that 64 left.
@@ -176,7 +177,7 @@ def _kwargs(document: dict) -> dict:
 
 def test_hybrid_roles_get_the_largest_max_num_seqs_rendered():
     document, lines = model_fit.fit_serving(_doc(), [("collocated", "g6.8xlarge")], set(), None)
-    assert _kwargs(document)["max_num_seqs"] == model_fit.largest_max_num_seqs(QWEN, DEV, L4)
+    assert _kwargs(document)["max_num_seqs"] == fit_prediction.largest_max_num_seqs(QWEN, DEV, L4)
     assert "max_num_seqs" not in _kwargs(_doc()), "the input document is left as it was"
     (line,) = lines
     assert "max_num_seqs derived" in line and "tokens" in line and "concurrency at 4,096 tokens" in line
@@ -185,7 +186,7 @@ def test_hybrid_roles_get_the_largest_max_num_seqs_rendered():
 def test_the_smallest_gpu_of_a_role_decides_and_every_pool_is_checked():
     pools = [("collocated", "g6e.xlarge"), ("collocated", "g6.8xlarge")]
     document, _ = model_fit.fit_serving(_doc(), pools, set(), None)
-    assert _kwargs(document)["max_num_seqs"] == model_fit.largest_max_num_seqs(QWEN, DEV, L4)
+    assert _kwargs(document)["max_num_seqs"] == fit_prediction.largest_max_num_seqs(QWEN, DEV, L4)
 
 
 def test_eager_and_attention_only_roles_keep_vllms_default():
@@ -205,7 +206,7 @@ def test_asking_256_on_an_l4_fails_in_one_line_with_vllms_reason():
     assert "\n" not in message
     assert "invalid config collocated engine_kwargs.max_num_seqs = 256: " in message
     assert "max_num_seqs (256) exceeds available Mamba cache blocks (72)" in message
-    assert f"max_num_seqs <= {model_fit.largest_max_num_seqs(QWEN, DEV, L4)}" in message
+    assert f"max_num_seqs <= {fit_prediction.largest_max_num_seqs(QWEN, DEV, L4)}" in message
 
 
 def test_a_role_fit_predicts_what_a_rehearsal_forced():
@@ -244,9 +245,9 @@ def test_a_users_hybrid_model_spec_names_its_linear_layers():
         "maxContext": 32768,
     }
     with pytest.raises(ConfigError, match=r"modelSpec\.linearLayers"):
-        model_fit.spec_from_config(facts)
-    spec = model_fit.spec_from_config({**facts, "linearLayers": 24})
-    layout = model_fit.layout(spec, DEV)
+        model_table.spec_from_config(facts)
+    spec = model_table.spec_from_config({**facts, "linearLayers": 24})
+    layout = fit_prediction.layout(spec, DEV)
     assert layout.block_size == 528 and (layout.attention_groups, layout.mamba_groups) == (1, 3)
 
 
@@ -345,10 +346,10 @@ def test_model_spec_helper_derives_a_gated_deltanet_state_that_sizes_the_pool_as
     derived, missing = spec_from_hf_config({"text_config": QWEN35_9B_TEXT_CONFIG})
     assert set(missing) == {"parameters"}
     assert derived["linearLayers"] == 24 and derived["stateMiBPerSequence"] == round(QWEN.state_mib_per_sequence, 2)
-    own = model_fit.spec_from_config({**derived, "parameters": QWEN.loaded_parameters(True)})
+    own = model_table.spec_from_config({**derived, "parameters": QWEN.loaded_parameters(True)})
     # The state to 0.01 MiB: the same block, page, groups and pool as the table's exact shapes.
-    assert replace(model_fit.layout(own, DEV), mamba_page_bytes=0) == replace(
-        model_fit.layout(QWEN, DEV), mamba_page_bytes=0
+    assert replace(fit_prediction.layout(own, DEV), mamba_page_bytes=0) == replace(
+        fit_prediction.layout(QWEN, DEV), mamba_page_bytes=0
     )
 
 
@@ -402,6 +403,6 @@ def test_a_restart_from_the_compile_cache_is_held_against_its_own_reserve():
 
 def test_the_derived_max_num_seqs_is_the_cold_starts():
     """A new node compiles: its smaller KV cache decides whether vLLM starts, whatever a restart gets."""
-    cold = model_fit.largest_max_num_seqs(QWEN, DEV, L4)
-    warm = model_fit.largest_max_num_seqs(QWEN, replace(DEV, compile_cache=True), L4)
+    cold = fit_prediction.largest_max_num_seqs(QWEN, DEV, L4)
+    warm = fit_prediction.largest_max_num_seqs(QWEN, replace(DEV, compile_cache=True), L4)
     assert cold == _rendered_dev_fit().prediction.max_num_seqs < warm
