@@ -144,7 +144,8 @@ def monitoring_stack_args(settings: Settings, hardening: HardeningSettings, zone
         stack_chart_version=obs.stack_chart.version,
         dcgm_chart_version=obs.dcgm_chart.version,
         tags={"Name": f"{name}-prometheus", ENVIRONMENT_TAG: hardening.environment},
-        rule_spec=alerts.prometheus_rule_spec(settings),
+        # Only amp's workspace evaluates rules here; embedded Prometheus takes them from ServiceMonitoring.
+        rule_spec=alerts.prometheus_rule_spec(settings) if obs.mode == "amp" else None,
         network_policies=(
             policies.monitoring_policies(obs, settings.serving.namespace) if hardening.network_policies else ()
         ),
