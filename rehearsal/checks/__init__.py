@@ -63,7 +63,18 @@ def measure_threads(run_id: str, work) -> tuple:
 
 def all_checks() -> list[Check]:
     """Every check, in the order they run (imported here so that each module may import this one)."""
-    from rehearsal.checks import engines, extras, faults, observability, quick_bench, routing, smoke, threads, topology
+    from rehearsal.checks import (
+        engines,
+        extras,
+        faults,
+        observability,
+        quick_bench,
+        routing,
+        smoke,
+        sweep_bench,
+        threads,
+        topology,
+    )
 
     return [
         topology.REPLICAS,
@@ -83,6 +94,7 @@ def all_checks() -> list[Check]:
         extras.SCALE_DEMO,
         extras.BENCH,
         quick_bench.QUICK_BENCH,
+        sweep_bench.SWEEP_BENCH,
         faults.FAULTS_CHECK,  # restarts engines and the head
         observability.KV_FAULT,  # last: it breaks the KV path for good
     ]

@@ -64,6 +64,7 @@ class Handler(BaseHTTPRequestHandler):
                 f'ray_serve_deployment_request_counter_total{{deployment="OpenAiIngress",route="/"}} {n}\n'
                 f'ray_vllm_nixl_bytes_transferred_bucket{{WorkerId="d",le="+Inf"}} {moved}\n'
                 f'ray_vllm_nixl_num_failed_transfers_total{{WorkerId="d"}} {failed}\n'
+                + "".join(f'ray_selective_pd_requests_total{{path="{p}"}} {c}\n' for p, c in self.server.paths.items())
             ).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(text)))
@@ -84,6 +85,10 @@ class Handler(BaseHTTPRequestHandler):
         request = json.loads(self.rfile.read(length))
         mode = self.server.mode
         self.server.requests += 1
+        if mode == "selective":  # a selective PD ingress: prompts over 100 words go through prefill
+            words_in = len(request["messages"][-1]["content"].split())
+            path = "split" if words_in > 100 else "local"
+            self.server.paths[path] = self.server.paths.get(path, 0) + 1
         if mode == "http500":
             return self._json(500, {"error": {"message": "engine exploded", "type": "InternalServerError"}})
         words = ["Hello", " there", "!", " How", " are", " you", "?"][: request.get("max_tokens", 7)]
@@ -140,6 +145,7 @@ def server():
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.mode = "ok"
     httpd.requests = 0
+    httpd.paths = {}
     httpd.key, httpd.key_check = None, True
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -326,6 +332,43 @@ def test_the_rehearsals_quick_bench_measures_through_the_same_client(server, tmp
     server.mode = "http500"  # every request fails: named in one line
     with pytest.raises(RehearsalFailed, match=r"quick bench: 8 requests failed; first: HTTP 500"):
         quick_bench.QUICK_BENCH.run(ctx)
+
+
+def test_the_sweep_bench_reports_goodput_and_the_path_of_each_point(server, tmp_path):
+    """rehearsal.checks.sweep_bench against this server playing a selective PD app: each point's figures, the
+    path its requests took (from the ingress's counter, before and after the point), and failures named."""
+    import argparse
+
+    from rehearsal.checks import sweep_bench
+    from rehearsal.context import Clock, Context, RehearsalFailed
+
+    server.mode = "selective"
+    args = argparse.Namespace(sweep_bench=tmp_path / "sweep.json", sweep_prompts=(50, 500), sweep_concurrency=(1, 8))
+    ctx = Context(args, {}, url(server), None, MODEL, True, "", lambda: [f"{url(server)}/metrics"], [], tmp_path, "r",
+                  Clock(), "llm")  # fmt: skip
+    sweep_bench.SWEEP_BENCH.run(ctx)
+    result = json.loads(args.sweep_bench.read_text())
+    assert result["slo"] == {"ttft_ms": 2000, "tpot_ms": 100}
+    shapes = [(p["prompt_tokens"], p["concurrency"], p["requests"]) for p in result["points"]]
+    assert shapes == [(50, 1, 8), (50, 8, 16), (500, 1, 8), (500, 8, 16)]
+    # 50 tokens -> 30 words (local), 500 -> 480 (split; so did the warm-up's): each point's requests took one path
+    assert [p["paths"] for p in result["points"]] == [
+        {"local": 8.0, "split": 0.0},
+        {"local": 16.0, "split": 0.0},
+        {"local": 0.0, "split": 8.0},
+        {"local": 0.0, "split": 16.0},
+    ]
+    first = result["points"][0]
+    assert first["failed"] == 0 and first["meets_slo"] and first["good_fraction"] == 1.0
+    assert first["goodput_rps"] > 0 and first["tpot_ms"]["p95"] >= first["tpot_ms"]["p50"] > 0
+    server.mode = "stall"  # a 3 s gap in every answer: TPOT over 100 ms, so no request is good
+    args.sweep_prompts, args.sweep_concurrency = (50,), (8,)
+    sweep_bench.SWEEP_BENCH.run(ctx)
+    point = json.loads(args.sweep_bench.read_text())["points"][0]
+    assert (point["good_fraction"], point["meets_slo"], point["goodput_rps"]) == (0.0, False, 0.0)
+    server.mode = "http500"
+    with pytest.raises(RehearsalFailed, match=r"sweep bench: 16 requests failed; first: HTTP 500"):
+        sweep_bench.SWEEP_BENCH.run(ctx)
 
 
 def test_every_openai_client_is_closed_inside_its_event_loop():

@@ -1,0 +1,126 @@
+"""`--sweep-bench FILE`: load points (prompt length x requests in flight) through the project's own streaming
+client, the quick bench's, for a GPU machine reached only by the wheels of `make gpu-wheels` (no AIPerf there).
+Each point: TTFT and TPOT percentiles, output tokens/s, and goodput at the SLO (requests per second whose TTFT
+and TPOT both met it; a point meets the SLO when domain/bench.py's ATTAINMENT share of its requests did). Where
+the app runs selective PD, each point also says which path its requests took (the ingress's own counter).
+`make bench` is the project's bench where AIPerf's venv exists; this one is for comparing apps on one GPU."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+
+from adapters import metrics
+from domain import bench, slo
+from llmclient import core
+from rehearsal.checks import Check, by_flag
+from rehearsal.checks.quick_bench import load
+from rehearsal.context import Context, RehearsalFailed, say
+from rehearsal.routers import percentile
+
+# The ingress counts each request once, by path (serve_ingress/selective_pd.py REQUESTS_METRIC).
+PATH_SERIES = "ray_selective_pd_requests_total"
+# A prompt of N words renders to about N + 20 tokens under the chat template (the quick bench's shape:
+# 492 words measured ~512 prompt tokens on the dev model).
+TEMPLATE_TOKENS = 20
+MAX_TOKENS = 128
+WARMUP = 8
+
+
+def _numbers(text: str, kind: type) -> tuple:
+    try:
+        values = tuple(kind(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated {kind.__name__}s") from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated {kind.__name__}s above 0")
+    return values
+
+
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sweep-bench", type=Path, metavar="FILE", help="load points saved to FILE (JSON)")
+    parser.add_argument("--sweep-prompts", type=lambda t: _numbers(t, int), default=(256, 1000, 3500),
+                        metavar="TOKENS,...", help="prompt lengths of the sweep (default 256,1000,3500)")  # fmt: skip
+    parser.add_argument("--sweep-concurrency", type=lambda t: _numbers(t, int), default=(1, 4, 16),
+                        metavar="N,...", help="requests in flight per point (default 1,4,16)")  # fmt: skip
+
+
+def point_figures(results: list[core.RequestResult], seconds: float, target: slo.Slo) -> dict:
+    """One load point: latency percentiles, throughput and goodput at `target`."""
+    ok = [r for r in results if r.ok]
+    ttft = [r.ttft for r in ok if r.ttft is not None]
+    # Time per output token after the first, per request (what vLLM calls TPOT): its mean chunk gap.
+    tpot = {id(r): sum(r.itls) / len(r.itls) for r in ok if r.itls}
+    good = [
+        r
+        for r in ok
+        if r.ttft is not None and r.ttft <= target.ttft_seconds and tpot.get(id(r), 0.0) <= target.tpot_seconds
+    ]
+    fraction = len(good) / len(results) if results else None
+    return {
+        "requests": len(results),
+        "failed": len(results) - len(ok),
+        "first_error": next((r.error for r in results if not r.ok), None),
+        "seconds": round(seconds, 2),
+        "prompt_tokens_mean": round(sum(r.prompt_tokens for r in ok) / len(ok), 1) if ok else None,
+        "output_tokens_per_s": round(sum(r.output_tokens for r in ok) / seconds, 1) if seconds else None,
+        "ttft_ms": {f"p{q}": _ms(percentile(ttft, q)) for q in (50, 95)},
+        "tpot_ms": {f"p{q}": _ms(percentile(list(tpot.values()), q)) for q in (50, 95)},
+        "goodput_rps": round(len(good) / seconds, 3) if seconds else None,
+        "good_fraction": None if fraction is None else round(fraction, 3),
+        "meets_slo": fraction is not None and fraction >= bench.ATTAINMENT and len(ok) == len(results),
+    }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)
+
+
+def _paths(ctx: Context) -> dict[str, float]:
+    """The ingress's per-path request counts now ({} where the app does not run selective PD)."""
+    counts: dict[str, float] = {}
+    for sample in metrics.scrape(ctx.metrics_urls, (PATH_SERIES,)):
+        path = sample.labels.get("path", "?")
+        counts[path] = counts.get(path, 0.0) + sample.value
+    return counts
+
+
+def _run(ctx: Context) -> None:
+    target = slo.default()
+    say(f"  sweep: SLO TTFT {target.ttft_ms} ms, TPOT {target.tpot_ms} ms (the slo key's defaults)")
+    warm = {"concurrency": 4, "prompt_words": 492, "max_tokens": MAX_TOKENS}
+    warmed, _ = asyncio.run(load(ctx, warm, 20_000, WARMUP))
+    say(f"  sweep warm-up: {sum(r.ok for r in warmed)} of {len(warmed)} requests succeeded")
+    points, first = [], 0
+    for tokens in ctx.args.sweep_prompts:
+        for concurrency in ctx.args.sweep_concurrency:
+            shape = {"concurrency": concurrency, "prompt_words": max(1, tokens - TEMPLATE_TOKENS),
+                     "max_tokens": MAX_TOKENS}  # fmt: skip
+            count = max(8, 2 * concurrency)
+            before = _paths(ctx)
+            results, seconds = asyncio.run(load(ctx, shape, first, count))
+            first += count
+            after = _paths(ctx)
+            figures = point_figures(results, seconds, target)
+            figures.update(prompt_tokens=tokens, concurrency=concurrency)
+            if after:
+                figures["paths"] = {p: after[p] - before.get(p, 0.0) for p in sorted(after)}
+            points.append(figures)
+            say(f"  sweep {tokens:>5} tokens x {concurrency:>3} in flight: TTFT p50/p95 {figures['ttft_ms']['p50']}/"
+                f"{figures['ttft_ms']['p95']} ms, TPOT p50/p95 {figures['tpot_ms']['p50']}/{figures['tpot_ms']['p95']}"
+                f" ms, {figures['output_tokens_per_s']} tok/s, goodput {figures['goodput_rps']} req/s"
+                f"{' paths ' + str(figures['paths']) if after else ''}")  # fmt: skip
+    result = {"slo": {"ttft_ms": target.ttft_ms, "tpot_ms": target.tpot_ms}, "max_tokens": MAX_TOKENS,
+              "attainment": bench.ATTAINMENT, "points": points}  # fmt: skip
+    ctx.args.sweep_bench.write_text(json.dumps(result, indent=2) + "\n")
+    ctx.results["sweep bench"] = result
+    line = f"sweep bench: {len(points)} points, {sum(p['meets_slo'] for p in points)} met the SLO"
+    ctx.mark(line)
+    ctx.timeline.append(line)
+    if failed := [p for p in points if p["failed"]]:
+        raise RehearsalFailed(f"sweep bench: {failed[0]['failed']} requests failed; first: {failed[0]['first_error']}")
+
+
+SWEEP_BENCH = Check("sweep bench", _run, selected=by_flag("sweep_bench"), options=_options)
