@@ -9,6 +9,7 @@ import os
 import secrets
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -24,12 +25,24 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE = environment.cache_dir()
 
 
-def deployed_spec(stack: str) -> dict:
-    """The RayService spec the program deploys for the stack (domain/ray_service.py, the one builder)."""
+def deployed_spec(stack: str, overrides: Mapping[str, str] | None = None) -> dict:
+    """The RayService spec the program deploys for the stack (domain/ray_service.py, the one builder), with
+    `overrides` (key -> value as `pulumi config set` gives it) over the stack file's."""
     from adapters import stack as stack_adapter  # here: a GPU machine given --spec needs no stack adapter
     from domain.ray_service import ray_service_spec
 
-    return ray_service_spec(stack_adapter.load_settings(stack_adapter.stack_file(stack)))
+    keyed = {f"{stack_adapter.PROJECT}:{key}": value for key, value in (overrides or {}).items()}
+    return ray_service_spec(stack_adapter.load_settings(stack_adapter.stack_file(stack, overrides=keyed)))
+
+
+def kit_spec(entry: str) -> tuple[str, dict]:
+    """A GPU kit's spec (tools/gpu/wheels.sh): `dev`, or `dev@selectivePd=1500@...` for the stack with those keys
+    set over its file's values; named by both (`dev.selectivePd-1500`), so that each run of the kit says its keys."""
+    stack, *sets = entry.split("@")
+    if bad := [item for item in sets if "=" not in item]:
+        raise ValueError(f"GPU_STACKS entry {entry!r}: {bad[0]!r} is not KEY=VALUE (e.g. dev@selectivePd=1500)")
+    overrides = dict(item.split("=", 1) for item in sets)
+    return ".".join([stack, *(f"{key}-{value}" for key, value in overrides.items())]), deployed_spec(stack, overrides)
 
 
 def rendered_document(stack: str) -> dict:

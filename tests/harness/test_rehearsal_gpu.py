@@ -217,3 +217,20 @@ def test_one_helper_reads_a_models_text_config():
         if re.search(r"""def text_config\b|\[["']text_config["']\]|get\(["']text_config["']""", line)
     ]
     assert readers == []
+
+
+def test_a_gpu_kit_spec_sets_keys_over_the_stack_file_and_names_them():
+    """`GPU_STACKS=dev@selectivePd=1500` (tools/gpu/wheels.sh): the dev stack's spec with that key set, named so."""
+    import yaml
+
+    from rehearsal.prepare import deployed_spec, kit_spec
+
+    name, spec = kit_spec("dev@selectivePd=1500")
+    assert name == "dev.selectivePd-1500"
+    app = yaml.safe_load(spec["serveConfigV2"])["applications"][0]
+    assert app["import_path"] == "selective_pd:build_selective_pd_app"
+    assert app["args"]["decode_config"]["experimental_configs"]["local_prefill_below_tokens"] == 1500
+    plain_name, plain = kit_spec("dev")
+    assert plain_name == "dev" and plain == deployed_spec("dev") != spec
+    with pytest.raises(ValueError, match=r"GPU_STACKS entry 'dev@selectivePd': 'selectivePd' is not KEY=VALUE"):
+        kit_spec("dev@selectivePd")

@@ -6,7 +6,8 @@
 #   .whl/kit              the stack's RayService spec rendered here (the GPU machine has no botocore facts),
 #                         botocore's facts as cached here (make verify and the bench read them there),
 #                         the tar's sha256 and the number of pieces
-# Then tools/gpu/device.sh runs there (see its header). STACK picks the specs (default dev,baseline).
+# Then tools/gpu/device.sh runs there (see its header). STACK picks the specs (default dev,baseline); an entry
+# `dev@selectivePd=1500` renders the stack with that key set over its file's value.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 stack="${STACK:-dev,baseline}"
@@ -42,10 +43,11 @@ echo "$n" > .whl/kit/pieces
 rm -f .whl/wheels.tar
 "$python" - "$stack" <<'PY'
 import json, shutil, sys
-from rehearsal.prepare import deployed_spec
-for stack in sys.argv[1].split(","):
-    with open(f".whl/kit/{stack}.rayservice.json", "w") as out:
-        json.dump(deployed_spec(stack), out, indent=1)
+from rehearsal.prepare import kit_spec
+for entry in sys.argv[1].split(","):
+    name, spec = kit_spec(entry)
+    with open(f".whl/kit/{name}.rayservice.json", "w") as out:
+        json.dump(spec, out, indent=1)
 from adapters import botocore_facts
 shutil.copy(botocore_facts.cache_file(), ".whl/kit/")  # rendering the specs wrote it
 PY
