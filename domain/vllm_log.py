@@ -75,6 +75,9 @@ LOGGED_BY: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "refusal_free_memory": ("vllm/v1/worker/utils.py", ("is less than desired GPU memory utilization ",)),
     "weights_v2": ("vllm/v1/worker/gpu/model_runner.py", ("Model loading took %s GiB and %.6f seconds",)),
+    "compile_total": ("vllm/compilation/monitor.py", ("torch.compile took %.2f s in total",)),
+    "cudagraph_capture": ("vllm/v1/worker/gpu_model_runner.py", ("Graph capturing finished in %.0f secs, took ",)),
+    "engine_init": ("vllm/v1/engine/core.py", ("init engine (profile, create kv cache, warmup model) took ",)),
 }
 # Ray and vLLM prefix a process's lines with "(EngineCore_DP0 pid=1234)" or "(ServeReplica:... pid=1234)".
 _PID = re.compile(r"pid=(\d+)")
@@ -185,6 +188,44 @@ def parse(log_text: str) -> list[EngineMemory]:
     if pending is not None:
         merged.append(pending)
     return merged
+
+
+# Where an engine's start spends its time, each phase as vLLM 0.26 times it itself (LOGGED_BY names the lines):
+# loading the weights (the model runner's load_model, reading included), torch.compile (Dynamo and Inductor,
+# or loading their cache), capturing CUDA graphs, and the whole engine init after loading (profiling, the KV
+# cache, compile and capture: it includes the two before).
+_STARTUP = {
+    "load_s": re.compile(rf"Model loading took {_NUM} GiB(?: memory)? and {_NUM} seconds"),
+    "compile_s": re.compile(rf"torch\.compile took {_NUM} s in total"),
+    "cudagraph_s": re.compile(rf"Graph capturing finished in {_NUM} secs"),
+    "engine_init_s": re.compile(rf"init engine \(profile, create kv cache, warmup model\) took {_NUM} s"),
+}
+
+
+@dataclass(frozen=True)
+class EngineStart:
+    """Seconds of one engine's start by phase, as it logged them (None: not logged)."""
+
+    load_s: float | None = None
+    compile_s: float | None = None
+    cudagraph_s: float | None = None
+    engine_init_s: float | None = None
+
+    def line(self) -> str:
+        names = {"load_s": "weights", "compile_s": "torch.compile", "cudagraph_s": "CUDA graphs",
+                 "engine_init_s": "engine init (compile and graphs included)"}  # fmt: skip
+        told = [f"{names[f.name]} {value:.1f} s" for f in fields(self) if (value := getattr(self, f.name)) is not None]
+        return ", ".join(told) or "no start timing in its log"
+
+
+def startup(log_text: str) -> EngineStart:
+    """The last engine start's phases in a replica's log (a restarted engine logs them again)."""
+    found: dict[str, float] = {}
+    for line in log_text.splitlines():
+        for name, pattern in _STARTUP.items():
+            if match := pattern.search(line):
+                found[name] = float(match.groups()[-1])
+    return EngineStart(**found)
 
 
 def _merge(into: EngineMemory, other: EngineMemory) -> EngineMemory:

@@ -6,6 +6,7 @@ kv_buffer_device the document asks for and decode passed NIXL's compatibility ch
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
 
 from domain import model_fit, vllm_log
 from domain.serve_config import role_of
@@ -68,6 +69,12 @@ def memory_lines(ctx: Context, fail: bool = True) -> list[str]:
         say(f"  vLLM memory, {who}: {figures}" + (f" [{why}]" if why else ""))
         if measured.refused:
             say(f"    refused: {measured.refused[:300]}")
+        start = vllm_log.startup(text)
+        ctx.results.setdefault("engine start", {})[who] = asdict(start)
+        healthy = (
+            f"; {role} healthy {ctx.healthy[role] - ctx.t_deploy:.0f} s after submit" if role in ctx.healthy else ""
+        )
+        say(f"  vLLM start, {who}: {start.line()}{healthy}")
         if role in predicted:
             verdict = vllm_log.compare(measured, predicted[role], emulated=True)
             for line in str(verdict).splitlines():

@@ -130,11 +130,16 @@ def test_vllms_memory_lines_are_held_against_the_fit_and_fail_beyond_its_toleran
     out = capsys.readouterr().out
     assert "vLLM memory, prefill/p0: weights_gib 16.8, kv_cache_gib 1.39, kv_tokens 32023, concurrency 7.82" in out
     assert "fit agrees with vLLM (emulated" in out
+    assert "vLLM start, prefill/p0: weights 3.1 s\n" in out  # the sample logs no compile, graphs or init line
     with pytest.raises(RehearsalFailed, match=r"disagree with the fit check beyond its tolerance: prefill/p0"):
         engines.memory_lines(_context(tmp_path, "2.39"))
     assert "FAIL KV cache memory: predicted" in capsys.readouterr().out
     # Before any replica runs (an engine refused to start), the worker logs are read by their Ray prefix.
     ctx = _context(tmp_path, "2.39")
+    ctx.healthy, ctx.t_deploy = {"prefill": 190.0}, 10.0
+    engines.memory_lines(ctx, fail=False)
+    assert "vLLM start, prefill/p0: weights 3.1 s; prefill healthy 180 s after submit" in capsys.readouterr().out
+    assert ctx.results["engine start"]["prefill/p0"]["load_s"] == 3.1
     ctx.running = {}
     assert engines.memory_lines(ctx, fail=False) == ["worker-wp-01-9.out"]
 

@@ -406,3 +406,24 @@ def test_the_derived_max_num_seqs_is_the_cold_starts():
     cold = fit_prediction.largest_max_num_seqs(QWEN, DEV, L4)
     warm = fit_prediction.largest_max_num_seqs(QWEN, replace(DEV, compile_cache=True), L4)
     assert cold == _rendered_dev_fit().prediction.max_num_seqs < warm
+
+
+def test_an_engines_start_is_read_by_phase_and_a_restart_counts_last():
+    """vLLM 0.26's own timings (vllm_log.LOGGED_BY: compile_total, cudagraph_capture, engine_init, weights)."""
+    first = (
+        "(ServeReplica:llm:PDDecodeServer:m pid=7) INFO 12-02 13:01:02 [gpu_model_runner.py:4310] Model loading took "
+        "16.8 GiB memory and 31.504211 seconds\n"
+        "(EngineCore_DP0 pid=9) INFO 12-02 13:01:40 [monitor.py:53] torch.compile took 27.35 s in total\n"
+        "(EngineCore_DP0 pid=9) INFO 12-02 13:01:52 [gpu_model_runner.py:6845] Graph capturing finished in 11 secs, "
+        "took 0.19 GiB\n"
+        "(EngineCore_DP0 pid=9) INFO 12-02 13:01:53 [core.py:341] init engine (profile, create kv cache, warmup model) "
+        "took 49.83 s (compilation: 27.35 s)\n"
+    )
+    start = vllm_log.startup(first)
+    assert (start.load_s, start.compile_s, start.cudagraph_s, start.engine_init_s) == (31.504211, 27.35, 11.0, 49.83)
+    assert start.line() == (
+        "weights 31.5 s, torch.compile 27.4 s, CUDA graphs 11.0 s, engine init (compile and graphs included) 49.8 s"
+    )
+    restarted = vllm_log.startup(first + first.replace("27.35 s in total", "3.10 s in total"))
+    assert restarted.compile_s == 3.1 and restarted.engine_init_s == 49.83
+    assert vllm_log.startup("INFO nothing here\n").line() == "no start timing in its log"
