@@ -28,12 +28,15 @@ def wait_ready(
     cap: float,
     replica_ready: dict[str, float] | None = None,
     on_healthy: Callable[[str], None] | None = None,
+    on_replica: Callable[[str, int], None] | None = None,
 ) -> dict[str, float]:
     """Poll Serve until the app runs; returns role -> seconds to healthy, and fills `replica_ready` (replica
     id -> seconds to RUNNING). `on_healthy(role)` runs once per role as it turns HEALTHY (the GPU layout
-    starts decode's Ray node then). Fails fast on an engine error."""
+    starts decode's Ray node then), `on_replica(role, n)` as its n-th replica turns RUNNING (the GPU layout
+    starts the node of the role's next replica then). Fails fast on an engine error."""
     healthy: dict[str, float] = {}
     replica_ready = {} if replica_ready is None else replica_ready
+    running: dict[str, int] = {}
     seen: dict[str, str] = {}
     end = time.monotonic() + cap
     while True:
@@ -52,6 +55,10 @@ def wait_ready(
                 if replica.get("state") == "RUNNING" and replica["replica_id"] not in replica_ready:
                     rid = replica["replica_id"]
                     replica_ready[rid] = clock.mark(f"replica {name} {rid}: RUNNING")
+                    if (role := role_of(name)) is not None:
+                        running[role] = running.get(role, 0) + 1
+                        if on_replica is not None:
+                            on_replica(role, running[role])
         clock.now()
         app_state = application.get("status")
         if app_state == "RUNNING":

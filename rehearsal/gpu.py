@@ -65,6 +65,11 @@ class RoleNeed:
     gpus: int  # replicas x tensor parallel x pipeline parallel
     resources: dict[str, float]  # the custom resources its bundles ask for (the pool's), per GPU
     accelerator: str | None  # accelerator_type the config asks for
+    replicas: int = 1  # as the deployment starts
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.gpus // self.replicas
 
 
 def role_needs(doc: dict) -> list[RoleNeed]:
@@ -74,7 +79,8 @@ def role_needs(doc: dict) -> list[RoleNeed]:
         bounds = replica_bounds(role, config)
         bundle = (config.get("placement_group_config") or {}).get("bundle_per_worker") or {}
         custom = {k: float(v) for k, v in bundle.items() if k not in {"GPU", "CPU", "memory"}}
-        needs.append(RoleNeed(role, bounds.initial * bounds.gpus_per_replica, custom, config.get("accelerator_type")))
+        gpus = bounds.initial * bounds.gpus_per_replica
+        needs.append(RoleNeed(role, gpus, custom, config.get("accelerator_type"), bounds.initial))
     return needs
 
 
@@ -85,37 +91,56 @@ class NodeLayout:
     devices: tuple[int, ...]  # CUDA_VISIBLE_DEVICES of the node
     resources: dict[str, float]
     after_role: str | None  # started once that role is healthy (None: before deploy)
+    # Started once `after_role` has this many replicas RUNNING instead (0: once it is HEALTHY): the next replica
+    # of one role on a GPU its first replica already uses.
+    after_replicas: int = 0
+    name: str = ""  # the Ray node's (default: the role's)
+
+    @property
+    def node_name(self) -> str:
+        return self.name or self.role
 
 
 def layout(needs: list[RoleNeed], gpu_count: int) -> tuple[list[NodeLayout], str]:
     """One Ray node per role on this host. Enough GPUs: each role its own (CUDA_VISIBLE_DEVICES); fewer: the
     roles share the same GPUs and start one after the other (vLLM profiles the free memory of the whole device,
-    so an engine starting beside another's profiling run would count the other's memory as its own)."""
+    so an engine starting beside another's profiling run would count the other's memory as its own), and a role
+    whose replicas do not fit the GPUs together gets one Ray node per replica, each started once the replica
+    before it runs."""
     total = sum(n.gpus for n in needs)
     if total <= gpu_count:
         nodes, first = [], 0
         for need in needs:
             devices = tuple(range(first, first + need.gpus))
             first += need.gpus
-            nodes.append(NodeLayout(need.role, need.gpus, devices, _resources(need), None))
+            nodes.append(NodeLayout(need.role, need.gpus, devices, _resources(need, need.gpus), None))
         return nodes, f"{len(needs)} Ray node(s), one per role, each on its own GPU(s) ({total} of {gpu_count})"
-    if biggest := [n for n in needs if n.gpus > gpu_count]:
+    if biggest := [n for n in needs if n.gpus_per_replica > gpu_count]:
         raise CannotRehearse(
-            f"{biggest[0].role} needs {biggest[0].gpus} GPUs (replicas x tensor parallel); this machine has {gpu_count}"
+            f"{biggest[0].role} needs {biggest[0].gpus_per_replica} GPUs per replica (tensor x pipeline parallel); "
+            f"this machine has {gpu_count}"
         )
-    nodes = []
-    for i, need in enumerate(needs):
-        devices = tuple(range(need.gpus))
-        nodes.append(NodeLayout(need.role, need.gpus, devices, _resources(need), needs[i - 1].role if i else None))
-    order = " -> ".join(n.role for n in needs)
+    nodes, previous = [], None
+    for need in needs:
+        if need.gpus <= gpu_count:
+            nodes.append(NodeLayout(need.role, need.gpus, tuple(range(need.gpus)), _resources(need, need.gpus),
+                                    previous))  # fmt: skip
+        else:
+            per = need.gpus_per_replica
+            for k in range(need.replicas):
+                after, running = (previous, 0) if k == 0 else (need.role, k)
+                nodes.append(NodeLayout(need.role, per, tuple(range(per)), _resources(need, per), after, running,
+                                        f"{need.role}-{k + 1}"))  # fmt: skip
+        previous = need.role
+    order = " -> ".join(n.node_name for n in nodes)
     return nodes, (
-        f"{len(needs)} Ray nodes on this host sharing GPU(s) {','.join(map(str, range(max(n.gpus for n in needs))))}"
-        f", started one after the other ({order}: each once the one before is healthy)"
+        f"{len(nodes)} Ray nodes on this host sharing GPU(s) {','.join(map(str, range(max(n.gpus for n in nodes))))}"
+        f", started one after the other ({order}: each once the one before is healthy, or its replica running)"
     )
 
 
-def _resources(need: RoleNeed) -> dict[str, float]:
-    resources = {k: v * need.gpus for k, v in need.resources.items()}
+def _resources(need: RoleNeed, gpus: int) -> dict[str, float]:
+    resources = {k: v * gpus for k, v in need.resources.items()}
     if need.accelerator:
         resources[f"accelerator_type:{need.accelerator}"] = 1.0
     return resources

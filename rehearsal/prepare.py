@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -35,14 +36,32 @@ def deployed_spec(stack: str, overrides: Mapping[str, str] | None = None) -> dic
     return ray_service_spec(stack_adapter.load_settings(stack_adapter.stack_file(stack, overrides=keyed)))
 
 
-def kit_spec(entry: str) -> tuple[str, dict]:
-    """A GPU kit's spec (tools/gpu/wheels.sh): `dev`, or `dev@selectivePd=1500@...` for the stack with those keys
-    set over its file's values; named by both (`dev.selectivePd-1500`), so that each run of the kit says its keys."""
-    stack, *sets = entry.split("@")
-    if bad := [item for item in sets if "=" not in item]:
-        raise ValueError(f"GPU_STACKS entry {entry!r}: {bad[0]!r} is not KEY=VALUE (e.g. dev@selectivePd=1500)")
-    overrides = dict(item.split("=", 1) for item in sets)
-    return ".".join([stack, *(f"{key}-{value}" for key, value in overrides.items())]), deployed_spec(stack, overrides)
+def kit_specs(stacks: str) -> dict[str, dict]:
+    """A GPU kit's specs (tools/gpu/wheels.sh GPU_STACKS): comma-separated entries (commas inside a JSON value do not
+    separate), each `dev` or `dev@selectivePd=1500@KEY=VALUE...`: the stack with those keys set over its file's
+    values (VALUE as `pulumi config set` takes it, JSON for a structured key), named by both (`dev.selectivePd-1500`:
+    a value's letters and digits), so that each run of the kit says what it ran."""
+    specs = {}
+    for entry in _top_level_split(stacks):
+        stack, *sets = entry.split("@")
+        if bad := [item for item in sets if "=" not in item]:
+            raise ValueError(f"GPU_STACKS entry {entry!r}: {bad[0]!r} is not KEY=VALUE (e.g. dev@selectivePd=1500)")
+        overrides = dict(item.split("=", 1) for item in sets)
+        name = ".".join([stack, *(f"{key}-{re.sub(r'[^A-Za-z0-9]', '', value)}" for key, value in overrides.items())])
+        specs[name] = deployed_spec(stack, overrides)
+    return specs
+
+
+def _top_level_split(text: str) -> list[str]:
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += {"{": 1, "[": 1, "}": -1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    return [*parts, current]
 
 
 def rendered_document(stack: str) -> dict:

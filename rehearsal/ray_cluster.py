@@ -38,6 +38,7 @@ class Node:
     resources: dict[str, float] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)  # this node's processes only (CUDA_VISIBLE_DEVICES, ...)
     after_role: str | None = None
+    after_replicas: int = 0  # started once after_role has this many replicas RUNNING instead (0: HEALTHY)
     args: list[str] = field(default_factory=list)  # more `ray start` flags (a GCS store's password)
     # Its address, on loopback. Several nodes use 127.0.0.2: Ray turns "127.0.0.1" and "localhost" in a joining
     # node's --address into the host's network address (ray/_private/services.py resolve_ip_for_localhost,
@@ -88,9 +89,9 @@ class Cluster:
             env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
         return {**env, **node.env}
 
-    def later(self) -> dict[str, Node]:
-        """role -> the node that waits for it."""
-        return {n.after_role: n for n in self.nodes if n.after_role and not n.started}
+    def later(self) -> dict[tuple[str, int], Node]:
+        """(role, replicas RUNNING; 0: HEALTHY) -> the node that waits for it."""
+        return {(n.after_role, n.after_replicas): n for n in self.nodes if n.after_role and not n.started}
 
 
 def cluster(nodes: list[Node], run_id: str, env: dict[str, str]) -> Cluster:

@@ -83,7 +83,7 @@ def gpu_nodes(run: GpuRun) -> list[Node]:
     several = len(run.nodes) > 1
     return [
         Node(
-            layout.role,
+            layout.node_name,
             cpus=cpus,
             gpus=0 if run.cpu_engines else layout.gpus,
             # Ray's default takes 30% of RAM per node for its object store; the engines need little of it.
@@ -92,6 +92,7 @@ def gpu_nodes(run: GpuRun) -> list[Node]:
             env={**(MULTI_NODE_ENV if several else {}),
                  **({} if run.cpu_engines else {"CUDA_VISIBLE_DEVICES": ",".join(map(str, layout.devices))})},
             after_role=layout.after_role,
+            after_replicas=layout.after_replicas,
             ip=MULTI_NODE_IP if several else "127.0.0.1",
         )
         for layout in run.nodes
@@ -214,13 +215,19 @@ def main(argv: list[str] | None = None) -> int:
         later = ray.later()
 
         def on_healthy(role: str) -> None:
-            if role in later:
-                node = later.pop(role)
+            if (role, 0) in later:
+                node = later.pop((role, 0))
                 start_node(ray, node, run_id, clock)
                 clock.mark(f"Ray node {node.name} started once {role} was healthy")
 
+        def on_replica(role: str, running: int) -> None:
+            if (role, running) in later:
+                node = later.pop((role, running))
+                start_node(ray, node, run_id, clock)
+                clock.mark(f"Ray node {node.name} started once {running} {role} replica(s) ran")
+
         ctx.healthy = wait_ready(
-            ctx.dashboard, ctx.app, clock, ctx.log_dirs, args.ready_timeout, ctx.replica_ready, on_healthy
+            ctx.dashboard, ctx.app, clock, ctx.log_dirs, args.ready_timeout, ctx.replica_ready, on_healthy, on_replica
         )
         clock.mark(f"application {ctx.app} RUNNING at {ctx.url}")
         deferred = checks.run_all(ctx, chosen)

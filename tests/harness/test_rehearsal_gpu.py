@@ -95,11 +95,20 @@ def test_roles_get_their_own_gpus_or_share_them_one_after_the_other():
     own, _ = gpu.layout(needs, 2)
     assert [(n.role, n.devices, n.after_role) for n in own] == [("prefill", (0,), None), ("decode", (1,), None)]
     xpyd = gpu.role_needs(prepare.rendered_document("xpyd"))
-    with pytest.raises(
-        CannotRehearse, match=r"prefill needs 2 GPUs \(replicas x tensor parallel\); this machine has 1"
-    ):
-        gpu.layout(xpyd, 1)
     assert [n.devices for n in gpu.layout(xpyd, 3)[0]] == [(0, 1), (2,)]
+    # Two prefill replicas on one GPU: a Ray node each, the second once the first replica runs, then decode's.
+    one, line = gpu.layout(xpyd, 1)
+    assert [(n.node_name, n.gpus, n.devices, n.after_role, n.after_replicas, n.resources["pool_prefill" if
+             n.role == "prefill" else "pool_decode"]) for n in one] == [
+        ("prefill-1", 1, (0,), None, 0, 1.0),
+        ("prefill-2", 1, (0,), "prefill", 1, 1.0),
+        ("decode", 1, (0,), "prefill", 0, 1.0),
+    ]  # fmt: skip
+    assert "3 Ray nodes on this host sharing GPU(s) 0, started one after the other (prefill-1 -> prefill-2 -> " in line
+    with pytest.raises(
+        CannotRehearse, match=r"collocated needs 4 GPUs per replica \(tensor x pipeline parallel\); this machine has 2"
+    ):
+        gpu.layout(gpu.role_needs(prepare.rendered_document("tp")), 2)
 
 
 # vLLM's lines of the H200 run at the L4's budget, compile and CUDA graphs, max_num_seqs 64
@@ -225,17 +234,46 @@ def test_one_helper_reads_a_models_text_config():
 
 
 def test_a_gpu_kit_spec_sets_keys_over_the_stack_file_and_names_them():
-    """`GPU_STACKS=dev@selectivePd=1500` (tools/gpu/wheels.sh): the dev stack's spec with that key set, named so."""
+    """`GPU_STACKS=dev,dev@selectivePd=1500,baseline@replicas={...}@gpuPools={...}` (tools/gpu/wheels.sh): each
+    stack's spec with those keys set, named so; a JSON value's commas do not split the entries."""
     import yaml
 
-    from rehearsal.prepare import deployed_spec, kit_spec
+    from rehearsal.prepare import deployed_spec, kit_specs
 
-    name, spec = kit_spec("dev@selectivePd=1500")
-    assert name == "dev.selectivePd-1500"
-    app = yaml.safe_load(spec["serveConfigV2"])["applications"][0]
-    assert app["import_path"] == "selective_pd:build_selective_pd_app"
-    assert app["args"]["decode_config"]["experimental_configs"]["local_prefill_below_tokens"] == 1500
-    plain_name, plain = kit_spec("dev")
-    assert plain_name == "dev" and plain == deployed_spec("dev") != spec
+    pools = '{"collocated": {"instanceType": "g6.8xlarge", "minSize": 2, "desiredSize": 2, "maxSize": 2}}'
+    specs = kit_specs(f'dev,dev@selectivePd=1500,baseline@replicas={{"collocated": 2}}@gpuPools={pools}')
+    assert list(specs) == [
+        "dev",
+        "dev.selectivePd-1500",
+        "baseline.replicas-collocated2.gpuPools-collocatedinstanceTypeg68xlargeminSize2desiredSize2maxSize2",
+    ]
+    selective, two = (yaml.safe_load(s["serveConfigV2"])["applications"][0] for s in list(specs.values())[1:])
+    assert selective["import_path"] == "selective_pd:build_selective_pd_app"
+    assert selective["args"]["decode_config"]["experimental_configs"]["local_prefill_below_tokens"] == 1500
+    assert two["args"]["llm_configs"][0]["deployment_config"]["num_replicas"] == 2
+    assert specs["dev"] == deployed_spec("dev") != specs["dev.selectivePd-1500"]
     with pytest.raises(ValueError, match=r"GPU_STACKS entry 'dev@selectivePd': 'selectivePd' is not KEY=VALUE"):
-        kit_spec("dev@selectivePd")
+        kit_specs("dev@selectivePd")
+
+
+def test_the_wait_for_the_app_reports_each_replica_and_each_healthy_role(monkeypatch, tmp_path):
+    """rehearsal.deploy.wait_ready on Serve's REST answers: the GPU layout starts a role's next replica's Ray node
+    when `on_replica(role, n)` says its n-th replica runs, and the next role's when `on_healthy(role)` says so."""
+    from rehearsal import deploy
+
+    def app(status, *replicas, healthy=False):
+        reps = [{"replica_id": r, "state": "RUNNING"} for r in replicas]
+        dep = {"status": "HEALTHY" if healthy else "UPDATING", "replicas": reps}
+        return {"status": status, "deployments": {"LLMServer:m": dep, "OpenAiIngress": {"status": "HEALTHY"}}}
+
+    answers = iter([app("DEPLOYING"), app("DEPLOYING", "a"), app("DEPLOYING", "a", "b", healthy=True),
+                    app("RUNNING", "a", "b", healthy=True)])  # fmt: skip
+    monkeypatch.setattr(deploy.verify, "application", lambda dashboard, name: next(answers))
+    monkeypatch.setattr(deploy, "POLL", 0.0)
+    events, ready = [], {}
+    healthy = deploy.wait_ready("", "llm", Clock(), [tmp_path], 60.0, ready,
+                                lambda role: events.append(("healthy", role)),
+                                lambda role, n: events.append(("replica", role, n)))  # fmt: skip
+    # Within one answer the deployment's status is read before its replicas.
+    assert events == [("replica", "collocated", 1), ("healthy", "collocated"), ("replica", "collocated", 2)]
+    assert set(healthy) == {"collocated"} and set(ready) == {"a", "b"}

@@ -7,7 +7,7 @@
 #                         botocore's facts as cached here (make verify and the bench read them there),
 #                         the tar's sha256 and the number of pieces
 # Then tools/gpu/device.sh runs there (see its header). STACK picks the specs (default dev,baseline); an entry
-# `dev@selectivePd=1500` renders the stack with that key set over its file's value.
+# `dev@selectivePd=1500` renders the stack with that key set over its file's value (rehearsal/prepare.py kit_specs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 stack="${STACK:-dev,baseline}"
@@ -43,9 +43,8 @@ echo "$n" > .whl/kit/pieces
 rm -f .whl/wheels.tar
 "$python" - "$stack" <<'PY'
 import json, shutil, sys
-from rehearsal.prepare import kit_spec
-for entry in sys.argv[1].split(","):
-    name, spec = kit_spec(entry)
+from rehearsal.prepare import kit_specs
+for name, spec in kit_specs(sys.argv[1]).items():
     with open(f".whl/kit/{name}.rayservice.json", "w") as out:
         json.dump(spec, out, indent=1)
 from adapters import botocore_facts
