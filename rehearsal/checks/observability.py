@@ -22,13 +22,13 @@ import subprocess
 import sys
 import time
 
-from adapters import stack
 from domain import alerts, dashboards
 from domain.serve_config import llm_configs_by_role
 from rehearsal import prometheus, topology
 from rehearsal.checks import Check, by_flag
 from rehearsal.context import Context, RehearsalFailed, say
 from rehearsal.deploy import deploy
+from rehearsal.prepare import rehearsed_settings
 from rehearsal.processes import MARKER
 from rehearsal.verify import application
 
@@ -77,7 +77,7 @@ def _options(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings(ctx: Context):
-    return stack.load_settings(stack.stack_file(ctx.args.stack))
+    return rehearsed_settings(ctx.args.stack, ctx.args.set)
 
 
 def _rule_inputs(ctx: Context) -> alerts.RuleInputs:
