@@ -29,6 +29,7 @@ from ray.serve import metrics
 
 logger = logging.getLogger(__name__)
 REQUESTS_METRIC = "selective_pd_requests"  # Prometheus: ray_selective_pd_requests_total{path="local"|"split"}
+PROMPT_TOKENS_METRIC = "selective_pd_prompt_tokens"  # ray_selective_pd_prompt_tokens_total{path}: counted ones
 
 
 class SelectivePrefill:
@@ -43,6 +44,12 @@ class SelectivePrefill:
             REQUESTS_METRIC,
             description="Chat and completion requests a decode replica received, by path: local (prefilled "
             "here, shorter than selectivePd tokens) or split (prefilled by a prefill replica, KV moved).",
+            tag_keys=("path",),
+        )
+        self._tokens_counter = metrics.Counter(
+            PROMPT_TOKENS_METRIC,
+            description="Prompt tokens of the requests a decode replica counted, by path: the local ones are "
+            "prefilled on this engine by design (DecodeRecomputingPrompts leaves them out).",
             tag_keys=("path",),
         )
 
@@ -62,8 +69,11 @@ class SelectivePrefill:
 
     async def _serve(self, method: str, request, raw_request_info):
         below = self._local_prefill_below
-        path = path_for(await self._prompt_tokens(request) if below is not None else None, below)
+        tokens = await self._prompt_tokens(request) if below is not None else None
+        path = path_for(tokens, below)
         self._path_counter.inc(tags={"path": path})
+        if tokens:
+            self._tokens_counter.inc(tokens, tags={"path": path})
         if path == LOCAL:  # LLMServer's own method: this replica's engine, no remote prefill
             return await getattr(LLMServer, method)(self, request, raw_request_info)
         return await getattr(super(), method)(request, raw_request_info)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -83,9 +84,7 @@ def _settings(ctx: Context):
 def _rule_inputs(ctx: Context) -> alerts.RuleInputs:
     stack_inputs = alerts.rule_inputs(_settings(ctx))
     floor = REHEARSAL_FLOOR_GBPS * 1e9 if ctx.pd else None
-    return alerts.RuleInputs(
-        ctx.pd, stack_inputs.namespace, stack_inputs.service_name, floor, stack_inputs.thresholds, stack_inputs.slo
-    )
+    return dataclasses.replace(stack_inputs, pd=ctx.pd, kv_floor_bytes_per_s=floor)
 
 
 def _start_prometheus(ctx: Context) -> None:
@@ -163,6 +162,8 @@ def _queries(ctx: Context) -> None:
         "expressions without error"
     )
     panels = {(d, t) for d, titles in PD_PANELS.items() for t in titles} if ctx.pd else set()
+    if ctx.pd and _rule_inputs(ctx).local_prefill_below is not None:
+        panels.add((dashboards.ENDPOINT_FILE, dashboards.SELECTIVE_PD_PANEL))
     empty = sorted(f"{d}: {t}" for d, t in panels - filled)
     ctx.results["panels with data"] = sorted(f"{d}: {t}" for d, t in panels & filled)
     if empty:

@@ -130,6 +130,13 @@ def test_the_queries_check_fails_on_pd_panels_without_data(idle_prometheus):
         observability._queries(idle_prometheus)
 
 
+def test_with_selective_pd_its_panel_must_have_data_and_its_rule_runs(idle_prometheus):
+    # The rule expressions with selectivePd (DecodeRecomputingPrompts less the local path's tokens) run too.
+    idle_prometheus.args.set = ["selectivePd=28"]
+    with pytest.raises(RehearsalFailed, match=r"PD panels without data .*: Selective PD: requests by path"):
+        observability._queries(idle_prometheus)
+
+
 def test_the_queries_check_fails_on_a_query_prometheus_refuses(idle_prometheus, monkeypatch):
     def with_a_broken_one(name, board, window="5m"):
         return [*panel_queries(name, board, window), dashboards.PanelQuery(name, "broken", "A", "rate(x[")]
