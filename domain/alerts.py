@@ -151,6 +151,7 @@ class RuleInputs:
     kv_floor_bytes_per_s: float | None  # PD only
     thresholds: AlertThresholds = field(default_factory=lambda: default())
     slo: Slo = field(default_factory=slo_default)
+    local_prefill_below: int | None = None  # selectivePd: decode prefills shorter prompts itself, by design
 
 
 def _minutes(n: int) -> str:
@@ -209,6 +210,11 @@ def pd_rules(inputs: RuleInputs) -> list[dict]:
     floor_gbps = floor / 1e9
     local = f'sum by ({per_engine}) (rate({m.PROMPT_TOKENS_BY_SOURCE}{{source="local_compute"}}[10m]))'
     every = f"sum by ({per_engine}) (rate({m.PROMPT_TOKENS_BY_SOURCE}[10m]))"
+    if inputs.local_prefill_below is not None:
+        # Less the prompt tokens selective PD sent down the local path (the same engine's, by WorkerId; 0 while
+        # none went there): those decode computes by design.
+        by_design = f'sum by (WorkerId) (rate({m.SELECTIVE_PD_PROMPT_TOKENS}{{path="local"}}[10m]))'
+        local = f"({local} - on (WorkerId) group_left () ({by_design} or sum by (WorkerId) ({local}) * 0))"
     return [
         _alert(
             "NixlTransferFailed",
@@ -364,6 +370,7 @@ def rule_inputs(settings: Settings) -> RuleInputs:
         kv_floor_bytes_per_s=kv_floor_bytes_per_s(settings.alerts, pool_types(settings.gpu_pools)) if pd else None,
         thresholds=settings.alerts,
         slo=settings.slo,
+        local_prefill_below=serve_config.local_prefill_below(serving.serve_document) if pd else None,
     )
 
 

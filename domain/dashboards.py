@@ -21,6 +21,7 @@ ENDPOINT_UID = "rayLlmEksEndpoint"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 RATE = "$__rate_interval"  # Grafana: at least four scrape intervals
 QUANTILES = (0.5, 0.95, 0.99)
+SELECTIVE_PD_PANEL = "Selective PD: requests by path"  # with selectivePd on
 USER_ROLES = "decode|collocated"  # the engines whose output tokens reach the user
 # One GPU panel row per node: dcgm-exporter's node label (either spelling, domain/ray_metrics.py).
 NODE = ", ".join(m.DCGM_NODE_LABELS)
@@ -33,6 +34,7 @@ class EndpointInputs:
     pd: bool
     usd_per_hour: float | None  # the stack's hourly cost; None where a price is unknown
     kv_floor_bytes_per_s: float | None  # PD: the KvTransferBelowFloor alert's floor, drawn as a line
+    local_prefill_below: int | None = None  # selectivePd's threshold (None: off, no panel of its paths)
 
 
 def _by_role(expr: str, role: str | None = None) -> str:
@@ -147,6 +149,23 @@ def endpoint_dashboard(inputs: EndpointInputs) -> dict:
             "external_kv_transfer: read from prefill over NIXL; local_compute: computed by decode itself (one "
             "token per request is normal; more means the KV did not arrive).",
         )
+        if inputs.local_prefill_below is not None:
+            paths = f"sum by (path) (rate({m.SELECTIVE_PD_REQUESTS}[{RATE}]))"
+            layout.panel(
+                SELECTIVE_PD_PANEL,
+                [
+                    _target(paths, "{{path}}"),
+                    _target(
+                        f'sum(rate({m.SELECTIVE_PD_REQUESTS}{{path="local"}}[{RATE}])) / '
+                        f"sum(rate({m.SELECTIVE_PD_REQUESTS}[{RATE}]))",
+                        "share that skipped prefill",
+                    ),
+                ],
+                "short",
+                f"Requests per second decode served alone (local: prompt under {inputs.local_prefill_below} tokens, "
+                "prefilled on decode, no KV moved) and through prefill (split), and the share that skipped "
+                "prefill. Latency per path: the TTFT panel's decode role holds the local requests' whole prefill.",
+            )
     layout.row("Load")
     layout.panel(
         "Requests waiting",
@@ -221,7 +240,7 @@ def ray_dashboards() -> dict[str, str]:
 def endpoint_inputs(settings: Settings, existing_cluster: bool = False) -> EndpointInputs:
     inputs = alerts.rule_inputs(settings)
     hourly = cost.estimate(settings, settings.prices, existing_cluster=existing_cluster).usd_per_hour
-    return EndpointInputs(settings.stack, inputs.pd, hourly, inputs.kv_floor_bytes_per_s)
+    return EndpointInputs(settings.stack, inputs.pd, hourly, inputs.kv_floor_bytes_per_s, inputs.local_prefill_below)
 
 
 def shipped(endpoint: EndpointInputs) -> dict[str, str]:

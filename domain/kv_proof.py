@@ -48,6 +48,8 @@ class KvCounters:
     expired: float = 0.0  # KV freed on prefill before decode read it
     decode_tokens: Mapping[str, float] = field(default_factory=dict)  # prompt tokens on decode, by source
     engines: Mapping[str, int] = field(default_factory=dict)  # role -> engines seen
+    requests: Mapping[str, float] = field(default_factory=dict)  # role -> requests its Serve replicas handled
+    paths: Mapping[str, float] = field(default_factory=dict)  # selective PD's path -> decode requests (if on)
 
     @property
     def transfers(self) -> float:
@@ -63,6 +65,8 @@ SERIES = (
     *m.NIXL_FAILURE_COUNTERS,
     m.PROMPT_TOKENS_BY_SOURCE,
     m.SERVE_REPLICA_QUERIES,
+    m.SERVE_REQUESTS,
+    m.SELECTIVE_PD_REQUESTS,
 )
 
 
@@ -87,8 +91,16 @@ def counters(samples: Iterable[Sample]) -> KvCounters:
     sums: dict[str, float] = {}
     buckets: dict[str, dict[float, float]] = {f"{m.NIXL_BYTES}_bucket": {}, f"{m.NIXL_XFER_TIME}_bucket": {}}
     decode_tokens: dict[str, float] = {}
+    requests: dict[str, float] = {}
+    paths: dict[str, float] = {}
     for s in samples:
-        if s.name == m.PROMPT_TOKENS_BY_SOURCE:
+        if s.name == m.SERVE_REQUESTS:
+            if role := serve_config.role_of(s.labels.get("deployment", "")):
+                requests[role] = requests.get(role, 0.0) + s.value
+        elif s.name == m.SELECTIVE_PD_REQUESTS:
+            path = s.labels.get("path", "?")
+            paths[path] = paths.get(path, 0.0) + s.value
+        elif s.name == m.PROMPT_TOKENS_BY_SOURCE:
             if roles.get(s.labels.get("WorkerId", "")) == "decode":
                 source = s.labels.get("source", "?")
                 decode_tokens[source] = decode_tokens.get(source, 0.0) + s.value
@@ -107,6 +119,8 @@ def counters(samples: Iterable[Sample]) -> KvCounters:
         expired=sums.get(m.NIXL_KV_EXPIRED, 0.0),
         decode_tokens=decode_tokens,
         engines=dict(Counter(roles.values())),
+        requests=requests,
+        paths=paths,
     )
 
 
@@ -331,4 +345,59 @@ def judge(
         v.lines.append(f"NIXL backend: {seen} (engine logs; the stack asks {asked})")
         if backend_seen != set(backend_asked or ["UCX"]):
             v.failures.append(f"NIXL backend in the engine logs is {seen}, the stack asks {asked}")
+    return v
+
+
+# selective PD's path label values (serve_ingress/local_prefill.py LOCAL, SPLIT: the pods' code, shipped apart)
+LOCAL_PATH, SPLIT_PATH = "local", "split"
+# Prompt tokens the decode engine computed or found in its own prefix cache (vllm/v1/metrics/stats.py).
+ON_DECODE = ("local_compute", "local_cache_hit")
+
+
+def _delta(before: Mapping[str, float], after: Mapping[str, float], key: str) -> float:
+    return after.get(key, 0.0) - before.get(key, 0.0)
+
+
+def judge_split_path(v: Verdict, before: KvCounters, after: KvCounters, requests: int) -> None:
+    """With selective PD on: the long-prompt requests `judge` saw move their KV were counted on the split path."""
+    split = _delta(before.paths, after.paths, SPLIT_PATH)
+    v.lines.append(f"selective PD: decode counted split +{split:g}, local "
+                   f"+{_delta(before.paths, after.paths, LOCAL_PATH):g} for {requests} long prompt(s)")  # fmt: skip
+    if split < requests:
+        v.failures.append(f"selective PD counted {split:g} of {requests} long prompt(s) on the split path")
+
+
+def judge_local(
+    before: KvCounters, after: KvCounters, prompt_tokens: list[int], below: int, transfers_per_request: int = 1
+) -> Verdict:
+    """The verdict on short prompts under selective PD (one entry per request, sent one at a time between the
+    readings): each counted on the local path, served by decode alone (prefill's Serve replicas handled
+    nothing, no NIXL transfer, no prompt token received as KV) and prefilled there. Other traffic between the
+    readings is allowed for: requests decode counted on the split path may move KV and reach prefill."""
+    v = Verdict()
+    n = len(prompt_tokens)
+    local, split = _delta(before.paths, after.paths, LOCAL_PATH), _delta(before.paths, after.paths, SPLIT_PATH)
+    transfers = after.transfers - before.transfers
+    prefill = _delta(before.requests, after.requests, "prefill")
+    received = _delta(before.decode_tokens, after.decode_tokens, "external_kv_transfer")
+    on_decode = sum(_delta(before.decode_tokens, after.decode_tokens, source) for source in ON_DECODE)
+    v.lines.append(
+        f"short prompts of {', '.join(map(str, prompt_tokens))} tokens (selectivePd {below}): decode counted "
+        f"local +{local:g}, split +{split:g}; prefill requests +{prefill:g}; NIXL transfers +{transfers:g}; decode "
+        f"prompt tokens {on_decode:g} prefilled there, {received:g} received as KV"
+    )
+    if longer := [p for p in prompt_tokens if p >= below]:
+        v.failures.append(f"a short prompt of {longer[0]} tokens is not below selectivePd {below}: nothing to prove")
+        return v
+    if local < n:
+        v.failures.append(f"selective PD counted {local:g} of {n} short prompt(s) on the local path")
+    if prefill > split:
+        v.failures.append(f"prefill handled {prefill:g} request(s) during {n} short prompt(s) ({split:g} split)")
+    if transfers > split * transfers_per_request:
+        v.failures.append(f"{transfers:g} NIXL transfer(s) during {n} short prompt(s) ({split:g} split): KV moved "
+                          "for a prompt decode should prefill itself")  # fmt: skip
+    if received > 0 and split == 0:
+        v.failures.append(f"decode received {received:g} prompt tokens as KV for short prompts served locally")
+    if on_decode < sum(prompt_tokens):
+        v.failures.append(f"decode prefilled {on_decode:g} prompt tokens of {sum(prompt_tokens)} short-prompt ones")
     return v

@@ -48,6 +48,11 @@ SERVE_REPLICA_STARTS = "ray_serve_deployment_replica_starts_total"  # one series
 # serve_deployment_replica_healthy was absent from a healthy 2.58 rehearsal's scrape.
 SERVE_REPLICA_QUERIES = "ray_serve_replica_processing_queries"
 
+# Ours: the decode replicas' count of requests by selective PD's path (serve_ingress/selective_pd.py
+# REQUESTS_METRIC, a ray.serve.metrics.Counter), label `path`: local (prefilled on decode) or split.
+SELECTIVE_PD_REQUESTS = "ray_selective_pd_requests_total"
+SELECTIVE_PD_PROMPT_TOKENS = "ray_selective_pd_prompt_tokens_total"  # PROMPT_TOKENS_METRIC there, same label
+
 # KubeRay 1.7.0 operator (ray-operator/controllers/ray/metrics/ray_service_metrics.go): value 1, the
 # state in label `condition` ("true"/"false"), labels name, namespace, uid.
 KUBERAY_SERVICE_READY = "kuberay_service_condition_ready"

@@ -150,6 +150,12 @@ def llm_configs_by_role(doc: dict, where: str) -> dict[str, dict]:
     return {COLLOCATED_ROLE: configs[0]}
 
 
+def local_prefill_below(doc: dict, where: str = "rendered") -> int | None:
+    """selective PD's threshold as the decode config carries it (None: the app always splits)."""
+    decode = llm_configs_by_role(doc, where).get("decode") or {}
+    return (decode.get("experimental_configs") or {}).get(LOCAL_PREFILL_BELOW)
+
+
 # kv_role each side of a PD app may have. No engine refuses a swapped pair: vLLM 0.26's NixlConnector
 # serves either way (it reads kv_role only to warn that kv_both is deprecated: vLLM 0.26.0
 # distributed/kv_transfer/kv_connector/v1/nixl/connector.py NixlBaseConnector.__init__), but on GPUs the

@@ -45,6 +45,9 @@ WORDS = [
     "papa",
 ]
 MAX_TOKENS = 4
+# Selective PD's short prompt: one word, the chat template's tokens around it (25 tokens on the rehearsal's
+# stand-in tokenizer, a few dozen on a real model's); `make verify` fails unless it is below the threshold.
+SHORT_PROMPT = "Hi."
 POLL = 3.0  # s between readings while waiting for the counters to show the requests
 
 
@@ -109,16 +112,60 @@ def read(sources: Sources) -> KvCounters:
     return kv_proof.counters(sources.metrics())
 
 
-def settled(before: KvCounters, now: KvCounters, prompt_tokens: list[int], shape: KvShape) -> bool:
-    """The readings show every request on decode: its transfers, and its prompt tokens by source."""
-    transfers = now.transfers - before.transfers >= len(prompt_tokens) * shape.transfers_per_request
+def split(prompt_tokens: list[int], local_below: int | None) -> list[int]:
+    """The prompts that take the split path (all of them unless selective PD serves the shorter ones on decode)."""
+    return [p for p in prompt_tokens if local_below is None or p >= local_below]
+
+
+def settled(
+    before: KvCounters, now: KvCounters, prompt_tokens: list[int], shape: KvShape, local_below: int | None = None
+) -> bool:
+    """The readings show every request on decode: the transfers of those that take the split path, every
+    prompt's tokens by source, and (selective PD) every request counted by its path."""
+    moving = split(prompt_tokens, local_below)
+    transfers = now.transfers - before.transfers >= len(moving) * shape.transfers_per_request
     seen = sum(now.decode_tokens.values()) - sum(before.decode_tokens.values())
-    return transfers and seen >= sum(prompt_tokens)
+    counted = local_below is None or sum(now.paths.values()) - sum(before.paths.values()) >= len(prompt_tokens)
+    return transfers and seen >= sum(prompt_tokens) and counted
 
 
 def backends(logs: dict[str, str], role: str = "decode") -> set[str]:
     """NIXL backends the engines of `role` instantiated (their deployment's name holds the role)."""
     return {b for name, text in logs.items() if role in name.lower() for b in BACKEND_LINE.findall(text)}
+
+
+def wait_settled(sources: Sources, before: KvCounters, prompt_tokens: list[int], shape: KvShape,
+                 local_below: int | None) -> KvCounters:  # fmt: skip
+    """The first reading that shows every one of `prompt_tokens` (`settled`), or the last when the wait runs out."""
+    end = time.monotonic() + sources.wait
+    while not settled(before, now := read(sources), prompt_tokens, shape, local_below):
+        if time.monotonic() > end:
+            break
+        time.sleep(POLL)
+    return now
+
+
+async def send_short(url: str, model: str, api_key: str | None, count: int) -> list[int]:
+    """`count` chat completions of SHORT_PROMPT, one at a time; their prompt tokens."""
+    async with core.client(url, api_key, timeout=core.DEFAULT_TIMEOUT * 4) as api:
+        return [await _ask(api, model, SHORT_PROMPT) for _ in range(count)]
+
+
+def run_short(
+    url: str, model: str, api_key: str | None, shape: KvShape, sources: Sources, local_below: int, requests: int,
+    say: Callable[[str], None] = print,
+) -> Verdict:  # fmt: skip
+    """Selective PD's other half: short prompts one at a time, each served by decode alone (kv_proof.judge_local)."""
+    start = time.monotonic()
+    before = read(sources)
+    sent = asyncio.run(send_short(url, model, api_key, requests))
+    say(f"sent {len(sent)} short requests, one at a time, of {', '.join(map(str, sent))} prompt tokens")
+    wait_settled(sources, before, sent, shape, local_below)
+    # Transfers and prefill's requests are recorded apart from decode's counters: one more poll for them.
+    time.sleep(POLL)
+    verdict = kv_proof.judge_local(before, read(sources), sent, local_below, shape.transfers_per_request)
+    verdict.lines.append(f"short prompts judged {time.monotonic() - start:.1f} s after the first was sent")
+    return verdict
 
 
 def run(
@@ -132,6 +179,7 @@ def run(
     target_tokens: int,
     requests: int = 3,
     say: Callable[[str], None] = print,
+    local_below: int | None = None,
 ) -> Verdict:
     seed = int(time.time())
     start = read(sources)
@@ -140,21 +188,18 @@ def run(
     tokens_per_word, calibration = asyncio.run(calibrate(url, model, api_key, seed))
     # The first reading once every counter shows the calibration request (its transfer and its prompt tokens
     # are recorded at different moments), or the wait ran out (a KV path that moves nothing).
-    end = time.monotonic() + sources.wait
-    while not settled(start, before := read(sources), [calibration], shape):
-        if time.monotonic() > end:
-            break
-        time.sleep(POLL)
+    before = wait_settled(sources, start, [calibration], shape, local_below)
     sent = asyncio.run(send(url, model, api_key, target_tokens, requests, seed + 1, tokens_per_word))
     say(f"sent {len(sent)} requests, one at a time, of {', '.join(map(str, sent))} prompt tokens")
-    end = time.monotonic() + sources.wait
-    while True:
-        after = read(sources)
-        if settled(before, after, sent, shape) or time.monotonic() > end:
-            break
-        time.sleep(POLL)
+    if local_below is not None and (short := [p for p in sent if p < local_below]):
+        raise VerifyError(f"a long prompt of {short[0]} tokens is below selectivePd {local_below}: decode prefills "
+                          "it, no KV moves (--requests' prompts are 60% of max_model_len)")  # fmt: skip
+    after = wait_settled(sources, before, sent, shape, local_below)
     seen = backends(sources.logs()) if sources.logs is not None else None
-    return kv_proof.judge(before, after, sent, shape, floor_bytes_per_s, backend_asked, seen)
+    verdict = kv_proof.judge(before, after, sent, shape, floor_bytes_per_s, backend_asked, seen)
+    if local_below is not None:
+        kv_proof.judge_split_path(verdict, before, after, len(sent))
+    return verdict
 
 
 # ---------------------------------------------------------------- from a stack (make verify)
@@ -174,6 +219,7 @@ class Expectations:
     max_model_len: int
     app: str
     model_source: str
+    local_below: int | None = None  # selectivePd: decode prefills prompts shorter than this itself
 
 
 def expectations(doc: dict, model_spec, floor_bytes_per_s: float | None, hf_config: dict | None = None) -> Expectations:
@@ -197,6 +243,7 @@ def expectations(doc: dict, model_spec, floor_bytes_per_s: float | None, hf_conf
         max_model_len=decode.max_model_len,
         app=doc["applications"][0]["name"],
         model_source=source,
+        local_below=serve_config.local_prefill_below(doc, "deployed"),
     )
 
 
@@ -323,7 +370,13 @@ def main(args) -> int:
             sources,
             target_tokens(want.max_model_len),
             args.requests,
+            local_below=want.local_below,
         )
+        if want.local_below is not None:
+            short = run_short(args.url, args.model or want.model, args.api_key, shape, sources, want.local_below,
+                              args.requests)  # fmt: skip
+            verdict.lines += short.lines
+            verdict.failures += short.failures
     except (VerifyError, adapter.MetricsError, OSError, ConfigError, StackFileError, BotocoreFactsMissing) as exc:
         print(f"VERIFY FAILED: {exc}")
         return 1
@@ -332,5 +385,9 @@ def main(args) -> int:
     if not verdict.ok:
         print(f"VERIFY FAILED: {verdict.failures[0]}")
         return 1
+    if want.local_below is not None:
+        print(f"verify passed: every long prompt's KV moved from prefill to decode over NIXL; every short one (below "
+              f"selectivePd {want.local_below} tokens) was served by decode alone, no KV moved")  # fmt: skip
+        return 0
     print("verify passed: every request's KV moved from prefill to decode over NIXL")
     return 0

@@ -10,14 +10,15 @@ import re
 import secrets
 import subprocess
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
 
 from adapters import environment
+from adapters.stackfile import StackFileError
 from domain import api_keys, model_table, serve_config
+from domain.errors import PROJECT, ConfigError
 from rehearsal import gpu, substitute, topology
 from rehearsal.context import say
 from rehearsal.logs import ROLE_HEADER
@@ -26,29 +27,43 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE = environment.cache_dir()
 
 
-def deployed_spec(stack: str, overrides: Mapping[str, str] | None = None) -> dict:
-    """The RayService spec the program deploys for the stack (domain/ray_service.py, the one builder), with
-    `overrides` (key -> value as `pulumi config set` gives it) over the stack file's."""
+def stack_overrides(settings: list[str]) -> dict[str, object]:
+    """`--set KEY=VALUE` (repeatable): stack keys for this run only, each VALUE as text (as `pulumi config set`
+    stores it); a KEY without a namespace is the project's (`selectivePd=28` -> ray-llm-eks:selectivePd)."""
+    overrides: dict[str, object] = {}
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep or not key:
+            raise substitute.CannotRehearse(f"--set {setting}: KEY=VALUE, e.g. --set selectivePd=28")
+        overrides[key if ":" in key else f"{PROJECT}:{key}"] = value
+    return overrides
+
+
+def rehearsed_settings(stack: str, settings: list[str] | None = None):
+    """The stack's Settings as this run renders them: its file with the `--set` keys over it."""
     from adapters import stack as stack_adapter  # here: a GPU machine given --spec needs no stack adapter
+
+    return stack_adapter.load_settings(stack_adapter.stack_file(stack, overrides=stack_overrides(settings or [])))
+
+
+def deployed_spec(stack: str, settings: list[str] | None = None) -> dict:
+    """The RayService spec the program deploys for the stack (domain/ray_service.py, the one builder)."""
     from domain.ray_service import ray_service_spec
 
-    keyed = {f"{stack_adapter.PROJECT}:{key}": value for key, value in (overrides or {}).items()}
-    return ray_service_spec(stack_adapter.load_settings(stack_adapter.stack_file(stack, overrides=keyed)))
+    return ray_service_spec(rehearsed_settings(stack, settings))
 
 
 def kit_specs(stacks: str) -> dict[str, dict]:
     """A GPU kit's specs (tools/gpu/wheels.sh GPU_STACKS): comma-separated entries (commas inside a JSON value do not
     separate), each `dev` or `dev@selectivePd=1500@KEY=VALUE...`: the stack with those keys set over its file's
-    values (VALUE as `pulumi config set` takes it, JSON for a structured key), named by both (`dev.selectivePd-1500`:
-    a value's letters and digits), so that each run of the kit says what it ran."""
+    values as `--set` sets them (JSON for a structured key), named by both (`dev.selectivePd-1500`: a value's letters
+    and digits), so that each run of the kit says what it ran."""
     specs = {}
     for entry in _top_level_split(stacks):
         stack, *sets = entry.split("@")
-        if bad := [item for item in sets if "=" not in item]:
-            raise ValueError(f"GPU_STACKS entry {entry!r}: {bad[0]!r} is not KEY=VALUE (e.g. dev@selectivePd=1500)")
-        overrides = dict(item.split("=", 1) for item in sets)
-        name = ".".join([stack, *(f"{key}-{re.sub(r'[^A-Za-z0-9]', '', value)}" for key, value in overrides.items())])
-        specs[name] = deployed_spec(stack, overrides)
+        spec = deployed_spec(stack, sets)
+        named = (item.partition("=") for item in sets)
+        specs[".".join([stack, *(f"{key}-{re.sub(r'[^A-Za-z0-9]', '', value)}" for key, _, value in named)])] = spec
     return specs
 
 
@@ -287,7 +302,12 @@ def _prediction_document(rendered: dict, deployed: dict) -> dict:
 def prepare(args, checks, port: int) -> Prepared | None:
     """Render, substitute (printed), build the stand-in or find the weights, make this run's key; then each
     selected check's own changes (printed). None: a kv_role mistake (printed under ROLE_HEADER)."""
-    spec = spec_of(args.spec) if args.spec else deployed_spec(args.stack)
+    if args.spec and args.set:
+        raise substitute.CannotRehearse("--set changes the stack's keys before rendering: not with --spec FILE")
+    try:
+        spec = spec_of(args.spec) if args.spec else deployed_spec(args.stack, args.set)
+    except (ConfigError, StackFileError) as exc:
+        raise substitute.CannotRehearse(str(exc)) from None
     rendered = yaml.safe_load(spec["serveConfigV2"])
     gpu_run = None
     if args.target == "gpu":
@@ -301,6 +321,8 @@ def prepare(args, checks, port: int) -> Prepared | None:
     kind = "prefill/decode" if local.pd else "collocated"
     target = "" if gpu_run is None else " (GPU target" + (", CPU engines)" if gpu_run.cpu_engines else ")")
     say(f"Stack {args.stack}{target}: {kind}, model {local.model_ids[0]}; substitutions:")
+    for key, value in stack_overrides(args.set).items():
+        say(f"  - stack key {key} = {value!r} for this run (--set), over Pulumi.{args.stack}.yaml's")
     for line in lines:
         say(f"  - {line}")
     if gpu_run is None:

@@ -58,6 +58,8 @@ def parser_for(all_checks: list[checks.Check]) -> argparse.ArgumentParser:
     parser.add_argument("--keep", action="store_true", help="leave it running (stop: make rehearse-stop)")
     parser.add_argument("--port", type=int, default=0, help="HTTP port of the endpoint (default: a free one)")
     parser.add_argument("--target", choices=("cpu", "gpu"), default="cpu", help="engines on the CPU, or on GPUs")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a stack key for this run only, over the stack file's (repeatable)")  # fmt: skip
     parser.add_argument("--spec", type=Path, help="the RayService spec or manifest to rehearse (default: rendered)")
     parser.add_argument("--save-logs", type=Path, metavar="DIR", help="Ray's logs as a .tar.gz there, at the end")
     parser.add_argument("--keep-ray-logs", action="store_true", help="keep Ray's logs after a run that passes "

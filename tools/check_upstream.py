@@ -540,6 +540,63 @@ def check_ray_pd_rules(ctx: Context) -> list[str]:
     return problems + fingerprints("ray-pd-rules", ctx, ray, {pd_path: validators}, "python")
 
 
+# serve_ingress/selective_pd.py swaps these module names of Ray's PD builder for its decode subclasses while
+# build_pd_openai_app runs: that works only while the builder picks its decode class from them at call time.
+PD_BUILDER = "ray/llm/_internal/serve/serving_patterns/prefill_decode/builder.py"
+PD_SERVER = "ray/llm/_internal/serve/serving_patterns/prefill_decode/pd_server.py"
+DECODE_CLASSES = {"PDDecodeServer", "DPPDDecodeServer"}
+
+
+def decode_class_line(builder_text: str) -> str:
+    """The line of build_pd_openai_app that picks the decode class: `decode_cls = ...` naming both module
+    globals DECODE_CLASSES, imported at the module's top. LookupError when the builder picks it otherwise."""
+    module = ast.parse(builder_text)
+    imported = {a.asname or a.name for n in module.body if isinstance(n, ast.ImportFrom) for a in n.names}
+    if missing := DECODE_CLASSES - imported:
+        raise LookupError(f"the module no longer imports {', '.join(sorted(missing))} at its top")
+    build = next((n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "build_pd_openai_app"), None)
+    if build is None:
+        raise LookupError("no build_pd_openai_app")
+    local = {t.id for n in ast.walk(build) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    for node in ast.walk(build):
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["decode_cls"]:
+            named = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+            if named >= DECODE_CLASSES and not DECODE_CLASSES & local:
+                return ast.get_source_segment(builder_text, node) or ""
+    raise LookupError("build_pd_openai_app no longer sets decode_cls from the module's PDDecodeServer/DPPDDecodeServer")
+
+
+def check_ray_selective_pd(ctx: Context) -> list[str]:
+    """Ray's PD builder still takes its decode class from the names selective PD replaces, on that one line
+    (fingerprinted), and the decode server methods the subclass overrides are as we read them."""
+    ray = _ray(ctx)
+    entry = "ray-selective-pd"
+    try:
+        line = decode_class_line(ray.read(PD_BUILDER))
+    except LookupError as err:
+        return [f"{ray}: {PD_BUILDER}: {err} (serve_ingress/selective_pd.py replaces those names: re-read it)"]
+    symbols = {
+        PD_SERVER: ["PDDecodeServer.chat", "PDDecodeServer.completions", "PDOrchestratorMixin._pd_handle_request"],
+        "ray/llm/_internal/serve/core/server/llm_server.py": ["LLMServer.chat", "LLMServer.completions"],
+        # Where Ray looks for vLLM's tokenize server (under a name vLLM 0.26 no longer gives it).
+        "ray/llm/_internal/serve/engines/vllm/vllm_engine.py": ["VLLMEngine.start"],
+    }
+    # What selective PD builds in its place, from the chat server's parts, as vLLM builds it.
+    vllm = {
+        "vllm/entrypoints/openai/api_server.py": ["init_app_state"],
+        "vllm/entrypoints/serve/tokenize/serving.py": [
+            "ServingTokenization.__init__",
+            "ServingTokenization.create_tokenize",
+        ],
+        "vllm/entrypoints/openai/chat_completion/serving.py": ["OpenAIServingChat.__init__"],
+    }
+    return (
+        ctx.fingerprint(entry, ray, PD_BUILDER, "decode_cls line", line)
+        + fingerprints(entry, ctx, ray, symbols, "python")
+        + fingerprints(entry, ctx, _vllm(ctx), vllm, "python")
+    )
+
+
 def check_ray_openai_ingress(ctx: Context) -> list[str]:
     ray = _ray(ctx)
     needed = {
@@ -917,6 +974,7 @@ CHECKS: dict[str, Callable[[Context], list[str]]] = {
     "ray-pd-rules": check_ray_pd_rules,
     "ray-serve-vllm-logging": check_ray_serve_vllm_logging,
     "ray-openai-ingress": check_ray_openai_ingress,
+    "ray-selective-pd": check_ray_selective_pd,
     "ray-kuberay-node-provider": check_ray_kuberay_node_provider,
     "ray-llm-config": check_ray_llm_config,
     "ray-request-routing": check_ray_request_routing,

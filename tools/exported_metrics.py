@@ -8,7 +8,8 @@ name constant mapped to an Offloading{Counter,Gauge,Histogram}Metadata (KV offlo
 those classes for Ray's (vllm/v1/metrics/ray_wrappers.py RayPrometheusStatLogger), which sanitise the name
 (`vllm:x` -> `vllm_x`), and Ray adds `ray_`. Ray Serve 2.58 declares its own with ray.util.metrics
 Counter/Gauge/Histogram("serve_<name>"). Ray's Prometheus export names a counter `<name>_total` and a
-histogram `<name>_bucket`, `_sum`, `_count`.
+histogram `<name>_bucket`, `_sum`, `_count`. The code the pods run beside Ray's (serve_ingress/: selective
+PD's decode server) declares its own through ray.serve.metrics Counter/Gauge/Histogram(NAME), read the same way.
 
     .venv/bin/python -m tools.exported_metrics VLLM_SITE_PACKAGES   # rewrite the list (Ray: the .venv's)
 """
@@ -28,6 +29,10 @@ LIST = ROOT / "observability" / "exported-metrics.txt"
 # not run, registers others with prometheus_client directly: not exported there).
 VLLM_DIRS = ("vllm/v1/", "vllm/distributed/kv_transfer/")
 RAY_DIRS = ("ray/serve/",)
+# Ours, in this repository: any name (a metric of ours has no common prefix), so only calls of a class named
+# Counter, Gauge or Histogram count (serve_ingress/ calls nothing else of those names).
+OWN_DIRS = ("serve_ingress/",)
+OWN_PREFIX = ""
 KINDS = ("counter", "gauge", "histogram")
 SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count")}
 
@@ -126,10 +131,10 @@ def declared(sources: Mapping[str, str], prefix: str) -> dict[str, str]:
     return found
 
 
-def prometheus_names(vllm: Mapping[str, str], serve: Mapping[str, str]) -> list[str]:
+def prometheus_names(*declarations: Mapping[str, str]) -> list[str]:
     """Every series name Prometheus gets: `ray_` + the sanitised name + the kind's suffixes."""
     names = []
-    for name, kind in [*vllm.items(), *serve.items()]:
+    for name, kind in [item for declared_ in declarations for item in declared_.items()]:
         base = "ray_" + re.sub(r"[^a-zA-Z0-9_*]", "_", name)
         names += [base + suffix for suffix in SUFFIXES[kind]]
     return sorted(set(names))
@@ -144,8 +149,16 @@ def sources_under(root: Path, dirs: tuple[str, ...]) -> dict[str, str]:
     }
 
 
-def derive(vllm_sources: Mapping[str, str], ray_sources: Mapping[str, str]) -> list[str]:
-    return prometheus_names(declared(vllm_sources, "vllm:"), declared(ray_sources, "serve_"))
+def own_sources() -> dict[str, str]:
+    return sources_under(ROOT, OWN_DIRS)
+
+
+def derive(
+    vllm_sources: Mapping[str, str], ray_sources: Mapping[str, str], own: Mapping[str, str] | None = None
+) -> list[str]:
+    """The list's names: vLLM's and Ray Serve's, and ours (`own`: serve_ingress/'s sources, by default read here)."""
+    own = own_sources() if own is None else own
+    return prometheus_names(declared(vllm_sources, "vllm:"), declared(ray_sources, "serve_"), declared(own, OWN_PREFIX))
 
 
 def read_list(path: Path = LIST) -> set[str]:
@@ -158,8 +171,9 @@ def exported(name: str, names: Iterable[str]) -> bool:
 
 
 HEADER = (
-    "# Engine (vLLM) and Serve metric names Ray Serve LLM exports, as Prometheus sees them: tools/exported_metrics.py\n"
-    "# derives them from the pinned vLLM and Ray sources; `make check-upstream` re-derives and compares.\n"
+    "# Engine (vLLM) and Serve metric names Ray Serve LLM exports, as Prometheus sees them, and those of our code\n"
+    "# the pods run (serve_ingress/): tools/exported_metrics.py derives them from the pinned vLLM and Ray sources\n"
+    "# and ours; `make check-upstream` re-derives and compares.\n"
     "# A `*` stands for a field of an f-string name (Serve's protocol: http, grpc).\n"
 )
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -22,13 +23,13 @@ import subprocess
 import sys
 import time
 
-from adapters import stack
 from domain import alerts, dashboards
 from domain.serve_config import llm_configs_by_role
 from rehearsal import prometheus, topology
 from rehearsal.checks import Check, by_flag
 from rehearsal.context import Context, RehearsalFailed, say
 from rehearsal.deploy import deploy
+from rehearsal.prepare import rehearsed_settings
 from rehearsal.processes import MARKER
 from rehearsal.verify import application
 
@@ -77,15 +78,13 @@ def _options(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings(ctx: Context):
-    return stack.load_settings(stack.stack_file(ctx.args.stack))
+    return rehearsed_settings(ctx.args.stack, ctx.args.set)
 
 
 def _rule_inputs(ctx: Context) -> alerts.RuleInputs:
     stack_inputs = alerts.rule_inputs(_settings(ctx))
     floor = REHEARSAL_FLOOR_GBPS * 1e9 if ctx.pd else None
-    return alerts.RuleInputs(
-        ctx.pd, stack_inputs.namespace, stack_inputs.service_name, floor, stack_inputs.thresholds, stack_inputs.slo
-    )
+    return dataclasses.replace(stack_inputs, pd=ctx.pd, kv_floor_bytes_per_s=floor)
 
 
 def _start_prometheus(ctx: Context) -> None:
@@ -163,6 +162,8 @@ def _queries(ctx: Context) -> None:
         "expressions without error"
     )
     panels = {(d, t) for d, titles in PD_PANELS.items() for t in titles} if ctx.pd else set()
+    if ctx.pd and _rule_inputs(ctx).local_prefill_below is not None:
+        panels.add((dashboards.ENDPOINT_FILE, dashboards.SELECTIVE_PD_PANEL))
     empty = sorted(f"{d}: {t}" for d, t in panels - filled)
     ctx.results["panels with data"] = sorted(f"{d}: {t}" for d, t in panels & filled)
     if empty:

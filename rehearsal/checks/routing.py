@@ -16,7 +16,7 @@ import random
 import time
 from pathlib import Path
 
-from adapters import metrics, stack
+from adapters import metrics
 from domain import bench, kv_proof, routing
 from domain.role_view import role_views
 from domain.serve_config import llm_configs_by_role
@@ -25,6 +25,7 @@ from llmclient import verify as verify_client
 from rehearsal import routers, substitute, topology, verify
 from rehearsal.checks import Check, by_flag
 from rehearsal.context import Context, RehearsalFailed, say
+from rehearsal.prepare import rehearsed_settings
 from rehearsal.verify import http_json
 
 # The workload: conversations of TURNS turns, each opening with its own CONTEXT tokens (the prefix a replica
@@ -301,7 +302,7 @@ def prefix_over_nixl(ctx: Context) -> None:
     again (prompt tokens by source, as `make verify` judges)."""
     rng = random.Random(7)
     # The stack's modelSpec: the context of a model of the user's that the run loads from the hub.
-    override = stack.load_settings(stack.stack_file(ctx.args.stack)).serving.model_spec
+    override = rehearsed_settings(ctx.args.stack, ctx.args.set).serving.model_spec
     views = role_views(ctx.document, "rehearsal", verify_client.served_context(override))
     max_model_len = views["prefill"].max_model_len
     start, _ = _kv_and_prefix(ctx)

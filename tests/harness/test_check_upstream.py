@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tools import check_upstream as upstream
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,3 +88,40 @@ def test_a_pin_reaching_a_known_issues_fixed_version_names_the_entry():
         "nixl 1.3.2 is pinned and nixl-fi-more-hang",
         "vllm 0.29.0 is pinned and vllm-ssm-prefix-cache-assert",
     ]
+
+
+BUILDER = """from ray.llm._internal.serve.serving_patterns.prefill_decode.pd_server import (
+    DPPDDecodeServer,
+    PDDecodeServer,
+)
+
+
+def build_pd_openai_app(pd_serving_args: dict):
+    decode_dp_size = 1
+    decode_cls = DPPDDecodeServer if decode_dp_size > 1 else PDDecodeServer
+    return decode_cls
+"""
+
+
+def test_the_pd_builders_decode_class_line_is_found_in_the_installed_ray():
+    """Selective PD replaces the builder module's decode class names (serve_ingress/selective_pd.py)."""
+    import ray
+
+    text = (Path(ray.__file__).parent.parent / upstream.PD_BUILDER).read_text()
+    assert upstream.decode_class_line(text) == "decode_cls = DPPDDecodeServer if decode_dp_size > 1 else PDDecodeServer"
+    assert upstream.decode_class_line(BUILDER).startswith("decode_cls = DPPDDecodeServer")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        # The class comes from the arguments: replacing the module's names would change nothing.
+        (("decode_cls = DPPDDecodeServer if", "decode_cls = pd_serving_args['cls'] if"), "no longer sets decode_cls"),
+        # Imported inside the function: a local name, the module's would not be read.
+        (("    decode_dp_size = 1\n", "    from x import PDDecodeServer\n    PDDecodeServer = 1\n"), "no longer"),
+        (("    DPPDDecodeServer,\n", ""), "no longer imports DPPDDecodeServer"),
+    ],
+)
+def test_a_builder_that_picks_its_decode_class_otherwise_is_named(change, message):
+    with pytest.raises(LookupError, match=message):
+        upstream.decode_class_line(BUILDER.replace(*change))

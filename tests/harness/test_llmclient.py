@@ -395,3 +395,30 @@ def test_bench_without_an_endpoint_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("bench FAILED: list models at http://127.0.0.1:"), err
     assert "Connection error" in err[0] and "Traceback" not in err[0]
+
+
+def test_verify_waits_for_the_transfers_of_split_prompts_only_under_selective_pd():
+    from domain import kv_proof
+    from llmclient import verify
+
+    shape = kv_proof.KvShape(512, 0, 256, hybrid=False)
+    before = kv_proof.KvCounters(bytes_buckets={kv_proof.INF: 2}, decode_tokens={"local_compute": 10}, paths={})
+    # A short prompt (25 tokens) served on decode: no transfer, its tokens computed there, counted local.
+    now = kv_proof.KvCounters(
+        bytes_buckets={kv_proof.INF: 2}, decode_tokens={"local_compute": 35}, paths={"local": 1.0}
+    )
+    assert verify.split([25, 3000], 28) == [3000] and verify.split([25], None) == [25]
+    assert verify.settled(before, now, [25], shape, local_below=28)
+    assert not verify.settled(before, now, [25], shape)  # without selective PD it waits for a transfer
+    counted_later = kv_proof.KvCounters(bytes_buckets={kv_proof.INF: 2}, decode_tokens={"local_compute": 35})
+    assert not verify.settled(before, counted_later, [25], shape, local_below=28)
+
+
+def test_verify_reads_selective_pds_threshold_from_the_served_config():
+    from adapters import stack as stack_adapter
+    from llmclient import verify
+
+    on = stack_adapter.load_settings(stack_adapter.stack_file("dev", overrides={"ray-llm-eks:selectivePd": "28"}))
+    off = stack_adapter.load_settings(stack_adapter.stack_file("dev"))
+    assert verify.expectations(on.serving.serve_document, None, None).local_below == 28
+    assert verify.expectations(off.serving.serve_document, None, None).local_below is None

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -15,7 +17,7 @@ import yaml
 from adapters import stack as stack_adapter
 from domain import api_keys
 from domain.ray_service import ray_service_spec, served_document
-from domain.serve_config import llm_configs_by_role
+from domain.serve_config import llm_configs_by_role, local_prefill_below
 from rehearsal import substitute
 from rehearsal.context import Clock, Context, RehearsalFailed
 from rehearsal.logs import root_errors
@@ -26,7 +28,9 @@ from rehearsal.prepare import (
     key_checked,
     new_key,
     nixl_pinned_core,
+    prepare,
     rendered_document,
+    stack_overrides,
     stand_in_family,
 )
 from rehearsal.ray_cluster import start_ray
@@ -368,3 +372,29 @@ def test_the_timeline_names_each_engines_max_num_seqs_from_the_deployed_config()
     assert max_num_seqs_line(rendered("baseline")).startswith(
         f"max_num_seqs per engine: collocated {baseline.get('max_num_seqs', 'unset')}"
     )
+
+
+def test_set_renders_the_stack_with_a_key_over_its_file():
+    """`ARGS="--set selectivePd=28"`: the stack key itself, through the program's own rendering."""
+    assert stack_overrides(["selectivePd=28", "aws:region=eu-west-1"]) == {
+        "ray-llm-eks:selectivePd": "28",
+        "aws:region": "eu-west-1",
+    }
+    app = yaml.safe_load(deployed_spec("dev", ["selectivePd=28"])["serveConfigV2"])["applications"][0]
+    assert app["import_path"] == "selective_pd:build_selective_pd_app"
+    assert local_prefill_below({"applications": [app]}) == 28
+    assert local_prefill_below(rendered("dev")) is None
+
+
+@pytest.mark.parametrize(
+    "setting, line",
+    [
+        ("selectivePd", "--set selectivePd: KEY=VALUE"),
+        ("selectivePd=many", "selectivePd = many: off, or a prompt length in tokens"),
+        ("selectivPd=28", "selectivPd"),
+    ],
+)
+def test_a_bad_set_is_refused_in_one_line(setting, line):
+    args = SimpleNamespace(spec=None, set=[setting], stack="dev", target="cpu")
+    with pytest.raises(substitute.CannotRehearse, match=re.escape(line)):
+        prepare(args, [], 8000)

@@ -252,7 +252,7 @@ def test_a_gpu_kit_spec_sets_keys_over_the_stack_file_and_names_them():
     assert selective["args"]["decode_config"]["experimental_configs"]["local_prefill_below_tokens"] == 1500
     assert two["args"]["llm_configs"][0]["deployment_config"]["num_replicas"] == 2
     assert specs["dev"] == deployed_spec("dev") != specs["dev.selectivePd-1500"]
-    with pytest.raises(ValueError, match=r"GPU_STACKS entry 'dev@selectivePd': 'selectivePd' is not KEY=VALUE"):
+    with pytest.raises(CannotRehearse, match=r"--set selectivePd: KEY=VALUE, e.g. --set selectivePd=28"):
         kit_specs("dev@selectivePd")
 
 

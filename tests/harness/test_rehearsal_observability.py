@@ -94,7 +94,7 @@ def test_the_fault_table_names_the_alerts_firing_on_this_prometheus(monkeypatch,
     monkeypatch.setattr(prometheus, "start", lambda *args: ("http://127.0.0.1:9", None))
     monkeypatch.setattr(prometheus, "firing", lambda url: [f"NixlTransferFailed at {url}"])
     ctx = SimpleNamespace(
-        args=argparse.Namespace(stack="dev", prometheus_wait=0.0),
+        args=argparse.Namespace(stack="dev", set=[], prometheus_wait=0.0),
         run_dir=tmp_path,
         run_id="test",
         metrics_urls=["http://127.0.0.1:1/metrics"],
@@ -113,7 +113,7 @@ def idle_prometheus(tmp_path):
     directory = build.component_dir(build.PROMETHEUS)
     if not (directory / ".built").is_file():
         pytest.skip(f"no Prometheus built under {directory}: `python3 -m e2e.build prometheus`")
-    ctx = SimpleNamespace(args=argparse.Namespace(stack="dev"), pd=True, timeline=[], mark=lambda text: None)
+    ctx = SimpleNamespace(args=argparse.Namespace(stack="dev", set=[]), pd=True, timeline=[], mark=lambda text: None)
     rules = observability.alerts.render(observability._rule_inputs(ctx))
     url, process = prometheus.start(directory / "prometheus", tmp_path, ["http://127.0.0.1:9/metrics"], rules, {})
     ctx.results = {"prometheus": url}
@@ -127,6 +127,13 @@ def idle_prometheus(tmp_path):
 def test_the_queries_check_fails_on_pd_panels_without_data(idle_prometheus):
     # Every panel query and rule expression parses and runs on the real Prometheus; then the panels fail.
     with pytest.raises(RehearsalFailed, match=r"PD panels without data after PD traffic: .*NIXL: Transfer Throughput"):
+        observability._queries(idle_prometheus)
+
+
+def test_with_selective_pd_its_panel_must_have_data_and_its_rule_runs(idle_prometheus):
+    # The rule expressions with selectivePd (DecodeRecomputingPrompts less the local path's tokens) run too.
+    idle_prometheus.args.set = ["selectivePd=28"]
+    with pytest.raises(RehearsalFailed, match=r"PD panels without data .*: Selective PD: requests by path"):
         observability._queries(idle_prometheus)
 
 

@@ -15,7 +15,8 @@ from tools import exported_metrics
 
 @pytest.fixture(scope="module")
 def shipped() -> dict[str, dict]:
-    settings = stack.load_settings(stack.stack_file("dev"))
+    """dev's dashboards with selectivePd on: every panel a PD stack can ship."""
+    settings = stack.load_settings(stack.stack_file("dev", overrides={"ray-llm-eks:selectivePd": "1024"}))
     return {name: json.loads(text) for name, text in dashboards.shipped_dashboards(settings).items()}
 
 
@@ -65,7 +66,8 @@ def test_all_means_what_grafana_sends():
 
 
 # A metric name in a query: not a label (ray_io_cluster) and not part of a regular expression (ray_serve_(http|...)).
-_ENGINE_OR_SERVE = re.compile(r"\bray_(?:vllm|serve)_[a-zA-Z0-9_]*\b(?![.*(])")
+# ray_selective_pd_: ours (serve_ingress/selective_pd.py), listed from its declaration like the others.
+_ENGINE_OR_SERVE = re.compile(r"\bray_(?:vllm|serve|selective_pd)_[a-zA-Z0-9_]*\b(?![.*(])")
 
 
 def unexported(boards: dict[str, dict], names: set[str]) -> list[tuple[str, str, str]]:
@@ -143,3 +145,27 @@ def test_names_and_kinds_come_from_the_declarations():
     assert {"ray_vllm_load_size_bucket", "ray_vllm_load_size_sum", "ray_vllm_load_size_count"} <= set(names)
     assert "ray_vllm_num_requests_running" in names and "ray_serve_replica_processing_queries" in names
     assert exported_metrics.exported("ray_serve_num_grpc_requests_total", names)
+
+
+def test_our_own_metrics_are_listed_from_their_declarations_in_serve_ingress():
+    """serve_ingress/'s metrics are in the list as tools/exported_metrics.py reads them (a renamed one is not)."""
+    own = exported_metrics.prometheus_names(exported_metrics.declared(exported_metrics.own_sources(), ""))
+    assert own == ["ray_selective_pd_prompt_tokens_total", "ray_selective_pd_requests_total"]
+    assert set(own) <= exported_metrics.read_list()
+    renamed = {
+        "m.py": 'from ray.serve import metrics\nNAME = "selective_pd_calls"\nmetrics.Counter(NAME, tag_keys=())\n'
+    }
+    assert exported_metrics.prometheus_names(exported_metrics.declared(renamed, "")) == ["ray_selective_pd_calls_total"]
+
+
+def test_every_alert_rule_reads_a_metric_that_is_exported():
+    from domain import alerts
+
+    spec = alerts.render(
+        alerts.RuleInputs(pd=True, namespace="ray", service_name="llm", kv_floor_bytes_per_s=1e9, local_prefill_below=1)
+    )
+    exprs = [r["expr"] for g in spec["groups"] for r in g["rules"]]
+    names = exported_metrics.read_list()
+    used = {metric for e in exprs for metric in _ENGINE_OR_SERVE.findall(e)}
+    assert "ray_selective_pd_prompt_tokens_total" in used
+    assert [m for m in sorted(used) if not exported_metrics.exported(m, names)] == []

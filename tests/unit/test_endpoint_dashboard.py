@@ -85,3 +85,18 @@ def test_a_stack_ships_rays_four_dashboards_and_ours_as_compact_json(dev_setting
     assert "\n" not in llm and json.loads(llm)["uid"] == "rayServeLlmDashboard"
     # A ConfigMap holds at most 1 MiB.
     assert max(len(v.encode()) for v in shipped.values()) < 1024 * 1024
+
+
+def test_with_selective_pd_a_panel_shows_the_two_paths_and_the_share_that_skipped_prefill(dev_settings):
+    assert dashboards.SELECTIVE_PD_PANEL not in panels(
+        dashboards.endpoint_dashboard(dashboards.endpoint_inputs(dev_settings))
+    )
+    on = stack.load_settings(stack.stack_file("dev", overrides={"ray-llm-eks:selectivePd": "1024"}))
+    inputs = dashboards.endpoint_inputs(on)
+    assert inputs.local_prefill_below == 1024
+    panel = panels(dashboards.endpoint_dashboard(inputs))[dashboards.SELECTIVE_PD_PANEL]
+    paths, share = panel["targets"]
+    assert paths["expr"] == "sum by (path) (rate(ray_selective_pd_requests_total[$__rate_interval]))"
+    assert paths["legendFormat"] == "{{path}}"
+    assert share["expr"].startswith('sum(rate(ray_selective_pd_requests_total{path="local"}[$__rate_interval])) / ')
+    assert "under 1024 tokens" in panel["description"]

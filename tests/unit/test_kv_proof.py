@@ -3,6 +3,8 @@ vLLM 0.26's NIXL histograms: cumulative buckets, bucket-midpoint sums."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from domain import kv_proof, model_table
@@ -137,3 +139,93 @@ def test_other_traffic_between_the_readings_does_not_hide_or_fail_the_proof():
     assert not kv_proof.judge(reading(), after, PROMPTS, TINY, None, [], None).ok
     short = reading(sizes=[SIZES[0], 20_000, 20_000], seconds=[0.01] * 3, local=3, received=sum(PROMPTS) - 3)
     assert not kv_proof.judge(reading(), short, PROMPTS, TINY, None, [], None).ok
+
+
+# ---------------------------------------------------------------- selective PD: short prompts on decode alone
+
+
+def selective(base: KvCounters, local=0.0, split=0.0, prefill=0.0) -> KvCounters:
+    return dataclasses.replace(base, paths={"local": local, "split": split}, requests={"prefill": prefill})
+
+
+SHORT = [25, 25, 25]  # the rehearsal's one-word chat prompt on the stand-in's tokenizer
+
+
+def test_counters_read_serves_requests_per_role_and_selective_pds_paths():
+    samples = [
+        Sample("ray_serve_deployment_request_counter_total", {"deployment": "Prefill:m", "replica": "a"}, 4),
+        Sample("ray_serve_deployment_request_counter_total", {"deployment": "Decode:m", "replica": "b"}, 7),
+        Sample("ray_serve_deployment_request_counter_total", {"deployment": "ApiKeyIngress", "replica": "c"}, 7),
+        Sample("ray_selective_pd_requests_total", {"deployment": "Decode:m", "path": "local"}, 3),
+        Sample("ray_selective_pd_requests_total", {"deployment": "Decode:m", "path": "split"}, 4),
+    ]
+    c = kv_proof.counters(samples)
+    assert c.requests == {"prefill": 4, "decode": 7}
+    assert c.paths == {"local": 3, "split": 4}
+
+
+def test_short_prompts_served_by_decode_alone_pass_and_say_what_was_measured():
+    before = selective(reading(sizes=SIZES, local=3, received=4000), local=1, split=4, prefill=4)
+    after = selective(reading(sizes=SIZES, local=3 + 75, received=4000), local=4, split=4, prefill=4)
+    v = kv_proof.judge_local(before, after, SHORT, 28)
+    assert v.ok, v.failures
+    assert v.lines == [
+        "short prompts of 25, 25, 25 tokens (selectivePd 28): decode counted local +3, split +0; prefill requests "
+        "+0; NIXL transfers +0; decode prompt tokens 75 prefilled there, 0 received as KV"
+    ]
+
+
+@pytest.mark.parametrize(
+    "after, failure",
+    [
+        # The subclass did not take the local path: Ray's PD orchestration sent them through prefill.
+        (
+            selective(reading(sizes=[*SIZES, *SIZES], local=6, received=4075), local=1, split=7, prefill=7),
+            "selective PD counted 0 of 3 short prompt(s) on the local path",
+        ),
+        # Counted local, yet prefill served them and KV moved (the local branch still calling prefill).
+        (
+            selective(reading(sizes=[*SIZES, *SIZES], local=6, received=4075), local=4, split=4, prefill=7),
+            "prefill handled 3 request(s) during 3 short prompt(s) (0 split)",
+        ),
+        (
+            selective(reading(sizes=[*SIZES, *SIZES], local=78, received=4000), local=4, split=4, prefill=4),
+            "3 NIXL transfer(s) during 3 short prompt(s) (0 split): KV moved for a prompt decode should prefill",
+        ),
+        (
+            selective(reading(sizes=SIZES, local=3, received=4000), local=4, split=4, prefill=4),
+            "decode prefilled 0 prompt tokens of 75 short-prompt ones",
+        ),
+    ],
+)
+def test_a_short_prompt_that_went_through_prefill_fails(after, failure):
+    before = selective(reading(sizes=SIZES, local=3, received=4000), local=1, split=4, prefill=4)
+    v = kv_proof.judge_local(before, after, SHORT, 28)
+    assert failure in v.failures[0], v.failures
+
+
+def test_a_short_prompt_not_below_the_threshold_proves_nothing():
+    same = selective(reading(), local=0)
+    v = kv_proof.judge_local(same, same, [25, 30], 28)
+    assert v.failures == ["a short prompt of 30 tokens is not below selectivePd 28: nothing to prove"]
+
+
+def test_other_split_traffic_during_the_short_prompts_is_allowed_for():
+    before = selective(reading(sizes=SIZES, local=3, received=4000), local=1, split=4, prefill=4)
+    # One other request took the split path meanwhile: its transfer and its prefill request are its own.
+    after = selective(reading(sizes=[*SIZES, SIZES[0]], local=79, received=4103), local=4, split=5, prefill=5)
+    assert kv_proof.judge_local(before, after, SHORT, 28).ok
+
+
+def test_long_prompts_must_be_counted_on_the_split_path():
+    v = kv_proof.Verdict()
+    kv_proof.judge_split_path(v, selective(reading(), split=1), selective(reading(), split=4), 3)
+    assert v.ok and v.lines == ["selective PD: decode counted split +3, local +0 for 3 long prompt(s)"]
+    kv_proof.judge_split_path(v, selective(reading(), split=1), selective(reading(), split=3, local=1), 3)
+    assert v.failures == ["selective PD counted 2 of 3 long prompt(s) on the split path"]
+
+
+def test_the_path_labels_are_the_ones_the_decode_replicas_count():
+    from serve_ingress import local_prefill
+
+    assert (kv_proof.LOCAL_PATH, kv_proof.SPLIT_PATH) == (local_prefill.LOCAL, local_prefill.SPLIT)

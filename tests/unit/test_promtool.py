@@ -4,6 +4,7 @@ from the e2e's Go build (e2e/build.py, Prometheus 3.14.0) or the PATH; without i
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -44,17 +45,27 @@ def _write_rules(directory: Path, spec: dict) -> Path:
     return path
 
 
-@needs_promtool
-def test_the_alerts_fire_when_and_only_when_the_unit_tests_say(tmp_path):
-    _write_rules(tmp_path, alerts.render(TEST_INPUTS))
-    tests = sorted(TESTS_DIR.glob("*.yaml"))
-    assert tests, f"no promtool unit tests in {TESTS_DIR}"
+def _promtool_tests(tmp_path: Path, inputs: alerts.RuleInputs, tests_dir: Path) -> None:
+    _write_rules(tmp_path, alerts.render(inputs))
+    tests = sorted(tests_dir.glob("*.yaml"))
+    assert tests, f"no promtool unit tests in {tests_dir}"
     for path in tests:
         shutil.copy(path, tmp_path / path.name)
     done = subprocess.run(
         [promtool(), "test", "rules", *(p.name for p in tests)], cwd=tmp_path, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@needs_promtool
+def test_the_alerts_fire_when_and_only_when_the_unit_tests_say(tmp_path):
+    _promtool_tests(tmp_path, TEST_INPUTS, TESTS_DIR)
+
+
+@needs_promtool
+def test_with_selective_pd_decode_computing_local_path_prompts_is_not_an_alert(tmp_path):
+    """The tests in selective-pd/ assume TEST_INPUTS with selectivePd 1024 (their header says so)."""
+    _promtool_tests(tmp_path, dataclasses.replace(TEST_INPUTS, local_prefill_below=1024), TESTS_DIR / "selective-pd")
 
 
 @needs_promtool
