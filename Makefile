@@ -105,7 +105,7 @@ rehearse: $(if $(filter $(GPU_VENV)/bin/python,$(REHEARSE_PYTHON)),$(GPU_VENV)/.
 GPU_STACKS ?= dev,baseline
 ## gpu-wheels: the wheels and kit a GPU machine without network needs (tools/gpu/)
 gpu-wheels: $(VENV)/.installed
-	STACK=$(GPU_STACKS) tools/gpu/wheels.sh
+	STACK='$(GPU_STACKS)' tools/gpu/wheels.sh
 
 # The whole fault matrix on this CPU (docs/faults-and-upgrades.md): every fault with GCS fault tolerance
 # through Redis, then the head restart through RocksDB and without fault tolerance. Three runs, each starting
