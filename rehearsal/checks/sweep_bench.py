@@ -22,11 +22,11 @@ from rehearsal.routers import percentile
 
 # The ingress counts each request once, by path (serve_ingress/selective_pd.py REQUESTS_METRIC).
 PATH_SERIES = "ray_selective_pd_requests_total"
-# A prompt of N words renders to about N + 20 tokens under the chat template (the quick bench's shape:
-# 492 words measured ~512 prompt tokens on the dev model).
-TEMPLATE_TOKENS = 20
 MAX_TOKENS = 128
 WARMUP = 8
+# The two prompt lengths, in words, that measure how many tokens the served model's tokenizer makes of the
+# sweep's words (1.22 per word on Qwen3.5's, 2026-12-02; the CPU rehearsal's stand-in tokenizer differs).
+CALIBRATION_WORDS = (100, 500)
 
 
 def _numbers(text: str, kind: type) -> tuple:
@@ -78,6 +78,28 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 1)
 
 
+def words_for(tokens: int, calibration: list[tuple[int, int]]) -> int:
+    """Words of the sweep's prompt that make `tokens` prompt tokens: the line through the calibration's
+    (words, prompt tokens) readings (chat template and prefix are its intercept)."""
+    (w1, t1), (w2, t2) = calibration
+    per_word = (t2 - t1) / (w2 - w1)
+    if per_word <= 0:
+        raise RehearsalFailed(
+            f"sweep bench: the calibration's prompts of {w1} and {w2} words counted {t1} and {t2} tokens"
+        )
+    return max(1, round((tokens - (t1 - per_word * w1)) / per_word))
+
+
+def _calibrate(ctx: Context) -> list[tuple[int, int]]:
+    readings = []
+    for words in CALIBRATION_WORDS:
+        (result,), _ = asyncio.run(load(ctx, {"concurrency": 1, "prompt_words": words, "max_tokens": 1}, 30_000, 1))
+        if not result.ok or not result.prompt_tokens:
+            raise RehearsalFailed(f"sweep bench: the calibration request of {words} words failed: {result.error}")
+        readings.append((words, result.prompt_tokens))
+    return readings
+
+
 def _paths(ctx: Context) -> dict[str, float]:
     """The ingress's per-path request counts now ({} where the app does not run selective PD)."""
     counts: dict[str, float] = {}
@@ -93,11 +115,13 @@ def _run(ctx: Context) -> None:
     warm = {"concurrency": 4, "prompt_words": 492, "max_tokens": MAX_TOKENS}
     warmed, _ = asyncio.run(load(ctx, warm, 20_000, WARMUP))
     say(f"  sweep warm-up: {sum(r.ok for r in warmed)} of {len(warmed)} requests succeeded")
+    calibration = _calibrate(ctx)
+    say(f"  sweep calibration: (words, prompt tokens) {calibration}")
     points, first = [], 0
     for tokens in ctx.args.sweep_prompts:
+        words = words_for(tokens, calibration)
         for concurrency in ctx.args.sweep_concurrency:
-            shape = {"concurrency": concurrency, "prompt_words": max(1, tokens - TEMPLATE_TOKENS),
-                     "max_tokens": MAX_TOKENS}  # fmt: skip
+            shape = {"concurrency": concurrency, "prompt_words": words, "max_tokens": MAX_TOKENS}
             count = max(8, 2 * concurrency)
             before = _paths(ctx)
             results, seconds = asyncio.run(load(ctx, shape, first, count))
@@ -113,7 +137,7 @@ def _run(ctx: Context) -> None:
                 f" ms, {figures['output_tokens_per_s']} tok/s, goodput {figures['goodput_rps']} req/s"
                 f"{' paths ' + str(figures['paths']) if after else ''}")  # fmt: skip
     result = {"slo": {"ttft_ms": target.ttft_ms, "tpot_ms": target.tpot_ms}, "max_tokens": MAX_TOKENS,
-              "attainment": bench.ATTAINMENT, "points": points}  # fmt: skip
+              "attainment": bench.ATTAINMENT, "calibration": calibration, "points": points}  # fmt: skip
     ctx.args.sweep_bench.write_text(json.dumps(result, indent=2) + "\n")
     ctx.results["sweep bench"] = result
     line = f"sweep bench: {len(points)} points, {sum(p['meets_slo'] for p in points)} met the SLO"

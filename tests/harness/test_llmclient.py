@@ -89,7 +89,8 @@ class Handler(BaseHTTPRequestHandler):
             words_in = len(request["messages"][-1]["content"].split())
             path = "split" if words_in > 100 else "local"
             self.server.paths[path] = self.server.paths.get(path, 0) + 1
-        if mode == "http500":
+        too_long = mode == "long500" and len(request["messages"][-1]["content"].split()) > 600
+        if mode == "http500" or too_long:
             return self._json(500, {"error": {"message": "engine exploded", "type": "InternalServerError"}})
         words = ["Hello", " there", "!", " How", " are", " you", "?"][: request.get("max_tokens", 7)]
         if not request.get("stream"):
@@ -126,7 +127,9 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(0.01)
         if mode != "no_finish":
             self._chunk(json.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
-        usage = {"prompt_tokens": 5, "completion_tokens": len(words), "total_tokens": 5 + len(words)}
+        # server.tokenizer: count 1.25 tokens a word of the last message and 12 for the chat template.
+        prompt = int(1.25 * len(request["messages"][-1]["content"].split())) + 12 if self.server.tokenizer else 5
+        usage = {"prompt_tokens": prompt, "completion_tokens": len(words), "total_tokens": prompt + len(words)}
         self._chunk(json.dumps({**base, "choices": [], "usage": usage}))
         self._chunk("[DONE]")
         self.wfile.write(b"0\r\n\r\n")
@@ -145,7 +148,7 @@ def server():
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.mode = "ok"
     httpd.requests = 0
-    httpd.paths = {}
+    httpd.paths, httpd.tokenizer = {}, False
     httpd.key, httpd.key_check = None, True
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -342,7 +345,7 @@ def test_the_sweep_bench_reports_goodput_and_the_path_of_each_point(server, tmp_
     from rehearsal.checks import sweep_bench
     from rehearsal.context import Clock, Context, RehearsalFailed
 
-    server.mode = "selective"
+    server.mode, server.tokenizer = "selective", True
     args = argparse.Namespace(sweep_bench=tmp_path / "sweep.json", sweep_prompts=(50, 500), sweep_concurrency=(1, 8))
     ctx = Context(args, {}, url(server), None, MODEL, True, "", lambda: [f"{url(server)}/metrics"], [], tmp_path, "r",
                   Clock(), "llm")  # fmt: skip
@@ -351,7 +354,10 @@ def test_the_sweep_bench_reports_goodput_and_the_path_of_each_point(server, tmp_
     assert result["slo"] == {"ttft_ms": 2000, "tpot_ms": 100}
     shapes = [(p["prompt_tokens"], p["concurrency"], p["requests"]) for p in result["points"]]
     assert shapes == [(50, 1, 8), (50, 8, 16), (500, 1, 8), (500, 8, 16)]
-    # 50 tokens -> 30 words (local), 500 -> 480 (split; so did the warm-up's): each point's requests took one path
+    # Calibrated on this server's "tokenizer": 50 tokens -> 30 words, 500 -> 390; each point's prompts made that many
+    assert result["calibration"] == [[100, 12 + int(1.25 * 105)], [500, 12 + int(1.25 * 505)]]
+    assert [p["prompt_tokens_mean"] for p in result["points"]] == [50.0, 50.0, 500.0, 500.0]
+    # 30 words take the local path, 390 the split one (so did the warm-up and the 500-word calibration)
     assert [p["paths"] for p in result["points"]] == [
         {"local": 8.0, "split": 0.0},
         {"local": 16.0, "split": 0.0},
@@ -367,6 +373,9 @@ def test_the_sweep_bench_reports_goodput_and_the_path_of_each_point(server, tmp_
     point = json.loads(args.sweep_bench.read_text())["points"][0]
     assert (point["good_fraction"], point["meets_slo"], point["goodput_rps"]) == (0.0, False, 0.0)
     server.mode = "http500"
+    with pytest.raises(RehearsalFailed, match=r"sweep bench: the calibration request of 100 words failed: HTTP 500"):
+        sweep_bench.SWEEP_BENCH.run(ctx)
+    server.mode, args.sweep_prompts = "long500", (1000,)  # only the point's prompts are over 600 words
     with pytest.raises(RehearsalFailed, match=r"sweep bench: 16 requests failed; first: HTTP 500"):
         sweep_bench.SWEEP_BENCH.run(ctx)
 
