@@ -69,11 +69,9 @@ if mode.existing_cluster:
     # A cluster this stack did not create (docs/operations.md: existing clusters): no AWS resource at all.
     target = ExistingCluster(
         "existing-cluster",
-        mode,
-        settings,
-        secrets.kubeconfig,
-        offline_plan=not stack.deploying(),
-        kubeconfig_sealed="kubeconfig" in sealed,
+        stack_args.existing_cluster_args(
+            settings, mode, secrets.kubeconfig, offline_plan=not stack.deploying(), sealed="kubeconfig" in sealed
+        ),
     )
     deferred += target.deferred
     provider, nodes = target.provider, []

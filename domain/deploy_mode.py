@@ -14,7 +14,6 @@ Keys (all in the ray-llm-eks namespace, listed in domain/data/config_keys.yaml):
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import yaml
@@ -22,6 +21,7 @@ import yaml
 from domain.config_keys import default
 from domain.errors import ConfigError, yaml_text
 from domain.facts import KUBERAY_NAMESPACE, SECRET_MARKER
+from domain.field_checks import check_kube_context, check_kuberay_namespace
 
 EXISTING_ONLY = ("kubeconfig", "kubeContext", "installKubeRay", "installDevicePlugins", "kuberayNamespace")
 
@@ -62,27 +62,9 @@ def load_deploy_mode(get) -> DeployMode:
                 raise ConfigError(
                     key, get(key) if key != "kubeconfig" else SECRET_MARKER, "only with existingCluster: true"
                 )
-    context = get("kubeContext")
-    if context is not None and not context.strip():
-        raise ConfigError("kubeContext", context, "a context name of the kubeconfig, or unset")
+    context = check_kube_context("kubeContext", get("kubeContext"))
     install_kuberay = _boolean(get, "installKubeRay")
-    operator_namespace = get("kuberayNamespace")
-    if operator_namespace is not None:
-        if install_kuberay:
-            raise ConfigError(
-                "kuberayNamespace",
-                operator_namespace,
-                f"only with installKubeRay: false (ours runs in {KUBERAY_NAMESPACE})",
-            )
-        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", operator_namespace):
-            raise ConfigError("kuberayNamespace", operator_namespace, "a namespace name (DNS-1123 label)")
-        if operator_namespace == "default":  # every pod created without a namespace lands there
-            raise ConfigError(
-                "kuberayNamespace",
-                operator_namespace,
-                "a namespace of the operator's own, not default: the NetworkPolicies open the head's dashboard "
-                "(which runs arbitrary code) to every pod of this namespace",
-            )
+    operator_namespace = check_kuberay_namespace("kuberayNamespace", get("kuberayNamespace"), install_kuberay)
     return DeployMode(
         existing_cluster=existing,
         install_kuberay=install_kuberay,

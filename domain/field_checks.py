@@ -150,3 +150,30 @@ def check_label_value(key: str, value: str, file: str | None = None) -> str:
     if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", value):
         raise ConfigError(key, value, "a label value", file)
     return value
+
+
+def check_kube_context(key: str, value: str | None, file: str | None = None) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ConfigError(key, value, "a context name of the kubeconfig, or unset", file)
+    return value
+
+
+def check_kuberay_namespace(
+    key: str, value: str | None, install_kuberay: bool, file: str | None = None, install_key: str = "installKubeRay"
+) -> str | None:
+    """Where a cluster's own KubeRay operator runs (`install_key` false), or None for ours."""
+    if value is None:
+        return None
+    if install_kuberay:
+        raise ConfigError(key, value, f"only with {install_key}: false (ours runs in {KUBERAY_NAMESPACE})", file)
+    if not isinstance(value, str) or not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", value):
+        raise ConfigError(key, value, "a namespace name (DNS-1123 label)", file)
+    if value == "default":  # every pod created without a namespace lands there
+        raise ConfigError(
+            key,
+            value,
+            "a namespace of the operator's own, not default: the NetworkPolicies open the head's dashboard "
+            "(which runs arbitrary code) to every pod of this namespace",
+            file,
+        )
+    return value

@@ -7,6 +7,7 @@ import pulumi
 
 from components.cluster_autoscaler import ClusterAutoscalerArgs
 from components.device_plugins import DevicePluginsArgs
+from components.existing_cluster import ExistingClusterArgs
 from components.gcs_store import GcsStore, GcsStoreArgs
 from components.kuberay import KubeRayOperatorArgs
 from components.llm_service import LlmServiceArgs
@@ -62,6 +63,24 @@ def llm_service_args(
         redis_password=store.password if store else None,
         head_security_group_ids=head_security_groups if store else (),
         sealed_secrets=sorted(key for key in ("hfToken", "apiKeys") if key in sealed),
+    )
+
+
+def existing_cluster_args(
+    settings: Settings, mode: DeployMode, kubeconfig: pulumi.Output[str] | None, offline_plan: bool, sealed: bool
+) -> ExistingClusterArgs:
+    """`offline_plan`: the plan runs without deploying; `sealed`: the kubeconfig is a `secure:` value."""
+    return ExistingClusterArgs(
+        ray_service_spec=ray_service_spec(settings),  # the spec that deploys, keyed
+        pools=list(settings.gpu_pools),
+        kubeconfig=kubeconfig,
+        kube_context=mode.kube_context,
+        install_kuberay=mode.install_kuberay,
+        install_device_plugins=mode.install_device_plugins,
+        kuberay_namespace=mode.kuberay_namespace,  # as the stack sets it: a typo would lock the operator out
+        monitoring_crds=settings.serving.observability.mode == "external",
+        offline_plan=offline_plan,
+        kubeconfig_sealed=sealed,
     )
 
 

@@ -306,6 +306,24 @@ def test_load_balancer_controller_args_refuse_a_bad_field_with_the_stack_keys_li
     assert LoadBalancerControllerArgs("ray-llm", "us-east-1", "vpc-1", chart_version=None).chart_version == "3.5.0"
 
 
+def test_existing_cluster_args_refuse_a_bad_field_with_the_stack_keys_line():
+    from components.existing_cluster import ExistingClusterArgs
+
+    spec = {"rayClusterConfig": {"workerGroupSpecs": [{"groupName": "decode"}]}}
+    assert _refusal(lambda: ExistingClusterArgs(spec, ["decode"], kube_context=" ")) == (
+        "ExistingClusterArgs: invalid config kube_context = ' ': a context name of the kubeconfig, or unset"
+    )
+    assert _refusal(lambda: ExistingClusterArgs(spec, ["decode"], kuberay_namespace="ray-system")) == (
+        "ExistingClusterArgs: invalid config kuberay_namespace = ray-system: only with install_kuberay: false"
+        " (ours runs in kuberay-system)"
+    )
+    assert _refusal(
+        lambda: ExistingClusterArgs(spec, ["decode"], install_kuberay=False, kuberay_namespace="default")
+    ).startswith("ExistingClusterArgs: invalid config kuberay_namespace = default: a namespace of the operator's own")
+    checked = ExistingClusterArgs(spec, ["decode"], install_kuberay=None, offline_plan=None)
+    assert (checked.install_kuberay, checked.install_device_plugins, checked.offline_plan) == (True, True, False)
+
+
 def test_component_inputs_take_a_whole_float_as_int():
     """The engine hands the provider every number as a double: YAML's `readyTimeoutSeconds: 3600` arrives as
     3600.0 and must reach LlmServiceArgs as the int 3600; 3600.5 stays refused."""

@@ -9,6 +9,7 @@ import socket
 import pytest
 
 import components.existing_cluster as existing_cluster
+import stack_args
 from adapters.stackfile import SecretValue
 from domain.cluster_checks import ClusterMismatch
 from domain.deploy_mode import load_deploy_mode
@@ -29,6 +30,11 @@ EXISTING = {
 
 
 # ---- config
+
+
+def checked(settings, mode):
+    """What the program hands ExistingCluster for this mode (stack_args)."""
+    return stack_args.existing_cluster_args(settings, mode, None, offline_plan=False, sealed=False)
 
 
 # ---- deploy-time checks
@@ -129,9 +135,9 @@ def test_a_kuberay_namespace_the_cluster_lacks_is_named(monkeypatch, seed):
     monkeypatch.setattr(existing_cluster, "KubeClient", Client)
     values = {"existingCluster": "true", "installKubeRay": "false", "kuberayNamespace": "ray-sytem"}
     with pytest.raises(ClusterMismatch, match="KubeRay operator namespace ray-sytem does not exist"):
-        existing_cluster.verify_cluster(KUBECONFIG, ".", load_deploy_mode(values.get), settings)
+        existing_cluster.verify_cluster(KUBECONFIG, ".", checked(settings, load_deploy_mode(values.get)))
     elsewhere = load_deploy_mode((values | {"kuberayNamespace": "kube-system"}).get)
-    existing_cluster.verify_cluster(KUBECONFIG, ".", elsewhere, settings)  # a namespace the cluster has
+    existing_cluster.verify_cluster(KUBECONFIG, ".", checked(settings, elsewhere))  # a namespace the cluster has
 
 
 def test_a_mismatched_cluster_fails_naming_the_mismatch(monkeypatch, seed):
@@ -146,7 +152,7 @@ def test_a_mismatched_cluster_fails_naming_the_mismatch(monkeypatch, seed):
     monkeypatch.setattr(existing_cluster, "KubeClient", Client)
     mode = load_deploy_mode({"existingCluster": "true", "installKubeRay": "false"}.get)
     with pytest.raises(ClusterMismatch, match=r"pool decode: 0 node\(s\) labelled ray-llm-eks/pool=decode"):
-        existing_cluster.verify_cluster(KUBECONFIG, ".", mode, settings)
+        existing_cluster.verify_cluster(KUBECONFIG, ".", checked(settings, mode))
 
 
 def test_eks_mode_waits_for_ready_by_default(dev):
