@@ -77,17 +77,13 @@ if mode.existing_cluster:
     provider, nodes = target.provider, []
 else:
     network = Network("net", stack_args.network_args(settings))
-    cluster = Cluster(
-        "eks",
-        settings.cluster,
-        network,
-        settings.region,
-        hardening=settings.hardening,
-        pod_security_groups=settings.gcs_ft.redis,
-    )
+    cluster = Cluster("eks", stack_args.cluster_args(settings), network)
     if settings.gcs_ft.redis:  # the head's GCS fault tolerance store (domain/gcs_ft.py)
         store = GcsStore("gcs-store", stack_args.gcs_store_args(settings, network))
-    pools = {name: GpuNodePool(name, pool, cluster, network) for name, pool in settings.gpu_pools.items()}
+    pools = {
+        name: GpuNodePool(name, stack_args.gpu_node_pool_args(pool), cluster, network)
+        for name, pool in settings.gpu_pools.items()
+    }
     provider, nodes = cluster.provider, [cluster.system_nodes, *pools.values()]
     if serving.weights_s3_uris:  # weights mirrored in S3: the nodes may read them before any worker starts
         installed.append(WeightsAccess("weights", serving.weights_s3_uris, cluster.node_role.role, settings.region))

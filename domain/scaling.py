@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from domain import aws_facts
 from domain.errors import UNSET, ConfigError, mapping_of, unknown_field, yaml_text
 from domain.facts import EFA_RESOURCE, GPU_RESOURCE, GPU_ROLES
 from domain.placement import GPU_TAINT, gpu_labels
@@ -153,21 +154,22 @@ def reconcile_pools(
     return reconciled
 
 
-def pool_scales(pool: GpuPoolSettings) -> bool:
-    """The Cluster Autoscaler may change this pool's size."""
-    return pool.nodes.min_size < pool.nodes.max_size
+def pool_scales(min_size: int, max_size: int) -> bool:
+    """The Cluster Autoscaler may change the size of a pool with these bounds."""
+    return min_size < max_size
 
 
 def autoscaler_needed(pools: Mapping[str, GpuPoolSettings]) -> bool:
-    return any(pool_scales(p) for p in pools.values())
+    return any(pool_scales(p.nodes.min_size, p.nodes.max_size) for p in pools.values())
 
 
-def node_template_tags(pool: GpuPoolSettings) -> dict[str, str]:
+def node_template_tags(pool_name: str, instance_type: str, efa: bool) -> dict[str, str]:
     """ASG tags that describe a node of this pool to the Cluster Autoscaler when the pool has none:
     the labels our pods select, the GPU taint they tolerate, and the devices they request."""
-    tags = {f"{NODE_TEMPLATE}/label/{k}": v for k, v in gpu_labels(pool.name).items()}
+    spec = aws_facts.INSTANCE_SPECS[instance_type]
+    tags = {f"{NODE_TEMPLATE}/label/{k}": v for k, v in gpu_labels(pool_name).items()}
     tags[f"{NODE_TEMPLATE}/taint/{GPU_TAINT['key']}"] = f"{GPU_TAINT['value']}:{EFFECT_K8S[GPU_TAINT['effect']]}"
-    tags[f"{NODE_TEMPLATE}/resources/{GPU_RESOURCE}"] = str(pool.spec.gpus)
-    if pool.efa:
-        tags[f"{NODE_TEMPLATE}/resources/{EFA_RESOURCE}"] = str(pool.spec.network_cards)
+    tags[f"{NODE_TEMPLATE}/resources/{GPU_RESOURCE}"] = str(spec.gpus)
+    if efa:
+        tags[f"{NODE_TEMPLATE}/resources/{EFA_RESOURCE}"] = str(spec.network_cards)
     return tags

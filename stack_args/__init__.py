@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pulumi
 
+from components.cluster import ClusterArgs, NodeGroupArgs
 from components.cluster_autoscaler import ClusterAutoscalerArgs
 from components.device_plugins import DevicePluginsArgs
 from components.existing_cluster import ExistingClusterArgs
 from components.gcs_store import GcsStore, GcsStoreArgs
+from components.gpu_nodes import GpuNodePoolArgs
 from components.kuberay import KubeRayOperatorArgs
 from components.llm_service import LlmServiceArgs
 from components.load_balancer import InternalEndpointArgs, LoadBalancerControllerArgs
@@ -22,7 +24,7 @@ from domain.hardening import HardeningSettings
 from domain.network_policies import network_policies
 from domain.ray_service import ray_service_spec
 from domain.serve_config import served_model_id
-from domain.settings import Settings
+from domain.settings import GpuPoolSettings, NodePoolSettings, Settings
 
 
 def llm_service_args(
@@ -109,6 +111,45 @@ def network_args(settings: Settings) -> NetworkArgs:
         gpu_availability_zone=network.gpu_availability_zone,
         vpc_cidr=network.vpc_cidr,
         nat_gateways=network.nat_gateways,
+    )
+
+
+def node_group_args(nodes: NodePoolSettings) -> NodeGroupArgs:
+    return NodeGroupArgs(
+        instance_type=nodes.instance_type,
+        min_size=nodes.min_size,
+        desired_size=nodes.desired_size,
+        max_size=nodes.max_size,
+        disk_size_gib=nodes.disk_size_gib,
+    )
+
+
+def cluster_args(settings: Settings) -> ClusterArgs:
+    cluster = settings.cluster
+    return ClusterArgs(
+        name=cluster.name,
+        region=settings.region,
+        kubernetes_version=cluster.kubernetes_version,
+        admin_principal_arns=cluster.admin_principal_arns,
+        public_access_cidrs=cluster.public_access_cidrs,
+        service_cidr=cluster.service_cidr,
+        log_types=cluster.log_types,
+        log_retention_days=cluster.log_retention_days,
+        system_nodes=node_group_args(cluster.system_nodes),
+        environment=settings.hardening.environment,
+        network_policies=settings.hardening.network_policies,
+        pod_security_groups=settings.gcs_ft.redis,  # the GCS store admits the Ray head's group only
+    )
+
+
+def gpu_node_pool_args(pool: GpuPoolSettings) -> GpuNodePoolArgs:
+    return GpuNodePoolArgs(
+        nodes=node_group_args(pool.nodes),
+        availability_zone=pool.availability_zone,
+        kubernetes_version=pool.kubernetes_version,
+        ami_release_version=pool.ami.release_version,
+        ami_id=pool.ami.ami_id,
+        efa=pool.efa,
     )
 
 
