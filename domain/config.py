@@ -275,7 +275,7 @@ def _gpu_pools(raw: _Raw, network: NetworkSettings, version: str, facts: Botocor
         serves = roles.pool_serves(name, pool_raw)
         sizes = {k: v for k, v in pool_raw.items() if k != "serves"}
         nodes = _node_pool(f"gpuPools.{name}", sizes, default_disk=sizing.GPU_DISK_GIB, facts=facts)
-        pool = GpuPoolSettings(name, nodes, network.gpu_availability_zone, version, ami, serves)
+        pool = GpuPoolSettings(name, nodes, network.gpu_availability_zone, version, ami, serves, frozenset(pool_raw))
         field_checks.check_gpu_instance_type(
             f"gpuPools.{name}.instanceType", nodes.instance_type, facts, need_efa=pool.efa
         )
@@ -473,7 +473,7 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
     pools = _gpu_pools(raw, network, cluster.kubernetes_version, facts)
     serving = _serving(raw, region, pools, facts, obs)
     # Node bounds of autoscaling roles follow their replicas (domain/scaling.py), or must agree with them.
-    pools = scaling.reconcile_pools(pools, serving.serve_document, raw.structured("gpuPools", dict))
+    pools = scaling.reconcile_pools(pools, serving.serve_document)
     price_overrides = prices.price_overrides(raw.structured("prices", dict))
     hardening = load_hardening(
         raw.text,

@@ -72,10 +72,10 @@ def _nodes(replicas: int, bounds: ReplicaBounds, pool: GpuPoolSettings) -> int:
     return nodes_used(replicas, bounds.gpus_per_replica, pool.spec.gpus)
 
 
-def reconcile_pool(pool: GpuPoolSettings, bounds: ReplicaBounds, given: frozenset[str]) -> GpuPoolSettings:
+def reconcile_pool(pool: GpuPoolSettings, bounds: ReplicaBounds) -> GpuPoolSettings:
     """The pool's node bounds for its role's replica bounds: derived where the stack leaves them
-    out (`given` is what gpuPools.<role> sets), refused where they disagree."""
-    key, nodes = f"gpuPools.{pool.name}", pool.nodes
+    out (`pool.given`), refused where they disagree."""
+    key, nodes, given = f"gpuPools.{pool.name}", pool.nodes, pool.given
     if not bounds.autoscales:
         if nodes.desired_size < 1:
             raise ConfigError(
@@ -109,12 +109,12 @@ def reconcile_pool(pool: GpuPoolSettings, bounds: ReplicaBounds, given: frozense
     return replace(pool, nodes=replace(nodes, min_size=min_size, desired_size=desired, max_size=max_size))
 
 
-def check_shared_role(pools: list[GpuPoolSettings], bounds: ReplicaBounds, pools_raw: Mapping[str, Any]) -> None:
+def check_shared_role(pools: list[GpuPoolSettings], bounds: ReplicaBounds) -> None:
     """Several pools run one role (Ray places its replicas on any of them): their bounds are the
     stack's to set, and together they must hold max replicas and not exceed min replicas."""
     names = [p.name for p in pools]
     for pool in pools:
-        missing = [k for k in ("minSize", "maxSize") if k not in (pools_raw.get(pool.name) or {})]
+        missing = [k for k in ("minSize", "maxSize") if k not in pool.given]
         if bounds.autoscales and missing:
             raise ConfigError(
                 f"gpuPools.{pool.name}.{missing[0]}", UNSET, f"set: pools {yaml_text(names)} share role {pool.app_role}"
@@ -139,18 +139,16 @@ def check_shared_role(pools: list[GpuPoolSettings], bounds: ReplicaBounds, pools
         )
 
 
-def reconcile_pools(
-    pools: Mapping[str, GpuPoolSettings], document: dict, pools_raw: Mapping[str, Any]
-) -> dict[str, GpuPoolSettings]:
+def reconcile_pools(pools: Mapping[str, GpuPoolSettings], document: dict) -> dict[str, GpuPoolSettings]:
     bounds = role_bounds(document)
     reconciled = dict(pools)
     for role, role_bound in bounds.items():
         mine = [p for p in pools.values() if p.app_role == role]
         if len(mine) > 1:
-            check_shared_role(mine, role_bound, pools_raw)
+            check_shared_role(mine, role_bound)
             continue
         (pool,) = mine
-        reconciled[pool.name] = reconcile_pool(pool, role_bound, frozenset(pools_raw.get(pool.name) or ()))
+        reconciled[pool.name] = reconcile_pool(pool, role_bound)
     return reconciled
 
 

@@ -71,6 +71,8 @@ class GpuPoolSettings:
     kubernetes_version: str
     ami: AmiPin
     serves: str | None = None  # the serve config's role it runs, when it is not the pool's name
+    # The gpuPools.<name> fields the stack sets: bounds left out follow the role's replicas (domain/scaling.py).
+    given: frozenset[str] = frozenset()
 
     @property
     def app_role(self) -> str:
