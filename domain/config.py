@@ -12,6 +12,7 @@ import ipaddress
 import json
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from domain import (
@@ -37,6 +38,7 @@ from domain import (
     versions,
 )
 from domain.aws_facts import BotocoreFacts
+from domain.deploy_mode import DeployMode, parse_deploy_mode
 from domain.errors import UNSET, ConfigError, kind_text, mapping_of, unknown_field, yaml_text
 from domain.facts import GPU_ROLES
 from domain.hardening import load_hardening, switched_off
@@ -440,6 +442,11 @@ def _serving(
     )
 
 
+def load_deploy_mode(get: Getter) -> DeployMode:
+    """The deploy mode alone (domain/deploy_mode.py), its keys read as load_settings reads them."""
+    return parse_deploy_mode(get, _Raw(get).boolean)
+
+
 def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFacts) -> Settings:
     """Build and check the whole Settings from raw stack values (`get(key)` -> str or None; a secret
     key's value is only a marker: Settings records whether it is set, never what it is) and
@@ -461,11 +468,12 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         )
 
     name = field_checks.check_cluster_name("clusterName", raw.text("clusterName", f"ray-llm-{stack}"))
+    mode = parse_deploy_mode(get, raw.boolean)
 
     network = _network(raw, region, name)
     obs = observability.load_observability(
         raw.structured("observability", dict),
-        existing_cluster=raw.boolean("existingCluster"),
+        existing_cluster=mode.existing_cluster,
         stack_chart=_chart(raw, "kubePrometheusStackVersion", versions.KUBE_PROMETHEUS_STACK_CHART),
         dcgm_chart=_chart(raw, "dcgmExporterVersion", versions.DCGM_EXPORTER_CHART),
     )
@@ -486,6 +494,8 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
             network.cluster_name, network.vpc_cidr, network.availability_zones
         ),
     )
+    if mode.existing_cluster:  # the internal NLB needs the AWS Load Balancer Controller, only on the cluster we build
+        hardening = replace(hardening, internal_endpoint=False)
     if not hardening.api_key_check and serving.serve_document["applications"][0]["import_path"] == (
         serve_config.SELECTIVE_PD_IMPORT
     ):
@@ -504,16 +514,18 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         alerts=alerts.load(raw.structured("alerts", dict), serving.serve_document, alerts.pool_types(pools)),
         hf_token_set=get("hfToken") is not None,
         api_keys_set=get("apiKeys") is not None,
-        **_resilience(raw, hardening.environment, pools),
+        deploy_mode=mode,
+        **_resilience(raw, hardening.environment, pools, mode.existing_cluster),
     )
     known_issues.refuse(settings)  # upstream bugs the stack would hit (domain/data/known_issues.yaml)
     return settings
 
 
-def _resilience(raw: _Raw, environment: str, pools: Mapping[str, GpuPoolSettings]) -> dict:
-    """GCS fault tolerance and the upgrade strategy (domain/gcs_ft.py, domain/upgrades.py)."""
+def _resilience(raw: _Raw, environment: str, pools: Mapping[str, GpuPoolSettings], existing_cluster: bool) -> dict:
+    """GCS fault tolerance as the deploy mode allows it, the upgrade strategy (domain/gcs_ft.py, domain/upgrades.py)."""
     ft = gcs_ft.parse(raw.text("gcsFaultTolerance"), raw.text("gcsRedisNodeType"), raw.integer("gcsRedisReplicas"),
                       environment)  # fmt: skip
+    ft = gcs_ft.for_mode(ft, existing_cluster)
     sizes = {role: (p.nodes.desired_size, p.nodes.max_size) for role, p in pools.items()}
     return {"gcs_ft": ft, "upgrade_strategy": upgrades.strategy(raw.text("upgradeStrategy"), sizes)}
 

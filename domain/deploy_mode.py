@@ -14,6 +14,7 @@ Keys (all in the ray-llm-eks namespace, listed in domain/data/config_keys.yaml):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import yaml
@@ -44,18 +45,10 @@ class DeployMode:
         return self.kuberay_namespace or KUBERAY_NAMESPACE
 
 
-def _boolean(get, key: str) -> bool:
-    value = get(key)
-    if value is None:
-        return default(key)
-    if str(value).lower() not in ("true", "false"):
-        raise ConfigError(key, value, "true or false")
-    return str(value).lower() == "true"
-
-
-def load_deploy_mode(get) -> DeployMode:
-    """`get(key)` -> raw string or None (a secret key reads as SECRET_MARKER: its presence is enough)."""
-    existing = _boolean(get, "existingCluster")
+def parse_deploy_mode(get: Callable[[str], str | None], boolean: Callable[[str], bool]) -> DeployMode:
+    """`get(key)` -> raw string or None (a secret key reads as SECRET_MARKER: its presence is enough);
+    `boolean(key)`: the stack's boolean reader (domain/config.py), the table's default where unset."""
+    existing = boolean("existingCluster")
     if not existing:
         for key in EXISTING_ONLY:
             if get(key) is not None:
@@ -63,13 +56,13 @@ def load_deploy_mode(get) -> DeployMode:
                     key, get(key) if key != "kubeconfig" else SECRET_MARKER, "only with existingCluster: true"
                 )
     context = check_kube_context("kubeContext", get("kubeContext"))
-    install_kuberay = _boolean(get, "installKubeRay")
+    install_kuberay = boolean("installKubeRay")
     operator_namespace = check_kuberay_namespace("kuberayNamespace", get("kuberayNamespace"), install_kuberay)
     return DeployMode(
         existing_cluster=existing,
         install_kuberay=install_kuberay,
-        install_device_plugins=_boolean(get, "installDevicePlugins"),
-        wait_for_ready=_boolean(get, "waitForReady"),
+        install_device_plugins=boolean("installDevicePlugins"),
+        wait_for_ready=boolean("waitForReady"),
         kube_context=context,
         kubeconfig_configured=get("kubeconfig") is not None,
         kuberay_namespace=operator_namespace,

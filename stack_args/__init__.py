@@ -18,9 +18,7 @@ from components.network import Network, NetworkArgs
 from components.observability import EbsCsiDriverArgs, MonitoringStackArgs, ServiceMonitoringArgs
 from domain import alerts, dashboards, gcs_ft
 from domain import network_policies as policies
-from domain.deploy_mode import DeployMode
 from domain.facts import ENVIRONMENT_TAG
-from domain.hardening import HardeningSettings
 from domain.network_policies import network_policies
 from domain.ray_service import ray_service_spec
 from domain.serve_config import served_model_id
@@ -29,23 +27,20 @@ from domain.settings import GpuPoolSettings, NodePoolSettings, Settings
 
 def llm_service_args(
     settings: Settings,
-    mode: DeployMode,
-    hardening: HardeningSettings,
     hf_token: pulumi.Output[str] | None,
     api_keys: pulumi.Output[str] | None,
     store: GcsStore | None,
     head_security_groups: list[pulumi.Input[str]],
     sealed: frozenset[str] = frozenset(),
 ) -> LlmServiceArgs:
-    """`hardening`: the stack's, as this deploy mode applies it (no internal endpoint on an existing cluster)."""
-    serving = settings.serving
+    serving, mode, hardening = settings.serving, settings.deploy_mode, settings.hardening
     return LlmServiceArgs(
         ray_service_spec=ray_service_spec(settings),  # the store's address is a placeholder until AWS names it
         model_id=served_model_id(serving.serve_document, "rendered"),
         namespace=serving.namespace,
         service_name=serving.service_name,
-        environment=settings.hardening.environment,
-        api_key_check=settings.hardening.api_key_check,
+        environment=hardening.environment,
+        api_key_check=hardening.api_key_check,
         network_policies=(
             network_policies(
                 serving.namespace,
@@ -69,9 +64,10 @@ def llm_service_args(
 
 
 def existing_cluster_args(
-    settings: Settings, mode: DeployMode, kubeconfig: pulumi.Output[str] | None, offline_plan: bool, sealed: bool
+    settings: Settings, kubeconfig: pulumi.Output[str] | None, offline_plan: bool, sealed: bool
 ) -> ExistingClusterArgs:
     """`offline_plan`: the plan runs without deploying; `sealed`: the kubeconfig is a `secure:` value."""
+    mode = settings.deploy_mode
     return ExistingClusterArgs(
         ray_service_spec=ray_service_spec(settings),  # the spec that deploys, keyed
         pools=list(settings.gpu_pools),
@@ -162,8 +158,8 @@ def cluster_autoscaler_args(settings: Settings) -> ClusterAutoscalerArgs:
     )
 
 
-def internal_endpoint_args(settings: Settings, hardening: HardeningSettings) -> InternalEndpointArgs:
-    """`hardening`: the stack's, as this deploy mode applies it."""
+def internal_endpoint_args(settings: Settings) -> InternalEndpointArgs:
+    hardening = settings.hardening
     return InternalEndpointArgs(
         source_ranges=hardening.endpoint_source_ranges,
         namespace=settings.serving.namespace,
@@ -190,9 +186,9 @@ def ebs_csi_driver_args(settings: Settings) -> EbsCsiDriverArgs:
     )
 
 
-def monitoring_stack_args(settings: Settings, hardening: HardeningSettings, zone: str) -> MonitoringStackArgs:
-    """`hardening`: the stack's, as this deploy mode applies it; `zone`: the system nodes' (Network's GPU zone)."""
-    obs, name = settings.serving.observability, settings.cluster.name
+def monitoring_stack_args(settings: Settings, zone: str) -> MonitoringStackArgs:
+    """`zone`: the system nodes' (Network's GPU zone)."""
+    obs, name, hardening = settings.serving.observability, settings.cluster.name, settings.hardening
     return MonitoringStackArgs(
         cluster_name=name,
         region=settings.region,
@@ -212,15 +208,15 @@ def monitoring_stack_args(settings: Settings, hardening: HardeningSettings, zone
     )
 
 
-def service_monitoring_args(settings: Settings, mode: DeployMode) -> ServiceMonitoringArgs:
-    obs = settings.serving.observability
+def service_monitoring_args(settings: Settings) -> ServiceMonitoringArgs:
+    obs, mode = settings.serving.observability, settings.deploy_mode
     # With amp the workspace holds the rules (MonitoringStack) and there is no Grafana of ours to load dashboards.
     amp = obs.mode == "amp"
     return ServiceMonitoringArgs(
         namespace=settings.serving.namespace,
         prometheus_release=obs.prometheus_release,
         rule_spec=None if amp else alerts.prometheus_rule_spec(settings),
-        dashboards=None if amp else dashboards.shipped_dashboards(settings, existing_cluster=mode.existing_cluster),
+        dashboards=None if amp else dashboards.shipped_dashboards(settings),
         operator_namespace=mode.operator_namespace if mode.install_kuberay else None,
     )
 

@@ -32,7 +32,7 @@ from importlib.resources import files
 given = json.loads(sys.stdin.read())
 config = StackConfig(given["project"], given["stack"], given["values"], frozenset())
 settings = stack.load_settings(config)
-args = stack_args.llm_service_args(settings, stack.load_deploy_mode(config), settings.hardening, None, None, None, [])
+args = stack_args.llm_service_args(settings, None, None, None, [])
 print(json.dumps({
     "module": components.llm_service.__file__,
     "path": sys.path,
@@ -48,9 +48,7 @@ def _args(config) -> dict:
     import stack_args
 
     settings = stack.load_settings(config)
-    built = stack_args.llm_service_args(
-        settings, stack.load_deploy_mode(config), settings.hardening, None, None, None, []
-    )
+    built = stack_args.llm_service_args(settings, None, None, None, [])
     return asdict(built)
 
 

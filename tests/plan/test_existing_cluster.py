@@ -5,6 +5,7 @@ rules called directly: tests/unit/test_existing_cluster_checks.py."""
 from __future__ import annotations
 
 import socket
+from dataclasses import replace
 
 import pytest
 
@@ -12,7 +13,7 @@ import components.existing_cluster as existing_cluster
 import stack_args
 from adapters.stackfile import SecretValue
 from domain.cluster_checks import ClusterMismatch
-from domain.deploy_mode import load_deploy_mode
+from domain.config import load_deploy_mode
 from offline import plan as plan_cli
 from offline.plan import run_program
 from offline.policy_check import plan_resources
@@ -34,7 +35,7 @@ EXISTING = {
 
 def checked(settings, mode):
     """What the program hands ExistingCluster for this mode (stack_args)."""
-    return stack_args.existing_cluster_args(settings, mode, None, offline_plan=False, sealed=False)
+    return stack_args.existing_cluster_args(replace(settings, deploy_mode=mode), None, offline_plan=False, sealed=False)
 
 
 # ---- deploy-time checks
