@@ -23,6 +23,7 @@ from domain.errors import ConfigError
 from domain.facts import ENVIRONMENT_TAG
 from domain.field_checks import (
     check_cluster_name,
+    check_count,
     check_environment,
     check_instance_type,
     check_kubernetes_version,
@@ -66,6 +67,9 @@ class NodeGroupArgs:
     """The gp3 root volume, 20 to 16384 GiB (diskSizeGiB); none: the group's default (the system or the GPU nodes')."""
 
     def __post_init__(self) -> None:
+        for name in ("min_size", "desired_size", "max_size"):
+            if getattr(self, name) is not None:
+                check_count(name, getattr(self, name), NODE_GROUP_ARGS)
         low, desired, high = node_sizes(self.min_size, self.desired_size, self.max_size)
         object.__setattr__(self, "min_size", low)
         object.__setattr__(self, "desired_size", desired)

@@ -209,6 +209,12 @@ def check_gpu_instance_type(
     return spec
 
 
+def check_count(key: str, value: int, file: str | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(key, value, "a count of 0 or more", file)
+    return value
+
+
 def node_sizes(min_size: int | None, desired_size: int | None, max_size: int | None) -> tuple[int, int, int]:
     """A node group's (min, desired, max) where some are left out: desired from min (at least 1), the
     bounds from desired."""
@@ -223,8 +229,7 @@ def check_node_group(
     root volume's GiB (None: not yet known), each by the name the caller spells it (minSize or min_size);
     `group` is the key of a line about the three bounds together, `prefix` goes before each field's name."""
     for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"{prefix}{name}", value, "a count of 0 or more", file)
+        check_count(f"{prefix}{name}", value, file)
     (low_name, low), (desired_name, desired), (high_name, high) = sizes.items()
     if high < 1:
         raise ConfigError(

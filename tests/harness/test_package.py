@@ -336,6 +336,9 @@ def test_cluster_and_node_group_args_refuse_a_bad_field_with_the_stack_keys_line
     assert _refusal(lambda: NodeGroupArgs("m7i.xlarge", disk_size_gib=10)).endswith(
         "disk_size_gib = 10: 20 to 16384 GiB (gp3 root volume)"
     )
+    assert _refusal(lambda: NodeGroupArgs("m7i.xlarge", min_size="1")) == (
+        "NodeGroupArgs: invalid config min_size = '1': a count of 0 or more"
+    )
     assert _refusal(lambda: NodeGroupArgs("m7i")).startswith("NodeGroupArgs: invalid config instance_type = m7i:")
     assert _refusal(lambda: ClusterArgs("ray-llm", "us-east-1", service_cidr="10.0.0.0/8")).endswith(
         "service_cidr = 10.0.0.0/8: a private (RFC 1918) block with prefix /12 to /24"
