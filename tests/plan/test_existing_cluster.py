@@ -33,12 +33,12 @@ EXISTING = {
 # ---- config
 
 
+# ---- deploy-time checks
+
+
 def checked(settings, mode):
     """What the program hands ExistingCluster for this mode (stack_args)."""
     return stack_args.existing_cluster_args(replace(settings, deploy_mode=mode), None, offline_plan=False, sealed=False)
-
-
-# ---- deploy-time checks
 
 
 # ---- the program
