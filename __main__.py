@@ -1,7 +1,5 @@
 """ray-llm-eks: wiring only. Every box is a component in components/; see README for the picture."""
 
-from dataclasses import replace
-
 import pulumi
 
 import stack_args
@@ -38,14 +36,13 @@ from domain.yaml_files import YamlSyntaxError
 try:  # a bad value or an AWS refusal stops here, before any resource
     stack_config = stack.running_stack()
     settings = stack.load_settings(stack_config)  # typed and validated
-    mode = stack.load_deploy_mode(stack_config)
+    mode = settings.deploy_mode
     for line in config.secret_checks(settings, deploying=stack.deploying()):
         pulumi.log.warn(line)
     for line in known_issues.warnings(settings):  # upstream bugs on this stack's path, warned only
         pulumi.log.warn(line)
     # AWS offerings, quotas, version calendar: only for the cluster this stack builds.
     checks = [] if mode.existing_cluster else preflight.run(settings, PulumiAwsAnswers(), environment.today())
-    settings = gcs_ft.for_mode(settings, mode.existing_cluster)  # no AWS store on a cluster we did not build
 except (ConfigError, YamlSyntaxError, preflight.PreflightError) as error:
     if environment.offline_plan_set():  # `make plan` and the tests want the typed error
         raise
@@ -54,42 +51,35 @@ secrets = stack.stack_secrets()  # Pulumi secret Outputs, apart from Settings
 sealed = stack.sealed_secrets()  # offline, the `secure:` values: their content is checked at deploy time
 deferred = secret_content.deferred(sealed, settings.hardening.api_key_check)  # lines of what `make plan` cannot check
 serving = settings.serving
-estimate = cost.estimate(settings, settings.prices, existing_cluster=mode.existing_cluster)
+estimate = cost.estimate(settings, settings.prices)
 for warning in pool_use.idle_gpu_warnings(settings, stack.changed_stack_passes(stack_config)):
     pulumi.log.warn(warning)  # GPUs paid for and unused: said at `pulumi up` and in `make plan`
 for line in checks:
     if line.startswith("warning:"):
         pulumi.log.warn(line.removeprefix("warning: "))
 
-# The internal load balancer needs the AWS Load Balancer Controller: only on the cluster we build.
-hardening = replace(settings.hardening, internal_endpoint=False) if mode.existing_cluster else settings.hardening
+hardening = settings.hardening  # as the deploy mode applies it (no internal endpoint on an existing cluster)
 installed = []
 store = None
 if mode.existing_cluster:
     # A cluster this stack did not create (docs/operations.md: existing clusters): no AWS resource at all.
     target = ExistingCluster(
         "existing-cluster",
-        mode,
-        settings,
-        secrets.kubeconfig,
-        offline_plan=not stack.deploying(),
-        kubeconfig_sealed="kubeconfig" in sealed,
+        stack_args.existing_cluster_args(
+            settings, secrets.kubeconfig, offline_plan=not stack.deploying(), sealed="kubeconfig" in sealed
+        ),
     )
     deferred += target.deferred
     provider, nodes = target.provider, []
 else:
     network = Network("net", stack_args.network_args(settings))
-    cluster = Cluster(
-        "eks",
-        settings.cluster,
-        network,
-        settings.region,
-        hardening=settings.hardening,
-        pod_security_groups=settings.gcs_ft.redis,
-    )
+    cluster = Cluster("eks", stack_args.cluster_args(settings), network)
     if settings.gcs_ft.redis:  # the head's GCS fault tolerance store (domain/gcs_ft.py)
         store = GcsStore("gcs-store", stack_args.gcs_store_args(settings, network))
-    pools = {name: GpuNodePool(name, pool, cluster, network) for name, pool in settings.gpu_pools.items()}
+    pools = {
+        name: GpuNodePool(name, stack_args.gpu_node_pool_args(pool), cluster, network)
+        for name, pool in settings.gpu_pools.items()
+    }
     provider, nodes = cluster.provider, [cluster.system_nodes, *pools.values()]
     if serving.weights_s3_uris:  # weights mirrored in S3: the nodes may read them before any worker starts
         installed.append(WeightsAccess("weights", serving.weights_s3_uris, cluster.node_role.role, settings.region))
@@ -130,7 +120,7 @@ if obs.in_cluster_stack:
     monitoring.append(
         MonitoringStack(
             "monitoring",
-            stack_args.monitoring_stack_args(settings, hardening, network.gpu_availability_zone),
+            stack_args.monitoring_stack_args(settings, network.gpu_availability_zone),
             agent,
             csi,
             # node-exporter and the DCGM exporter run on every node: all of them first.
@@ -141,8 +131,6 @@ service = LlmService(
     "llm",
     stack_args.llm_service_args(
         settings,
-        mode,
-        hardening,
         secrets.hf_token,
         secrets.api_keys,
         store,
@@ -157,7 +145,7 @@ if obs.enabled:
     # CRDs exist (our chart's, or the existing cluster's own); removed before either on destroy.
     ServiceMonitoring(
         "service-monitoring",
-        stack_args.service_monitoring_args(settings, mode),
+        stack_args.service_monitoring_args(settings),
         pulumi.ResourceOptions(providers=[provider], depends_on=[service.namespace, *monitoring, *installed]),
     )
     if obs.grafana:
@@ -166,7 +154,7 @@ if hardening.internal_endpoint:
     # After the RayService, before it on destroy; the controller outlives the NLB it removes.
     endpoint = InternalEndpoint(
         "internal-endpoint",
-        stack_args.internal_endpoint_args(settings, hardening),
+        stack_args.internal_endpoint_args(settings),
         pulumi.ResourceOptions(providers=[provider], depends_on=[service, controller]),
     )
     pulumi.export("internalEndpointUrl", endpoint.url)
@@ -193,6 +181,4 @@ pulumi.export("upgradeImpact", upgrades.summary(settings.upgrade_strategy, singl
 pulumi.export("servingFit", list(serving.fit))  # per role: KV cache, blocks, tokens, concurrency (model_fit)
 pulumi.export("estimatedHourlyCostUsd", estimate.usd_per_hour)
 pulumi.export("costEstimate", estimate.as_output())
-pulumi.export(
-    "hourlyCostRangeUsd", cost.cost_range(settings, settings.prices, mode.existing_cluster)
-)  # pools at min / desired / max
+pulumi.export("hourlyCostRangeUsd", cost.cost_range(settings, settings.prices))  # pools at min / desired / max

@@ -2,8 +2,7 @@
 `make plan`, the rehearsals, the e2e and the tests (a Pulumi.<stack>.yaml read as the CLI reads it).
 
     config = stack_file("dev")            # or running_stack() inside the Pulumi program
-    settings = load_settings(config)      # typed and validated, or one ConfigError
-    mode = load_deploy_mode(config)
+    settings = load_settings(config)      # typed and validated, or one ConfigError; its deploy_mode too
 
 A secret key's value never reaches domain/: it reads as SECRET_MARKER, and Settings records only
 whether it is set. The running program gets the secrets themselves as Pulumi Outputs from
@@ -21,8 +20,6 @@ from typing import Any
 from adapters import botocore_facts, environment, stackfile
 from adapters.stackfile import ROOT, StackConfig
 from domain import config, config_keys
-from domain.deploy_mode import DeployMode
-from domain.deploy_mode import load_deploy_mode as _deploy_mode
 from domain.errors import PROJECT, ConfigError
 from domain.facts import SECRET_MARKER
 from domain.settings import Settings
@@ -67,10 +64,6 @@ def load_settings(config_: StackConfig) -> Settings:
     config_keys.refuse_unknown(sorted(config_.values))
     get = _getter(config_)
     return config.load_settings(get, config_.stack, get("aws:region"), botocore_facts.load())
-
-
-def load_deploy_mode(config_: StackConfig) -> DeployMode:
-    return _deploy_mode(_getter(config_))
 
 
 @dataclass(frozen=True)

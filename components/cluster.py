@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import pulumi
 import pulumi_aws as aws
@@ -13,11 +15,31 @@ import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
 from adapters import botocore_facts
+from components.args import fill_defaults
 from components.network import Network
+from domain import config_keys, sizing
+from domain.config_keys import default
+from domain.errors import ConfigError
 from domain.facts import ENVIRONMENT_TAG
-from domain.hardening import HardeningSettings
+from domain.field_checks import (
+    check_cluster_name,
+    check_count,
+    check_environment,
+    check_instance_type,
+    check_kubernetes_version,
+    check_log_retention,
+    check_log_types,
+    check_node_group,
+    check_principal_arns,
+    check_public_access_cidrs,
+    check_service_cidr,
+    check_system_disk,
+    node_sizes,
+)
 from domain.placement import SYSTEM_LABELS
-from domain.settings import ClusterSettings, NodePoolSettings
+
+ARGS = "ClusterArgs"  # names the Args in a bad field's line (domain/errors.py line())
+NODE_GROUP_ARGS = "NodeGroupArgs"
 
 # Managed policies a node needs: join the cluster, run the VPC CNI, pull from ECR, and be reachable
 # through SSM Session Manager instead of SSH.
@@ -29,10 +51,97 @@ NODE_POLICIES = (
 )
 
 
-def scaling(nodes: NodePoolSettings) -> aws.eks.NodeGroupScalingConfigArgs:
+@dataclass(frozen=True)
+class NodeGroupArgs:
+    """One managed node group's instance type, size bounds and root volume."""
+
+    instance_type: str
+    """The EC2 instance type of every node (config key systemNodes.instanceType, gpuPools.<name>.instanceType)."""
+    min_size: int | None = None
+    """Fewest nodes (minSize); none: desired_size."""
+    desired_size: int | None = None
+    """Nodes to start with (desiredSize); none: min_size, at least 1."""
+    max_size: int | None = None
+    """Most nodes, at least 1 (maxSize); none: desired_size."""
+    disk_size_gib: int | None = None
+    """The gp3 root volume, 20 to 16384 GiB (diskSizeGiB); none: the group's default (the system or the GPU nodes')."""
+
+    def __post_init__(self) -> None:
+        for name in ("min_size", "desired_size", "max_size"):
+            if getattr(self, name) is not None:
+                check_count(name, getattr(self, name), NODE_GROUP_ARGS)
+        low, desired, high = node_sizes(self.min_size, self.desired_size, self.max_size)
+        object.__setattr__(self, "min_size", low)
+        object.__setattr__(self, "desired_size", desired)
+        object.__setattr__(self, "max_size", high)
+        check_instance_type("instance_type", self.instance_type, botocore_facts.load(), NODE_GROUP_ARGS)
+        sizes = {"min_size": low, "desired_size": desired, "max_size": high}
+        disk = None if self.disk_size_gib is None else ("disk_size_gib", self.disk_size_gib)
+        check_node_group("desired_size", sizes, disk, NODE_GROUP_ARGS)
+
+    def with_disk_default(self, gib: int) -> NodeGroupArgs:
+        """These nodes, their root volume `gib` where the caller left it out (each group's default differs)."""
+        return self if self.disk_size_gib is not None else replace(self, disk_size_gib=gib)
+
+
+def scaling(nodes: NodeGroupArgs) -> aws.eks.NodeGroupScalingConfigArgs:
     return aws.eks.NodeGroupScalingConfigArgs(
         min_size=nodes.min_size, desired_size=nodes.desired_size, max_size=nodes.max_size
     )
+
+
+@dataclass(frozen=True)
+class ClusterArgs:
+    """The EKS cluster: its name, version, who administers it, its API endpoint, logs and system nodes."""
+
+    name: str
+    """The EKS cluster's name (config key clusterName)."""
+    region: str
+    """The cluster's AWS region: its partition names the policies and the node role's trust."""
+    kubernetes_version: str | None = default("kubernetesVersion")
+    """The EKS Kubernetes version (config key kubernetesVersion)."""
+    admin_principal_arns: Sequence[str] | None = ()
+    """IAM roles or users given cluster-admin access entries besides the deployer (config key clusterAdmins)."""
+    public_access_cidrs: Sequence[str] | None = tuple(default("endpointPublicAccessCidrs"))
+    """Who may reach the public API endpoint, at least one CIDR (config key endpointPublicAccessCidrs)."""
+    service_cidr: str | None = default("serviceCidr")
+    """The Kubernetes service range, private, /12 to /24, apart from the VPC's (config key serviceCidr)."""
+    log_types: Sequence[str] | None = tuple(default("clusterLogTypes"))
+    """The control plane's log types sent to CloudWatch (config key clusterLogTypes)."""
+    log_retention_days: int | None = default("clusterLogRetentionDays")
+    """Retention of the control plane's log group, a value CloudWatch accepts (config key clusterLogRetentionDays)."""
+    system_nodes: NodeGroupArgs | None = None
+    """The system node group (the Ray head, CoreDNS, the operators); none: the systemNodes key's default."""
+    environment: str | None = default("environment")
+    """dev, staging or production: the cluster's environment tag, read by the policy pack (config key environment)."""
+    network_policies: bool | None = default("networkPolicies")
+    """The VPC CNI's network policy agent enforces NetworkPolicies (config key networkPolicies)."""
+    pod_security_groups: bool | None = False
+    """Security groups for pods (the GCS store admits the Ray head's group only, components/gcs_store.py)."""
+
+    def __post_init__(self) -> None:
+        fill_defaults(self)
+        facts = botocore_facts.load()
+        check_cluster_name("name", self.name, ARGS)
+        check_kubernetes_version("kubernetes_version", self.kubernetes_version, ARGS)
+        partition = facts.region_partition(self.region)
+        if partition is None:
+            raise ConfigError("region", self.region, "an AWS region botocore knows", ARGS)
+        admins = check_principal_arns("admin_principal_arns", self.admin_principal_arns, partition, ARGS)
+        object.__setattr__(self, "admin_principal_arns", admins)
+        public = check_public_access_cidrs("public_access_cidrs", self.public_access_cidrs, ARGS)
+        object.__setattr__(self, "public_access_cidrs", public)
+        object.__setattr__(self, "service_cidr", check_service_cidr("service_cidr", self.service_cidr, ARGS))
+        object.__setattr__(self, "log_types", check_log_types("log_types", self.log_types, facts.eks_log_types, ARGS))
+        check_log_retention("log_retention_days", self.log_retention_days, facts.log_retention_days, ARGS)
+        system = self.system_nodes
+        if system is None:
+            given = config_keys.default("systemNodes")
+            system = NodeGroupArgs(given["instanceType"], desired_size=given.get("desiredSize"))
+        system = system.with_disk_default(sizing.SYSTEM_DISK_GIB)  # the Ray head pulls the serving image
+        check_system_disk("system_nodes.disk_size_gib", system.disk_size_gib, ARGS)
+        object.__setattr__(self, "system_nodes", system)
+        check_environment("environment", self.environment, ARGS)
 
 
 class NodeRole(pulumi.ComponentResource):
@@ -96,34 +205,25 @@ class Cluster(pulumi.ComponentResource):
     """EKS with API authentication, private nodes, a restricted public endpoint, control-plane
     logging into a log group we own, secrets encrypted with our KMS key, and the system nodes."""
 
-    def __init__(
-        self,
-        name: str,
-        settings: ClusterSettings,
-        network: Network,
-        region: str,
-        opts: pulumi.ResourceOptions | None = None,
-        hardening: HardeningSettings | None = None,
-        pod_security_groups: bool = False,
-    ):
+    def __init__(self, name: str, args: ClusterArgs, network: Network, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ray-llm-eks:cluster:Cluster", name, None, opts)
-        hardening = hardening or HardeningSettings()
         child = pulumi.ResourceOptions(parent=self)
-        self.name = settings.name
+        self.name = args.name
+        region = args.region
         partition = botocore_facts.load().region_partition(region)
 
         # EKS creates /aws/eks/<name>/cluster itself when logging is on and never deletes it;
         # declared here first, it has a retention period and `destroy` removes it.
         self.log_group = aws.cloudwatch.LogGroup(
             f"{name}-control-plane-logs",
-            name=f"/aws/eks/{settings.name}/cluster",
-            retention_in_days=settings.log_retention_days,
+            name=f"/aws/eks/{args.name}/cluster",
+            retention_in_days=args.log_retention_days,
             opts=child,
         )
         # Envelope encryption of Kubernetes Secrets (the Hugging Face token lives in one).
         self.secrets_key = aws.kms.Key(
             f"{name}-secrets",
-            description=f"EKS secrets encryption for {settings.name}",
+            description=f"EKS secrets encryption for {args.name}",
             enable_key_rotation=True,
             deletion_window_in_days=7,
             opts=child,
@@ -132,8 +232,8 @@ class Cluster(pulumi.ComponentResource):
 
         self.eks = eks.Cluster(
             name,
-            name=settings.name,
-            version=settings.kubernetes_version,
+            name=args.name,
+            version=args.kubernetes_version,
             vpc_id=network.vpc.id,
             private_subnet_ids=network.private_subnet_ids,
             public_subnet_ids=network.public_subnet_ids,
@@ -142,12 +242,12 @@ class Cluster(pulumi.ComponentResource):
             skip_default_node_group=True,
             # No instance_roles: pulumi-eks refuses them with authentication mode API, and EKS creates
             # the access entries of managed node groups itself.
-            access_entries=admin_access_entries(settings.admin_principal_arns, partition),
+            access_entries=admin_access_entries(args.admin_principal_arns, partition),
             endpoint_private_access=True,
             endpoint_public_access=True,
-            public_access_cidrs=list(settings.public_access_cidrs),
-            kubernetes_service_ip_address_range=settings.service_cidr,
-            enabled_cluster_log_types=list(settings.log_types),
+            public_access_cidrs=list(args.public_access_cidrs),
+            kubernetes_service_ip_address_range=args.service_cidr,
+            enabled_cluster_log_types=list(args.log_types),
             encryption_config_key_arn=self.secrets_key.arn,
             create_oidc_provider=True,
             # The VPC CNI add-on's network policy agent (its configurationValues enableNetworkPolicy):
@@ -156,18 +256,18 @@ class Cluster(pulumi.ComponentResource):
             # the CNI's ENABLE_POD_ENI, and TCP early demux off so the kubelet's TCP/HTTP probes still reach
             # a pod on a branch interface (pulumi-eks VpcCniOptions, EKS user guide security-groups-for-pods).
             vpc_cni_options=eks.VpcCniOptionsArgs(
-                enable_network_policy=hardening.network_policies,
-                enable_pod_eni=pod_security_groups or None,
-                disable_tcp_early_demux=pod_security_groups or None,
+                enable_network_policy=args.network_policies,
+                enable_pod_eni=args.pod_security_groups or None,
+                disable_tcp_early_demux=args.pod_security_groups or None,
             ),
             # The policy pack reads the environment here (policy/rules.py, api-endpoint-restricted).
-            cluster_tags={ENVIRONMENT_TAG: hardening.environment},
+            cluster_tags={ENVIRONMENT_TAG: args.environment},
             # The whole network (NAT routes included) first: nodes need egress to join and pull
             # images; on destroy the cluster goes before the routes it relies on.
             opts=pulumi.ResourceOptions(parent=self, depends_on=[network, self.log_group, self.node_role]),
         )
 
-        if pod_security_groups:
+        if args.pod_security_groups:
             # The VPC resource controller (EKS's, in the control plane) attaches the branch interfaces with
             # the cluster role: AWS's managed policy for it (EKS user guide, security-groups-for-pods).
             aws.iam.RolePolicyAttachment(
@@ -187,9 +287,9 @@ class Cluster(pulumi.ComponentResource):
             # next to its workers. The GPU zone holds every GPU node anyway (EFA), so a second zone would
             # keep nothing serving.
             subnet_ids=[network.gpu_subnet_id],
-            instance_types=[settings.system_nodes.instance_type],
-            scaling_config=scaling(settings.system_nodes),
-            disk_size=settings.system_nodes.disk_size_gib,
+            instance_types=[args.system_nodes.instance_type],
+            scaling_config=scaling(args.system_nodes),
+            disk_size=args.system_nodes.disk_size_gib,
             ami_type="AL2023_x86_64_STANDARD",
             labels=SYSTEM_LABELS,
             enable_imd_sv2=True,
@@ -202,4 +302,4 @@ class Cluster(pulumi.ComponentResource):
             f"{name}-k8s", kubeconfig=self.eks.kubeconfig_json, opts=pulumi.ResourceOptions(parent=self)
         )
         self.kubeconfig = pulumi.Output.secret(self.eks.kubeconfig_json)
-        self.register_outputs({"clusterName": settings.name, "kubeconfig": self.kubeconfig})
+        self.register_outputs({"clusterName": args.name, "kubeconfig": self.kubeconfig})

@@ -3,28 +3,71 @@ after the cluster was checked for what the stack relies on (domain.cluster_check
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
 import pulumi
 import pulumi_kubernetes as k8s
 
 from adapters.kube_client import KubeClient, KubeUnreachable, environment_kubeconfig
+from components.args import fill_defaults
 from domain.cluster_checks import ClusterMismatch, check_cluster, check_monitoring_crds, check_operator_namespace
-from domain.deploy_mode import DeployMode, check_kubeconfig
+from domain.config_keys import default
+from domain.deploy_mode import check_kubeconfig
 from domain.errors import NOT_SHOWN, ConfigError
-from domain.ray_service import ray_service_spec
-from domain.settings import Settings
+from domain.field_checks import check_kube_context, check_kuberay_namespace
+
+ARGS = "ExistingClusterArgs"  # names the Args in a bad field's line (domain/errors.py line())
 
 
-def verify_cluster(text: str, base_dir: str, mode: DeployMode, settings: Settings) -> None:
+@dataclass(frozen=True)
+class ExistingClusterArgs:
+    """The cluster behind a kubeconfig and what the stack is about to apply to it, checked before any object."""
+
+    ray_service_spec: Mapping[str, Any]
+    """The RayService spec that deploys (domain/ray_service.py): its groups' nodes and the CRD's fields."""
+    pools: Sequence[str]
+    """The GPU pools' names: each one's worker group must find its nodes (config key gpuPools)."""
+    kubeconfig: pulumi.Input[str] | None = None
+    """The cluster's kubeconfig, a secret (config key kubeconfig); none: the environment's (KUBECONFIG)."""
+    kube_context: str | None = None
+    """The kubeconfig's context to use (config key kubeContext); none: its current-context."""
+    install_kuberay: bool | None = default("installKubeRay")
+    """The stack installs KubeRay (config key installKubeRay); false: the cluster's RayService CRD is checked."""
+    install_device_plugins: bool | None = default("installDevicePlugins")
+    """The stack installs the device plugins (config key installDevicePlugins); false: nodes must advertise GPUs."""
+    kuberay_namespace: str | None = None
+    """Where the cluster's own KubeRay operator runs, only with install_kuberay false (config key kuberayNamespace)."""
+    monitoring_crds: bool | None = False
+    """Monitors go to the cluster's own Prometheus Operator (observability mode external): its CRDs are checked."""
+    offline_plan: bool | None = False
+    """An offline plan: an unreachable cluster defers the checks to deploy time instead of failing."""
+    kubeconfig_sealed: bool | None = False
+    """The kubeconfig is a `secure:` value only `pulumi up` decrypts: the checks wait for deploy time."""
+
+    def __post_init__(self) -> None:
+        fill_defaults(self)
+        check_kube_context("kube_context", self.kube_context, ARGS)
+        check_kuberay_namespace(
+            "kuberay_namespace", self.kuberay_namespace, self.install_kuberay, ARGS, install_key="install_kuberay"
+        )
+
+
+def verify_cluster(text: str, base_dir: str, args: ExistingClusterArgs) -> None:
     """Read the cluster behind the kubeconfig `text`; raise ClusterMismatch naming every mismatch."""
-    check_kubeconfig(text, mode.kube_context)
-    api = KubeClient.from_kubeconfig(text, base_dir, mode.kube_context)
-    spec = ray_service_spec(settings)  # the spec that deploys, keyed
+    check_kubeconfig(text, args.kube_context)
+    api = KubeClient.from_kubeconfig(text, base_dir, args.kube_context)
     mismatches = check_cluster(
-        api, spec, settings.gpu_pools, devices=not mode.install_device_plugins, crd=not mode.install_kuberay
+        api,
+        dict(args.ray_service_spec),
+        args.pools,
+        devices=not args.install_device_plugins,
+        crd=not args.install_kuberay,
     )
-    if mode.kuberay_namespace is not None:  # set by the stack: a typo would lock the operator out
-        mismatches += check_operator_namespace(api, mode.kuberay_namespace)
-    if settings.serving.observability.mode == "external":
+    if args.kuberay_namespace is not None:  # set by the stack: a typo would lock the operator out
+        mismatches += check_operator_namespace(api, args.kuberay_namespace)
+    if args.monitoring_crds:
         mismatches += check_monitoring_crds(api)
     if mismatches:
         raise ClusterMismatch(mismatches)
@@ -40,36 +83,28 @@ def deferred(why: str) -> str:
 
 class ExistingCluster(pulumi.ComponentResource):
     """Everything in-cluster goes through `self.provider`, which exists only once the checks passed,
-    so a mismatched cluster gets no object at all. An offline plan (`offline_plan`) needs no cluster: where
+    so a mismatched cluster gets no object at all. An offline plan (`args.offline_plan`) needs no cluster: where
     the kubeconfig is sealed (a `secure:` value only `pulumi up` decrypts) or its cluster is unreachable, the
     checks wait for deploy time and `self.deferred` says so."""
 
-    def __init__(
-        self,
-        name: str,
-        mode: DeployMode,
-        settings: Settings,
-        kubeconfig: pulumi.Output[str] | None,
-        opts: pulumi.ResourceOptions | None = None,
-        offline_plan: bool = False,
-        kubeconfig_sealed: bool = False,
-    ):
+    def __init__(self, name: str, args: ExistingClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("ray-llm-eks:existing_cluster:ExistingCluster", name, None, opts)
         self.deferred: list[str] = []
+        kubeconfig = None if args.kubeconfig is None else pulumi.Output.from_input(args.kubeconfig)
 
         def verify(text: str, folder: str) -> str | None:
             """The checks; offline, the line that defers them when the cluster cannot be reached."""
             try:
-                verify_cluster(text, folder, mode, settings)
+                verify_cluster(text, folder, args)
             except KubeUnreachable as err:
-                if offline_plan:
+                if args.offline_plan:
                     return deferred(f"the cluster was not reached ({err})")
                 raise ConfigError(
                     "kubeconfig", NOT_SHOWN, f"a cluster this machine reaches ({err}); check the context and network"
                 ) from None
             return None
 
-        if kubeconfig is not None and kubeconfig_sealed:
+        if kubeconfig is not None and args.kubeconfig_sealed:
             self.deferred.append(deferred("kubeconfig is a `secure:` value, which only `pulumi up` decrypts"))
             provider_kubeconfig: pulumi.Input[str] | None = pulumi.Output.secret(kubeconfig)
         elif kubeconfig is not None:
@@ -89,7 +124,7 @@ class ExistingCluster(pulumi.ComponentResource):
         self.provider = k8s.Provider(
             name,
             kubeconfig=provider_kubeconfig,
-            context=mode.kube_context,
+            context=args.kube_context,
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({})

@@ -4,12 +4,34 @@ group, so a pool at zero nodes can grow (domain/scaling.py names the tags)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
 
+from adapters import botocore_facts
+from components.args import fill_defaults
+from domain.field_checks import check_gpu_instance_type, check_label_value
 from domain.scaling import node_template_tags
-from domain.settings import GpuPoolSettings
+
+ARGS = "NodeTemplateTagsArgs"  # names the Args in a bad field's line (domain/errors.py line())
+
+
+@dataclass(frozen=True)
+class NodeTemplateTagsArgs:
+    """What a node of one GPU pool looks like to the Cluster Autoscaler: its pool label, GPUs and EFA devices."""
+
+    pool_name: str
+    """The pool's name: its nodes' pool label, which its Ray worker group selects (config key gpuPools)."""
+    instance_type: str
+    """The pool's GPU instance type: the GPUs and EFA devices a node advertises (domain/aws_facts.py)."""
+    efa: bool | None = False
+    """The pool's nodes have EFA interfaces, one per network card, and advertise them as devices."""
+
+    def __post_init__(self) -> None:
+        fill_defaults(self)
+        check_label_value("pool_name", self.pool_name, ARGS)
+        check_gpu_instance_type("instance_type", self.instance_type, botocore_facts.load(), self.efa, ARGS)
 
 
 def first_asg_name(resources: list) -> str:
@@ -26,7 +48,7 @@ class NodeTemplateTags(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        pool: GpuPoolSettings,
+        args: NodeTemplateTagsArgs,
         node_group: pulumi.Output[aws.eks.NodeGroup],
         opts: pulumi.ResourceOptions,
     ):
@@ -40,6 +62,6 @@ class NodeTemplateTags(pulumi.ComponentResource):
                 tag=aws.autoscaling.TagTagArgs(key=key, value=value, propagate_at_launch=False),
                 opts=pulumi.ResourceOptions(parent=self),
             )
-            for key, value in node_template_tags(pool).items()
+            for key, value in node_template_tags(args.pool_name, args.instance_type, args.efa).items()
         }
         self.register_outputs({"autoscalingGroupName": asg_name})

@@ -5,12 +5,11 @@ object with the same `get`/`get_or_none`), so tests hand it canned API answers."
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 from domain.facts import EFA_RESOURCE, GPU_RESOURCE
 from domain.placement import GPU_NODE_SELECTOR, GPU_TAINT, SYSTEM_LABELS
-from domain.settings import GpuPoolSettings
 
 RAYSERVICE_CRD = "rayservices.ray.io"
 # Kubernetes spells the taint effect NoSchedule; the EKS node-group API spells it NO_SCHEDULE.
@@ -71,10 +70,9 @@ def _room(node: dict, requests: Mapping[str, str]) -> list[str]:
     return short
 
 
-def check_nodes(
-    nodes: list[dict], head: dict, workers: Mapping[str, dict], pools: Mapping[str, GpuPoolSettings]
-) -> list[str]:
-    """Nodes each pod group needs: `head`/`workers[pool name]` are the rendered group specs."""
+def check_nodes(nodes: list[dict], head: dict, workers: Mapping[str, dict], pools: Iterable[str]) -> list[str]:
+    """Nodes each pod group needs: `head`/`workers[pool name]` are the rendered group specs, `pools` the GPU
+    pools' names (everything else a pool needs of its nodes is in its group's spec)."""
     mismatches = []
     head_requests = head["template"]["spec"]["containers"][0]["resources"]["requests"]
     system = _selected(nodes, SYSTEM_LABELS)
@@ -85,7 +83,7 @@ def check_nodes(
             f"no {_fmt(SYSTEM_LABELS)} node has room for the Ray head: "
             + "; ".join(f"{n['metadata']['name']} lacks {', '.join(_room(n, head_requests))}" for n in system)
         )
-    for name, pool in pools.items():
+    for name in pools:
         group = workers[name]
         selector = group["template"]["spec"]["nodeSelector"]
         requests = group["template"]["spec"]["containers"][0]["resources"]["requests"]
@@ -116,7 +114,6 @@ def check_nodes(
                     mismatches.append(
                         f"pool {name}: node {node_name} has no room for a worker: needs {'; '.join(rest)}"
                     )
-        del pool
     return mismatches
 
 
@@ -185,7 +182,7 @@ def check_monitoring_crds(api: ApiReader) -> list[str]:
 
 
 def check_cluster(
-    api: ApiReader, spec: dict, pools: Mapping[str, GpuPoolSettings], *, devices: bool = True, crd: bool = True
+    api: ApiReader, spec: dict, pools: Iterable[str], *, devices: bool = True, crd: bool = True
 ) -> list[str]:
     """Every mismatch between the cluster behind `api` and the RayService `spec` we are about to apply.
     `devices`: the GPU/EFA device plugins are the cluster's (else this stack installs them, and the

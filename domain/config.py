@@ -12,6 +12,7 @@ import ipaddress
 import json
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from domain import (
@@ -37,6 +38,7 @@ from domain import (
     versions,
 )
 from domain.aws_facts import BotocoreFacts
+from domain.deploy_mode import DeployMode, parse_deploy_mode
 from domain.errors import UNSET, ConfigError, kind_text, mapping_of, unknown_field, yaml_text
 from domain.facts import GPU_ROLES
 from domain.hardening import load_hardening, switched_off
@@ -137,29 +139,6 @@ def _fields(key: str, raw: Any, allowed: Mapping[str, type], required: tuple[str
 # Checks shared by several keys
 
 
-def _instance_type(key: str, value: str, facts: BotocoreFacts) -> str:
-    if not aws_facts.INSTANCE_TYPE_PATTERN.match(value):
-        raise ConfigError(key, value, "an EC2 instance type such as g6.8xlarge (family.size)")
-    if value not in facts.ec2_instance_types:
-        raise ConfigError(key, value, "an instance type the EC2 API knows (botocore's InstanceType list)")
-    return value
-
-
-def _gpu_instance_type(key: str, value: str, facts: BotocoreFacts, need_efa: bool = True) -> aws_facts.InstanceSpec:
-    _instance_type(key, value, facts)
-    spec = aws_facts.INSTANCE_SPECS.get(value)
-    efa_gpu = sorted(t for t, s in aws_facts.INSTANCE_SPECS.items() if s.gpus and s.efa)
-    if spec is None:
-        raise ConfigError(key, value, f"a GPU instance type in domain/aws_facts.py; known: {efa_gpu}")
-    if not spec.gpus:
-        raise ConfigError(key, value, f"an instance type with NVIDIA GPUs; GPU types with EFA: {efa_gpu}")
-    if need_efa and not spec.efa:
-        raise ConfigError(
-            key, value, f"a GPU instance type with EFA (NIXL moves the KV cache over EFA); with EFA: {efa_gpu}"
-        )
-    return spec
-
-
 _POOL_FIELDS = {"instanceType": str, "minSize": int, "desiredSize": int, "maxSize": int, "diskSizeGiB": int}
 # What each mapping-valued key holds, for the line that refuses a value of another kind (from the module that
 # parses the key).
@@ -181,25 +160,17 @@ _MAPPINGS = {
 
 def _node_pool(key: str, raw: Any, default_disk: int, facts: BotocoreFacts) -> NodePoolSettings:
     raw = _fields(key, raw, _POOL_FIELDS, required=("instanceType",))
-    desired = raw.get("desiredSize", max(raw.get("minSize", 1), 1))
+    low, desired, high = field_checks.node_sizes(raw.get("minSize"), raw.get("desiredSize"), raw.get("maxSize"))
     pool = NodePoolSettings(
         instance_type=raw["instanceType"],
-        min_size=raw.get("minSize", desired),
+        min_size=low,
         desired_size=desired,
-        max_size=raw.get("maxSize", desired),
+        max_size=high,
         disk_size_gib=raw.get("diskSizeGiB", default_disk),
     )
-    _instance_type(f"{key}.instanceType", pool.instance_type, facts)
-    for name, value in (("minSize", pool.min_size), ("desiredSize", pool.desired_size), ("maxSize", pool.max_size)):
-        if value < 0:
-            raise ConfigError(f"{key}.{name}", value, "a count of 0 or more")
-    if pool.max_size < 1:
-        raise ConfigError(f"{key}.maxSize", pool.max_size, "at least 1 (EKS rejects a node group with maxSize 0)")
-    if not pool.min_size <= pool.desired_size <= pool.max_size:
-        sizes = {"minSize": pool.min_size, "desiredSize": pool.desired_size, "maxSize": pool.max_size}
-        raise ConfigError(key, sizes, "minSize <= desiredSize <= maxSize")
-    if not 20 <= pool.disk_size_gib <= 16384:
-        raise ConfigError(f"{key}.diskSizeGiB", pool.disk_size_gib, "20 to 16384 GiB (gp3 root volume)")
+    field_checks.check_instance_type(f"{key}.instanceType", pool.instance_type, facts)
+    sizes = {"minSize": pool.min_size, "desiredSize": pool.desired_size, "maxSize": pool.max_size}
+    field_checks.check_node_group(key, sizes, ("diskSizeGiB", pool.disk_size_gib), prefix=f"{key}.")
     return pool
 
 
@@ -224,79 +195,44 @@ def _kubernetes_version(raw: _Raw) -> str:
     return field_checks.check_kubernetes_version("kubernetesVersion", raw.text("kubernetesVersion"))
 
 
-# arn:<partition>:iam::<account>:role/<path/name> or user/...; EKS access entries take IAM roles and
-# users (not sts assumed-role session ARNs) (EKS API CreateAccessEntry, principalArn).
-_PRINCIPAL_ARN = re.compile(r"arn:(?P<partition>[a-z-]+):iam::\d{12}:(role|user)/[\w+=,.@/-]{1,512}")
-
-
 def _cluster_admins(raw: _Raw, region: str, facts: BotocoreFacts) -> tuple[str, ...]:
     """IAM principals that get cluster-admin access entries (teammates, CI). The identity that runs
     the first `up` is admin already (pulumi-eks bootstrapClusterCreatorAdminPermissions) and must not
     be listed again: EKS refuses a second access entry for it (checked at deploy time)."""
     arns = raw.structured("clusterAdmins", list)
-    partition = facts.region_partition(region)
-    for arn in arns:
-        match = _PRINCIPAL_ARN.fullmatch(arn) if isinstance(arn, str) else None
-        if match is None or match["partition"] != partition:
-            raise ConfigError(
-                "clusterAdmins",
-                arn,
-                f"IAM role or user ARNs of partition {partition}, such as arn:{partition}:iam::123456789012:role/ci "
-                "(not an sts assumed-role ARN)",
-            )
-    if len(set(arns)) != len(arns):
-        raise ConfigError("clusterAdmins", arns, "distinct ARNs (EKS allows one access entry per principal)")
-    return tuple(arns)
+    return field_checks.check_principal_arns("clusterAdmins", arns, facts.region_partition(region))
 
 
 def _cluster(
     raw: _Raw, name: str, region: str, vpc_cidr: str, facts: BotocoreFacts, obs: ObservabilitySettings
 ) -> ClusterSettings:
-    public_cidrs = raw.structured("endpointPublicAccessCidrs", list)
-    if not public_cidrs:
-        raise ConfigError("endpointPublicAccessCidrs", public_cidrs, "at least one CIDR (pulumi reaches the API)")
-    for cidr in public_cidrs:
-        if not isinstance(cidr, str):
-            raise ConfigError("endpointPublicAccessCidrs", cidr, "CIDR strings")
-        field_checks.cidr("endpointPublicAccessCidrs", cidr)
-
-    # EKS: service range must be private, /12 to /24, and must not overlap the VPC.
-    service = field_checks.private_cidr("serviceCidr", raw.text("serviceCidr"), (12, 24))
-    if service.overlaps(ipaddress.IPv4Network(vpc_cidr)):
-        raise ConfigError("serviceCidr", str(service), f"a block that does not overlap vpcCidr {vpc_cidr}")
-
-    log_types = raw.structured("clusterLogTypes", list)
-    allowed_logs = facts.eks_log_types
-    for log_type in log_types:
-        if log_type not in allowed_logs:
-            raise ConfigError("clusterLogTypes", log_type, f"EKS log types {yaml_text(allowed_logs)}")
-
-    retention = raw.integer("clusterLogRetentionDays")
-    if retention not in facts.log_retention_days:
-        raise ConfigError("clusterLogRetentionDays", retention, f"one of {yaml_text(facts.log_retention_days)}")
-
+    public_cidrs = field_checks.check_public_access_cidrs(
+        "endpointPublicAccessCidrs", raw.structured("endpointPublicAccessCidrs", list)
+    )
+    service = field_checks.check_service_cidr("serviceCidr", raw.text("serviceCidr"))
+    if ipaddress.IPv4Network(service).overlaps(ipaddress.IPv4Network(vpc_cidr)):
+        raise ConfigError("serviceCidr", service, f"a block that does not overlap vpcCidr {vpc_cidr}")
+    log_types = field_checks.check_log_types(
+        "clusterLogTypes", raw.structured("clusterLogTypes", list), facts.eks_log_types
+    )
+    retention = field_checks.check_log_retention(
+        "clusterLogRetentionDays", raw.integer("clusterLogRetentionDays"), facts.log_retention_days
+    )
     system = _node_pool(
         "systemNodes",
         raw.structured("systemNodes", dict),
         default_disk=sizing.SYSTEM_DISK_GIB,  # the Ray head pulls the serving image: domain/sizing.py
         facts=facts,
     )
-    if system.disk_size_gib < sizing.SYSTEM_DISK_MIN_GIB:
-        raise ConfigError(
-            "systemNodes.diskSizeGiB",
-            system.disk_size_gib,
-            f"at least {sizing.SYSTEM_DISK_MIN_GIB} GiB: the Ray head's serving image (budget "
-            f"{'+'.join(map(str, sizing.SERVING_IMAGE_BUDGET_GIB))} GiB compressed+unpacked) and the OS must stay "
-            f"under kubelet's 85% image-GC threshold (default {sizing.SYSTEM_DISK_GIB} GiB leaves room for an upgrade)",
-        )
+    field_checks.check_system_disk("systemNodes.diskSizeGiB", system.disk_size_gib)
     _system_node_fits(system, obs)
     return ClusterSettings(
         name=name,
         kubernetes_version=_kubernetes_version(raw),
         admin_principal_arns=_cluster_admins(raw, region, facts),
-        public_access_cidrs=tuple(public_cidrs),
-        service_cidr=str(service),
-        log_types=tuple(log_types),
+        public_access_cidrs=public_cidrs,
+        service_cidr=service,
+        log_types=log_types,
         log_retention_days=retention,
         system_nodes=system,
     )
@@ -326,19 +262,8 @@ def _system_node_fits(system: NodePoolSettings, obs: ObservabilitySettings) -> N
 
 
 def _ami_pin(raw: _Raw) -> AmiPin:
-    release = raw.text("gpuAmiReleaseVersion")
-    ami_id = raw.text("gpuAmiId")
-    if (release is None) == (ami_id is None):
-        raise ConfigError(
-            "gpuAmiReleaseVersion",
-            UNSET if release is None else release,
-            "exactly one of gpuAmiReleaseVersion (an AL2023 NVIDIA AMI release such as v20261112) or "
-            "gpuAmiId (ami-...): an unpinned GPU AMI recycles the GPU nodes when AWS publishes a new one",
-        )
-    if release is not None and not re.fullmatch(r"v\d{8}", release):
-        raise ConfigError("gpuAmiReleaseVersion", release, "an EKS AMI release such as v20261112")
-    if ami_id is not None and not re.fullmatch(r"ami-[0-9a-f]{8}([0-9a-f]{9})?", ami_id):
-        raise ConfigError("gpuAmiId", ami_id, "an AMI id such as ami-0123456789abcdef0")
+    release, ami_id = raw.text("gpuAmiReleaseVersion"), raw.text("gpuAmiId")
+    field_checks.check_ami_pin(("gpuAmiReleaseVersion", "gpuAmiId"), release, ami_id)
     return AmiPin(release_version=release, ami_id=ami_id)
 
 
@@ -351,15 +276,11 @@ def _gpu_pools(raw: _Raw, network: NetworkSettings, version: str, facts: Botocor
     for name, pool_raw in pools_raw.items():
         serves = roles.pool_serves(name, pool_raw)
         sizes = {k: v for k, v in pool_raw.items() if k != "serves"}
-        nodes = _node_pool(f"gpuPools.{name}", sizes, default_disk=100, facts=facts)
-        pool = GpuPoolSettings(name, nodes, network.gpu_availability_zone, version, ami, serves)
-        spec = _gpu_instance_type(f"gpuPools.{name}.instanceType", nodes.instance_type, facts, need_efa=pool.efa)
-        if not spec.nvme_gb:
-            raise ConfigError(
-                f"gpuPools.{name}.instanceType",
-                nodes.instance_type,
-                "a type with instance-store NVMe (the model cache)",
-            )
+        nodes = _node_pool(f"gpuPools.{name}", sizes, default_disk=sizing.GPU_DISK_GIB, facts=facts)
+        pool = GpuPoolSettings(name, nodes, network.gpu_availability_zone, version, ami, serves, frozenset(pool_raw))
+        field_checks.check_gpu_instance_type(
+            f"gpuPools.{name}.instanceType", nodes.instance_type, facts, need_efa=pool.efa
+        )
         pools[name] = pool
     return pools
 
@@ -521,6 +442,11 @@ def _serving(
     )
 
 
+def load_deploy_mode(get: Getter) -> DeployMode:
+    """The deploy mode alone (domain/deploy_mode.py), its keys read as load_settings reads them."""
+    return parse_deploy_mode(get, _Raw(get).boolean)
+
+
 def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFacts) -> Settings:
     """Build and check the whole Settings from raw stack values (`get(key)` -> str or None; a secret
     key's value is only a marker: Settings records whether it is set, never what it is) and
@@ -542,11 +468,12 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         )
 
     name = field_checks.check_cluster_name("clusterName", raw.text("clusterName", f"ray-llm-{stack}"))
+    mode = parse_deploy_mode(get, raw.boolean)
 
     network = _network(raw, region, name)
     obs = observability.load_observability(
         raw.structured("observability", dict),
-        existing_cluster=raw.boolean("existingCluster"),
+        existing_cluster=mode.existing_cluster,
         stack_chart=_chart(raw, "kubePrometheusStackVersion", versions.KUBE_PROMETHEUS_STACK_CHART),
         dcgm_chart=_chart(raw, "dcgmExporterVersion", versions.DCGM_EXPORTER_CHART),
     )
@@ -554,7 +481,7 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
     pools = _gpu_pools(raw, network, cluster.kubernetes_version, facts)
     serving = _serving(raw, region, pools, facts, obs)
     # Node bounds of autoscaling roles follow their replicas (domain/scaling.py), or must agree with them.
-    pools = scaling.reconcile_pools(pools, serving.serve_document, raw.structured("gpuPools", dict))
+    pools = scaling.reconcile_pools(pools, serving.serve_document)
     price_overrides = prices.price_overrides(raw.structured("prices", dict))
     hardening = load_hardening(
         raw.text,
@@ -567,6 +494,8 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
             network.cluster_name, network.vpc_cidr, network.availability_zones
         ),
     )
+    if mode.existing_cluster:  # the internal NLB needs the AWS Load Balancer Controller, only on the cluster we build
+        hardening = replace(hardening, internal_endpoint=False)
     if not hardening.api_key_check and serving.serve_document["applications"][0]["import_path"] == (
         serve_config.SELECTIVE_PD_IMPORT
     ):
@@ -585,16 +514,18 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         alerts=alerts.load(raw.structured("alerts", dict), serving.serve_document, alerts.pool_types(pools)),
         hf_token_set=get("hfToken") is not None,
         api_keys_set=get("apiKeys") is not None,
-        **_resilience(raw, hardening.environment, pools),
+        deploy_mode=mode,
+        **_resilience(raw, hardening.environment, pools, mode.existing_cluster),
     )
     known_issues.refuse(settings)  # upstream bugs the stack would hit (domain/data/known_issues.yaml)
     return settings
 
 
-def _resilience(raw: _Raw, environment: str, pools: Mapping[str, GpuPoolSettings]) -> dict:
-    """GCS fault tolerance and the upgrade strategy (domain/gcs_ft.py, domain/upgrades.py)."""
+def _resilience(raw: _Raw, environment: str, pools: Mapping[str, GpuPoolSettings], existing_cluster: bool) -> dict:
+    """GCS fault tolerance as the deploy mode allows it, the upgrade strategy (domain/gcs_ft.py, domain/upgrades.py)."""
     ft = gcs_ft.parse(raw.text("gcsFaultTolerance"), raw.text("gcsRedisNodeType"), raw.integer("gcsRedisReplicas"),
                       environment)  # fmt: skip
+    ft = gcs_ft.for_mode(ft, existing_cluster)
     sizes = {role: (p.nodes.desired_size, p.nodes.max_size) for role, p in pools.items()}
     return {"gcs_ft": ft, "upgrade_strategy": upgrades.strategy(raw.text("upgradeStrategy"), sizes)}
 

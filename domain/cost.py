@@ -138,11 +138,9 @@ def _count(nodes, size: str) -> int:
     return {"min": nodes.min_size, "desired": nodes.desired_size, "max": nodes.max_size}[size]
 
 
-def cost_range(
-    settings: Settings, overrides: PriceOverrides, existing_cluster: bool = False
-) -> dict[str, float | None]:
+def cost_range(settings: Settings, overrides: PriceOverrides) -> dict[str, float | None]:
     """$/h with every pool at its minSize, desiredSize and maxSize: what autoscaling can cost."""
-    return {size: estimate(settings, overrides, size, existing_cluster).usd_per_hour for size in SIZES}
+    return {size: estimate(settings, overrides, size).usd_per_hour for size in SIZES}
 
 
 def range_line(usd: dict[str, float | None]) -> str:
@@ -157,14 +155,12 @@ def instance_prices(region: str, overrides: PriceOverrides) -> dict[str, float]:
     return {**INSTANCE_USD_PER_HOUR.get(region, {}), **overrides.instances}
 
 
-def estimate(
-    settings: Settings, overrides: PriceOverrides, size: str = "desired", existing_cluster: bool = False
-) -> CostEstimate:
+def estimate(settings: Settings, overrides: PriceOverrides, size: str = "desired") -> CostEstimate:
     """What the stack's cluster costs; on an existing cluster only the GPU nodes its Ray workers occupy
     (one worker per node, sized to it), naming what it leaves out."""
     region = settings.region
     prices = instance_prices(region, overrides)
-    if existing_cluster:
+    if settings.deploy_mode.existing_cluster:
         lines = [
             CostLine(
                 f"{role} nodes {p.nodes.instance_type}",

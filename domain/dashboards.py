@@ -237,9 +237,9 @@ def ray_dashboards() -> dict[str, str]:
     return {path.name: path.read_text() for path in sorted(DASHBOARD_DIR.glob("ray-*.json"))}
 
 
-def endpoint_inputs(settings: Settings, existing_cluster: bool = False) -> EndpointInputs:
+def endpoint_inputs(settings: Settings) -> EndpointInputs:
     inputs = alerts.rule_inputs(settings)
-    hourly = cost.estimate(settings, settings.prices, existing_cluster=existing_cluster).usd_per_hour
+    hourly = cost.estimate(settings, settings.prices).usd_per_hour
     return EndpointInputs(settings.stack, inputs.pd, hourly, inputs.kv_floor_bytes_per_s, inputs.local_prefill_below)
 
 
@@ -251,9 +251,9 @@ def shipped(endpoint: EndpointInputs) -> dict[str, str]:
     return out
 
 
-def shipped_dashboards(settings: Settings, existing_cluster: bool = False) -> dict[str, str]:
+def shipped_dashboards(settings: Settings) -> dict[str, str]:
     """What the stack ships (obsgraph: one ConfigMap per entry)."""
-    return shipped(endpoint_inputs(settings, existing_cluster))
+    return shipped(endpoint_inputs(settings))
 
 
 # ---------------------------------------------------------------- the queries, as Prometheus sees them

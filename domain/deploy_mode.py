@@ -14,7 +14,7 @@ Keys (all in the ray-llm-eks namespace, listed in domain/data/config_keys.yaml):
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import yaml
@@ -22,6 +22,7 @@ import yaml
 from domain.config_keys import default
 from domain.errors import ConfigError, yaml_text
 from domain.facts import KUBERAY_NAMESPACE, SECRET_MARKER
+from domain.field_checks import check_kube_context, check_kuberay_namespace
 
 EXISTING_ONLY = ("kubeconfig", "kubeContext", "installKubeRay", "installDevicePlugins", "kuberayNamespace")
 
@@ -44,50 +45,24 @@ class DeployMode:
         return self.kuberay_namespace or KUBERAY_NAMESPACE
 
 
-def _boolean(get, key: str) -> bool:
-    value = get(key)
-    if value is None:
-        return default(key)
-    if str(value).lower() not in ("true", "false"):
-        raise ConfigError(key, value, "true or false")
-    return str(value).lower() == "true"
-
-
-def load_deploy_mode(get) -> DeployMode:
-    """`get(key)` -> raw string or None (a secret key reads as SECRET_MARKER: its presence is enough)."""
-    existing = _boolean(get, "existingCluster")
+def parse_deploy_mode(get: Callable[[str], str | None], boolean: Callable[[str], bool]) -> DeployMode:
+    """`get(key)` -> raw string or None (a secret key reads as SECRET_MARKER: its presence is enough);
+    `boolean(key)`: the stack's boolean reader (domain/config.py), the table's default where unset."""
+    existing = boolean("existingCluster")
     if not existing:
         for key in EXISTING_ONLY:
             if get(key) is not None:
                 raise ConfigError(
                     key, get(key) if key != "kubeconfig" else SECRET_MARKER, "only with existingCluster: true"
                 )
-    context = get("kubeContext")
-    if context is not None and not context.strip():
-        raise ConfigError("kubeContext", context, "a context name of the kubeconfig, or unset")
-    install_kuberay = _boolean(get, "installKubeRay")
-    operator_namespace = get("kuberayNamespace")
-    if operator_namespace is not None:
-        if install_kuberay:
-            raise ConfigError(
-                "kuberayNamespace",
-                operator_namespace,
-                f"only with installKubeRay: false (ours runs in {KUBERAY_NAMESPACE})",
-            )
-        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", operator_namespace):
-            raise ConfigError("kuberayNamespace", operator_namespace, "a namespace name (DNS-1123 label)")
-        if operator_namespace == "default":  # every pod created without a namespace lands there
-            raise ConfigError(
-                "kuberayNamespace",
-                operator_namespace,
-                "a namespace of the operator's own, not default: the NetworkPolicies open the head's dashboard "
-                "(which runs arbitrary code) to every pod of this namespace",
-            )
+    context = check_kube_context("kubeContext", get("kubeContext"))
+    install_kuberay = boolean("installKubeRay")
+    operator_namespace = check_kuberay_namespace("kuberayNamespace", get("kuberayNamespace"), install_kuberay)
     return DeployMode(
         existing_cluster=existing,
         install_kuberay=install_kuberay,
-        install_device_plugins=_boolean(get, "installDevicePlugins"),
-        wait_for_ready=_boolean(get, "waitForReady"),
+        install_device_plugins=boolean("installDevicePlugins"),
+        wait_for_ready=boolean("waitForReady"),
         kube_context=context,
         kubeconfig_configured=get("kubeconfig") is not None,
         kuberay_namespace=operator_namespace,

@@ -159,15 +159,14 @@ def operator_feature_gates(ft: GcsFt) -> list[dict] | None:
     return [*gates, {"name": ROCKSDB_FEATURE_GATE, "enabled": True}]
 
 
-def for_mode(settings, existing_cluster: bool):
+def for_mode(ft: GcsFt, existing_cluster: bool) -> GcsFt:
     """On a cluster the stack did not build no AWS resource is made, so no ElastiCache store: the default
     redis turns off (`describe` says so), a redis the stack asked for is refused; rocksdb stays (it needs
     only the cluster's storage)."""
-    ft = settings.gcs_ft
     if existing_cluster and ft.rocksdb:  # the graph declares no StorageClass there: the cluster's default
-        return replace(settings, gcs_ft=replace(ft, storage_class=None))
+        return replace(ft, storage_class=None)
     if not (existing_cluster and ft.redis):
-        return settings
+        return ft
     if ft.set_by_stack:
         raise ConfigError("gcsFaultTolerance", "redis", "off or rocksdb in existing-cluster mode (no AWS store)")
-    return replace(settings, gcs_ft=replace(ft, backend="off", existing_cluster=True))
+    return replace(ft, backend="off", existing_cluster=True)

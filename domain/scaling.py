@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from domain import aws_facts
 from domain.errors import UNSET, ConfigError, mapping_of, unknown_field, yaml_text
 from domain.facts import EFA_RESOURCE, GPU_RESOURCE, GPU_ROLES
 from domain.placement import GPU_TAINT, gpu_labels
@@ -71,10 +72,10 @@ def _nodes(replicas: int, bounds: ReplicaBounds, pool: GpuPoolSettings) -> int:
     return nodes_used(replicas, bounds.gpus_per_replica, pool.spec.gpus)
 
 
-def reconcile_pool(pool: GpuPoolSettings, bounds: ReplicaBounds, given: frozenset[str]) -> GpuPoolSettings:
+def reconcile_pool(pool: GpuPoolSettings, bounds: ReplicaBounds) -> GpuPoolSettings:
     """The pool's node bounds for its role's replica bounds: derived where the stack leaves them
-    out (`given` is what gpuPools.<role> sets), refused where they disagree."""
-    key, nodes = f"gpuPools.{pool.name}", pool.nodes
+    out (`pool.given`), refused where they disagree."""
+    key, nodes, given = f"gpuPools.{pool.name}", pool.nodes, pool.given
     if not bounds.autoscales:
         if nodes.desired_size < 1:
             raise ConfigError(
@@ -108,12 +109,12 @@ def reconcile_pool(pool: GpuPoolSettings, bounds: ReplicaBounds, given: frozense
     return replace(pool, nodes=replace(nodes, min_size=min_size, desired_size=desired, max_size=max_size))
 
 
-def check_shared_role(pools: list[GpuPoolSettings], bounds: ReplicaBounds, pools_raw: Mapping[str, Any]) -> None:
+def check_shared_role(pools: list[GpuPoolSettings], bounds: ReplicaBounds) -> None:
     """Several pools run one role (Ray places its replicas on any of them): their bounds are the
     stack's to set, and together they must hold max replicas and not exceed min replicas."""
     names = [p.name for p in pools]
     for pool in pools:
-        missing = [k for k in ("minSize", "maxSize") if k not in (pools_raw.get(pool.name) or {})]
+        missing = [k for k in ("minSize", "maxSize") if k not in pool.given]
         if bounds.autoscales and missing:
             raise ConfigError(
                 f"gpuPools.{pool.name}.{missing[0]}", UNSET, f"set: pools {yaml_text(names)} share role {pool.app_role}"
@@ -138,36 +139,35 @@ def check_shared_role(pools: list[GpuPoolSettings], bounds: ReplicaBounds, pools
         )
 
 
-def reconcile_pools(
-    pools: Mapping[str, GpuPoolSettings], document: dict, pools_raw: Mapping[str, Any]
-) -> dict[str, GpuPoolSettings]:
+def reconcile_pools(pools: Mapping[str, GpuPoolSettings], document: dict) -> dict[str, GpuPoolSettings]:
     bounds = role_bounds(document)
     reconciled = dict(pools)
     for role, role_bound in bounds.items():
         mine = [p for p in pools.values() if p.app_role == role]
         if len(mine) > 1:
-            check_shared_role(mine, role_bound, pools_raw)
+            check_shared_role(mine, role_bound)
             continue
         (pool,) = mine
-        reconciled[pool.name] = reconcile_pool(pool, role_bound, frozenset(pools_raw.get(pool.name) or ()))
+        reconciled[pool.name] = reconcile_pool(pool, role_bound)
     return reconciled
 
 
-def pool_scales(pool: GpuPoolSettings) -> bool:
-    """The Cluster Autoscaler may change this pool's size."""
-    return pool.nodes.min_size < pool.nodes.max_size
+def pool_scales(min_size: int, max_size: int) -> bool:
+    """The Cluster Autoscaler may change the size of a pool with these bounds."""
+    return min_size < max_size
 
 
 def autoscaler_needed(pools: Mapping[str, GpuPoolSettings]) -> bool:
-    return any(pool_scales(p) for p in pools.values())
+    return any(pool_scales(p.nodes.min_size, p.nodes.max_size) for p in pools.values())
 
 
-def node_template_tags(pool: GpuPoolSettings) -> dict[str, str]:
+def node_template_tags(pool_name: str, instance_type: str, efa: bool) -> dict[str, str]:
     """ASG tags that describe a node of this pool to the Cluster Autoscaler when the pool has none:
     the labels our pods select, the GPU taint they tolerate, and the devices they request."""
-    tags = {f"{NODE_TEMPLATE}/label/{k}": v for k, v in gpu_labels(pool.name).items()}
+    spec = aws_facts.INSTANCE_SPECS[instance_type]
+    tags = {f"{NODE_TEMPLATE}/label/{k}": v for k, v in gpu_labels(pool_name).items()}
     tags[f"{NODE_TEMPLATE}/taint/{GPU_TAINT['key']}"] = f"{GPU_TAINT['value']}:{EFFECT_K8S[GPU_TAINT['effect']]}"
-    tags[f"{NODE_TEMPLATE}/resources/{GPU_RESOURCE}"] = str(pool.spec.gpus)
-    if pool.efa:
-        tags[f"{NODE_TEMPLATE}/resources/{EFA_RESOURCE}"] = str(pool.spec.network_cards)
+    tags[f"{NODE_TEMPLATE}/resources/{GPU_RESOURCE}"] = str(spec.gpus)
+    if efa:
+        tags[f"{NODE_TEMPLATE}/resources/{EFA_RESOURCE}"] = str(spec.network_cards)
     return tags

@@ -10,6 +10,7 @@ from domain import aws_facts
 from domain.alerts import AlertThresholds
 from domain.alerts import default as alerts_default
 from domain.config_keys import default
+from domain.deploy_mode import DeployMode
 from domain.facts import PD_ROLES
 from domain.gcs_ft import GcsFt
 from domain.hardening import HardeningSettings
@@ -71,6 +72,8 @@ class GpuPoolSettings:
     kubernetes_version: str
     ami: AmiPin
     serves: str | None = None  # the serve config's role it runs, when it is not the pool's name
+    # The gpuPools.<name> fields the stack sets: bounds left out follow the role's replicas (domain/scaling.py).
+    given: frozenset[str] = frozenset()
 
     @property
     def app_role(self) -> str:
@@ -132,3 +135,4 @@ class Settings:
     api_keys_set: bool = False  # the endpoint's API keys (domain/api_keys.py)
     gcs_ft: GcsFt = field(default_factory=GcsFt)  # the head's GCS fault tolerance (domain/gcs_ft.py)
     upgrade_strategy: str = default("upgradeStrategy")  # the RayService's (domain/upgrades.py)
+    deploy_mode: DeployMode = field(default_factory=DeployMode)  # onto our own cluster or an existing one

@@ -124,3 +124,4 @@ def system_disk_gib(images: int) -> int:
 
 SYSTEM_DISK_GIB = system_disk_gib(images=2)  # default: room for an image upgrade (150 GiB)
 SYSTEM_DISK_MIN_GIB = system_disk_gib(images=1)  # below this the head's image alone hits image GC (90 GiB)
+GPU_DISK_GIB = 100  # a GPU node's root volume by default: OS and logs (containerd is on its NVMe, above)

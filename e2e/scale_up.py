@@ -184,9 +184,10 @@ class ScaleUp:
 
     # 3. The node the Cluster Autoscaler would ask for, from our tags only; the wrong ones do not take it.
     def template(self, name: str, role: str, drop: str | None = None) -> dict:
-        tags = {k: v for k, v in node_template_tags(self.pools[role]).items() if not (drop and k.endswith(drop))}
-        zone = self.pools[role].availability_zone
-        return template_node(name, self.pools[role].nodes.instance_type, tags, self.settings.region, zone)
+        pool = self.pools[role]
+        tags = node_template_tags(pool.name, pool.nodes.instance_type, pool.efa)
+        tags = {k: v for k, v in tags.items() if not (drop and k.endswith(drop))}
+        return template_node(name, pool.nodes.instance_type, tags, self.settings.region, pool.availability_zone)
 
     def add_template_nodes(self, rc: dict, pending: dict) -> None:
         name = rc["metadata"]["name"]

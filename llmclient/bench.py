@@ -97,8 +97,7 @@ def stack_facts(stack: str) -> dict:
 
     config = stack_adapter.stack_file(stack)
     settings = stack_adapter.load_settings(config)
-    mode = stack_adapter.load_deploy_mode(config)
-    estimate = cost.estimate(settings, settings.prices, existing_cluster=mode.existing_cluster)
+    estimate = cost.estimate(settings, settings.prices)
     llm_config = next(iter(llm_configs_by_role(settings.serving.serve_document, f"stack {stack}").values()))
     tokenizer = domain_bench.stack_tokenizer(llm_config)
     return {

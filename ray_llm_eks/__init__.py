@@ -5,9 +5,9 @@ give them. The component provider host (Pulumi SDK 3.272, pulumi/provider/experi
 ComponentResource class this module defines and infers the schema from their Args (schema.json holds it).
 
 Left out: Network's inputs are plain (NetworkArgs), but what it gives, the subnets by zone, are objects
-Cluster and GpuNodePool read in-process; those two take the stack's composite settings and other components'
-objects, GcsStore hands an AUTH token to LlmService in-process, ExistingCluster checks a kubeconfig the
-caller already turned into a provider. A consumer of those uses the Python package.
+Cluster and GpuNodePool read in-process; those two take typed Args too (ClusterArgs, GpuNodePoolArgs) beside
+other components' objects, GcsStore hands an AUTH token to LlmService in-process, ExistingCluster hands out
+a provider (a resource, not an output a YAML program can use). A consumer of those uses the Python package.
 
 The provider constructs a component with its inputs as a dict keyed by the Args' field names
 (pulumi/provider/experimental/component.py, map_inputs); each class here turns it into the Args, which

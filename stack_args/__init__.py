@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import pulumi
 
+from components.cluster import ClusterArgs, NodeGroupArgs
 from components.cluster_autoscaler import ClusterAutoscalerArgs
 from components.device_plugins import DevicePluginsArgs
+from components.existing_cluster import ExistingClusterArgs
 from components.gcs_store import GcsStore, GcsStoreArgs
+from components.gpu_nodes import GpuNodePoolArgs
 from components.kuberay import KubeRayOperatorArgs
 from components.llm_service import LlmServiceArgs
 from components.load_balancer import InternalEndpointArgs, LoadBalancerControllerArgs
@@ -15,34 +18,29 @@ from components.network import Network, NetworkArgs
 from components.observability import EbsCsiDriverArgs, MonitoringStackArgs, ServiceMonitoringArgs
 from domain import alerts, dashboards, gcs_ft
 from domain import network_policies as policies
-from domain.deploy_mode import DeployMode
 from domain.facts import ENVIRONMENT_TAG
-from domain.hardening import HardeningSettings
 from domain.network_policies import network_policies
 from domain.ray_service import ray_service_spec
 from domain.serve_config import served_model_id
-from domain.settings import Settings
+from domain.settings import GpuPoolSettings, NodePoolSettings, Settings
 
 
 def llm_service_args(
     settings: Settings,
-    mode: DeployMode,
-    hardening: HardeningSettings,
     hf_token: pulumi.Output[str] | None,
     api_keys: pulumi.Output[str] | None,
     store: GcsStore | None,
     head_security_groups: list[pulumi.Input[str]],
     sealed: frozenset[str] = frozenset(),
 ) -> LlmServiceArgs:
-    """`hardening`: the stack's, as this deploy mode applies it (no internal endpoint on an existing cluster)."""
-    serving = settings.serving
+    serving, mode, hardening = settings.serving, settings.deploy_mode, settings.hardening
     return LlmServiceArgs(
         ray_service_spec=ray_service_spec(settings),  # the store's address is a placeholder until AWS names it
         model_id=served_model_id(serving.serve_document, "rendered"),
         namespace=serving.namespace,
         service_name=serving.service_name,
-        environment=settings.hardening.environment,
-        api_key_check=settings.hardening.api_key_check,
+        environment=hardening.environment,
+        api_key_check=hardening.api_key_check,
         network_policies=(
             network_policies(
                 serving.namespace,
@@ -62,6 +60,25 @@ def llm_service_args(
         redis_password=store.password if store else None,
         head_security_group_ids=head_security_groups if store else (),
         sealed_secrets=sorted(key for key in ("hfToken", "apiKeys") if key in sealed),
+    )
+
+
+def existing_cluster_args(
+    settings: Settings, kubeconfig: pulumi.Output[str] | None, offline_plan: bool, sealed: bool
+) -> ExistingClusterArgs:
+    """`offline_plan`: the plan runs without deploying; `sealed`: the kubeconfig is a `secure:` value."""
+    mode = settings.deploy_mode
+    return ExistingClusterArgs(
+        ray_service_spec=ray_service_spec(settings),  # the spec that deploys, keyed
+        pools=list(settings.gpu_pools),
+        kubeconfig=kubeconfig,
+        kube_context=mode.kube_context,
+        install_kuberay=mode.install_kuberay,
+        install_device_plugins=mode.install_device_plugins,
+        kuberay_namespace=mode.kuberay_namespace,  # as the stack sets it: a typo would lock the operator out
+        monitoring_crds=settings.serving.observability.mode == "external",
+        offline_plan=offline_plan,
+        kubeconfig_sealed=sealed,
     )
 
 
@@ -93,6 +110,45 @@ def network_args(settings: Settings) -> NetworkArgs:
     )
 
 
+def node_group_args(nodes: NodePoolSettings) -> NodeGroupArgs:
+    return NodeGroupArgs(
+        instance_type=nodes.instance_type,
+        min_size=nodes.min_size,
+        desired_size=nodes.desired_size,
+        max_size=nodes.max_size,
+        disk_size_gib=nodes.disk_size_gib,
+    )
+
+
+def cluster_args(settings: Settings) -> ClusterArgs:
+    cluster = settings.cluster
+    return ClusterArgs(
+        name=cluster.name,
+        region=settings.region,
+        kubernetes_version=cluster.kubernetes_version,
+        admin_principal_arns=cluster.admin_principal_arns,
+        public_access_cidrs=cluster.public_access_cidrs,
+        service_cidr=cluster.service_cidr,
+        log_types=cluster.log_types,
+        log_retention_days=cluster.log_retention_days,
+        system_nodes=node_group_args(cluster.system_nodes),
+        environment=settings.hardening.environment,
+        network_policies=settings.hardening.network_policies,
+        pod_security_groups=settings.gcs_ft.redis,  # the GCS store admits the Ray head's group only
+    )
+
+
+def gpu_node_pool_args(pool: GpuPoolSettings) -> GpuNodePoolArgs:
+    return GpuNodePoolArgs(
+        nodes=node_group_args(pool.nodes),
+        availability_zone=pool.availability_zone,
+        kubernetes_version=pool.kubernetes_version,
+        ami_release_version=pool.ami.release_version,
+        ami_id=pool.ami.ami_id,
+        efa=pool.efa,
+    )
+
+
 def cluster_autoscaler_args(settings: Settings) -> ClusterAutoscalerArgs:
     return ClusterAutoscalerArgs(
         cluster_name=settings.cluster.name,
@@ -102,8 +158,8 @@ def cluster_autoscaler_args(settings: Settings) -> ClusterAutoscalerArgs:
     )
 
 
-def internal_endpoint_args(settings: Settings, hardening: HardeningSettings) -> InternalEndpointArgs:
-    """`hardening`: the stack's, as this deploy mode applies it."""
+def internal_endpoint_args(settings: Settings) -> InternalEndpointArgs:
+    hardening = settings.hardening
     return InternalEndpointArgs(
         source_ranges=hardening.endpoint_source_ranges,
         namespace=settings.serving.namespace,
@@ -130,9 +186,9 @@ def ebs_csi_driver_args(settings: Settings) -> EbsCsiDriverArgs:
     )
 
 
-def monitoring_stack_args(settings: Settings, hardening: HardeningSettings, zone: str) -> MonitoringStackArgs:
-    """`hardening`: the stack's, as this deploy mode applies it; `zone`: the system nodes' (Network's GPU zone)."""
-    obs, name = settings.serving.observability, settings.cluster.name
+def monitoring_stack_args(settings: Settings, zone: str) -> MonitoringStackArgs:
+    """`zone`: the system nodes' (Network's GPU zone)."""
+    obs, name, hardening = settings.serving.observability, settings.cluster.name, settings.hardening
     return MonitoringStackArgs(
         cluster_name=name,
         region=settings.region,
@@ -152,15 +208,15 @@ def monitoring_stack_args(settings: Settings, hardening: HardeningSettings, zone
     )
 
 
-def service_monitoring_args(settings: Settings, mode: DeployMode) -> ServiceMonitoringArgs:
-    obs = settings.serving.observability
+def service_monitoring_args(settings: Settings) -> ServiceMonitoringArgs:
+    obs, mode = settings.serving.observability, settings.deploy_mode
     # With amp the workspace holds the rules (MonitoringStack) and there is no Grafana of ours to load dashboards.
     amp = obs.mode == "amp"
     return ServiceMonitoringArgs(
         namespace=settings.serving.namespace,
         prometheus_release=obs.prometheus_release,
         rule_spec=None if amp else alerts.prometheus_rule_spec(settings),
-        dashboards=None if amp else dashboards.shipped_dashboards(settings, existing_cluster=mode.existing_cluster),
+        dashboards=None if amp else dashboards.shipped_dashboards(settings),
         operator_namespace=mode.operator_namespace if mode.install_kuberay else None,
     )
 

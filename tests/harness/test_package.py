@@ -32,7 +32,7 @@ from importlib.resources import files
 given = json.loads(sys.stdin.read())
 config = StackConfig(given["project"], given["stack"], given["values"], frozenset())
 settings = stack.load_settings(config)
-args = stack_args.llm_service_args(settings, stack.load_deploy_mode(config), settings.hardening, None, None, None, [])
+args = stack_args.llm_service_args(settings, None, None, None, [])
 print(json.dumps({
     "module": components.llm_service.__file__,
     "path": sys.path,
@@ -48,9 +48,7 @@ def _args(config) -> dict:
     import stack_args
 
     settings = stack.load_settings(config)
-    built = stack_args.llm_service_args(
-        settings, stack.load_deploy_mode(config), settings.hardening, None, None, None, []
-    )
+    built = stack_args.llm_service_args(settings, None, None, None, [])
     return asdict(built)
 
 
@@ -304,6 +302,93 @@ def test_load_balancer_controller_args_refuse_a_bad_field_with_the_stack_keys_li
         "LoadBalancerControllerArgs: invalid config cluster_name = -lb"
     )
     assert LoadBalancerControllerArgs("ray-llm", "us-east-1", "vpc-1", chart_version=None).chart_version == "3.5.0"
+
+
+def test_existing_cluster_args_refuse_a_bad_field_with_the_stack_keys_line():
+    from components.existing_cluster import ExistingClusterArgs
+
+    spec = {"rayClusterConfig": {"workerGroupSpecs": [{"groupName": "decode"}]}}
+    assert _refusal(lambda: ExistingClusterArgs(spec, ["decode"], kube_context=" ")) == (
+        "ExistingClusterArgs: invalid config kube_context = ' ': a context name of the kubeconfig, or unset"
+    )
+    assert _refusal(lambda: ExistingClusterArgs(spec, ["decode"], kuberay_namespace="ray-system")) == (
+        "ExistingClusterArgs: invalid config kuberay_namespace = ray-system: only with install_kuberay: false"
+        " (ours runs in kuberay-system)"
+    )
+    assert _refusal(
+        lambda: ExistingClusterArgs(spec, ["decode"], install_kuberay=False, kuberay_namespace="default")
+    ).startswith("ExistingClusterArgs: invalid config kuberay_namespace = default: a namespace of the operator's own")
+    checked = ExistingClusterArgs(spec, ["decode"], install_kuberay=None, offline_plan=None)
+    assert (checked.install_kuberay, checked.install_device_plugins, checked.offline_plan) == (True, True, False)
+
+
+def test_cluster_and_node_group_args_refuse_a_bad_field_with_the_stack_keys_line():
+    """The cluster's and its node groups' checks are the stack keys' (domain/field_checks.py)."""
+    from components.cluster import ClusterArgs, NodeGroupArgs
+
+    assert _refusal(lambda: NodeGroupArgs("m7i.xlarge", min_size=2, desired_size=1, max_size=3)) == (
+        "NodeGroupArgs: invalid config desired_size = {min_size: 2, desired_size: 1, max_size: 3}:"
+        " min_size <= desired_size <= max_size"
+    )
+    assert _refusal(lambda: NodeGroupArgs("m7i.xlarge", max_size=0, min_size=0)) == (
+        "NodeGroupArgs: invalid config max_size = 0: at least 1 (EKS rejects a node group with max_size 0)"
+    )
+    assert _refusal(lambda: NodeGroupArgs("m7i.xlarge", disk_size_gib=10)).endswith(
+        "disk_size_gib = 10: 20 to 16384 GiB (gp3 root volume)"
+    )
+    assert _refusal(lambda: NodeGroupArgs("m7i.xlarge", min_size="1")) == (
+        "NodeGroupArgs: invalid config min_size = '1': a count of 0 or more"
+    )
+    assert _refusal(lambda: NodeGroupArgs("m7i")).startswith("NodeGroupArgs: invalid config instance_type = m7i:")
+    assert _refusal(lambda: ClusterArgs("ray-llm", "us-east-1", service_cidr="10.0.0.0/8")).endswith(
+        "service_cidr = 10.0.0.0/8: a private (RFC 1918) block with prefix /12 to /24"
+    )
+    assert _refusal(lambda: ClusterArgs("ray-llm", "us-east-1", public_access_cidrs=[])).endswith(
+        "public_access_cidrs = []: at least one CIDR (pulumi reaches the API)"
+    )
+    assert _refusal(lambda: ClusterArgs("ray-llm", "us-east-1", log_retention_days=2)).startswith(
+        "ClusterArgs: invalid config log_retention_days = 2: one of [1, 3, 5"
+    )
+    assert _refusal(lambda: ClusterArgs("ray-llm", "us-east-1", log_types=["kernel"])).startswith(
+        "ClusterArgs: invalid config log_types = kernel: EKS log types [api, audit"
+    )
+    assert _refusal(
+        lambda: ClusterArgs("ray-llm", "us-east-1", admin_principal_arns=["arn:aws-cn:iam::123456789012:role/ci"])
+    ).endswith("(not an sts assumed-role ARN)")
+    small = NodeGroupArgs("m7i.xlarge", disk_size_gib=50)
+    assert _refusal(lambda: ClusterArgs("ray-llm", "us-east-1", system_nodes=small)).startswith(
+        "ClusterArgs: invalid config system_nodes.disk_size_gib = 50: at least 90 GiB"
+    )
+    cluster = ClusterArgs("ray-llm", "us-east-1", kubernetes_version=None, system_nodes=None)
+    assert cluster.kubernetes_version == "1.35" and cluster.public_access_cidrs == ("0.0.0.0/0",)
+    nodes = cluster.system_nodes
+    assert (nodes.instance_type, nodes.min_size, nodes.desired_size, nodes.max_size) == ("m7i.xlarge", 1, 1, 1)
+    assert nodes.disk_size_gib == 150  # domain/sizing.py SYSTEM_DISK_GIB
+
+
+def test_gpu_node_pool_args_refuse_a_bad_field_with_the_stack_keys_line():
+    from components.cluster import NodeGroupArgs
+    from components.gpu_nodes import GpuNodePoolArgs
+    from components.node_template_tags import NodeTemplateTagsArgs
+
+    g6 = NodeGroupArgs("g6.8xlarge", min_size=0, max_size=2)
+    assert _refusal(lambda: GpuNodePoolArgs(g6, "us-east-1a")).startswith(
+        "GpuNodePoolArgs: invalid config ami_release_version (not set): exactly one of ami_release_version"
+    )
+    assert _refusal(lambda: GpuNodePoolArgs(g6, "us-east-1a", ami_id="ami-1")) == (
+        "GpuNodePoolArgs: invalid config ami_id = ami-1: an AMI id such as ami-0123456789abcdef0"
+    )
+    assert _refusal(lambda: GpuNodePoolArgs(NodeGroupArgs("m7i.xlarge"), "us-east-1a", ami_id=None)).startswith(
+        "GpuNodePoolArgs: invalid config nodes.instance_type = m7i.xlarge: an instance type with NVIDIA GPUs"
+    )
+    assert _refusal(lambda: NodeTemplateTagsArgs("prefill", "g6.4xlarge", efa=True)).startswith(
+        "NodeTemplateTagsArgs: invalid config instance_type = g6.4xlarge: a GPU instance type with EFA"
+    )
+    assert _refusal(lambda: NodeTemplateTagsArgs("-prefill", "g6.8xlarge")).startswith(
+        "NodeTemplateTagsArgs: invalid config pool_name = -prefill: a label value"
+    )
+    pool = GpuNodePoolArgs(g6, "us-east-1a", ami_release_version="v20261112", efa=None, kubernetes_version=None)
+    assert (pool.nodes.desired_size, pool.nodes.disk_size_gib, pool.efa, pool.scales) == (1, 100, False, True)
 
 
 def test_component_inputs_take_a_whole_float_as_int():

@@ -195,8 +195,7 @@ def test_plan_command_fails_with_one_clear_message(tmp_path, capsys, monkeypatch
 def test_declared_keys_are_exactly_the_keys_the_program_reads():
     """domain/data/config_keys.yaml, domain/config.py and docs/configuration.md agree on the config keys."""
     from adapters import botocore_facts
-    from domain.config import load_settings
-    from domain.deploy_mode import load_deploy_mode
+    from domain.config import load_deploy_mode, load_settings
 
     asked: set[str] = set()
     values = load_stack("dev").values

@@ -5,13 +5,15 @@ rules called directly: tests/unit/test_existing_cluster_checks.py."""
 from __future__ import annotations
 
 import socket
+from dataclasses import replace
 
 import pytest
 
 import components.existing_cluster as existing_cluster
+import stack_args
 from adapters.stackfile import SecretValue
 from domain.cluster_checks import ClusterMismatch
-from domain.deploy_mode import load_deploy_mode
+from domain.config import load_deploy_mode
 from offline import plan as plan_cli
 from offline.plan import run_program
 from offline.policy_check import plan_resources
@@ -32,6 +34,11 @@ EXISTING = {
 
 
 # ---- deploy-time checks
+
+
+def checked(settings, mode):
+    """What the program hands ExistingCluster for this mode (stack_args)."""
+    return stack_args.existing_cluster_args(replace(settings, deploy_mode=mode), None, offline_plan=False, sealed=False)
 
 
 # ---- the program
@@ -129,9 +136,9 @@ def test_a_kuberay_namespace_the_cluster_lacks_is_named(monkeypatch, seed):
     monkeypatch.setattr(existing_cluster, "KubeClient", Client)
     values = {"existingCluster": "true", "installKubeRay": "false", "kuberayNamespace": "ray-sytem"}
     with pytest.raises(ClusterMismatch, match="KubeRay operator namespace ray-sytem does not exist"):
-        existing_cluster.verify_cluster(KUBECONFIG, ".", load_deploy_mode(values.get), settings)
+        existing_cluster.verify_cluster(KUBECONFIG, ".", checked(settings, load_deploy_mode(values.get)))
     elsewhere = load_deploy_mode((values | {"kuberayNamespace": "kube-system"}).get)
-    existing_cluster.verify_cluster(KUBECONFIG, ".", elsewhere, settings)  # a namespace the cluster has
+    existing_cluster.verify_cluster(KUBECONFIG, ".", checked(settings, elsewhere))  # a namespace the cluster has
 
 
 def test_a_mismatched_cluster_fails_naming_the_mismatch(monkeypatch, seed):
@@ -146,7 +153,7 @@ def test_a_mismatched_cluster_fails_naming_the_mismatch(monkeypatch, seed):
     monkeypatch.setattr(existing_cluster, "KubeClient", Client)
     mode = load_deploy_mode({"existingCluster": "true", "installKubeRay": "false"}.get)
     with pytest.raises(ClusterMismatch, match=r"pool decode: 0 node\(s\) labelled ray-llm-eks/pool=decode"):
-        existing_cluster.verify_cluster(KUBECONFIG, ".", mode, settings)
+        existing_cluster.verify_cluster(KUBECONFIG, ".", checked(settings, mode))
 
 
 def test_eks_mode_waits_for_ready_by_default(dev):

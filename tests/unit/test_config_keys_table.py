@@ -37,7 +37,8 @@ def _loaded(key: str, value) -> tuple:
     if key == "environment":
         overrides[NS + "endpointPublicAccessCidrs"] = ["198.51.100.0/24"]
     config = stack.stack_file("dev", overrides=overrides)
-    return stack.load_settings(config), stack.load_deploy_mode(config)
+    settings = stack.load_settings(config)
+    return settings, settings.deploy_mode
 
 
 @pytest.mark.parametrize("key", WITH_DEFAULT)

@@ -15,7 +15,8 @@ import yaml
 from adapters import stack
 from domain import config_keys
 from domain.cluster_checks import check_cluster, check_crd
-from domain.deploy_mode import check_kubeconfig, load_deploy_mode
+from domain.config import load_deploy_mode
+from domain.deploy_mode import check_kubeconfig
 from domain.errors import ConfigError
 from domain.facts import POOL_NODE_LABEL
 from domain.ray_service import ray_service_spec

@@ -73,12 +73,22 @@ def test_bad_values_fail_in_one_line_naming_the_key(backend, node_type, replicas
 
 
 def test_existing_cluster_mode_turns_the_default_redis_off_and_refuses_an_asked_one(prod_settings):
-    off = gcs_ft.for_mode(prod_settings, existing_cluster=True)
-    assert not off.gcs_ft.on and "existing-cluster" in gcs_ft.describe(off.gcs_ft, "production")
-    asked = replace(prod_settings, gcs_ft=replace(prod_settings.gcs_ft, set_by_stack=True))
+    ft = prod_settings.gcs_ft
+    off = gcs_ft.for_mode(ft, existing_cluster=True)
+    assert not off.on and "existing-cluster" in gcs_ft.describe(off, "production")
     with pytest.raises(ConfigError, match="gcsFaultTolerance"):
-        gcs_ft.for_mode(asked, existing_cluster=True)
-    assert gcs_ft.for_mode(prod_settings, existing_cluster=False) is prod_settings
+        gcs_ft.for_mode(replace(ft, set_by_stack=True), existing_cluster=True)
+    assert gcs_ft.for_mode(ft, existing_cluster=False) is ft
+
+
+def test_settings_of_an_existing_cluster_stack_have_no_store_and_no_internal_endpoint():
+    """The deploy mode is read with the other keys and applied once there (no caller patches Settings)."""
+    existing = {"ray-llm-eks:existingCluster": True}
+    settings = stack.load_settings(stack.stack_file("prod", overrides=existing))
+    assert settings.deploy_mode.existing_cluster and not settings.gcs_ft.on and settings.gcs_ft.existing_cluster
+    assert not settings.hardening.internal_endpoint
+    with pytest.raises(ConfigError, match="gcsFaultTolerance = redis: off or rocksdb in existing-cluster mode"):
+        stack.load_settings(stack.stack_file("prod", overrides={**existing, "ray-llm-eks:gcsFaultTolerance": "redis"}))
 
 
 def test_new_cluster_is_refused_without_room_for_a_second_cluster():
