@@ -24,6 +24,7 @@ from domain import (
     known_issues,
     model_fit,
     model_table,
+    node_provisioning,
     observability,
     prices,
     roles,
@@ -586,6 +587,11 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         hf_token_set=get("hfToken") is not None,
         api_keys_set=get("apiKeys") is not None,
         **_resilience(raw, hardening.environment, pools),
+        node_provisioning=node_provisioning.parse(
+            raw.text("nodeProvisioning"),
+            raw.boolean("prefillSpot"),
+            _chart(raw, "karpenterVersion", versions.KARPENTER_CHART),
+        ),
     )
     known_issues.refuse(settings)  # upstream bugs the stack would hit (domain/data/known_issues.yaml)
     return settings

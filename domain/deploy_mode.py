@@ -62,6 +62,13 @@ def load_deploy_mode(get) -> DeployMode:
                 raise ConfigError(
                     key, get(key) if key != "kubeconfig" else SECRET_MARKER, "only with existingCluster: true"
                 )
+    elif get("nodeProvisioning") not in (None, default("nodeProvisioning")):
+        # The stack makes no node on a cluster it did not build.
+        raise ConfigError(
+            "nodeProvisioning",
+            get("nodeProvisioning"),
+            f"{default('nodeProvisioning')} or unset with existingCluster: true",
+        )
     context = get("kubeContext")
     if context is not None and not context.strip():
         raise ConfigError("kubeContext", context, "a context name of the kubeconfig, or unset")

@@ -16,9 +16,10 @@ from domain import karpenter
 from domain.facts import EFA_RESOURCE, GPU_RESOURCE, POOL_NODE_LABEL
 from domain.placement import GPU_TAINT
 from domain.ray_service import ray_service_spec
-from tests.conftest import settings_of
+from tests.conftest import settings_error, settings_of
 
 SCHEMAS = ROOT / "offline" / "schemas"
+NS = "ray-llm-eks:"
 KWOK = karpenter.NodeClassRef("karpenter.kwok.sh", "KWOKNodeClass", "default")
 
 
@@ -137,3 +138,41 @@ def test_several_network_cards_get_one_efa_interface_each():
     interfaces = karpenter.network_interfaces(spec)
     efa = [(i["networkCardIndex"], i["deviceIndex"]) for i in interfaces if i["interfaceType"] == "efa-only"]
     assert efa == [(0, 1), *((card, 0) for card in range(1, spec.network_cards))]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"nodeProvisioning": "karpenterr"},
+            "nodeProvisioning = karpenterr: one of [managedNodeGroups, karpenter, autoMode]",
+        ),
+        ({"nodeProvisioning": "autoMode"}, "autoMode is not available yet"),
+        ({"prefillSpot": True}, "prefillSpot = 'true': only with nodeProvisioning: karpenter"),
+        ({"nodeProvisioning": "karpenter", "karpenterVersion": "^1.14"}, "karpenterVersion"),
+    ],
+)
+def test_node_provisioning_keys_are_checked_in_one_line(overrides, message):
+    error = settings_error({NS + k: v for k, v in overrides.items()})
+    assert message in str(error) and "\n" not in str(error), str(error)
+
+
+def test_an_existing_cluster_takes_no_node_provisioning():
+    from adapters import stack
+
+    overrides = {NS + "nodeProvisioning": "karpenter", NS + "existingCluster": True}
+    with pytest.raises(
+        ValueError, match="nodeProvisioning = karpenter: managedNodeGroups or unset with existingCluster"
+    ):
+        stack.load_deploy_mode(stack.stack_file("dev", overrides=overrides))
+
+
+def test_karpenter_is_read_with_its_chart_and_spot_for_prefill():
+    chosen = settings_of({NS + "nodeProvisioning": "karpenter", NS + "prefillSpot": True}).node_provisioning
+    assert chosen.by_karpenter and chosen.prefill_spot
+    assert (chosen.karpenter.repo, chosen.karpenter.chart, chosen.karpenter.version) == (
+        "oci://public.ecr.aws/karpenter",
+        "karpenter",
+        "1.14.1",
+    )
+    assert settings_of().node_provisioning.karpenter is None
