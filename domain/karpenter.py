@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from domain import aws_facts
 from domain.facts import GPU_RESOURCE
+from domain.node_provisioning import NodeProvisioning
 from domain.placement import GPU_TAINT, gpu_labels
 from domain.settings import GpuPoolSettings
 
@@ -87,6 +88,11 @@ def fitting_instance_types(pool: GpuPoolSettings) -> list[str]:
     )
 
 
+def pool_instance_types(pool: GpuPoolSettings, provisioning: NodeProvisioning) -> list[str]:
+    """What a node of this pool may be: its instance type, or with Karpenter every type that fits it."""
+    return fitting_instance_types(pool) if provisioning.by_karpenter else [pool.nodes.instance_type]
+
+
 def capacity_types(spot: bool) -> list[str]:
     """On-demand only, unless spot is allowed (then Karpenter prefers spot, and falls back to on-demand)."""
     return [SPOT, ON_DEMAND] if spot else [ON_DEMAND]
@@ -151,7 +157,7 @@ def ami_selector(pool: GpuPoolSettings) -> dict:
 def ec2_node_class(
     pool: GpuPoolSettings,
     *,
-    node_role: str,
+    node_role: str | None,
     subnet_tags: dict[str, str],
     security_group_tags: dict[str, str],
     placement_group: str | None,
@@ -159,10 +165,10 @@ def ec2_node_class(
     """The EC2NodeClass of one GPU pool: the pinned AL2023 NVIDIA AMI, instance store as one RAID0
     array (nodeadm mounts it where the model cache lives, domain/placement.py LOCAL_NVME_ROOT), the
     pool's root volume, and on EFA pools one EFA interface per network card in the pool's cluster
-    placement group. Subnets and security groups are selected by their tags."""
+    placement group. Subnets and security groups are selected by their tags. `node_role`: the IAM role
+    its nodes get; None leaves it to the component that creates the role (components/karpenter.py)."""
     spec: dict = {
         **ami_selector(pool),
-        "role": node_role,
         "subnetSelectorTerms": [{"tags": dict(subnet_tags)}],
         "securityGroupSelectorTerms": [{"tags": dict(security_group_tags)}],
         "instanceStorePolicy": "RAID0",
@@ -175,6 +181,8 @@ def ec2_node_class(
         ],
         "metadataOptions": dict(METADATA_OPTIONS),
     }
+    if node_role is not None:
+        spec["role"] = node_role
     if pool.efa:
         spec["networkInterfaces"] = network_interfaces(pool.spec)
     if placement_group is not None:

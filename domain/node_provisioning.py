@@ -28,6 +28,10 @@ class NodeProvisioning:
     def by_karpenter(self) -> bool:
         return self.mode == KARPENTER
 
+    def spot(self, role: str) -> bool:
+        """Whether nodes of a pool running this role may be spot."""
+        return self.prefill_spot and role == SPOT_ROLE
+
 
 def parse(mode: str, prefill_spot: bool, karpenter: ChartPin) -> NodeProvisioning:
     """The stack's `nodeProvisioning` and `prefillSpot`; `karpenter`: the chart at karpenterVersion."""
@@ -48,5 +52,4 @@ def node_line(mode: NodeProvisioning, pool_role: str) -> str:
     """How one GPU pool's nodes are bought, for the cost table's line."""
     if not mode.by_karpenter:
         return ""
-    spot = mode.prefill_spot and pool_role == SPOT_ROLE
-    return " (Karpenter: spot first, on-demand price shown)" if spot else " (Karpenter, on-demand)"
+    return " (Karpenter: spot first, on-demand price shown)" if mode.spot(pool_role) else " (Karpenter, on-demand)"
