@@ -176,3 +176,18 @@ def test_karpenter_is_read_with_its_chart_and_spot_for_prefill():
         "1.14.1",
     )
     assert settings_of().node_provisioning.karpenter is None
+
+
+def test_the_controllers_values_are_keys_of_the_pinned_chart():
+    """Every value we set is one the chart at karpenterVersion has (offline/schemas/charts/)."""
+    from components.karpenter import chart_values
+    from domain.config_keys import default
+    from tests.unit.test_observability_settings import chart_defaults, unknown_keys
+
+    values = chart_values("dev", "dev", 2)
+    # A free-form map: Helm merges our pool label into the chart's kubernetes.io/os selector.
+    assert set(values.pop("nodeSelector")) == {POOL_NODE_LABEL}
+    assert unknown_keys(values, chart_defaults(f"karpenter-{default('karpenterVersion')}")) == []
+    assert unknown_keys({"settings": {"interruptionQueueName": "dev"}}, chart_defaults("karpenter-1.14.1")) == [
+        "settings.interruptionQueueName"
+    ]
