@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from domain import aws_facts
 from domain.facts import GPU_RESOURCE
 from domain.node_provisioning import NodeProvisioning
-from domain.placement import GPU_TAINT, gpu_labels
+from domain.placement import GPU_TAINT, INSTANCE_TYPE_LABEL, ZONE_LABEL, gpu_labels
 from domain.settings import GpuPoolSettings
 
 NODE_POOL_API = "karpenter.sh/v1"
@@ -24,11 +24,8 @@ EC2_NODE_CLASS_API = "karpenter.k8s.aws/v1"
 # is never cut off mid-request; its node goes once Ray has removed the idle worker.
 DO_NOT_DISRUPT = {"karpenter.sh/do-not-disrupt": "true"}
 
-# Well-known labels Karpenter schedules on (sigs.k8s.io/karpenter pkg/apis/v1/labels.go; Kubernetes'
-# well-known labels for the other two).
+# The label of a node's capacity type (sigs.k8s.io/karpenter pkg/apis/v1/labels.go CapacityTypeLabelKey).
 CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-ZONE_LABEL = "topology.kubernetes.io/zone"
 ON_DEMAND, SPOT = "on-demand", "spot"
 
 # An empty GPU node waits this long before Karpenter removes it: the Cluster Autoscaler's default

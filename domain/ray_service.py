@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from domain import api_keys, gcs_ft, karpenter, observability
 from domain.facts import EFA_RESOURCE, GPU_RESOURCE, HEAD_PORTS, POOL_NODE_LABEL, SERVE_PORT
-from domain.placement import GPU_TAINT, LOCAL_NVME_ROOT, SYSTEM_LABELS
+from domain.placement import GPU_TAINT, LOCAL_NVME_ROOT, SYSTEM_LABELS, ZONE_LABEL
 from domain.scaling import role_bounds
 from domain.serve_config import role_resource, to_yaml
 from domain.settings import GpuPoolSettings, ServingSettings, Settings
@@ -280,10 +280,6 @@ def served_document(settings: Settings) -> dict:
     if not settings.hardening.api_key_check:
         return settings.serving.serve_document
     return api_keys.with_key_check(settings.serving.serve_document)
-
-
-# The zone label every node carries (Kubernetes well-known labels): rocksdb's EBS volume lives in one zone.
-ZONE_LABEL = "topology.kubernetes.io/zone"
 
 
 def ray_service_spec(settings: Settings, redis_address: str = gcs_ft.ADDRESS_PLACEHOLDER) -> dict:

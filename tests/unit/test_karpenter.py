@@ -14,7 +14,7 @@ import yaml
 from adapters.stackfile import ROOT
 from domain import karpenter
 from domain.facts import EFA_RESOURCE, GPU_RESOURCE, POOL_NODE_LABEL
-from domain.placement import GPU_TAINT
+from domain.placement import GPU_TAINT, ZONE_LABEL
 from domain.ray_service import ray_service_spec
 from tests.conftest import settings_error, settings_of
 
@@ -117,7 +117,7 @@ def test_limits_capacity_and_disruption_follow_the_pool(pools):
     assert spec["limits"] == {GPU_RESOURCE: str(pool.nodes.max_size * pool.spec.gpus)}
     requirements = {r["key"]: r["values"] for r in spec["template"]["spec"]["requirements"]}
     assert requirements[karpenter.CAPACITY_TYPE_LABEL] == ["on-demand"]
-    assert requirements[karpenter.ZONE_LABEL] == [pool.availability_zone]
+    assert requirements[ZONE_LABEL] == [pool.availability_zone]
     spot = karpenter.node_pool(pools["prefill"], KWOK, spot=True)["spec"]["template"]["spec"]["requirements"]
     assert {r["key"]: r["values"] for r in spot}[karpenter.CAPACITY_TYPE_LABEL] == ["spot", "on-demand"]
     assert spec["disruption"]["consolidationPolicy"] == "WhenEmpty"
