@@ -203,7 +203,9 @@ pulumi.export("openaiPythonExample", service.openai_example)  # after the port-f
 pulumi.export("dashboardPortForwardCommand", service.dashboard_port_forward)
 pulumi.export("gcsFaultTolerance", gcs_ft.describe(settings.gcs_ft, settings.hardening.environment))
 single = [role for role, b in scaling.role_bounds(serving.serve_document).items() if b.min < 2]
-pulumi.export("upgradeImpact", upgrades.summary(settings.upgrade_strategy, single))  # make plan prints it
+pulumi.export(
+    "upgradeImpact", upgrades.summary(settings.upgrade_strategy, single, karpenter_nodes)
+)  # make plan prints it
 pulumi.export("servingFit", list(serving.fit))  # per role: KV cache, blocks, tokens, concurrency (model_fit)
 pulumi.export("estimatedHourlyCostUsd", estimate.usd_per_hour)
 pulumi.export("costEstimate", estimate.as_output())
