@@ -164,3 +164,10 @@ def test_preflight_counts_every_type_karpenter_may_make():
     checks = run().outputs["preflightChecks"]
     assert "ok: instance types ['g6.16xlarge', 'g6.8xlarge', 'm7i.2xlarge'] are offered in their zones" in checks
     assert any("L-DB2E81BA" in c and "128 <= 128" in c for c in checks), checks
+
+
+def test_cost_and_change_summary_say_karpenter_makes_the_gpu_nodes(plan):
+    items = [line["item"] for line in plan.outputs["costEstimate"]["lines"]]
+    assert "prefill nodes g6.8xlarge (Karpenter: spot first, on-demand price shown)" in items
+    assert "decode nodes g6.8xlarge (Karpenter, on-demand)" in items
+    assert any(line.startswith("node class or pool change") for line in plan.outputs["upgradeImpact"])
