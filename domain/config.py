@@ -591,6 +591,7 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
             raw.text("nodeProvisioning"),
             raw.boolean("prefillSpot"),
             _chart(raw, "karpenterVersion", versions.KARPENTER_CHART),
+            cluster.name,
         ),
     )
     known_issues.refuse(settings)  # upstream bugs the stack would hit (domain/data/known_issues.yaml)

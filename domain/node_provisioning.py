@@ -33,7 +33,12 @@ class NodeProvisioning:
         return self.prefill_spot and role == SPOT_ROLE
 
 
-def parse(mode: str, prefill_spot: bool, karpenter: ChartPin) -> NodeProvisioning:
+# Karpenter's interruption queue is named after the cluster; SQS takes names of up to 80 characters
+# (botocore sqs CreateQueue QueueName).
+QUEUE_NAME_MAX = 80
+
+
+def parse(mode: str, prefill_spot: bool, karpenter: ChartPin, cluster_name: str) -> NodeProvisioning:
     """The stack's `nodeProvisioning` and `prefillSpot`; `karpenter`: the chart at karpenterVersion."""
     if mode not in MODES:
         raise ConfigError("nodeProvisioning", mode, f"one of {yaml_text(list(MODES))}")
@@ -44,6 +49,12 @@ def parse(mode: str, prefill_spot: bool, karpenter: ChartPin) -> NodeProvisionin
     if prefill_spot and mode != KARPENTER:
         raise ConfigError(
             "prefillSpot", "true", f"only with nodeProvisioning: {KARPENTER} (a node group has one capacity type)"
+        )
+    if mode == KARPENTER and len(cluster_name) > QUEUE_NAME_MAX:
+        raise ConfigError(
+            "clusterName",
+            cluster_name,
+            f"at most {QUEUE_NAME_MAX} characters with nodeProvisioning: {KARPENTER} (it names the interruption queue)",
         )
     return NodeProvisioning(mode, prefill_spot, karpenter if mode == KARPENTER else None)
 

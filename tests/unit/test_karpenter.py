@@ -150,6 +150,7 @@ def test_several_network_cards_get_one_efa_interface_each():
         ({"nodeProvisioning": "autoMode"}, "autoMode is not available yet"),
         ({"prefillSpot": True}, "prefillSpot = 'true': only with nodeProvisioning: karpenter"),
         ({"nodeProvisioning": "karpenter", "karpenterVersion": "^1.14"}, "karpenterVersion"),
+        ({"nodeProvisioning": "karpenter", "clusterName": "c" * 81}, "at most 80 characters with nodeProvisioning"),
     ],
 )
 def test_node_provisioning_keys_are_checked_in_one_line(overrides, message):
