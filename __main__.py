@@ -11,6 +11,7 @@ from components.device_plugins import DevicePlugins
 from components.existing_cluster import ExistingCluster
 from components.gcs_store import GcsStore
 from components.gpu_nodes import GpuNodePool
+from components.karpenter import Karpenter
 from components.kuberay import KubeRayOperator
 from components.llm_service import LlmService
 from components.load_balancer import InternalEndpoint, LoadBalancerController
@@ -76,12 +77,14 @@ else:
     cluster = Cluster("eks", stack_args.cluster_args(settings), network)
     if settings.gcs_ft.redis:  # the head's GCS fault tolerance store (domain/gcs_ft.py)
         store = GcsStore("gcs-store", stack_args.gcs_store_args(settings, network))
+    # With Karpenter (nodeProvisioning) no GPU node group: its NodePools make the GPU nodes (below).
     pools = {
         name: GpuNodePool(name, stack_args.gpu_node_pool_args(pool), cluster, network)
         for name, pool in settings.gpu_pools.items()
+        if not settings.node_provisioning.by_karpenter
     }
     provider, nodes = cluster.provider, [cluster.system_nodes, *pools.values()]
-    if serving.weights_s3_uris:  # weights mirrored in S3: the nodes may read them before any worker starts
+    if serving.weights_s3_uris and pools:  # weights mirrored in S3: the nodes may read them before any worker starts
         installed.append(WeightsAccess("weights", serving.weights_s3_uris, cluster.node_role.role, settings.region))
 
 # In-cluster pieces use the stack's Kubernetes provider; the system nodes run them (create) and
@@ -89,15 +92,23 @@ else:
 on_system_nodes = pulumi.ResourceOptions(providers=[provider], depends_on=nodes[:1])
 if mode.install_device_plugins:
     installed.append(DevicePlugins("device-plugins", stack_args.device_plugins_args(settings), on_system_nodes))
-autoscaled = not mode.existing_cluster and scaling.autoscaler_needed(settings.gpu_pools)
+karpenter_nodes = not mode.existing_cluster and settings.node_provisioning.by_karpenter
+autoscaled = not mode.existing_cluster and not karpenter_nodes and scaling.autoscaler_needed(settings.gpu_pools)
 obs = serving.observability  # embedded and amp only on the cluster we build (domain/observability.py)
 # Controllers with an AWS role (and the EBS CSI driver, Prometheus's remote write): one Pod Identity agent.
 # rocksdb's claim (GCS fault tolerance, domain/gcs_ft.py) needs the EBS CSI driver and the gp3 StorageClass too.
 rocksdb_claim = settings.gcs_ft.rocksdb and not mode.existing_cluster
-if autoscaled or hardening.internal_endpoint or obs.in_cluster_stack or rocksdb_claim:
+if autoscaled or karpenter_nodes or hardening.internal_endpoint or obs.in_cluster_stack or rocksdb_claim:
     agent = PodIdentityAgent(
         "pod-identity-agent", settings.cluster.name, settings.cluster.kubernetes_version, on_system_nodes
     )
+if karpenter_nodes:
+    # Everything on the GPU nodes depends on it, so on destroy the RayService, plugins and exporters go
+    # first, then its NodePools (Karpenter drains and terminates their nodes), then Karpenter.
+    karpenter = Karpenter("karpenter", stack_args.karpenter_args(settings), cluster.eks, agent, on_system_nodes)
+    nodes.append(karpenter)
+    if serving.weights_s3_uris:  # the same read access, on the role Karpenter's nodes have
+        installed.append(WeightsAccess("weights", serving.weights_s3_uris, karpenter.node_role.role, settings.region))
 if autoscaled:
     installed.append(
         ClusterAutoscaler("cluster-autoscaler", stack_args.cluster_autoscaler_args(settings), agent, on_system_nodes)
@@ -177,7 +188,9 @@ pulumi.export("openaiPythonExample", service.openai_example)  # after the port-f
 pulumi.export("dashboardPortForwardCommand", service.dashboard_port_forward)
 pulumi.export("gcsFaultTolerance", gcs_ft.describe(settings.gcs_ft, settings.hardening.environment))
 single = [role for role, b in scaling.role_bounds(serving.serve_document).items() if b.min < 2]
-pulumi.export("upgradeImpact", upgrades.summary(settings.upgrade_strategy, single))  # make plan prints it
+pulumi.export(
+    "upgradeImpact", upgrades.summary(settings.upgrade_strategy, single, karpenter_nodes)
+)  # make plan prints it
 pulumi.export("servingFit", list(serving.fit))  # per role: KV cache, blocks, tokens, concurrency (model_fit)
 pulumi.export("estimatedHourlyCostUsd", estimate.usd_per_hour)
 pulumi.export("costEstimate", estimate.as_output())

@@ -15,7 +15,7 @@ from components.helm import helm_release
 from domain.config_keys import default
 from domain.errors import ConfigError
 from domain.field_checks import check_chart_version
-from domain.placement import GPU_NODE_SELECTOR, GPU_TOLERATION
+from domain.placement import GPU_NODE_SELECTOR, GPU_TOLERATION, INSTANCE_TYPE_LABEL
 from domain.sizing import EFA_PLUGIN_REQUESTS, NVIDIA_PLUGIN_REQUESTS
 from domain.versions import EFA_PLUGIN_CHART, NVIDIA_PLUGIN_CHART, ChartPin
 
@@ -71,7 +71,7 @@ def efa_values(instance_types: Sequence[str], image_repository: str | None) -> d
         # The chart schedules only on the instance types in this allow-list (a nodeAffinity on
         # node.kubernetes.io/instance-type): list exactly the EFA pools' types.
         "supportedInstanceLabels": {
-            "keys": ["node.kubernetes.io/instance-type"],
+            "keys": [INSTANCE_TYPE_LABEL],
             "values": sorted(set(instance_types)),
         },
         "nodeSelector": GPU_NODE_SELECTOR,

@@ -7,6 +7,8 @@ import pulumi_kubernetes as k8s
 
 from domain.versions import ChartPin
 
+OCI = "oci://"
+
 
 def helm_release(
     name: str,
@@ -20,9 +22,11 @@ def helm_release(
     return k8s.helm.v3.Release(
         name,
         name=name,
-        chart=pin.chart,
+        # An OCI chart is named by its full reference, without a repository (pulumi-kubernetes' chart
+        # resolution, "By OCI registries"); a Helm repository by its URL.
+        chart=f"{pin.repo}/{pin.chart}" if pin.repo.startswith(OCI) else pin.chart,
         version=pin.version,
-        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=pin.repo),
+        repository_opts=None if pin.repo.startswith(OCI) else k8s.helm.v3.RepositoryOptsArgs(repo=pin.repo),
         namespace=namespace,
         values=values,
         timeout=600,

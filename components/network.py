@@ -19,7 +19,7 @@ from domain.field_checks import (
     check_nat_gateways,
     check_vpc_cidr,
 )
-from domain.subnets import public_subnet_name, subnet_cidrs
+from domain.subnets import private_subnet_name, public_subnet_name, subnet_cidrs
 
 ARGS = "NetworkArgs"  # names the Args in a bad field's line (domain/errors.py line())
 
@@ -136,7 +136,7 @@ class Network(pulumi.ComponentResource):
                 tags={
                     **cluster_tag,
                     "kubernetes.io/role/internal-elb": "1",
-                    "Name": f"{args.cluster_name}-private-{az}",
+                    "Name": private_subnet_name(args.cluster_name, az),
                 },
                 opts=child,
             )

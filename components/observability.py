@@ -107,7 +107,8 @@ def _metadata(manifest: dict) -> k8s.meta.v1.ObjectMetaArgs:
 
 
 def custom_object(name: str, manifest: dict, opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource:
-    """A Prometheus Operator object (PodMonitor, ServiceMonitor, PrometheusRule) from its manifest."""
+    """A custom object from its manifest: the Prometheus Operator's (PodMonitor, ServiceMonitor,
+    PrometheusRule), Karpenter's (NodePool, EC2NodeClass)."""
     return k8s.apiextensions.CustomResource(
         name,
         api_version=manifest["apiVersion"],

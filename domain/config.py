@@ -25,6 +25,7 @@ from domain import (
     known_issues,
     model_fit,
     model_table,
+    node_provisioning,
     observability,
     prices,
     roles,
@@ -516,6 +517,12 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         api_keys_set=get("apiKeys") is not None,
         deploy_mode=mode,
         **_resilience(raw, hardening.environment, pools, mode.existing_cluster),
+        node_provisioning=node_provisioning.parse(
+            raw.text("nodeProvisioning"),
+            raw.boolean("prefillSpot"),
+            _chart(raw, "karpenterVersion", versions.KARPENTER_CHART),
+            cluster.name,
+        ),
     )
     known_issues.refuse(settings)  # upstream bugs the stack would hit (domain/data/known_issues.yaml)
     return settings

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from domain import observability
+from domain import node_provisioning, observability
 from domain.prices import (
     AMP_STORAGE_USD_PER_GB_MONTH,
     AMP_USD_PER_10M_SAMPLES,
@@ -183,7 +183,7 @@ def estimate(settings: Settings, overrides: PriceOverrides, size: str = "desired
     for role, nodes in pools.items():
         lines.append(
             CostLine(
-                f"{role} nodes {nodes.instance_type}",
+                f"{role} nodes {nodes.instance_type}{bought_by(settings, role)}",
                 _count(nodes, size),
                 prices.get(nodes.instance_type),
                 price_key=_instance_key(nodes.instance_type),
@@ -220,6 +220,12 @@ def estimate(settings: Settings, overrides: PriceOverrides, size: str = "desired
             )
         )
     return CostEstimate(region, tuple(lines))
+
+
+def bought_by(settings: Settings, pool: str) -> str:
+    """How a GPU pool's nodes are bought, where Karpenter makes them (nothing for node groups and system nodes)."""
+    gpu_pool = settings.gpu_pools.get(pool)
+    return "" if gpu_pool is None else node_provisioning.node_line(settings.node_provisioning, gpu_pool.app_role)
 
 
 def _chosen(override: float | None, table: dict[str, float], region: str) -> float | None:

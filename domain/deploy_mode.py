@@ -55,6 +55,13 @@ def parse_deploy_mode(get: Callable[[str], str | None], boolean: Callable[[str],
                 raise ConfigError(
                     key, get(key) if key != "kubeconfig" else SECRET_MARKER, "only with existingCluster: true"
                 )
+    elif get("nodeProvisioning") not in (None, default("nodeProvisioning")):
+        # The stack makes no node on a cluster it did not build.
+        raise ConfigError(
+            "nodeProvisioning",
+            get("nodeProvisioning"),
+            f"{default('nodeProvisioning')} or unset with existingCluster: true",
+        )
     context = check_kube_context("kubeContext", get("kubeContext"))
     install_kuberay = boolean("installKubeRay")
     operator_namespace = check_kuberay_namespace("kuberayNamespace", get("kuberayNamespace"), install_kuberay)

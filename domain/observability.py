@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from domain.errors import ConfigError, kind_text, mapping_of, unknown_field
 from domain.facts import HEAD_METRICS_PORTS
 from domain.field_checks import check_label_value, check_one_of
-from domain.placement import GPU_NODE_SELECTOR, GPU_TOLERATION, SYSTEM_LABELS
+from domain.placement import GPU_NODE_SELECTOR, GPU_TOLERATION, SYSTEM_LABELS, ZONE_LABEL
 from domain.sizing import Resources
 
 if TYPE_CHECKING:
@@ -440,7 +440,7 @@ def storage_class() -> dict:
 
 
 def _in_zone(zone: str) -> dict:
-    return {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}
+    return {"key": ZONE_LABEL, "operator": "In", "values": [zone]}
 
 
 def persistent_volume(volume_id: Any, zone: str, size_gib: int) -> dict:
@@ -460,11 +460,7 @@ def persistent_volume(volume_id: Any, zone: str, size_gib: int) -> dict:
             "nodeAffinity": {
                 "required": {
                     "nodeSelectorTerms": [
-                        {
-                            "matchExpressions": [
-                                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}
-                            ]
-                        }
+                        {"matchExpressions": [{"key": ZONE_LABEL, "operator": "In", "values": [zone]}]}
                     ]
                 }
             },

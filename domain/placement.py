@@ -7,6 +7,10 @@ from domain.facts import GPU_RESOURCE, POOL_NODE_LABEL
 
 SYSTEM_LABELS = {POOL_NODE_LABEL: "system"}
 
+# Well-known labels every node carries (Kubernetes' well-known labels): its zone and instance type.
+ZONE_LABEL = "topology.kubernetes.io/zone"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
 # GPU nodes carry this taint (EKS API spelling of the effect); only pods that tolerate it land there.
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "true", "effect": "NO_SCHEDULE"}
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}

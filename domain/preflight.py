@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, timedelta
 from typing import Protocol
 
-from domain import aws_facts, observability, sizing, versions
+from domain import aws_facts, karpenter, observability, sizing, versions
 from domain.errors import ConfigError, yaml_text
 from domain.settings import NodePoolSettings, Settings
 
@@ -95,15 +95,23 @@ def check_zones(settings: Settings, aws: AwsAnswers) -> str:
     return f"ok: zones {wanted} are available in {settings.region}"
 
 
+def _node_types(settings: Settings) -> dict[str, list[str]]:
+    """What each pool's nodes may be: its instance type, or with Karpenter every type that fits the pool."""
+    return {key: [nodes.instance_type] for key, nodes in _pools(settings).items()} | {
+        f"gpuPools.{name}": karpenter.pool_instance_types(pool, settings.node_provisioning)
+        for name, pool in settings.gpu_pools.items()
+    }
+
+
 def check_offerings(settings: Settings, aws: AwsAnswers) -> str:
-    pools = _pools(settings)
-    types = sorted({nodes.instance_type for nodes in pools.values()})
+    pools, node_types = _pools(settings), _node_types(settings)
+    types = sorted({t for choices in node_types.values() for t in choices})
     offered = aws.offered(types)
     if offered is None:
         return f"deferred to deploy time: instance types {types} offered in their zones"
     zones = set(settings.network.availability_zones)
     for key, nodes in pools.items():
-        where = offered.get(nodes.instance_type, set())
+        where = set().union(*(offered.get(t, set()) for t in node_types[key]))
         # GPU nodes must all be in the one GPU zone; system nodes need only one of the zones.
         needed = {settings.network.gpu_availability_zone} if key.startswith("gpuPools") else zones
         if not where & needed:
@@ -123,7 +131,10 @@ def check_system_node(settings: Settings, aws: AwsAnswers) -> str:
     hardware = aws.hardware(instance_type)
     if hardware is None:
         return f"deferred to deploy time: the Ray head and system pods fit one {instance_type}"
-    need, offered = sizing.system_node_room(hardware, observability.system_pods(settings.serving.observability))
+    pods = observability.system_pods(settings.serving.observability)
+    if settings.node_provisioning.by_karpenter:  # its controller runs there too
+        pods = {**pods, "karpenter": sizing.KARPENTER_REQUESTS}
+    need, offered = sizing.system_node_room(hardware, pods)
     if not need.fits_in(offered):
         raise PreflightError(
             "systemNodes.instanceType",
@@ -136,11 +147,15 @@ def check_system_node(settings: Settings, aws: AwsAnswers) -> str:
 
 def check_quotas(settings: Settings, aws: AwsAnswers) -> list[str]:
     needs: dict[Quota, list[tuple[str, NodePoolSettings, int]]] = defaultdict(list)
+    node_types = _node_types(settings)
     for key, nodes in _pools(settings).items():
         quota = quota_for(nodes.instance_type)
         if quota is not None:
-            hardware = aws.hardware(nodes.instance_type)
-            needs[quota].append((key, nodes, None if hardware is None else hardware.vcpus))
+            # Karpenter may make any type that fits the pool: the largest counts (the shown type).
+            hardware = [aws.hardware(t) for t in node_types[key]]
+            largest = None if None in hardware else max(hardware, key=lambda h: h.vcpus)
+            shown = nodes if largest is None else replace(nodes, instance_type=node_types[key][hardware.index(largest)])
+            needs[quota].append((key, shown, None if largest is None else largest.vcpus))
     report = []
     for quota, uses in needs.items():
         if any(vcpus is None for *_, vcpus in uses):

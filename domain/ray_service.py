@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from domain import api_keys, gcs_ft, observability
+from domain import api_keys, gcs_ft, karpenter, observability
 from domain.facts import EFA_RESOURCE, GPU_RESOURCE, HEAD_PORTS, POOL_NODE_LABEL, SERVE_PORT
-from domain.placement import GPU_TAINT, LOCAL_NVME_ROOT, SYSTEM_LABELS
+from domain.placement import GPU_TAINT, LOCAL_NVME_ROOT, SYSTEM_LABELS, ZONE_LABEL
 from domain.scaling import role_bounds
 from domain.serve_config import role_resource, to_yaml
 from domain.settings import GpuPoolSettings, ServingSettings, Settings
@@ -154,9 +154,11 @@ def worker_group(
     pools: Mapping[str, GpuPoolSettings],
     with_token: bool,
     keyed: bool,
+    annotations: Mapping[str, str] = NOT_EVICTABLE,
 ) -> dict:
     """Workers of one role: pinned to its pool by nodeSelector + toleration, advertising the role's
-    Ray resource (one unit per GPU), sized to what the node has left after its DaemonSets."""
+    Ray resource (one unit per GPU), sized to what the node has left after its DaemonSets;
+    `annotations`: what keeps the node scaler from removing a node under a running worker."""
     spec = pool.spec
     beside = gpu_node_daemonsets(
         any(p.efa for p in pools.values()), observability.gpu_daemonsets(serving.observability)
@@ -188,7 +190,7 @@ def worker_group(
         # `ray start --resources`: the same as rayStartParams.resources, without JSON in a string.
         "resources": {role_resource(pool.app_role): str(spec.gpus)},
         "template": {
-            "metadata": {"annotations": dict(NOT_EVICTABLE)},
+            "metadata": {"annotations": dict(annotations)},
             "spec": {
                 # Workers never call the Kubernetes API: KubeRay runs the autoscaler as a sidecar of the
                 # head only (ray-operator v1.6.2 common/pod.go DefaultHeadPodTemplate), so no token here.
@@ -265,16 +267,19 @@ def worker_groups_annotation(spec: dict) -> dict[str, str]:
     return {WORKER_GROUPS_ANNOTATION: ",".join(g["groupName"] for g in spec["rayClusterConfig"]["workerGroupSpecs"])}
 
 
+def worker_annotations(settings: Settings) -> dict[str, str]:
+    """The Cluster Autoscaler's never-evict, and Karpenter's do-not-disrupt where Karpenter makes the nodes."""
+    if settings.node_provisioning.by_karpenter:
+        return {**NOT_EVICTABLE, **karpenter.DO_NOT_DISRUPT}
+    return dict(NOT_EVICTABLE)
+
+
 def served_document(settings: Settings) -> dict:
     """The serve document the RayService runs (its serveConfigV2, parsed): the stack's applications
     behind the key-checking ingress, unless the stack turned the check off (environment dev only)."""
     if not settings.hardening.api_key_check:
         return settings.serving.serve_document
     return api_keys.with_key_check(settings.serving.serve_document)
-
-
-# The zone label every node carries (Kubernetes well-known labels): rocksdb's EBS volume lives in one zone.
-ZONE_LABEL = "topology.kubernetes.io/zone"
 
 
 def ray_service_spec(settings: Settings, redis_address: str = gcs_ft.ADDRESS_PLACEHOLDER) -> dict:
@@ -289,7 +294,9 @@ def ray_service_spec(settings: Settings, redis_address: str = gcs_ft.ADDRESS_PLA
         # Ray Serve asks for replicas; KubeRay's autoscaler adds the worker pods they need.
         "enableInTreeAutoscaling": autoscales,
         "headGroupSpec": head_group(serving, with_token, keyed),
-        "workerGroupSpecs": [worker_group(p, serving, pools, with_token, keyed) for p in pools.values()],
+        "workerGroupSpecs": [
+            worker_group(p, serving, pools, with_token, keyed, worker_annotations(settings)) for p in pools.values()
+        ],
     }
     if autoscales:
         cluster["autoscalerOptions"] = autoscaler_options()

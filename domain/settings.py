@@ -15,6 +15,7 @@ from domain.facts import PD_ROLES
 from domain.gcs_ft import GcsFt
 from domain.hardening import HardeningSettings
 from domain.model_table import ModelSpec
+from domain.node_provisioning import NodeProvisioning
 from domain.observability import ObservabilitySettings
 from domain.prices import NO_PRICE_OVERRIDES, PriceOverrides
 from domain.slo import Slo
@@ -136,3 +137,4 @@ class Settings:
     gcs_ft: GcsFt = field(default_factory=GcsFt)  # the head's GCS fault tolerance (domain/gcs_ft.py)
     upgrade_strategy: str = default("upgradeStrategy")  # the RayService's (domain/upgrades.py)
     deploy_mode: DeployMode = field(default_factory=DeployMode)  # onto our own cluster or an existing one
+    node_provisioning: NodeProvisioning = field(default_factory=NodeProvisioning)  # domain/node_provisioning.py

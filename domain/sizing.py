@@ -66,6 +66,9 @@ HEAD_REQUESTS = Resources(2000, 8192)
 # cluster-autoscaler-autodiscover.yaml).
 RAY_AUTOSCALER_REQUESTS = Resources(500, 512)
 CLUSTER_AUTOSCALER_REQUESTS = Resources(100, 600)
+# Karpenter's controller (nodeProvisioning: karpenter): its chart sets none; 1 CPU / 1 GiB as its
+# getting-started guide installs it (aws/karpenter-provider-aws v1.14.1 step08-apply-helm-chart.sh).
+KARPENTER_REQUESTS = Resources(1000, 1024)
 SYSTEM_PODS = {
     "coredns": Resources(200, 140),
     "kuberay-operator": OPERATOR_REQUESTS,

@@ -22,6 +22,11 @@ def public_subnet_name(cluster_name: str, zone: str) -> str:
     return f"{cluster_name}-public-{zone}"
 
 
+def private_subnet_name(cluster_name: str, zone: str) -> str:
+    """The private subnet's Name tag, by which Karpenter's node classes select the GPU zone's subnet."""
+    return f"{cluster_name}-private-{zone}"
+
+
 def load_balancer_subnets(cluster_name: str, vpc_cidr: str, zones: tuple[str, ...]) -> dict[str, str]:
     """The subnets the internal NLB goes in, by Name tag, with their CIDRs: the public ones, where no pod lives."""
     _, public = subnet_cidrs(vpc_cidr, len(zones))

@@ -170,8 +170,9 @@ def report(found: list[Impact]) -> str:
     return "\n".join(lines)
 
 
-def summary(strategy_type: str, single_replica_roles: Iterable[str]) -> list[str]:
-    """What each kind of stack change does to the running service under this stack's strategy (`make plan`)."""
+def summary(strategy_type: str, single_replica_roles: Iterable[str], karpenter_nodes: bool = False) -> list[str]:
+    """What each kind of stack change does to the running service under this stack's strategy (`make plan`);
+    `karpenter_nodes`: Karpenter makes the GPU nodes (nodeProvisioning), which replaces drifted ones itself."""
     single = sorted(single_replica_roles)
     gap = f" (roles with one replica: {', '.join(single)}: a gap while it reloads)" if single else ""
     cluster = (
@@ -187,7 +188,13 @@ def summary(strategy_type: str, single_replica_roles: Iterable[str]) -> list[str
         f"upgradeStrategy {strategy_type}: {cluster}",
         "serve config change: applied in place; replicas or autoscaling: reconfigured, no engine restart; engine "
         f"arguments or model: Serve replaces that role's replicas one at a time, each engine loading again{gap}",
-        "node group change (AMI release, instance type, disk): EKS replaces the nodes one at a time; the Ray "
-        "workers on them start again elsewhere or on the new node",
+        (
+            "node class or pool change (AMI release, instance types, disk): Karpenter marks the GPU nodes drifted "
+            "and replaces one at a time only once it runs no Ray worker (do-not-disrupt): a serving node keeps "
+            "the old AMI until its worker is scaled down or the RayService is replaced"
+            if karpenter_nodes
+            else "node group change (AMI release, instance type, disk): EKS replaces the nodes one at a time; the "
+            "Ray workers on them start again elsewhere or on the new node"
+        ),
         "`make diff A=<plan dir> B=<plan dir>` names what one given change does",
     ]

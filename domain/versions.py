@@ -45,6 +45,8 @@ POD_IDENTITY_AGENT_ADDON = "eks-pod-identity-agent"
 # matching the cluster's minor (newest patch tags of each minor in kubernetes/autoscaler).
 CLUSTER_AUTOSCALER_CHART = ("https://kubernetes.github.io/autoscaler", "cluster-autoscaler")
 CLUSTER_AUTOSCALER_IMAGE_TAGS = {"1.34": "v1.34.5", "1.35": "v1.35.2", "1.36": "v1.36.1"}
+# Karpenter's chart is an OCI artifact (aws/karpenter-provider-aws getting-started step08-apply-helm-chart.sh).
+KARPENTER_CHART = ("oci://public.ecr.aws/karpenter", "karpenter")
 # Observability (domain/observability.py); their versions' reasons are in domain/data/config_keys.yaml.
 KUBE_PROMETHEUS_STACK_CHART = ("https://prometheus-community.github.io/helm-charts", "kube-prometheus-stack")
 DCGM_EXPORTER_CHART = ("https://nvidia.github.io/dcgm-exporter/helm-charts", "dcgm-exporter")  # its README

@@ -11,18 +11,20 @@ from components.device_plugins import DevicePluginsArgs
 from components.existing_cluster import ExistingClusterArgs
 from components.gcs_store import GcsStore, GcsStoreArgs
 from components.gpu_nodes import GpuNodePoolArgs
+from components.karpenter import KarpenterArgs
 from components.kuberay import KubeRayOperatorArgs
 from components.llm_service import LlmServiceArgs
 from components.load_balancer import InternalEndpointArgs, LoadBalancerControllerArgs
 from components.network import Network, NetworkArgs
 from components.observability import EbsCsiDriverArgs, MonitoringStackArgs, ServiceMonitoringArgs
-from domain import alerts, dashboards, gcs_ft
+from domain import alerts, dashboards, gcs_ft, karpenter
 from domain import network_policies as policies
 from domain.facts import ENVIRONMENT_TAG
 from domain.network_policies import network_policies
 from domain.ray_service import ray_service_spec
 from domain.serve_config import served_model_id
 from domain.settings import GpuPoolSettings, NodePoolSettings, Settings
+from domain.subnets import private_subnet_name
 
 
 def llm_service_args(
@@ -89,11 +91,13 @@ def kuberay_args(settings: Settings) -> KubeRayOperatorArgs:
 
 
 def device_plugins_args(settings: Settings) -> DevicePluginsArgs:
-    serving = settings.serving
+    serving, provisioning = settings.serving, settings.node_provisioning
     return DevicePluginsArgs(
         nvidia_chart_version=serving.nvidia_plugin.version,
         efa_chart_version=serving.efa_plugin.version,
-        efa_instance_types=sorted({p.nodes.instance_type for p in settings.gpu_pools.values() if p.efa}),
+        efa_instance_types=sorted(
+            {t for p in settings.gpu_pools.values() if p.efa for t in karpenter.pool_instance_types(p, provisioning)}
+        ),
         efa_image_repository=serving.efa_plugin_image,
     )
 
@@ -227,4 +231,48 @@ def load_balancer_controller_args(settings: Settings, network: Network) -> LoadB
         region=settings.region,
         vpc_id=network.vpc.id,
         chart_version=settings.serving.lb_controller.version,
+    )
+
+
+# EKS tags the cluster security group it creates (the one its managed nodes get) with this key; an
+# `aws:` key no one else can set, so the selector finds that group and no other.
+CLUSTER_SECURITY_GROUP_TAG = "aws:eks:cluster-name"
+
+
+def placement_group_name(cluster_name: str, pool: str) -> str:
+    return f"{cluster_name}-{pool}"
+
+
+def karpenter_args(settings: Settings) -> KarpenterArgs:
+    """One NodePool and one EC2NodeClass per GPU pool, in the GPU zone's private subnet with the cluster
+    security group; EFA pools in a placement group of their own."""
+    cluster, provisioning = settings.cluster, settings.node_provisioning
+    subnet = {"Name": private_subnet_name(cluster.name, settings.network.gpu_availability_zone)}
+    groups = {name: placement_group_name(cluster.name, name) for name, pool in settings.gpu_pools.items() if pool.efa}
+    pools = settings.gpu_pools.values()
+    return KarpenterArgs(
+        cluster_name=cluster.name,
+        region=settings.region,
+        node_pools=[
+            karpenter.node_pool(
+                pool,
+                karpenter.ec2_node_class_ref(pool),
+                spot=provisioning.spot(pool.app_role),
+            )
+            for pool in pools
+        ],
+        node_classes=[
+            karpenter.ec2_node_class(
+                pool,
+                node_role=None,
+                subnet_tags=subnet,
+                security_group_tags={CLUSTER_SECURITY_GROUP_TAG: cluster.name},
+                placement_group=groups.get(pool.name),
+            )
+            for pool in pools
+        ],
+        placement_groups=sorted(groups.values()),
+        # The controller's pods repel each other (chart affinity): no more than the system nodes always there.
+        replicas=min(2, cluster.system_nodes.min_size),
+        chart_version=provisioning.karpenter.version,
     )
