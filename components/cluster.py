@@ -14,6 +14,7 @@ import pulumi_kubernetes as k8s
 
 from adapters import botocore_facts
 from components.network import Network
+from components.node_metadata import hop_limit_one
 from domain.facts import ENVIRONMENT_TAG
 from domain.hardening import HardeningSettings
 from domain.placement import SYSTEM_LABELS
@@ -192,8 +193,8 @@ class Cluster(pulumi.ComponentResource):
             disk_size=settings.system_nodes.disk_size_gib,
             ami_type="AL2023_x86_64_STANDARD",
             labels=SYSTEM_LABELS,
-            enable_imd_sv2=True,
-            opts=child,
+            enable_imd_sv2=True,  # also makes pulumi-eks build the launch template the transform sets
+            opts=pulumi.ResourceOptions(parent=self, transforms=[hop_limit_one]),
         )
 
         # Built once from the kubeconfig; nothing that changes is interpolated into it, since a

@@ -9,6 +9,7 @@ import yaml
 
 from components.cluster import Cluster, scaling
 from components.network import Network
+from components.node_metadata import hop_limit_one
 from components.node_template_tags import NodeTemplateTags
 from domain.placement import GPU_TAINT, gpu_labels
 from domain.scaling import pool_scales
@@ -77,7 +78,7 @@ class GpuNodePool(pulumi.ComponentResource):
             taints=[aws.eks.NodeGroupTaintArgs(**GPU_TAINT)],
             # The Cluster Autoscaler owns desiredSize between min and max: `up` must not reset it.
             ignore_scaling_changes=True if pool_scales(settings) else None,
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, transforms=[hop_limit_one]),  # hop limit 1
         )
         self.node_group_name = self.node_group.node_group.node_group_name
         if pool_scales(settings):  # the Cluster Autoscaler may take it to zero and must grow it back

@@ -31,6 +31,7 @@ from domain.facts import (
     HEAD_METRICS_PORTS,
     KEY_CHECKED_INGRESS,
     KUBERAY_NAMESPACE,
+    NODE_METADATA_OPTIONS,
     OPERATOR_NAMESPACE_ANNOTATION,
     PD_ROLES,
     POD_MONITOR_TYPE,
@@ -158,11 +159,21 @@ def _pod_requests_efa(spec: Mapping) -> bool:
 
 
 def _imdsv2(r: Resource) -> list[str]:
+    """A node group's launch template (pulumi-eks's, which it builds under enableIMDSv2; offline, its
+    modelled metadata options) asks for session tokens and a hop limit of 1: no pod reaches the node role."""
     if r.type == MANAGED_NODE_GROUP and not _true(r.props.get("enableIMDSv2")):
-        return ["enableIMDSv2 must be true (instance metadata only with session tokens, hop limit 2)"]
-    if r.type == AWS_LAUNCH_TEMPLATE and _get(r.props, "metadataOptions", "httpTokens") != "required":
-        return ["metadataOptions.httpTokens must be 'required' (IMDSv2)"]
-    return []
+        return ["enableIMDSv2 must be true (instance metadata only with session tokens)"]
+    if r.type != AWS_LAUNCH_TEMPLATE:
+        return []
+    found = []
+    if _get(r.props, "metadataOptions", "httpTokens") != "required":
+        found.append("metadataOptions.httpTokens must be 'required' (IMDSv2)")
+    hops = _get(r.props, "metadataOptions", "httpPutResponseHopLimit")
+    if hops != NODE_METADATA_OPTIONS["httpPutResponseHopLimit"]:
+        found.append(
+            f"metadataOptions.httpPutResponseHopLimit is {hops}, must be 1 (a pod is one hop further than its node)"
+        )
+    return found
 
 
 def _private_nodes(r: Resource) -> list[str]:
@@ -524,7 +535,11 @@ def _watched_outside_dev(resources: list[Resource]) -> list[tuple[Resource | Non
 def policies(secrets_marked: bool = True) -> list[Policy]:
     """The pack, in the order `make policy` reports it."""
     return [
-        Policy("nodes-require-imdsv2", "Every node uses IMDSv2 (session tokens).", per_resource=_imdsv2),
+        Policy(
+            "nodes-require-imdsv2",
+            "Every node uses IMDSv2 (session tokens) with a hop limit of 1.",
+            per_resource=_imdsv2,
+        ),
         Policy("nodes-in-private-subnets", "No node or subnet hands out public IPs.", per_resource=_private_nodes),
         Policy(
             "gpu-pools-efa-one-zone",

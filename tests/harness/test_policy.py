@@ -113,6 +113,14 @@ def test_each_policy_fails_when_its_guard_is_off(dev, policy):
     assert _failed(_mutated(dev, type_, change, *name)) == {policy}
 
 
+def test_a_node_launch_template_with_hop_limit_2_fails(dev):
+    """pulumi-eks's own hop limit (2, under enableIMDSv2) is what the node groups' transform replaces."""
+    hop_two = _mutated(dev, rules.AWS_LAUNCH_TEMPLATE, lambda p: p["metadataOptions"].update(httpPutResponseHopLimit=2))
+    found = rules.check_all(hop_two)
+    assert {v.policy for v in found} == {"nodes-require-imdsv2"}
+    assert "httpPutResponseHopLimit is 2, must be 1" in found[0].message
+
+
 def test_every_policy_has_a_failing_case_here():
     # the latter two: their own tests below
     covered = {*MUTATIONS, "load-balancer-source-ranges", "observability-outside-dev"}

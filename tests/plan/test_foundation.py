@@ -146,6 +146,22 @@ def test_gpu_pools_share_one_subnet_in_the_gpu_zone_with_efa(plans, stack):
     assert plan.outputs["gpuSubnetId"] == subnet.id
 
 
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_every_node_group_launch_template_has_hop_limit_1(plans, stack):
+    """The launch template pulumi-eks builds in each node group (modelled offline, after the node
+    group's transforms): session tokens and hop limit 1, so no pod reaches the node role."""
+    plan = plans[stack]
+    templates = {r.parent: r for r in plan.of_type("aws:ec2/launchTemplate:LaunchTemplate")}
+    groups = plan.of_type(MNG)
+    assert len(groups) == 3  # the system nodes and both GPU pools
+    for group in groups:
+        assert templates[group.urn].inputs["metadataOptions"] == {
+            "httpEndpoint": "enabled",
+            "httpTokens": "required",
+            "httpPutResponseHopLimit": 1,
+        }, group.name
+
+
 def test_gpu_pool_nodes(dev):
     for group in gpu_groups(dev):
         role = group.name.removesuffix("-gpu")
@@ -220,7 +236,7 @@ def test_components_follow_the_conventions(dev):
     components = [r for r in dev.registrations if not r.custom and not r.remote]
     assert {r.type.split(":")[0] for r in components} == {"ray-llm-eks"}
     for r in dev.registrations:
-        if r.type.startswith(("aws:", "eks:")):
+        if r.type.startswith(("aws:", "eks:")) and "modelled" not in r.options:  # pulumi-eks's own children
             assert r.parent is not None and dev.by_urn[r.parent].type.startswith("ray-llm-eks:"), r.urn
 
 
