@@ -91,8 +91,6 @@ else:
         store = GcsStore("gcs-store", stack_args.gcs_store_args(settings, network))
     pools = {name: GpuNodePool(name, pool, cluster, network) for name, pool in settings.gpu_pools.items()}
     provider, nodes = cluster.provider, [cluster.system_nodes, *pools.values()]
-    if serving.weights_s3_uris:  # weights mirrored in S3: the nodes may read them before any worker starts
-        installed.append(WeightsAccess("weights", serving.weights_s3_uris, cluster.node_role.role, settings.region))
 
 # In-cluster pieces use the stack's Kubernetes provider; the system nodes run them (create) and
 # outlive them (destroy).
@@ -104,9 +102,17 @@ obs = serving.observability  # embedded and amp only on the cluster we build (do
 # Controllers with an AWS role (and the EBS CSI driver, Prometheus's remote write): one Pod Identity agent.
 # rocksdb's claim (GCS fault tolerance, domain/gcs_ft.py) needs the EBS CSI driver and the gp3 StorageClass too.
 rocksdb_claim = settings.gcs_ft.rocksdb and not mode.existing_cluster
-if autoscaled or hardening.internal_endpoint or obs.in_cluster_stack or rocksdb_claim:
+# Weights mirrored in S3: the workers' service account reads them through Pod Identity (our cluster only).
+weights_access = bool(serving.weights_s3_uris) and not mode.existing_cluster
+if autoscaled or hardening.internal_endpoint or obs.in_cluster_stack or rocksdb_claim or weights_access:
     agent = PodIdentityAgent(
         "pod-identity-agent", settings.cluster.name, settings.cluster.kubernetes_version, on_system_nodes
+    )
+if weights_access:  # before any worker starts (the webhook mutates pods at creation)
+    installed.append(
+        WeightsAccess(
+            "weights", serving.weights_s3_uris, settings.cluster.name, serving.namespace, settings.region, agent
+        )
     )
 if autoscaled:
     installed.append(

@@ -40,6 +40,10 @@ INSTANCE_METADATA_CIDR = "169.254.169.254/32"
 # members, camelCased as aws.ec2.LaunchTemplate's metadataOptions takes them; hop limit 1 to 64 there.
 NODE_METADATA_OPTIONS = {"httpEndpoint": "enabled", "httpTokens": "required", "httpPutResponseHopLimit": 1}
 
+# The Ray workers' service account where they read the weights from S3 (`modelSource: s3://...`): its
+# EKS Pod Identity association gives them read access to those prefixes, not the node role.
+WEIGHTS_SERVICE_ACCOUNT = "ray-weights"
+
 # Ports of the Ray head (KubeRay's defaults); the serve port is also every worker's.
 SERVE_PORT = 8000  # Ray Serve's HTTP proxy: the only Ray port reachable from outside the namespace
 DASHBOARD_PORT = 8265  # ...besides the head's dashboard, for the KubeRay operator only
