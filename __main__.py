@@ -5,7 +5,7 @@ from dataclasses import replace
 import pulumi
 
 import stack_args
-from adapters import environment, stack
+from adapters import environment, registry, stack
 from adapters.aws_answers import PulumiAwsAnswers
 from components.cluster import Cluster
 from components.cluster_autoscaler import ClusterAutoscaler
@@ -46,7 +46,10 @@ try:  # a bad value or an AWS refusal stops here, before any resource
     # AWS offerings, quotas, version calendar: only for the cluster this stack builds.
     checks = [] if mode.existing_cluster else preflight.run(settings, PulumiAwsAnswers(), environment.today())
     settings = gcs_ft.for_mode(settings, mode.existing_cluster)  # no AWS store on a cluster we did not build
-except (ConfigError, YamlSyntaxError, preflight.PreflightError) as error:
+    # The serving image by digest (tag kept): looked up in its registry at preview/up, a placeholder offline.
+    pinned = registry.pinned_image(settings.serving.image, deploying=stack.deploying())
+    settings = replace(settings, serving=replace(settings.serving, image=pinned))
+except (ConfigError, YamlSyntaxError, preflight.PreflightError, registry.DigestLookupFailed) as error:
     if environment.offline_plan_set():  # `make plan` and the tests want the typed error
         raise
     raise pulumi.RunError(str(error)) from None  # the CLI prints it as one line, no stack trace

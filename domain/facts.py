@@ -44,6 +44,12 @@ NODE_METADATA_OPTIONS = {"httpEndpoint": "enabled", "httpTokens": "required", "h
 # EKS Pod Identity association gives them read access to those prefixes, not the node role.
 WEIGHTS_SERVICE_ACCOUNT = "ray-weights"
 
+# A container image pinned by digest (the tag, where kept, is for people: the kubelet pulls the digest).
+# Offline the digest of a tag is not known (`make plan` calls no registry): the image then ends in
+# `@` + IMAGE_DIGEST_PLACEHOLDER, which `pulumi preview`/`up` replace with the registry's digest.
+IMAGE_DIGEST = r"@sha256:[0-9a-f]{64}"
+IMAGE_DIGEST_PLACEHOLDER = "<sha256 digest of the tag, looked up in the registry at deploy time>"
+
 # Ports of the Ray head (KubeRay's defaults); the serve port is also every worker's.
 SERVE_PORT = 8000  # Ray Serve's HTTP proxy: the only Ray port reachable from outside the namespace
 DASHBOARD_PORT = 8265  # ...besides the head's dashboard, for the KubeRay operator only

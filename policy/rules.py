@@ -29,6 +29,8 @@ from domain.facts import (
     ENVIRONMENT_TAG,
     EXACT_CHART_VERSION,
     HEAD_METRICS_PORTS,
+    IMAGE_DIGEST,
+    IMAGE_DIGEST_PLACEHOLDER,
     KEY_CHECKED_INGRESS,
     KUBERAY_NAMESPACE,
     NODE_METADATA_OPTIONS,
@@ -316,13 +318,39 @@ def _any_true(value: Any, keys: tuple[str, ...]) -> bool:
     return False
 
 
-_IMAGE_PINNED = re.compile(r"^[^@\s]+(@sha256:[0-9a-f]{64}|:[\w][\w.-]{0,127})$")
+_TAGGED = re.compile(r"^[^@\s:]+:[\w][\w.-]{0,127}$")
+# A digest, or offline the marked placeholder the program puts where `pulumi up` puts the digest.
+_BY_DIGEST = re.compile(rf"({IMAGE_DIGEST}|@{re.escape(IMAGE_DIGEST_PLACEHOLDER)})$")
 _EXACT_VERSION = re.compile(rf"^{EXACT_CHART_VERSION}$")
 
 
+def _by_digest(image: str) -> bool:
+    return _BY_DIGEST.search(image) is not None
+
+
 def _image_pinned(image: str) -> bool:
-    last = image.rsplit("/", 1)[-1]
-    return bool(_IMAGE_PINNED.match(last)) and not image.endswith(":latest")
+    """An exact tag, a digest, or both (`name:tag@sha256:...`, the tag for people); never :latest alone."""
+    name = _BY_DIGEST.sub("", image)
+    if "@" in name or any(c.isspace() for c in name):
+        return False
+    return name != image or (bool(_TAGGED.match(name.rsplit("/", 1)[-1])) and not name.endswith(":latest"))
+
+
+def _images_by_digest(r: Resource) -> list[str]:
+    """Outside dev, every container of the RayService runs an image pinned by digest (a tag can be
+    pushed again; a digest names one image), offline its marked placeholder."""
+    if r.type != RAY_SERVICE:
+        return []
+    environment = _get(r.props, "metadata", "annotations", ENVIRONMENT_ANNOTATION)
+    if environment in DEV_ENVIRONMENTS:
+        return []
+    return [
+        f"{where}: container {c.get('name')} image {c.get('image')!r} is not pinned by digest "
+        f"(environment {environment!r}; only {list(DEV_ENVIRONMENTS)} may run a tag)"
+        for where, spec in pod_specs(r)
+        for c in _containers(spec)
+        if not (isinstance(c.get("image"), str) and _by_digest(c["image"]))
+    ]
 
 
 def _pinned(r: Resource) -> list[str]:
@@ -577,6 +605,11 @@ def policies(secrets_marked: bool = True) -> list[Policy]:
             per_resource=_privileged_only_efa_workers,
         ),
         Policy("charts-and-images-pinned", "Helm charts and images are pinned exactly.", per_resource=_pinned),
+        Policy(
+            "images-by-digest",
+            "Outside dev, the RayService's images are pinned by digest.",
+            per_resource=_images_by_digest,
+        ),
         Policy(
             "load-balancer-source-ranges",
             "A Service of type LoadBalancer lists its allowed source ranges.",

@@ -35,7 +35,7 @@ def test_make_policy_passes_dev(capsys):
 def test_each_policy_is_one_kind_with_a_unique_name():
     """CrossGuard refuses two policies of one name; each rule is a resource or a stack policy."""
     names = [p.name for p in rules.policies()]
-    assert len(names) == len(set(names)) == 14
+    assert len(names) == len(set(names)) == 15
     assert all((p.per_resource is None) != (p.whole_stack is None) for p in rules.policies())
 
 
@@ -91,6 +91,15 @@ MUTATIONS = {
         ),
     ),
     "charts-and-images-pinned": (rules.HELM_RELEASE, lambda p: p.update(version="^1.7"), "kuberay-operator"),
+    "images-by-digest": (
+        rules.RAY_SERVICE,
+        lambda p: (
+            _ray_spec(p)["headGroupSpec"]["template"]["spec"]["containers"][0].update(
+                image="763104351884.dkr.ecr.us-east-1.amazonaws.com/ray:serve-llm-cuda-v1.0.0"
+            ),
+            p["metadata"]["annotations"].update({rules.ENVIRONMENT_ANNOTATION: "staging"}),
+        ),
+    ),
     "endpoint-requires-api-key": (
         rules.RAY_SERVICE,
         lambda p: (
