@@ -31,6 +31,7 @@ from domain.facts import (
     HEAD_METRICS_PORTS,
     IMAGE_DIGEST,
     IMAGE_DIGEST_PLACEHOLDER,
+    INSTANCE_METADATA_CIDR,
     KEY_CHECKED_INGRESS,
     KUBERAY_NAMESPACE,
     NODE_METADATA_OPTIONS,
@@ -402,6 +403,47 @@ def _operator_only(sources: Sequence, operator_namespace: str) -> bool:
     return bool(sources)
 
 
+def _admits_instance_metadata(peer: Mapping) -> bool:
+    """An egress peer that reaches 169.254.169.254: an IP block holding it and not excepting it. Pod and
+    namespace selectors name pods, never the node's link-local metadata address."""
+    block = peer.get("ipBlock")
+    if not isinstance(block, Mapping):
+        return False
+    metadata = ipaddress.ip_network(INSTANCE_METADATA_CIDR)
+    try:
+        cidr = ipaddress.ip_network(str(block.get("cidr")), strict=False)
+        excepted = [ipaddress.ip_network(str(e), strict=False) for e in block.get("except") or []]
+    except ValueError:
+        return True  # unreadable: not shown to exclude it
+    if cidr.version != metadata.version or not metadata.subnet_of(cidr):
+        return False
+    return not any(e.version == metadata.version and metadata.subnet_of(e) for e in excepted)
+
+
+def _ray_egress_policies(resources: list[Resource]) -> list[tuple[Resource | None, str]]:
+    """In each RayService's namespace: a NetworkPolicy puts every pod's egress under policy, and none of
+    the namespace's policies admits egress to the instance metadata (policies add up: one rule open to
+    it opens it to the pods that policy selects)."""
+    found: list[tuple[Resource | None, str]] = []
+    policies = [r for r in resources if r.type == NETWORK_POLICY]
+    for service in (r for r in resources if r.type == RAY_SERVICE):
+        namespace = _get(service.props, "metadata", "namespace")
+        mine = [p for p in policies if _get(p.props, "metadata", "namespace") == namespace]
+        if not any(
+            _get(p.props, "spec", "podSelector") == {} and "Egress" in (_get(p.props, "spec", "policyTypes") or [])
+            for p in mine
+        ):
+            found.append((service, f"namespace {namespace} has no NetworkPolicy governing every pod's egress"))
+        for policy in mine:
+            for rule in _get(policy.props, "spec", "egress") or []:
+                peers = rule.get("to") or []
+                if not peers or any(_admits_instance_metadata(p) for p in peers if isinstance(p, Mapping)):
+                    found.append(
+                        (policy, f"admits egress to the instance metadata ({INSTANCE_METADATA_CIDR}): except it")
+                    )
+    return found
+
+
 def _ray_network_policies(resources: list[Resource]) -> list[tuple[Resource | None, str]]:
     """In each RayService's namespace: ingress denied by default, and whatever is allowed from
     outside the namespace (other namespaces, IP blocks, or any source) is the serve port only, or
@@ -588,6 +630,11 @@ def policies(secrets_marked: bool = True) -> list[Policy]:
             "ray-network-policies",
             "Ray's namespace denies ingress by default; only the serve port is reachable from outside it.",
             whole_stack=_ray_network_policies,
+        ),
+        Policy(
+            "ray-egress-except-instance-metadata",
+            "Ray's namespace governs every pod's egress, and no policy there admits the instance metadata.",
+            whole_stack=_ray_egress_policies,
         ),
         Policy(
             "ip-blocks-outside-pod-subnets",

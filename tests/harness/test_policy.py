@@ -35,7 +35,7 @@ def test_make_policy_passes_dev(capsys):
 def test_each_policy_is_one_kind_with_a_unique_name():
     """CrossGuard refuses two policies of one name; each rule is a resource or a stack policy."""
     names = [p.name for p in rules.policies()]
-    assert len(names) == len(set(names)) == 15
+    assert len(names) == len(set(names)) == 16
     assert all((p.per_resource is None) != (p.whole_stack is None) for p in rules.policies())
 
 
@@ -77,6 +77,11 @@ MUTATIONS = {
         rules.NETWORK_POLICY,
         lambda p: p["spec"].update(ingress=[{"from": [{"namespaceSelector": {}}]}]),
         "llm-network-policies-default-deny-ingress",
+    ),
+    "ray-egress-except-instance-metadata": (
+        rules.NETWORK_POLICY,
+        lambda p: p["spec"]["egress"][0]["to"][0]["ipBlock"].pop("except"),
+        "llm-network-policies-egress-except-instance-metadata",
     ),
     "ip-blocks-outside-pod-subnets": (
         rules.NETWORK_POLICY,
@@ -128,6 +133,19 @@ def test_a_node_launch_template_with_hop_limit_2_fails(dev):
     found = rules.check_all(hop_two)
     assert {v.policy for v in found} == {"nodes-require-imdsv2"}
     assert "httpPutResponseHopLimit is 2, must be 1" in found[0].message
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda p: p["spec"].update(policyTypes=["Ingress"]),  # no policy governs egress any more
+        lambda p: p["spec"]["egress"].append({"ports": [{"port": 80}]}),  # any destination on port 80
+        lambda p: p["spec"]["egress"][0]["to"][0]["ipBlock"].update(cidr="169.254.0.0/16", **{"except": []}),
+    ],
+)
+def test_the_egress_policy_fails_when_it_lets_the_instance_metadata_through(dev, change):
+    mutated = _mutated(dev, rules.NETWORK_POLICY, change, "llm-network-policies-egress-except-instance-metadata")
+    assert _failed(mutated) == {"ray-egress-except-instance-metadata"}
 
 
 def test_every_policy_has_a_failing_case_here():
@@ -207,7 +225,11 @@ def test_vpc_cni_addon_under_the_cli():
 
 def test_switching_network_policies_off_in_a_stack_fails_naming_the_policies():
     plan = run_program("dev", {"ray-llm-eks:networkPolicies": False})
-    assert {v.policy for v in violations(plan)} == {"ray-network-policies", "vpc-cni-network-policy"}
+    assert {v.policy for v in violations(plan)} == {
+        "ray-network-policies",
+        "ray-egress-except-instance-metadata",
+        "vpc-cni-network-policy",
+    }
     assert any("ray-network-policies" in str(v) and "default-deny" in str(v) for v in violations(plan))
 
 
