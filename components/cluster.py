@@ -20,13 +20,24 @@ from domain.hardening import HardeningSettings
 from domain.placement import SYSTEM_LABELS
 from domain.settings import ClusterSettings, NodePoolSettings
 
-# Managed policies a node needs: join the cluster, run the VPC CNI, pull from ECR, and be reachable
-# through SSM Session Manager instead of SSH.
+# Managed policies a node needs: join the cluster (and the Pod Identity agent's eks-auth call), run the VPC
+# CNI, pull images from ECR (PullOnly: the EKS user guide's node role, create-node-role; ReadOnly also lists
+# and describes every repository).
 NODE_POLICIES = (
     "AmazonEKSWorkerNodePolicy",
     "AmazonEKS_CNI_Policy",
-    "AmazonEC2ContainerRegistryReadOnly",
-    "AmazonSSMManagedInstanceCore",
+    "AmazonEC2ContainerRegistryPullOnly",
+)
+# Reachable through SSM Session Manager instead of SSH, and nothing else of Systems Manager: the SSM Agent's
+# Session Manager channels (Systems Manager user guide, a custom instance profile for Session Manager; the same
+# actions as the managed AWSCloud9SSMInstanceProfile). AmazonSSMManagedInstanceCore would add ssm:GetParameter(s)
+# on every parameter, documents, inventory and Run Command.
+SESSION_MANAGER_ACTIONS = (
+    "ssm:UpdateInstanceInformation",
+    "ssmmessages:CreateControlChannel",
+    "ssmmessages:CreateDataChannel",
+    "ssmmessages:OpenControlChannel",
+    "ssmmessages:OpenDataChannel",
 )
 
 
@@ -67,6 +78,17 @@ class NodeRole(pulumi.ComponentResource):
             )
             for policy in NODE_POLICIES
         ]
+        self.session_manager = aws.iam.RolePolicy(
+            f"{name}-session-manager",
+            role=self.role.name,
+            policy=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [{"Effect": "Allow", "Action": list(SESSION_MANAGER_ACTIONS), "Resource": "*"}],
+                }
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
         self.register_outputs({"roleArn": self.role.arn})
 
 

@@ -11,7 +11,7 @@ import pulumi_eks as eks
 import pytest
 
 from adapters.stackfile import load_stack
-from components.cluster import NODE_POLICIES, access_entry_name
+from components.cluster import access_entry_name
 from domain.facts import POOL_NODE_LABEL
 from domain.placement import LOCAL_NVME_ROOT
 from offline.mocks import is_placeholder
@@ -63,8 +63,30 @@ def test_node_role_has_the_policies_nodes_need(dev):
     assert json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
     attachments = dev.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
     attached = sorted(r.inputs["policyArn"] for r in attachments if r.name.startswith("eks-node-role"))
-    assert attached == sorted(f"arn:aws:iam::aws:policy/{p}" for p in NODE_POLICIES)
-    assert len(attached) == 4
+    # Joining and the Pod Identity agent, the VPC CNI, image pulls; no S3, no SSM parameters, no ECR listing.
+    assert attached == [
+        "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly",
+        "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
+        "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
+    ]
+    inline = [
+        r for r in dev.of_type("aws:iam/rolePolicy:RolePolicy") if r.inputs["role"].endswith("::eks-node-role.name>")
+    ]
+    assert [r.name for r in inline] == ["eks-node-role-session-manager"]
+    (session,) = inline
+    assert json.loads(session.inputs["policy"])["Statement"] == [
+        {
+            "Effect": "Allow",
+            "Action": [
+                "ssm:UpdateInstanceInformation",
+                "ssmmessages:CreateControlChannel",
+                "ssmmessages:CreateDataChannel",
+                "ssmmessages:OpenControlChannel",
+                "ssmmessages:OpenDataChannel",
+            ],
+            "Resource": "*",
+        }
+    ]
     for group in dev.of_type(MNG):
         assert group.inputs["nodeRole"] == role.id
     # API auth: EKS makes the node groups' access entries; pulumi-eks refuses instanceRoles here.
