@@ -87,6 +87,7 @@ NO_ANSWER_OFFLINE = {
     "aws:index/getCallerIdentity:getCallerIdentity",
     "aws:s3/getBucket:getBucket",
     "aws:ebs/getEncryptionByDefault:getEncryptionByDefault",
+    "aws:ecr/getAuthorizationToken:getAuthorizationToken",  # the serving image's digest stays a placeholder
 }
 
 

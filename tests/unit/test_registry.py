@@ -102,6 +102,8 @@ def test_pinning_keeps_the_tag_and_offline_shows_the_placeholder(fake, monkeypat
     monkeypatch.setattr(registry, "ecr_credentials", lambda account: asked.append(account) or BASIC)
     monkeypatch.setattr(registry, "manifest_digest", lambda reg, repo, tag: DIGEST if reg.basic == BASIC else "")
     assert registry.pinned_image(image, deploying=True) == pinned and asked == ["763104351884"]
+    monkeypatch.setattr(registry, "ecr_credentials", lambda account: None)  # the mocks' answer: no token
+    assert registry.pinned_image(image, deploying=True) == f"{image}@{IMAGE_DIGEST_PLACEHOLDER}"
     assert image_ref.parse(pinned) == image_ref.ImageRef(
         "763104351884.dkr.ecr.us-east-1.amazonaws.com", "ray", "serve-llm-cuda-v1.0.0", DIGEST
     )
