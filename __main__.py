@@ -47,8 +47,7 @@ try:  # a bad value or an AWS refusal stops here, before any resource
     checks = [] if mode.existing_cluster else preflight.run(settings, PulumiAwsAnswers(), environment.today())
     settings = gcs_ft.for_mode(settings, mode.existing_cluster)  # no AWS store on a cluster we did not build
     # The serving image by digest (tag kept): looked up in its registry at preview/up, a placeholder offline.
-    pinned = registry.pinned_image(settings.serving.image, deploying=stack.deploying())
-    settings = replace(settings, serving=replace(settings.serving, image=pinned))
+    settings = registry.with_pinned_image(settings, deploying=stack.deploying())
 except (ConfigError, YamlSyntaxError, preflight.PreflightError, registry.DigestLookupFailed) as error:
     if environment.offline_plan_set():  # `make plan` and the tests want the typed error
         raise

@@ -15,9 +15,10 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from domain import image_ref
+from domain.settings import Settings
 
 # The manifest kinds a tag may name, index first: a multi-architecture tag's digest is its index's,
 # which is what the kubelet resolves the tag to (OCI image-spec media types, Docker's manifest list).
@@ -110,6 +111,11 @@ def ecr_credentials(registry_id: str) -> tuple[str, str] | None:
 
 # ECR's registry hosts: <account>.dkr.ecr.<region>.amazonaws.com (.com.cn in China).
 ECR_HOST = re.compile(r"(\d{12})\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?")
+
+
+def with_pinned_image(settings: Settings, deploying: bool) -> Settings:
+    """The settings whose serving image is pinned_image's."""
+    return replace(settings, serving=replace(settings.serving, image=pinned_image(settings.serving.image, deploying)))
 
 
 def pinned_image(image: str, deploying: bool) -> str:
