@@ -3,7 +3,7 @@
 import pulumi
 
 import stack_args
-from adapters import environment, stack
+from adapters import environment, registry, stack
 from adapters.aws_answers import PulumiAwsAnswers
 from components.cluster import Cluster
 from components.cluster_autoscaler import ClusterAutoscaler
@@ -44,7 +44,9 @@ try:  # a bad value or an AWS refusal stops here, before any resource
         pulumi.log.warn(line)
     # AWS offerings, quotas, version calendar: only for the cluster this stack builds.
     checks = [] if mode.existing_cluster else preflight.run(settings, PulumiAwsAnswers(), environment.today())
-except (ConfigError, YamlSyntaxError, preflight.PreflightError) as error:
+    # The serving image by digest (tag kept): looked up in its registry at preview/up, a placeholder offline.
+    settings = registry.with_pinned_image(settings, deploying=stack.deploying())
+except (ConfigError, YamlSyntaxError, preflight.PreflightError, registry.DigestLookupFailed) as error:
     if environment.offline_plan_set():  # `make plan` and the tests want the typed error
         raise
     raise pulumi.RunError(str(error)) from None  # the CLI prints it as one line, no stack trace
@@ -84,8 +86,6 @@ else:
         if not settings.node_provisioning.by_karpenter
     }
     provider, nodes = cluster.provider, [cluster.system_nodes, *pools.values()]
-    if serving.weights_s3_uris and pools:  # weights mirrored in S3: the nodes may read them before any worker starts
-        installed.append(WeightsAccess("weights", serving.weights_s3_uris, cluster.node_role.role, settings.region))
 
 # In-cluster pieces use the stack's Kubernetes provider; the system nodes run them (create) and
 # outlive them (destroy).
@@ -98,7 +98,16 @@ obs = serving.observability  # embedded and amp only on the cluster we build (do
 # Controllers with an AWS role (and the EBS CSI driver, Prometheus's remote write): one Pod Identity agent.
 # rocksdb's claim (GCS fault tolerance, domain/gcs_ft.py) needs the EBS CSI driver and the gp3 StorageClass too.
 rocksdb_claim = settings.gcs_ft.rocksdb and not mode.existing_cluster
-if autoscaled or karpenter_nodes or hardening.internal_endpoint or obs.in_cluster_stack or rocksdb_claim:
+# Weights mirrored in S3: the workers' service account reads them through Pod Identity (our cluster only).
+weights_access = bool(serving.weights_s3_uris) and not mode.existing_cluster
+if (
+    autoscaled
+    or karpenter_nodes
+    or hardening.internal_endpoint
+    or obs.in_cluster_stack
+    or rocksdb_claim
+    or weights_access
+):
     agent = PodIdentityAgent(
         "pod-identity-agent", settings.cluster.name, settings.cluster.kubernetes_version, on_system_nodes
     )
@@ -107,8 +116,12 @@ if karpenter_nodes:
     # first, then its NodePools (Karpenter drains and terminates their nodes), then Karpenter.
     karpenter = Karpenter("karpenter", stack_args.karpenter_args(settings), cluster.eks, agent, on_system_nodes)
     nodes.append(karpenter)
-    if serving.weights_s3_uris:  # the same read access, on the role Karpenter's nodes have
-        installed.append(WeightsAccess("weights", serving.weights_s3_uris, karpenter.node_role.role, settings.region))
+if weights_access:  # before any worker starts (the webhook mutates pods at creation)
+    installed.append(
+        WeightsAccess(
+            "weights", serving.weights_s3_uris, settings.cluster.name, serving.namespace, settings.region, agent
+        )
+    )
 if autoscaled:
     installed.append(
         ClusterAutoscaler("cluster-autoscaler", stack_args.cluster_autoscaler_args(settings), agent, on_system_nodes)

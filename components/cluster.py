@@ -17,6 +17,7 @@ import pulumi_kubernetes as k8s
 from adapters import botocore_facts
 from components.args import fill_defaults
 from components.network import Network
+from components.node_metadata import hop_limit_one
 from domain import config_keys, sizing
 from domain.config_keys import default
 from domain.errors import ConfigError
@@ -41,13 +42,24 @@ from domain.placement import SYSTEM_LABELS
 ARGS = "ClusterArgs"  # names the Args in a bad field's line (domain/errors.py line())
 NODE_GROUP_ARGS = "NodeGroupArgs"
 
-# Managed policies a node needs: join the cluster, run the VPC CNI, pull from ECR, and be reachable
-# through SSM Session Manager instead of SSH.
+# Managed policies a node needs: join the cluster (and the Pod Identity agent's eks-auth call), run the VPC
+# CNI, pull images from ECR (PullOnly: the EKS user guide's node role, create-node-role; ReadOnly also lists
+# and describes every repository).
 NODE_POLICIES = (
     "AmazonEKSWorkerNodePolicy",
     "AmazonEKS_CNI_Policy",
-    "AmazonEC2ContainerRegistryReadOnly",
-    "AmazonSSMManagedInstanceCore",
+    "AmazonEC2ContainerRegistryPullOnly",
+)
+# Reachable through SSM Session Manager instead of SSH, and nothing else of Systems Manager: the SSM Agent's
+# Session Manager channels (Systems Manager user guide, a custom instance profile for Session Manager; the same
+# actions as the managed AWSCloud9SSMInstanceProfile). AmazonSSMManagedInstanceCore would add ssm:GetParameter(s)
+# on every parameter, documents, inventory and Run Command.
+SESSION_MANAGER_ACTIONS = (
+    "ssm:UpdateInstanceInformation",
+    "ssmmessages:CreateControlChannel",
+    "ssmmessages:CreateDataChannel",
+    "ssmmessages:OpenControlChannel",
+    "ssmmessages:OpenDataChannel",
 )
 
 
@@ -175,6 +187,17 @@ class NodeRole(pulumi.ComponentResource):
             )
             for policy in NODE_POLICIES
         ]
+        self.session_manager = aws.iam.RolePolicy(
+            f"{name}-session-manager",
+            role=self.role.name,
+            policy=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [{"Effect": "Allow", "Action": list(SESSION_MANAGER_ACTIONS), "Resource": "*"}],
+                }
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
         self.register_outputs({"roleArn": self.role.arn})
 
 
@@ -292,8 +315,8 @@ class Cluster(pulumi.ComponentResource):
             disk_size=args.system_nodes.disk_size_gib,
             ami_type="AL2023_x86_64_STANDARD",
             labels=SYSTEM_LABELS,
-            enable_imd_sv2=True,
-            opts=child,
+            enable_imd_sv2=True,  # also makes pulumi-eks build the launch template the transform sets
+            opts=pulumi.ResourceOptions(parent=self, transforms=[hop_limit_one]),
         )
 
         # Built once from the kubeconfig; nothing that changes is interpolated into it, since a

@@ -13,6 +13,7 @@ from adapters import botocore_facts
 from components.args import fill_defaults
 from components.cluster import Cluster, NodeGroupArgs, scaling
 from components.network import Network
+from components.node_metadata import hop_limit_one
 from components.node_template_tags import NodeTemplateTags, NodeTemplateTagsArgs
 from domain import sizing
 from domain.config_keys import default
@@ -117,7 +118,7 @@ class GpuNodePool(pulumi.ComponentResource):
             taints=[aws.eks.NodeGroupTaintArgs(**GPU_TAINT)],
             # The Cluster Autoscaler owns desiredSize between min and max: `up` must not reset it.
             ignore_scaling_changes=True if args.scales else None,
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, transforms=[hop_limit_one]),  # hop limit 1
         )
         self.node_group_name = self.node_group.node_group.node_group_name
         if args.scales:  # the Cluster Autoscaler may take it to zero and must grow it back

@@ -23,6 +23,13 @@ from domain.ray_service import HF_TOKEN_KEY, HF_TOKEN_SECRET, replacement_paths,
 ARGS = "LlmServiceArgs"  # names the Args in a bad field's line (domain/errors.py line())
 
 
+def named_service_accounts(spec: Mapping[str, Any]) -> list[str]:
+    """The service accounts the worker templates name (the weights' reader, domain/ray_service.py): the
+    component creates them. The head names none (KubeRay gives it its autoscaler's, or the namespace's default)."""
+    groups = spec.get("rayClusterConfig", {}).get("workerGroupSpecs") or []
+    return sorted({n for g in groups if (n := g.get("template", {}).get("spec", {}).get("serviceAccountName"))})
+
+
 @dataclass(frozen=True)
 class LlmServiceArgs:
     """What the PD LLM service deploys: a RayService spec (domain.ray_service.ray_service_spec renders one
@@ -175,6 +182,16 @@ class LlmService(pulumi.ComponentResource):
                     metadata=k8s.meta.v1.ObjectMetaArgs(name=api_keys.SECRET_NAME, namespace=namespace.metadata.name),
                     type="Opaque",
                     string_data={api_keys.KEYS_FILE: pulumi.Output.secret(key_file)},
+                    opts=child,
+                )
+            )
+
+        for account in named_service_accounts(args.ray_service_spec):  # before the pods that run under them
+            waits_for.append(
+                k8s.core.v1.ServiceAccount(
+                    f"{name}-{account}",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(name=account, namespace=namespace.metadata.name),
+                    automount_service_account_token=False,  # its pods call AWS (Pod Identity), not Kubernetes
                     opts=child,
                 )
             )

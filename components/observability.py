@@ -80,7 +80,7 @@ class EbsCsiDriver(pulumi.ComponentResource):
             versions.EBS_CSI_ADDON,
             kubernetes_version,
             pulumi.ResourceOptions(parent=self, depends_on=[agent, attachment]),
-            configuration_values=json.dumps(observability.ebs_csi_configuration(), sort_keys=True),
+            configuration_values=json.dumps(observability.ebs_csi_configuration(args.region), sort_keys=True),
             pod_identity_associations=[
                 aws.eks.AddonPodIdentityAssociationArgs(
                     role_arn=role.arn, service_account=observability.EBS_CSI_SERVICE_ACCOUNT

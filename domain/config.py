@@ -22,6 +22,7 @@ from domain import (
     config_keys,
     field_checks,
     gcs_ft,
+    image_ref,
     known_issues,
     model_fit,
     model_table,
@@ -303,8 +304,11 @@ def _image(raw: _Raw, region: str, facts: BotocoreFacts) -> tuple[str, dict[str,
             raise ConfigError(
                 missing, UNSET, "set image and rayVersion together: rayVersion must equal the image's Ray"
             )
-        if not re.fullmatch(r"[\w./:-]+(:[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})", image) or image.endswith(":latest"):
-            raise ConfigError("image", image, "an image pinned to an exact tag or sha256 digest (not :latest)")
+        pinned = re.fullmatch(image_ref.PINNED_REFERENCE, image)
+        if not pinned or not (pinned.group(1) or pinned.group(2)) or image.endswith(":latest"):
+            raise ConfigError(
+                "image", image, "an image pinned to an exact tag, a sha256 digest or both (tag@sha256:..., not :latest)"
+            )
         if not re.fullmatch(r"\d+\.\d+\.\d+", ray_version):
             raise ConfigError("rayVersion", ray_version, "an exact Ray version such as 2.58.0")
         return image, {"ray": ray_version}

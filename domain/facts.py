@@ -34,6 +34,21 @@ POOL_NODE_LABEL = f"{PROJECT}/pool"
 # EC2's instance metadata service (IPv4; its IPv6 endpoint stays off: EC2's default, which pulumi-eks
 # nodegroup.ts metadataOptions keeps): what the Ray namespace's egress policy keeps pods from.
 INSTANCE_METADATA_CIDR = "169.254.169.254/32"
+# The instance metadata options of every node's launch template: session tokens only (IMDSv2) and a
+# PUT response hop limit of 1, so a session token never reaches a pod on the node's pod network (a pod
+# is one hop further than the node). Names: botocore's ec2 LaunchTemplateInstanceMetadataOptionsRequest
+# members, camelCased as aws.ec2.LaunchTemplate's metadataOptions takes them; hop limit 1 to 64 there.
+NODE_METADATA_OPTIONS = {"httpEndpoint": "enabled", "httpTokens": "required", "httpPutResponseHopLimit": 1}
+
+# The Ray workers' service account where they read the weights from S3 (`modelSource: s3://...`): its
+# EKS Pod Identity association gives them read access to those prefixes, not the node role.
+WEIGHTS_SERVICE_ACCOUNT = "ray-weights"
+
+# A container image pinned by digest (the tag, where kept, is for people: the kubelet pulls the digest).
+# Offline the digest of a tag is not known (`make plan` calls no registry): the image then ends in
+# `@` + IMAGE_DIGEST_PLACEHOLDER, which `pulumi preview`/`up` replace with the registry's digest.
+IMAGE_DIGEST = r"@sha256:[0-9a-f]{64}"
+IMAGE_DIGEST_PLACEHOLDER = "<sha256 digest of the tag, looked up in the registry at deploy time>"
 
 # Ports of the Ray head (KubeRay's defaults); the serve port is also every worker's.
 SERVE_PORT = 8000  # Ray Serve's HTTP proxy: the only Ray port reachable from outside the namespace

@@ -43,21 +43,22 @@ def network_policies(
     hardening: HardeningSettings,
     operator_namespace: str = KUBERAY_NAMESPACE,
     obs: ObservabilitySettings | None = None,
-    node_credentials: bool = False,
 ) -> list[dict]:
-    """`node_credentials`: the Ray pods read the weights with the node role's credentials (an s3://
-    modelSource, components/weights_access.py), so the instance metadata stays open to them."""
+    # Egress anywhere but the node's instance metadata, whose credentials are the node role's. EKS Pod
+    # Identity's agent (169.254.170.23 port 80: aws/eks-pod-identity-agent configuration/config.go,
+    # cmd/server.go), where the workers of an s3:// modelSource get their credentials, stays reachable
+    # through 0.0.0.0/0; no rule of its own, since the policy agent merges the port lists of overlapping
+    # CIDRs into the narrowest (aws-network-policy-agent #180). `except` needs agent v1.0.4 or later (the
+    # same repository, #92 and #120).
+    egress = [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [INSTANCE_METADATA_CIDR]}}]}]
     policies = [
         _policy("default-deny-ingress", namespace, {"podSelector": {}, "policyTypes": ["Ingress"]}),
+        _policy(
+            "egress-except-instance-metadata",
+            namespace,
+            {"podSelector": {}, "policyTypes": ["Egress"], "egress": egress},
+        ),
     ]
-    if not node_credentials:
-        # Egress anywhere but the node's instance metadata, whose credentials are the node role's
-        # (Pod Identity's agent, 169.254.170.23, stays reachable). No ports: the policy agent merges
-        # rules over one CIDR into the narrowest port list (aws-network-policy-agent #180);
-        # `except` needs agent v1.0.4 or later (the same repository, #92 and #120).
-        egress = [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [INSTANCE_METADATA_CIDR]}}]}]
-        spec = {"podSelector": {}, "policyTypes": ["Egress"], "egress": egress}
-        policies.append(_policy("egress-except-instance-metadata", namespace, spec))
     policies += [
         _policy(
             "ray-pods-to-ray-pods",

@@ -411,12 +411,16 @@ def dcgm_values() -> dict:
 EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"  # aws-ebs-csi-driver chart 2.64.0 controller.serviceAccount.name
 
 
-def ebs_csi_configuration() -> dict:
+def ebs_csi_configuration(region: str) -> dict:
     """The EBS CSI add-on's configuration values (its Helm chart's values): controller and node plugin
     on the system nodes only, where the volumes are mounted; one controller replica (leader-elected
-    anyway). On GPU nodes its DaemonSet would take room from the Ray workers for nothing."""
+    anyway). On GPU nodes its DaemonSet would take room from the Ray workers for nothing. The
+    controller's region is given (the chart's controller.region, its AWS_REGION): with hop limit 1 its
+    pod cannot ask the instance metadata; the node plugin falls back from the instance metadata to the
+    Kubernetes API for its node's zone and instance (aws-ebs-csi-driver pkg/cloud/metadata/metadata.go,
+    NewMetadataService, DefaultMetadataSources)."""
     return {
-        "controller": {"replicaCount": 1, "nodeSelector": dict(SYSTEM_LABELS)},
+        "controller": {"replicaCount": 1, "nodeSelector": dict(SYSTEM_LABELS), "region": region},
         "node": {"nodeSelector": dict(SYSTEM_LABELS), "tolerateAllTaints": False},
     }
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from domain import api_keys, gcs_ft, karpenter, observability
-from domain.facts import EFA_RESOURCE, GPU_RESOURCE, HEAD_PORTS, POOL_NODE_LABEL, SERVE_PORT
+from domain.facts import EFA_RESOURCE, GPU_RESOURCE, HEAD_PORTS, POOL_NODE_LABEL, SERVE_PORT, WEIGHTS_SERVICE_ACCOUNT
 from domain.placement import GPU_TAINT, LOCAL_NVME_ROOT, SYSTEM_LABELS, ZONE_LABEL
 from domain.scaling import role_bounds
 from domain.serve_config import role_resource, to_yaml
@@ -155,10 +155,14 @@ def worker_group(
     with_token: bool,
     keyed: bool,
     annotations: Mapping[str, str] = NOT_EVICTABLE,
+    weights_region: str | None = None,
 ) -> dict:
     """Workers of one role: pinned to its pool by nodeSelector + toleration, advertising the role's
     Ray resource (one unit per GPU), sized to what the node has left after its DaemonSets;
-    `annotations`: what keeps the node scaler from removing a node under a running worker."""
+    `annotations`: what keeps the node scaler from removing a node under a running worker.
+    `weights_region`: the stack's region where the weights come from S3: the workers then run under
+    WEIGHTS_SERVICE_ACCOUNT, whose Pod Identity association reads them (components/weights_access.py),
+    with the region given (boto3 would otherwise ask the instance metadata, closed to pods)."""
     spec = pool.spec
     beside = gpu_node_daemonsets(
         any(p.efa for p in pools.values()), observability.gpu_daemonsets(serving.observability)
@@ -178,6 +182,10 @@ def worker_group(
         # Only IPC_LOCK, for the memlock limit: the runtime's other defaults (NET_RAW, CHOWN, ...)
         # serve none of NIXL's paths, and the node cache is 1777 (cache_permissions).
         security = {"capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}}
+    env = _worker_env(pool, with_token)
+    if weights_region is not None:
+        env.append({"name": "AWS_REGION", "value": weights_region})
+    spec_account = {"serviceAccountName": WEIGHTS_SERVICE_ACCOUNT} if weights_region is not None else {}
     return {
         "groupName": pool.name,
         "replicas": pool.nodes.desired_size,
@@ -195,6 +203,9 @@ def worker_group(
                 # Workers never call the Kubernetes API: KubeRay runs the autoscaler as a sidecar of the
                 # head only (ray-operator v1.6.2 common/pod.go DefaultHeadPodTemplate), so no token here.
                 "automountServiceAccountToken": False,
+                # Pod Identity's token is a projected volume the webhook adds whatever automount says
+                # (amazon-eks-pod-identity-webhook pkg/handler/handler.go getPodSpecPatch).
+                **spec_account,
                 "nodeSelector": {POOL_NODE_LABEL: pool.name},
                 "tolerations": [
                     {"key": GPU_TAINT["key"], "operator": "Equal", "value": GPU_TAINT["value"], "effect": "NoSchedule"}
@@ -207,7 +218,7 @@ def worker_group(
                         "resources": _resources(size, devices),
                         "securityContext": security,
                         "readinessProbe": serve_readiness(),
-                        "env": _worker_env(pool, with_token),
+                        "env": env,
                         "volumeMounts": [
                             {"name": "dshm", "mountPath": "/dev/shm"},
                             {"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT},
@@ -295,7 +306,16 @@ def ray_service_spec(settings: Settings, redis_address: str = gcs_ft.ADDRESS_PLA
         "enableInTreeAutoscaling": autoscales,
         "headGroupSpec": head_group(serving, with_token, keyed),
         "workerGroupSpecs": [
-            worker_group(p, serving, pools, with_token, keyed, worker_annotations(settings)) for p in pools.values()
+            worker_group(
+                p,
+                serving,
+                pools,
+                with_token,
+                keyed,
+                worker_annotations(settings),
+                settings.region if serving.weights_s3_uris else None,
+            )
+            for p in pools.values()
         ],
     }
     if autoscales:

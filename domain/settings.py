@@ -106,7 +106,7 @@ class ServingSettings:
     efa_plugin: ChartPin
     privileged_workers: bool
     ready_timeout_seconds: int
-    weights_s3_uris: tuple[str, ...] = ()  # s3:// model sources: the nodes get read access to them
+    weights_s3_uris: tuple[str, ...] = ()  # s3:// model sources: the workers' service account reads them
     efa_plugin_image: str | None = None  # the EFA device plugin's image repository in this region
     cluster_autoscaler: ChartPin | None = None  # installed when a GPU pool's min and max differ
     lb_controller: ChartPin | None = None  # the AWS Load Balancer Controller (internalEndpoint)

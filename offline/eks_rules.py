@@ -79,6 +79,19 @@ def check_managed_node_group(inputs: dict) -> None:
         raise PulumiEksRefusal(f"The input properties for the managed node group are invalid: {' '.join(reasons)}")
 
 
+def managed_launch_template(inputs: dict) -> dict | None:
+    """The metadata options of the launch template pulumi-eks builds inside a ManagedNodeGroup, the one
+    field of it the offline plan models (the policy pack reads it): None where pulumi-eks builds none
+    (requiresCustomLaunchTemplate); createMNGCustomLaunchTemplate writes hop limit 2 under enableIMDSv2
+    and nothing (the AMI's default) without it."""
+    if not any(k in inputs for k in CUSTOM_LAUNCH_TEMPLATE_ARGS):
+        return None
+    if "enableIMDSv2" not in inputs:
+        return {}
+    tokens = "required" if inputs["enableIMDSv2"] else "optional"
+    return {"metadataOptions": {"httpTokens": tokens, "httpPutResponseHopLimit": 2, "httpEndpoint": "enabled"}}
+
+
 RULES = {"eks:index:Cluster": check_cluster, "eks:index:ManagedNodeGroup": check_managed_node_group}
 
 

@@ -6,10 +6,12 @@ ONE placeholder format, `<known after deploy: WHAT>`, never as an invented real 
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
 from google.protobuf import json_format
+from pulumi import ResourceOptions, ResourceTransformArgs
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime.proto import resource_pb2
 
@@ -85,6 +87,7 @@ NO_ANSWER_OFFLINE = {
     "aws:index/getCallerIdentity:getCallerIdentity",
     "aws:s3/getBucket:getBucket",
     "aws:ebs/getEncryptionByDefault:getEncryptionByDefault",
+    "aws:ecr/getAuthorizationToken:getAuthorizationToken",  # the serving image's digest stays a placeholder
 }
 
 
@@ -105,6 +108,7 @@ class PlanMocks(pulumi_mocks.Mocks):
                 {"roleArn": placeholder(f"{args.typ}::{args.name}.eksCluster.roleArn (pulumi-eks's service role)")},
             )
         elif args.typ == "eks:index:ManagedNodeGroup":
+            self.monitor.transforms[args.name] = args.transforms  # for its modelled launch template
             state["nodeGroup"] = self.monitor.stand_in_child(
                 "aws:eks/nodeGroup:NodeGroup",
                 args.name,
@@ -153,6 +157,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         mocks.monitor = self
         self.registrations: list[Registration] = []
         self.stack_outputs: dict = {}
+        self.transforms: dict[str, list] = {}  # a ManagedNodeGroup's own transforms, by name
 
     def stand_in_child(self, type_: str, parent_name: str, state: dict) -> dict:
         """A resource reference to a child of a remote component (invisible under mocks), registered
@@ -202,7 +207,38 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 },
             )
         )
+        if request.type == "eks:index:ManagedNodeGroup":
+            self._model_launch_template(self.registrations[-1])
         return response
+
+    def _model_launch_template(self, group: Registration) -> None:
+        """The launch template pulumi-eks builds inside a node group (invisible under mocks), its
+        metadata options as pulumi-eks writes them (offline/eks_rules.py) and then as the node group's
+        transforms leave them, the engine's order; marked `modelled` in the plan."""
+        props = eks_rules.managed_launch_template(group.inputs)
+        if props is None:
+            return
+        type_, name = "aws:ec2/launchTemplate:LaunchTemplate", f"{group.name}-launchTemplate"
+        for transform in self.transforms.pop(group.name, []):
+            result = transform(ResourceTransformArgs(True, type_, name, props, ResourceOptions()))
+            if inspect.isawaitable(result):
+                raise NotImplementedError(f"{group.name}: the offline plan runs synchronous transforms only")
+            props = dict(result.props) if result is not None else props
+        self.registrations.append(
+            Registration(
+                urn=self.make_urn(group.urn, type_, name),
+                type=type_,
+                name=name,
+                id=_id_for(type_, name),
+                parent=group.urn,
+                dependencies=[],
+                provider=None,
+                custom=True,
+                remote=False,
+                inputs=props,
+                options={"modelled": "pulumi-eks child (nodegroup.ts createMNGCustomLaunchTemplate): metadataOptions"},
+            )
+        )
 
     def RegisterResourceOutputs(self, request):
         if request.urn.split("::")[2] == "pulumi:pulumi:Stack":

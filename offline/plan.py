@@ -90,8 +90,13 @@ class Plan:
 
     # ---- what does work on `up`
     def _workers(self) -> list[Registration]:
-        """Custom resources plus remote components (their hidden children are real resources)."""
-        return [r for r in self.registrations if (r.custom or r.remote) and not r.type.startswith("pulumi:providers:")]
+        """Custom resources plus remote components (their hidden children are real resources, and the
+        component stands for them: a modelled child is not counted again)."""
+        return [
+            r
+            for r in self.registrations
+            if (r.custom or r.remote) and not r.type.startswith("pulumi:providers:") and "modelled" not in r.options
+        ]
 
     def longest_chain(self) -> list[Registration]:
         """The longest sequence of resources `pulumi up` must create one after another."""

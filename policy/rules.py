@@ -29,8 +29,12 @@ from domain.facts import (
     ENVIRONMENT_TAG,
     EXACT_CHART_VERSION,
     HEAD_METRICS_PORTS,
+    IMAGE_DIGEST,
+    IMAGE_DIGEST_PLACEHOLDER,
+    INSTANCE_METADATA_CIDR,
     KEY_CHECKED_INGRESS,
     KUBERAY_NAMESPACE,
+    NODE_METADATA_OPTIONS,
     OPERATOR_NAMESPACE_ANNOTATION,
     PD_ROLES,
     POD_MONITOR_TYPE,
@@ -158,11 +162,21 @@ def _pod_requests_efa(spec: Mapping) -> bool:
 
 
 def _imdsv2(r: Resource) -> list[str]:
+    """A node group's launch template (pulumi-eks's, which it builds under enableIMDSv2; offline, its
+    modelled metadata options) asks for session tokens and a hop limit of 1: no pod reaches the node role."""
     if r.type == MANAGED_NODE_GROUP and not _true(r.props.get("enableIMDSv2")):
-        return ["enableIMDSv2 must be true (instance metadata only with session tokens, hop limit 2)"]
-    if r.type == AWS_LAUNCH_TEMPLATE and _get(r.props, "metadataOptions", "httpTokens") != "required":
-        return ["metadataOptions.httpTokens must be 'required' (IMDSv2)"]
-    return []
+        return ["enableIMDSv2 must be true (instance metadata only with session tokens)"]
+    if r.type != AWS_LAUNCH_TEMPLATE:
+        return []
+    found = []
+    if _get(r.props, "metadataOptions", "httpTokens") != "required":
+        found.append("metadataOptions.httpTokens must be 'required' (IMDSv2)")
+    hops = _get(r.props, "metadataOptions", "httpPutResponseHopLimit")
+    if hops != NODE_METADATA_OPTIONS["httpPutResponseHopLimit"]:
+        found.append(
+            f"metadataOptions.httpPutResponseHopLimit is {hops}, must be 1 (a pod is one hop further than its node)"
+        )
+    return found
 
 
 def _private_nodes(r: Resource) -> list[str]:
@@ -305,13 +319,39 @@ def _any_true(value: Any, keys: tuple[str, ...]) -> bool:
     return False
 
 
-_IMAGE_PINNED = re.compile(r"^[^@\s]+(@sha256:[0-9a-f]{64}|:[\w][\w.-]{0,127})$")
+_TAGGED = re.compile(r"^[^@\s:]+:[\w][\w.-]{0,127}$")
+# A digest, or offline the marked placeholder the program puts where `pulumi up` puts the digest.
+_BY_DIGEST = re.compile(rf"({IMAGE_DIGEST}|@{re.escape(IMAGE_DIGEST_PLACEHOLDER)})$")
 _EXACT_VERSION = re.compile(rf"^{EXACT_CHART_VERSION}$")
 
 
+def _by_digest(image: str) -> bool:
+    return _BY_DIGEST.search(image) is not None
+
+
 def _image_pinned(image: str) -> bool:
-    last = image.rsplit("/", 1)[-1]
-    return bool(_IMAGE_PINNED.match(last)) and not image.endswith(":latest")
+    """An exact tag, a digest, or both (`name:tag@sha256:...`, the tag for people); never :latest alone."""
+    name = _BY_DIGEST.sub("", image)
+    if "@" in name or any(c.isspace() for c in name):
+        return False
+    return name != image or (bool(_TAGGED.match(name.rsplit("/", 1)[-1])) and not name.endswith(":latest"))
+
+
+def _images_by_digest(r: Resource) -> list[str]:
+    """Outside dev, every container of the RayService runs an image pinned by digest (a tag can be
+    pushed again; a digest names one image), offline its marked placeholder."""
+    if r.type != RAY_SERVICE:
+        return []
+    environment = _get(r.props, "metadata", "annotations", ENVIRONMENT_ANNOTATION)
+    if environment in DEV_ENVIRONMENTS:
+        return []
+    return [
+        f"{where}: container {c.get('name')} image {c.get('image')!r} is not pinned by digest "
+        f"(environment {environment!r}; only {list(DEV_ENVIRONMENTS)} may run a tag)"
+        for where, spec in pod_specs(r)
+        for c in _containers(spec)
+        if not (isinstance(c.get("image"), str) and _by_digest(c["image"]))
+    ]
 
 
 def _pinned(r: Resource) -> list[str]:
@@ -361,6 +401,47 @@ def _operator_only(sources: Sequence, operator_namespace: str) -> bool:
         if not named or list(expression.get("values") or []) != [operator_namespace]:
             return False
     return bool(sources)
+
+
+def _admits_instance_metadata(peer: Mapping) -> bool:
+    """An egress peer that reaches 169.254.169.254: an IP block holding it and not excepting it. Pod and
+    namespace selectors name pods, never the node's link-local metadata address."""
+    block = peer.get("ipBlock")
+    if not isinstance(block, Mapping):
+        return False
+    metadata = ipaddress.ip_network(INSTANCE_METADATA_CIDR)
+    try:
+        cidr = ipaddress.ip_network(str(block.get("cidr")), strict=False)
+        excepted = [ipaddress.ip_network(str(e), strict=False) for e in block.get("except") or []]
+    except ValueError:
+        return True  # unreadable: not shown to exclude it
+    if cidr.version != metadata.version or not metadata.subnet_of(cidr):
+        return False
+    return not any(e.version == metadata.version and metadata.subnet_of(e) for e in excepted)
+
+
+def _ray_egress_policies(resources: list[Resource]) -> list[tuple[Resource | None, str]]:
+    """In each RayService's namespace: a NetworkPolicy puts every pod's egress under policy, and none of
+    the namespace's policies admits egress to the instance metadata (policies add up: one rule open to
+    it opens it to the pods that policy selects)."""
+    found: list[tuple[Resource | None, str]] = []
+    policies = [r for r in resources if r.type == NETWORK_POLICY]
+    for service in (r for r in resources if r.type == RAY_SERVICE):
+        namespace = _get(service.props, "metadata", "namespace")
+        mine = [p for p in policies if _get(p.props, "metadata", "namespace") == namespace]
+        if not any(
+            _get(p.props, "spec", "podSelector") == {} and "Egress" in (_get(p.props, "spec", "policyTypes") or [])
+            for p in mine
+        ):
+            found.append((service, f"namespace {namespace} has no NetworkPolicy governing every pod's egress"))
+        for policy in mine:
+            for rule in _get(policy.props, "spec", "egress") or []:
+                peers = rule.get("to") or []
+                if not peers or any(_admits_instance_metadata(p) for p in peers if isinstance(p, Mapping)):
+                    found.append(
+                        (policy, f"admits egress to the instance metadata ({INSTANCE_METADATA_CIDR}): except it")
+                    )
+    return found
 
 
 def _ray_network_policies(resources: list[Resource]) -> list[tuple[Resource | None, str]]:
@@ -524,7 +605,11 @@ def _watched_outside_dev(resources: list[Resource]) -> list[tuple[Resource | Non
 def policies(secrets_marked: bool = True) -> list[Policy]:
     """The pack, in the order `make policy` reports it."""
     return [
-        Policy("nodes-require-imdsv2", "Every node uses IMDSv2 (session tokens).", per_resource=_imdsv2),
+        Policy(
+            "nodes-require-imdsv2",
+            "Every node uses IMDSv2 (session tokens) with a hop limit of 1.",
+            per_resource=_imdsv2,
+        ),
         Policy("nodes-in-private-subnets", "No node or subnet hands out public IPs.", per_resource=_private_nodes),
         Policy(
             "gpu-pools-efa-one-zone",
@@ -547,6 +632,11 @@ def policies(secrets_marked: bool = True) -> list[Policy]:
             whole_stack=_ray_network_policies,
         ),
         Policy(
+            "ray-egress-except-instance-metadata",
+            "Ray's namespace governs every pod's egress, and no policy there admits the instance metadata.",
+            whole_stack=_ray_egress_policies,
+        ),
+        Policy(
             "ip-blocks-outside-pod-subnets",
             "No NetworkPolicy admits an IP block that holds pods' addresses (the private subnets).",
             whole_stack=_ip_blocks_outside_pod_subnets,
@@ -562,6 +652,11 @@ def policies(secrets_marked: bool = True) -> list[Policy]:
             per_resource=_privileged_only_efa_workers,
         ),
         Policy("charts-and-images-pinned", "Helm charts and images are pinned exactly.", per_resource=_pinned),
+        Policy(
+            "images-by-digest",
+            "Outside dev, the RayService's images are pinned by digest.",
+            per_resource=_images_by_digest,
+        ),
         Policy(
             "load-balancer-source-ranges",
             "A Service of type LoadBalancer lists its allowed source ranges.",

@@ -49,7 +49,6 @@ def llm_service_args(
                 hardening,
                 mode.operator_namespace,
                 serving.observability,
-                node_credentials=bool(serving.weights_s3_uris),
             )
             if hardening.network_policies
             else ()

@@ -35,7 +35,7 @@ def test_make_policy_passes_dev(capsys):
 def test_each_policy_is_one_kind_with_a_unique_name():
     """CrossGuard refuses two policies of one name; each rule is a resource or a stack policy."""
     names = [p.name for p in rules.policies()]
-    assert len(names) == len(set(names)) == 14
+    assert len(names) == len(set(names)) == 16
     assert all((p.per_resource is None) != (p.whole_stack is None) for p in rules.policies())
 
 
@@ -78,6 +78,11 @@ MUTATIONS = {
         lambda p: p["spec"].update(ingress=[{"from": [{"namespaceSelector": {}}]}]),
         "llm-network-policies-default-deny-ingress",
     ),
+    "ray-egress-except-instance-metadata": (
+        rules.NETWORK_POLICY,
+        lambda p: p["spec"]["egress"][0]["to"][0]["ipBlock"].pop("except"),
+        "llm-network-policies-egress-except-instance-metadata",
+    ),
     "ip-blocks-outside-pod-subnets": (
         rules.NETWORK_POLICY,
         lambda p: p["spec"]["ingress"][0].update({"from": [{"ipBlock": {"cidr": "10.0.0.0/16"}}]}),
@@ -91,6 +96,15 @@ MUTATIONS = {
         ),
     ),
     "charts-and-images-pinned": (rules.HELM_RELEASE, lambda p: p.update(version="^1.7"), "kuberay-operator"),
+    "images-by-digest": (
+        rules.RAY_SERVICE,
+        lambda p: (
+            _ray_spec(p)["headGroupSpec"]["template"]["spec"]["containers"][0].update(
+                image="763104351884.dkr.ecr.us-east-1.amazonaws.com/ray:serve-llm-cuda-v1.0.0"
+            ),
+            p["metadata"]["annotations"].update({rules.ENVIRONMENT_ANNOTATION: "staging"}),
+        ),
+    ),
     "endpoint-requires-api-key": (
         rules.RAY_SERVICE,
         lambda p: (
@@ -111,6 +125,27 @@ MUTATIONS = {
 def test_each_policy_fails_when_its_guard_is_off(dev, policy):
     type_, change, *name = MUTATIONS[policy]
     assert _failed(_mutated(dev, type_, change, *name)) == {policy}
+
+
+def test_a_node_launch_template_with_hop_limit_2_fails(dev):
+    """pulumi-eks's own hop limit (2, under enableIMDSv2) is what the node groups' transform replaces."""
+    hop_two = _mutated(dev, rules.AWS_LAUNCH_TEMPLATE, lambda p: p["metadataOptions"].update(httpPutResponseHopLimit=2))
+    found = rules.check_all(hop_two)
+    assert {v.policy for v in found} == {"nodes-require-imdsv2"}
+    assert "httpPutResponseHopLimit is 2, must be 1" in found[0].message
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda p: p["spec"].update(policyTypes=["Ingress"]),  # no policy governs egress any more
+        lambda p: p["spec"]["egress"].append({"ports": [{"port": 80}]}),  # any destination on port 80
+        lambda p: p["spec"]["egress"][0]["to"][0]["ipBlock"].update(cidr="169.254.0.0/16", **{"except": []}),
+    ],
+)
+def test_the_egress_policy_fails_when_it_lets_the_instance_metadata_through(dev, change):
+    mutated = _mutated(dev, rules.NETWORK_POLICY, change, "llm-network-policies-egress-except-instance-metadata")
+    assert _failed(mutated) == {"ray-egress-except-instance-metadata"}
 
 
 def test_every_policy_has_a_failing_case_here():
@@ -190,7 +225,11 @@ def test_vpc_cni_addon_under_the_cli():
 
 def test_switching_network_policies_off_in_a_stack_fails_naming_the_policies():
     plan = run_program("dev", {"ray-llm-eks:networkPolicies": False})
-    assert {v.policy for v in violations(plan)} == {"ray-network-policies", "vpc-cni-network-policy"}
+    assert {v.policy for v in violations(plan)} == {
+        "ray-network-policies",
+        "ray-egress-except-instance-metadata",
+        "vpc-cni-network-policy",
+    }
     assert any("ray-network-policies" in str(v) and "default-deny" in str(v) for v in violations(plan))
 
 

@@ -126,11 +126,3 @@ def test_ray_pods_reach_everything_but_the_instance_metadata(dev):
     egress = _network_policies(dev)["egress-except-instance-metadata"]["spec"]
     assert egress["podSelector"] == {} and egress["policyTypes"] == ["Egress"]
     assert egress["egress"] == [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}}]}]
-
-
-def test_weights_read_with_the_node_role_keep_the_instance_metadata_open():
-    from domain.hardening import HardeningSettings
-    from domain.network_policies import network_policies
-
-    names = {p["metadata"]["name"] for p in network_policies("llm", HardeningSettings(), node_credentials=True)}
-    assert "default-deny-ingress" in names and "egress-except-instance-metadata" not in names

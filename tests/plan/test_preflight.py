@@ -295,13 +295,34 @@ def manifest_spec(plan) -> dict:
 WEIGHTS = {NS + "modelSource": "s3://acme-models/qwen3.5-9b/"}
 
 
-def test_weights_in_s3_give_the_nodes_read_access_to_that_prefix_only():
+def test_weights_in_s3_give_the_workers_service_account_read_access_to_that_prefix_only():
     plan = run_program("dev", WEIGHTS)
     configs = llm_configs_by_role(yaml.safe_load(manifest_spec(plan)["serveConfigV2"]), "dev")
     assert {c["model_loading_config"]["model_source"] for c in configs.values()} == {WEIGHTS[NS + "modelSource"]}
     assert {c["model_loading_config"]["model_id"] for c in configs.values()} == {"Qwen/Qwen3.5-9B"}
     (policy,) = [p for p in plan.of_type("aws:iam/rolePolicy:RolePolicy") if p.name.startswith("weights")]
-    assert policy.inputs["role"] == "<known after deploy: aws:iam/role:Role::eks-node-role.name>"  # the node role
+    assert policy.inputs["role"] == "<known after deploy: aws:iam/role:Role::weights-role.name>"  # not the node role
+    role = plan.one("aws:iam/role:Role", "weights-role")
+    assert json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]["Principal"] == {
+        "Service": "pods.eks.amazonaws.com"
+    }
+    association = plan.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "weights-pod-identity")
+    assert (association.inputs["namespace"], association.inputs["serviceAccount"]) == ("llm", "ray-weights")
+    assert plan.depends_on(association.urn, plan.one("aws:eks/addon:Addon", "pod-identity-agent").urn)
+    account = plan.one("kubernetes:core/v1:ServiceAccount", "llm-ray-weights")
+    assert account.inputs["automountServiceAccountToken"] is False
+    for group in manifest_spec(plan)["rayClusterConfig"]["workerGroupSpecs"]:
+        pod = group["template"]["spec"]
+        assert pod["serviceAccountName"] == "ray-weights" and pod["automountServiceAccountToken"] is False
+        assert {"name": "AWS_REGION", "value": "us-east-1"} in pod["containers"][0]["env"]
+    rayservice = plan.one("kubernetes:ray.io/v1:RayService").urn
+    assert plan.depends_on(rayservice, association.urn) and plan.depends_on(rayservice, account.urn)
+    on_node_role = [
+        r.name for r in plan.of_type("aws:iam/rolePolicy:RolePolicy") if "Role::eks-node-role." in r.inputs["role"]
+    ]
+    assert on_node_role == ["eks-node-role-session-manager"]  # no S3 there
+    names = {p.name for p in plan.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")}
+    assert "llm-network-policies-egress-except-instance-metadata" in names
     statements = json.loads(policy.inputs["policy"])["Statement"]
     assert statements == [
         {
@@ -314,9 +335,9 @@ def test_weights_in_s3_give_the_nodes_read_access_to_that_prefix_only():
     ]
     assert plan.depends_on(plan.one("kubernetes:ray.io/v1:RayService").urn, policy.urn)
     assert "deferred to deploy time: bucket acme-models" in " ".join(plan.outputs["preflightChecks"])
-    assert [
-        p for p in run_program("dev").of_type("aws:iam/rolePolicy:RolePolicy") if p.name.startswith("weights")
-    ] == []
+    hub = run_program("dev")
+    assert [p for p in hub.of_type("aws:iam/rolePolicy:RolePolicy") if p.name.startswith("weights")] == []
+    assert hub.of_type("kubernetes:core/v1:ServiceAccount") == []
 
 
 class BucketElsewhere(CannedAws):

@@ -402,7 +402,11 @@ def test_image_and_ray_version_are_one_pair(dev):
         for g in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]
         for c in g["template"]["spec"]["containers"]
     }
-    assert images == {"763104351884.dkr.ecr.us-east-1.amazonaws.com/ray:serve-llm-cuda-v1.0.0"}
+    # By digest, the tag kept; offline the digest is the marked placeholder `pulumi up` fills from ECR.
+    assert images == {
+        "763104351884.dkr.ecr.us-east-1.amazonaws.com/ray:serve-llm-cuda-v1.0.0"
+        "@<sha256 digest of the tag, looked up in the registry at deploy time>"
+    }
     assert spec["rayVersion"] == versions.DLC_IMAGES[config_keys.default("dlcImageTag")].ray
 
 

@@ -185,7 +185,7 @@ def test_every_stack_value_is_a_key_of_the_pinned_chart(mode):
 
 def test_dcgm_values_and_ebs_configuration_are_keys_of_their_charts():
     assert unknown_keys(observability.dcgm_values(), chart_defaults(f"dcgm-exporter-{DCGM_CHART.version}")) == []
-    ebs = observability.ebs_csi_configuration()
+    ebs = observability.ebs_csi_configuration("us-east-1")
     assert unknown_keys(ebs, chart_defaults("aws-ebs-csi-driver-2.64.0")) == []
     assert (
         chart_defaults("aws-ebs-csi-driver-2.64.0")["controller"]["serviceAccount"]["name"] == "ebs-csi-controller-sa"

@@ -88,6 +88,12 @@ def test_dlc_registry_account_follows_the_region():
     )
 
 
+def test_your_image_may_keep_its_tag_beside_its_digest():
+    pinned = "example.com/team/ray:2.58.0-custom@sha256:" + "0f" * 32
+    spec = spec_of({NS + "image": pinned, NS + "rayVersion": "2.58.0"})["rayClusterConfig"]
+    assert spec["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] == pinned
+
+
 def test_dev_requirements_pin_the_images_ray():
     import ray
 
@@ -115,6 +121,11 @@ SERVING_INVALID = {
         {NS + "image": "example.com/ray:latest", NS + "rayVersion": "2.58.0"},
         "image",
         "exact tag",
+    ),
+    "image without tag or digest": (
+        {NS + "image": "example.com/ray", NS + "rayVersion": "2.58.0"},
+        "image",
+        "tag@sha256",
     ),
     "unknown DLC tag": ({NS + "dlcImageTag": "serve-llm-cuda"}, "dlcImageTag", "Ray version we know"),
     "service name too long": ({NS + "serviceName": "x" * 48}, "serviceName", "47"),
