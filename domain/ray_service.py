@@ -37,6 +37,13 @@ INIT_REQUESTS = Resources(100, 64)
 # prevent CA from removing a node?"): a GPU node goes only once Ray has removed its idle worker, so
 # an in-flight request is never cut off by a node scale-down.
 NOT_EVICTABLE = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
+# A container that keeps nothing beyond what the runtime must give: no privilege escalation, no capability,
+# the runtime's default seccomp profile.
+UNPRIVILEGED = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 # KubeRay's autoscaler removes a worker pod after its Ray node has run nothing this long (KubeRay's
 # default, 60 s); Ray Serve has already waited downscale_delay_s (default 600 s) before it removed
 # the replica, so this only adds to it.
@@ -53,9 +60,10 @@ def _token_env() -> dict:
     return {"name": HF_TOKEN_KEY, "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY}}}
 
 
-def head_group(serving: ServingSettings, with_token: bool, keyed: bool) -> dict:
+def head_group(serving: ServingSettings, with_token: bool, keyed: bool, autoscales: bool) -> dict:
     """The head builds the app, which reads a gated model's config from the hub: it needs the token too.
-    Keyed: the ingress code and the keys mounted (an ingress replica may run on the head)."""
+    Keyed: the ingress code and the keys mounted (an ingress replica may run on the head). `autoscales`:
+    KubeRay runs its autoscaler as a sidecar of this pod, the one Ray container that calls the Kubernetes API."""
     head = {
         "name": "ray-head",
         "image": serving.image,
@@ -67,17 +75,15 @@ def head_group(serving: ServingSettings, with_token: bool, keyed: bool) -> dict:
         # Not runAsNonRoot: the serving image's user cannot be inspected offline, and kubelet refuses to
         # start a runAsNonRoot container whose image runs as root. The head needs no privilege and no
         # capability (its ports are all above 1024, it writes only files it creates), so it keeps none.
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": dict(UNPRIVILEGED),
     }
     env = [_token_env()] if with_token else []
     env += observability.head_env(serving.observability)  # where its dashboard finds Grafana's panels
     if env:
         head["env"] = env
     pod = {"nodeSelector": dict(SYSTEM_LABELS), "containers": [head]}
+    if not autoscales:  # no autoscaler sidecar: nothing in the pod calls the Kubernetes API
+        pod["automountServiceAccountToken"] = False
     if keyed:
         pod["volumes"] = api_keys.volumes()
         head["volumeMounts"] = api_keys.volume_mounts()
@@ -128,7 +134,7 @@ def cache_permissions(image: str) -> dict:
         "image": image,
         "command": ["chmod", "1777", MODEL_CACHE_MOUNT],
         # root owns the hostPath; chmod by its owner needs no capability.
-        "securityContext": {"runAsUser": 0, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": {"runAsUser": 0, **UNPRIVILEGED},
         "resources": _resources(INIT_REQUESTS),
         "volumeMounts": [{"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT}],
     }
@@ -175,13 +181,15 @@ def worker_group(
     # what the reference deployment ran; without it, IPC_LOCK lifts the memlock limit at least.
     # A pool without EFA (the collocated baseline) registers nothing with a device: no privilege at all.
     if not pool.efa:
-        security = {"allowPrivilegeEscalation": False, "seccompProfile": {"type": "RuntimeDefault"}}
+        security = dict(UNPRIVILEGED)
     elif serving.privileged_workers:
         security = {"privileged": True}
     else:
         # Only IPC_LOCK, for the memlock limit: the runtime's other defaults (NET_RAW, CHOWN, ...)
-        # serve none of NIXL's paths, and the node cache is 1777 (cache_permissions).
-        security = {"capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}}
+        # serve none of NIXL's paths, and the node cache is 1777 (cache_permissions). The default seccomp
+        # profile takes nothing more from libfabric: the cross-memory-attach calls it would block need
+        # SYS_PTRACE, dropped anyway, and libfabric probes for them and falls back (ofiwg/libfabric #5523, #6638).
+        security = {**UNPRIVILEGED, "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}}
     env = _worker_env(pool, with_token)
     if weights_region is not None:
         env.append({"name": "AWS_REGION", "value": weights_region})
@@ -304,7 +312,7 @@ def ray_service_spec(settings: Settings, redis_address: str = gcs_ft.ADDRESS_PLA
         "rayVersion": serving.ray_version,
         # Ray Serve asks for replicas; KubeRay's autoscaler adds the worker pods they need.
         "enableInTreeAutoscaling": autoscales,
-        "headGroupSpec": head_group(serving, with_token, keyed),
+        "headGroupSpec": head_group(serving, with_token, keyed, autoscales),
         "workerGroupSpecs": [
             worker_group(
                 p,

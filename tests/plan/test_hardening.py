@@ -63,21 +63,37 @@ def test_client_namespaces_reach_the_serve_port_only(dev):
 
 
 def test_no_container_outside_efa_workers_is_privileged(plans):
+    unprivileged = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},  # NET_RAW and the runtime's other defaults
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     for plan in plans.values():
         spec = plan.one("kubernetes:ray.io/v1:RayService").inputs["spec"]["rayClusterConfig"]
-        head = spec["headGroupSpec"]["template"]["spec"]["containers"][0]
-        assert head["securityContext"]["allowPrivilegeEscalation"] is False
-        assert head["securityContext"]["capabilities"] == {"drop": ["ALL"]}  # NET_RAW and the runtime's others
-        assert head["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-        # The head keeps its token: KubeRay's autoscaler sidecar runs in it and calls the API.
-        assert "automountServiceAccountToken" not in spec["headGroupSpec"]["template"]["spec"]
+        head_pod = spec["headGroupSpec"]["template"]["spec"]
+        assert head_pod["containers"][0]["securityContext"] == unprivileged
+        # The head keeps its token only for KubeRay's autoscaler sidecar, which calls the API.
+        autoscales = spec["enableInTreeAutoscaling"]
+        assert head_pod.get("automountServiceAccountToken", True) is autoscales
         for group in spec["workerGroupSpecs"]:
-            worker = group["template"]["spec"]["containers"][0]
+            pod = group["template"]["spec"]
+            worker = pod["containers"][0]
             efa = "vpc.amazonaws.com/efa" in worker["resources"]["limits"]
             assert worker["securityContext"].get("privileged", False) is efa, group["groupName"]
-            assert group["template"]["spec"]["automountServiceAccountToken"] is False, group["groupName"]
-            if not efa:  # the collocated worker: the container runtime's default seccomp profile
-                assert worker["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, group["groupName"]
+            assert pod["automountServiceAccountToken"] is False, group["groupName"]
+            if not efa:  # the collocated worker
+                assert worker["securityContext"] == unprivileged, group["groupName"]
+            (init,) = pod["initContainers"]  # root, to open the node cache, and nothing else
+            assert init["securityContext"] == {"runAsUser": 0, **unprivileged}, group["groupName"]
+
+
+def test_head_token_follows_the_autoscaler():
+    """A stack whose replicas autoscale runs KubeRay's autoscaler in the head pod: the token stays there."""
+    from offline.plan import run_program
+
+    spec = run_program("xpyd").one("kubernetes:ray.io/v1:RayService").inputs["spec"]["rayClusterConfig"]
+    assert spec["enableInTreeAutoscaling"] is True
+    assert "automountServiceAccountToken" not in spec["headGroupSpec"]["template"]["spec"]
 
 
 def test_ebs_encryption_off_in_the_region_is_refused_at_deploy_time():

@@ -69,7 +69,9 @@ def test_workers_are_privileged_by_default_and_can_opt_out():
     assert group["template"]["spec"]["containers"][0]["securityContext"] == {"privileged": True}
     group = spec_of({NS + "privilegedWorkers": False})["rayClusterConfig"]["workerGroupSpecs"][0]
     assert group["template"]["spec"]["containers"][0]["securityContext"] == {
-        "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
     }
 
 
