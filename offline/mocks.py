@@ -17,6 +17,7 @@ from pulumi.runtime.proto import resource_pb2
 
 from adapters.stackfile import SECRET_TEXT
 from offline import eks_rules
+from offline.urns import urn_of
 
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
@@ -148,6 +149,23 @@ class PlanMocks(pulumi_mocks.Mocks):
         )
 
 
+def _aliases(request, urn: str) -> dict[str, list[str]]:
+    """The URNs the resource declares it was known by (`aliases=`), as the engine resolves an alias spec: what
+    the spec leaves out is the resource's own (name, type, stack, project, parent). Only where there are some,
+    so a plan without aliases reads as before."""
+    stack, project = urn.split("::")[0].removeprefix("urn:pulumi:"), urn.split("::")[1]
+    found = list(request.aliasURNs)
+    for alias in request.aliases:
+        if alias.urn:
+            found.append(alias.urn)
+            continue
+        spec = alias.spec
+        parent = None if spec.noParent else (spec.parentUrn or request.parent or None)
+        type_, name = spec.type or request.type, spec.name or request.name
+        found.append(urn_of(spec.stack or stack, spec.project or project, parent, type_, name))
+    return {"aliases": sorted(set(found))} if found else {}
+
+
 class RecordingMonitor(pulumi_mocks.MockMonitor):
     """A mock monitor that keeps each raw registration (parent, dependencies, provider, options)
     and the stack outputs, so the whole graph can be rebuilt offline."""
@@ -158,6 +176,14 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         self.registrations: list[Registration] = []
         self.stack_outputs: dict = {}
         self.transforms: dict[str, list] = {}  # a ManagedNodeGroup's own transforms, by name
+
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        """The engine's URN, not the mock monitor's: the SDK's mocks qualify a child's type by its parent's last
+        type only and keep the root stack's, where the engine qualifies it by the parent's whole chain
+        without the root stack (pulumi runtime/resource.py create_urn, the SDK's own rule for an alias's URN)."""
+        from pulumi.runtime.settings import get_project, get_stack
+
+        return urn_of(get_stack(), get_project(), parent or None, type_, name)
 
     def stand_in_child(self, type_: str, parent_name: str, state: dict) -> dict:
         """A resource reference to a child of a remote component (invisible under mocks), registered
@@ -204,6 +230,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     "ignoreChanges": list(request.ignoreChanges),
                     "protect": request.protect,
                     "additionalSecretOutputs": list(request.additionalSecretOutputs),
+                    **_aliases(request, response.urn),
                 },
             )
         )
