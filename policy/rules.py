@@ -58,6 +58,11 @@ NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 K8S_SERVICE = "kubernetes:core/v1:Service"
 K8S_SECRET = "kubernetes:core/v1:Secret"
 K8S_NAMESPACE = "kubernetes:core/v1:Namespace"
+KARPENTER_NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
+KARPENTER_NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
+# Karpenter v1.14 EC2NodeClass networkInterfaces[].interfaceType: interface | efa-only (an EFA device).
+EFA_INTERFACE_TYPES = {"efa", "efa-only"}
+ZONE_REQUIREMENT = "topology.kubernetes.io/zone"  # the well-known label a NodePool requirement names
 # Kubernetes' PodSecurity admission labels and levels (domain/pod_security.py sets them).
 POD_SECURITY = "pod-security.kubernetes.io"
 POD_SECURITY_LEVELS = ("privileged", "baseline", "restricted")
@@ -166,7 +171,9 @@ def _imdsv2(r: Resource) -> list[str]:
     modelled metadata options) asks for session tokens and a hop limit of 1: no pod reaches the node role."""
     if r.type == MANAGED_NODE_GROUP and not _true(r.props.get("enableIMDSv2")):
         return ["enableIMDSv2 must be true (instance metadata only with session tokens)"]
-    if r.type != AWS_LAUNCH_TEMPLATE:
+    if r.type == KARPENTER_NODE_CLASS:  # Karpenter's launch templates, from the node class's spec
+        r = Resource(r.type, r.name, r.urn, _get(r.props, "spec") or {}, r.dependencies)
+    elif r.type != AWS_LAUNCH_TEMPLATE:
         return []
     found = []
     if _get(r.props, "metadataOptions", "httpTokens") != "required":
@@ -231,8 +238,53 @@ def _gpu_pools_efa_one_zone(resources: list[Resource]) -> list[tuple[Resource | 
                 found.append((r, f"PD pool {role} must set enableEfaSupport (NIXL moves the KV cache over EFA)"))
             if not r.props.get("placementGroupAvailabilityZone"):
                 found.append((r, f"PD pool {role} must set placementGroupAvailabilityZone (one zone)"))
+    found += _karpenter_pd_pools(resources, serves, subnets)
     if len(set(map(str, subnets.values()))) > 1:
         found.append((None, f"PD pools must share one subnet in one zone, found {dict(sorted(subnets.items()))}"))
+    return found
+
+
+def _karpenter_pd_pools(
+    resources: list[Resource], serves: dict[str, str], subnets: dict[str, Any]
+) -> list[tuple[Resource | None, str]]:
+    """The same for the GPU pools Karpenter makes: a PD pool's EC2NodeClass gives its nodes an EFA interface
+    and a placement group and selects one subnet; its NodePool allows one zone (`subnets` gets the pools'
+    subnet selector and zone, so pools of both kinds are compared)."""
+    found: list[tuple[Resource | None, str]] = []
+    zones = {}
+    for r in resources:
+        if r.type != KARPENTER_NODE_POOL:
+            continue
+        template = _get(r.props, "spec", "template") or {}
+        pool = _get(template, "metadata", "labels", POOL_NODE_LABEL)
+        if serves.get(pool, pool) not in PD_ROLES:
+            continue
+        allowed = [
+            req.get("values") or []
+            for req in _get(template, "spec", "requirements") or []
+            if req.get("key") == ZONE_REQUIREMENT and req.get("operator") == "In"
+        ]
+        if len(allowed) != 1 or len(allowed[0]) != 1:
+            found.append((r, f"PD pool {pool} must allow exactly one zone ({ZONE_REQUIREMENT} In [one zone])"))
+        else:
+            zones[pool] = allowed[0][0]
+        node_class = _get(template, "spec", "nodeClassRef", "name")
+        for c in resources:
+            if c.type != KARPENTER_NODE_CLASS or _get(c.props, "metadata", "name") != node_class:
+                continue
+            spec, must = _get(c.props, "spec") or {}, f"PD pool {pool}'s node class must"
+            kinds = {n.get("interfaceType") for n in spec.get("networkInterfaces") or []}
+            if not kinds & EFA_INTERFACE_TYPES:
+                found.append((c, f"{must} give its nodes an EFA interface (networkInterfaces)"))
+            if not spec.get("placementGroupSelector"):
+                found.append((c, f"{must} set placementGroupSelector (a cluster placement group)"))
+            terms = spec.get("subnetSelectorTerms") or []
+            if len(terms) != 1:
+                found.append((c, f"{must} select exactly one subnet, has {len(terms)} terms"))
+            else:
+                subnets[pool] = json.dumps(terms[0], sort_keys=True)
+    if len(set(zones.values())) > 1:
+        found.append((None, f"PD pools must share one zone, found {dict(sorted(zones.items()))}"))
     return found
 
 

@@ -316,3 +316,66 @@ def test_metrics_ports_opened_beyond_prometheus_fail(dev):
 
     found = rules.check_all(_mutated(dev, rules.NETWORK_POLICY, gcs, "llm-network-policies-metrics-from-prometheus"))
     assert [v.policy for v in found] == ["ray-network-policies"]
+
+
+@pytest.fixture(scope="module")
+def karpenter_plan():
+    from tests.plan.test_karpenter_plan import KARPENTER
+
+    return run_program("dev", KARPENTER)
+
+
+def test_a_karpenter_stack_passes_every_policy(karpenter_plan):
+    assert violations(karpenter_plan) == []
+
+
+def _first_zone_requirement(props):
+    return next(r for r in props["spec"]["template"]["spec"]["requirements"] if r["key"] == rules.ZONE_REQUIREMENT)
+
+
+@pytest.mark.parametrize(
+    ("type_", "change", "policy", "says"),
+    [
+        (
+            rules.KARPENTER_NODE_CLASS,
+            lambda p: p["spec"].update(networkInterfaces=[p["spec"]["networkInterfaces"][0]]),
+            "gpu-pools-efa-one-zone",
+            "EFA interface",
+        ),
+        (
+            rules.KARPENTER_NODE_CLASS,
+            lambda p: p["spec"].pop("placementGroupSelector"),
+            "gpu-pools-efa-one-zone",
+            "placementGroupSelector",
+        ),
+        (
+            rules.KARPENTER_NODE_CLASS,
+            lambda p: p["spec"]["subnetSelectorTerms"].append({"tags": {"Name": "another"}}),
+            "gpu-pools-efa-one-zone",
+            "exactly one subnet",
+        ),
+        (
+            rules.KARPENTER_NODE_POOL,
+            lambda p: _first_zone_requirement(p)["values"].append("us-east-1b"),
+            "gpu-pools-efa-one-zone",
+            "exactly one zone",
+        ),
+        (
+            rules.KARPENTER_NODE_POOL,
+            lambda p: _first_zone_requirement(p).update(values=["us-east-1b"]),
+            "gpu-pools-efa-one-zone",
+            "share one zone",
+        ),
+        (
+            rules.KARPENTER_NODE_CLASS,
+            lambda p: p["spec"]["metadataOptions"].update(httpPutResponseHopLimit=2),
+            "nodes-require-imdsv2",
+            "httpPutResponseHopLimit is 2, must be 1",
+        ),
+    ],
+)
+def test_a_karpenter_pd_pool_without_efa_one_zone_or_hop_limit_1_fails(karpenter_plan, type_, change, policy, says):
+    name = "karpenter-decode-class" if type_ == rules.KARPENTER_NODE_CLASS else "karpenter-decode-pool"
+    found = rules.check_all(_mutated(karpenter_plan, type_, change, name))
+    assert {v.policy for v in found} == {policy}
+    assert any(says in v.message for v in found), [v.message for v in found]
