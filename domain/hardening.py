@@ -75,8 +75,7 @@ def load_hardening(
         if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
             raise ConfigError("serveClientNamespaces", namespace, "Kubernetes namespace names (DNS-1123 labels)")
     ranges = structured_list("endpointSourceRanges")
-    # Never empty: the pinned AWS Load Balancer Controller opens the NLB's security group to 0.0.0.0/0 when
-    # no range is given (v3.5.0 pkg/service/model_build_managed_sg.go buildCIDRsFromSourceRanges).
+    # No pod address; never empty: LB controller v3.5.0 opens an NLB with none to 0.0.0.0/0 (model_build_managed_sg.go)
     ranges = outside_pod_subnets(vpc_cidr, list(pod_subnets)) if ranges is None else ranges
     ranges = check_endpoint_source_ranges("endpointSourceRanges", ranges, pod_subnets=pod_subnets)
     api_key_check = flag("apiKeyCheck")
