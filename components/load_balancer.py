@@ -21,6 +21,7 @@ from domain.config_keys import default
 from domain.facts import SERVE_PORT
 from domain.field_checks import (
     check_chart_version,
+    check_cidr,
     check_cluster_name,
     check_endpoint_source_ranges,
     check_namespace,
@@ -168,10 +169,16 @@ class InternalEndpointArgs:
     subnets: Sequence[str] | None = ()
     """The Name tags of the subnets the NLB goes in: subnets where no pod lives (the stack's public ones,
     domain/subnets.py), so a NetworkPolicy can tell the NLB's addresses from pods'; none: the controller's choice."""
+    pod_subnets: Sequence[str] | None = ()
+    """The CIDRs of the subnets where pods get addresses (VPC CNI): a source range overlapping one is refused,
+    since it would let pods of every namespace reach the serve port through the NLB; none: not checked."""
 
     def __post_init__(self) -> None:
         fill_defaults(self)
-        ranges = check_endpoint_source_ranges("source_ranges", self.source_ranges, ARGS)
+        pods = tuple(self.pod_subnets)
+        for block in pods:
+            check_cidr("pod_subnets", block, ARGS)
+        ranges = check_endpoint_source_ranges("source_ranges", self.source_ranges, ARGS, pod_subnets=pods)
         object.__setattr__(self, "source_ranges", ranges)
         check_namespace("namespace", self.namespace, ARGS)
         check_service_name("service_name", self.service_name, ARGS)

@@ -498,6 +498,9 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         load_balancer_subnets=subnets.load_balancer_subnets(
             network.cluster_name, network.vpc_cidr, network.availability_zones
         ),
+        pod_subnets=()
+        if mode.existing_cluster
+        else tuple(subnets.pod_subnet_cidrs(network.vpc_cidr, len(network.availability_zones))),
     )
     if mode.existing_cluster:  # the internal NLB needs the AWS Load Balancer Controller, only on the cluster we build
         hardening = replace(hardening, internal_endpoint=False)

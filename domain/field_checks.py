@@ -122,16 +122,28 @@ def check_nat_gateways(key: str, value: str, file: str | None = None) -> str:
     return check_one_of(key, value, NAT_MODES, file)
 
 
-def check_endpoint_source_ranges(key: str, ranges: Sequence[str], file: str | None = None) -> tuple[str, ...]:
+def check_cidr(key: str, block: str, file: str | None = None) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    try:
+        return ipaddress.ip_network(str(block), strict=True)
+    except ValueError:
+        raise ConfigError(key, block, "CIDR blocks such as 10.0.0.0/16", file) from None
+
+
+def check_endpoint_source_ranges(
+    key: str, ranges: Sequence[str], file: str | None = None, pod_subnets: Sequence[str] = ()
+) -> tuple[str, ...]:
+    """`pod_subnets`: where pods get addresses (VPC CNI); a range overlapping one would let a pod of any
+    namespace reach the serve port through the NLB, past the NetworkPolicies' namespace selectors."""
     if isinstance(ranges, str) or not isinstance(ranges, Sequence) or not ranges:
         raise ConfigError(key, ranges, "at least one CIDR (who may call the internal endpoint)", file)
     for block in ranges:
-        try:
-            network = ipaddress.ip_network(str(block), strict=True)
-        except ValueError:
-            raise ConfigError(key, block, "CIDR blocks such as 10.0.0.0/16", file) from None
+        network = check_cidr(key, block, file)
         if network.prefixlen == 0:
             raise ConfigError(key, block, "a network narrower than the whole internet", file)
+        if any(network.overlaps(ipaddress.ip_network(p)) for p in pod_subnets):
+            pods = yaml_text(pod_subnets)
+            allowed = f"CIDR blocks outside the pod subnets {pods} (pods get in through serveClientNamespaces)"
+            raise ConfigError(key, block, allowed, file)
     return tuple(ranges)
 
 

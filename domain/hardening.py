@@ -13,6 +13,7 @@ from domain.config_keys import declared, default
 from domain.errors import UNSET, ConfigError, yaml_text
 from domain.facts import DEV_ENVIRONMENTS, PROJECT
 from domain.field_checks import check_endpoint_source_ranges, check_environment
+from domain.subnets import outside_pod_subnets
 
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
@@ -25,7 +26,8 @@ class HardeningSettings:
     network_policies: bool = default("networkPolicies")  # default-deny ingress in the Ray namespace, enforced
     serve_client_namespaces: tuple[str, ...] = tuple(default("serveClientNamespaces"))  # may call the serve port
     internal_endpoint: bool = default("internalEndpoint")  # an internal NLB in front of the serve port
-    endpoint_source_ranges: tuple[str, ...] = ()  # who may reach that NLB (its security group)
+    endpoint_source_ranges: tuple[str, ...] = ()  # who may reach that NLB (its security group); no pod address
+    pod_subnets: tuple[str, ...] = ()  # where pods get addresses (domain/subnets.py); none on an existing cluster
     # The internal NLB's subnets (Name tag -> CIDR, domain/subnets.py): with IP targets and no client IP
     # preservation its traffic reaches the pods from its own addresses there, where no pod lives.
     load_balancer_subnets: tuple[tuple[str, str], ...] = ()
@@ -45,10 +47,12 @@ def load_hardening(
     public_cidrs: tuple[str, ...],
     vpc_cidr: str,
     load_balancer_subnets: dict[str, str],
+    pod_subnets: tuple[str, ...] = (),
 ) -> HardeningSettings:
     """Check the switches; outside a dev-like environment the public API endpoint must be limited to
     networks the stack lists (and the machine running `pulumi up` must be inside them). `text`,
-    `structured_list` and `flag` read a key as the stack sets it, or its default."""
+    `structured_list` and `flag` read a key as the stack sets it, or its default. `pod_subnets`: the
+    VPC's subnets where pods get addresses, none where the VPC is not the stack's (existing cluster)."""
     environment = check_environment("environment", text("environment"))
     if environment not in DEV_ENVIRONMENTS:
         if not public_cidrs_set:
@@ -71,8 +75,9 @@ def load_hardening(
         if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
             raise ConfigError("serveClientNamespaces", namespace, "Kubernetes namespace names (DNS-1123 labels)")
     ranges = structured_list("endpointSourceRanges")
-    ranges = [vpc_cidr] if ranges is None else ranges  # internal NLB: the VPC (and what is peered to it)
-    ranges = check_endpoint_source_ranges("endpointSourceRanges", ranges)
+    # No pod address; never empty: LB controller v3.5.0 opens an NLB with none to 0.0.0.0/0 (model_build_managed_sg.go)
+    ranges = outside_pod_subnets(vpc_cidr, list(pod_subnets)) if ranges is None else ranges
+    ranges = check_endpoint_source_ranges("endpointSourceRanges", ranges, pod_subnets=pod_subnets)
     api_key_check = flag("apiKeyCheck")
     if not api_key_check and environment not in DEV_ENVIRONMENTS:
         raise ConfigError(
@@ -87,6 +92,7 @@ def load_hardening(
         tuple(namespaces),
         internal_endpoint=flag("internalEndpoint"),
         endpoint_source_ranges=tuple(ranges),
+        pod_subnets=tuple(pod_subnets),
         load_balancer_subnets=tuple(load_balancer_subnets.items()),
         require_ebs_encryption=flag("requireEbsEncryption"),
         api_key_check=api_key_check,

@@ -17,6 +17,26 @@ def subnet_cidrs(vpc_cidr: str, zones: int) -> tuple[list[str], list[str]]:
     return private, public
 
 
+def pod_subnet_cidrs(vpc_cidr: str, zones: int) -> list[str]:
+    """Where nodes, and so pods (VPC CNI), get addresses: the private subnets, every node group's and
+    Karpenter's (components/cluster.py, gpu_nodes.py, karpenter.py)."""
+    return subnet_cidrs(vpc_cidr, zones)[0]
+
+
+def outside_pod_subnets(vpc_cidr: str, pod_subnets: list[str]) -> list[str]:
+    """The VPC less the pod subnets, in the fewest CIDR blocks: addresses inside the VPC no pod can hold."""
+    remaining = [ipaddress.IPv4Network(vpc_cidr)]
+    for pods in map(ipaddress.IPv4Network, pod_subnets):
+        remaining = [part for block in remaining for part in _without(block, pods)]
+    return [str(n) for n in ipaddress.collapse_addresses(remaining)]
+
+
+def _without(block: ipaddress.IPv4Network, pods: ipaddress.IPv4Network) -> list[ipaddress.IPv4Network]:
+    if pods.subnet_of(block):
+        return list(block.address_exclude(pods))
+    return [] if block.subnet_of(pods) else [block]
+
+
 def public_subnet_name(cluster_name: str, zone: str) -> str:
     """The public subnet's Name tag, by which the load balancer Service names its subnets."""
     return f"{cluster_name}-public-{zone}"

@@ -558,22 +558,32 @@ def _pod_security_labels(r: Resource) -> list[str]:
 
 def _ip_blocks_outside_pod_subnets(resources: list[Resource]) -> list[tuple[Resource | None, str]]:
     """With the VPC CNI every pod has an address in a private subnet: an IP block that overlaps one
-    admits pods of every namespace, past the namespace selectors."""
+    admits pods of every namespace, past the namespace selectors, whether a NetworkPolicy admits it or
+    a load balancer's source ranges do (the AWS Load Balancer Controller makes them the NLB's security
+    group rules, and the pods admit the NLB)."""
     pod_subnets = []
     for subnet in (r for r in resources if r.type == AWS_SUBNET):
         cidr = subnet.props.get("cidrBlock")
         if POD_SUBNET_TAG in (subnet.props.get("tags") or {}) and isinstance(cidr, str):
             pod_subnets.append(ipaddress.ip_network(cidr, strict=False))
-    found: list[tuple[Resource | None, str]] = []
+    blocks: list[tuple[Resource, str, object]] = []  # (resource, what admits, the CIDR)
     for policy in (r for r in resources if r.type == NETWORK_POLICY):
         for rule in _get(policy.props, "spec", "ingress") or []:
-            for source in rule.get("from") or []:
-                cidr = (source.get("ipBlock") or {}).get("cidr")
-                if not isinstance(cidr, str):
-                    continue
-                hit = [str(n) for n in pod_subnets if ipaddress.ip_network(cidr, strict=False).overlaps(n)]
-                if hit:
-                    found.append((policy, f"ipBlock {cidr} holds pod addresses (subnets {', '.join(hit)})"))
+            blocks += [(policy, "ipBlock", (s.get("ipBlock") or {}).get("cidr")) for s in rule.get("from") or []]
+    for service in (r for r in resources if r.type == K8S_SERVICE and _get(r.props, "spec", "type") == "LoadBalancer"):
+        blocks += [
+            (service, "loadBalancerSourceRanges", c)
+            for c in _get(service.props, "spec", "loadBalancerSourceRanges") or []
+        ]
+    found: list[tuple[Resource | None, str]] = []
+    for resource, where, cidr in blocks:
+        try:
+            network = ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            continue  # none, or not a CIDR: the API server refuses it
+        hit = [str(n) for n in pod_subnets if network.overlaps(n)]
+        if hit:
+            found.append((resource, f"{where} {cidr} holds pod addresses (subnets {', '.join(hit)})"))
     return found
 
 
@@ -690,7 +700,7 @@ def policies(secrets_marked: bool = True) -> list[Policy]:
         ),
         Policy(
             "ip-blocks-outside-pod-subnets",
-            "No NetworkPolicy admits an IP block that holds pods' addresses (the private subnets).",
+            "No NetworkPolicy or load balancer admits an IP block that holds pods' addresses (the private subnets).",
             whole_stack=_ip_blocks_outside_pod_subnets,
         ),
         Policy(

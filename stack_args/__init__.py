@@ -168,6 +168,7 @@ def internal_endpoint_args(settings: Settings) -> InternalEndpointArgs:
         namespace=settings.serving.namespace,
         service_name=settings.serving.service_name,
         subnets=[name for name, _ in hardening.load_balancer_subnets],
+        pod_subnets=hardening.pod_subnets,
     )
 
 

@@ -238,6 +238,13 @@ def test_internal_endpoint_args_refuse_a_bad_field_with_the_stack_keys_line():
     assert _refusal(lambda: InternalEndpointArgs(["10.0.0.0/16"], namespace="kube-system")).startswith(
         "InternalEndpointArgs: invalid config namespace = kube-system"
     )
+    assert _refusal(lambda: InternalEndpointArgs(["10.0.0.0/16"], pod_subnets=["10.0.0.0/18"])) == (
+        "InternalEndpointArgs: invalid config source_ranges = 10.0.0.0/16: CIDR blocks outside the pod subnets "
+        "[10.0.0.0/18] (pods get in through serveClientNamespaces)"
+    )
+    assert _refusal(lambda: InternalEndpointArgs(["10.0.128.0/17"], pod_subnets=["10.0.0.1/18"])).endswith(
+        "pod_subnets = 10.0.0.1/18: CIDR blocks such as 10.0.0.0/16"
+    )
     endpoint = InternalEndpointArgs(["10.0.0.0/16"], service_name=None)
     assert (endpoint.source_ranges, endpoint.namespace, endpoint.service_name) == (("10.0.0.0/16",), "llm", "llm")
 

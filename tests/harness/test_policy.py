@@ -207,6 +207,22 @@ def test_load_balancer_without_ranges_fails(dev):
     assert _failed(resources) == {"load-balancer-source-ranges"}
 
 
+def test_load_balancer_ranges_holding_pod_addresses_fail(dev):
+    """The NLB's source ranges are its security group's rules and the pods admit the NLB: a range over
+    a private subnet lets every pod through, whatever serveClientNamespaces says."""
+
+    def widen(props):
+        props["spec"]["loadBalancerSourceRanges"] = ["10.0.0.0/16"]
+
+    found = rules.check_all(_mutated(dev, rules.K8S_SERVICE, widen, "internal-endpoint"))
+    assert [(v.policy, v.message) for v in found] == [
+        (
+            "ip-blocks-outside-pod-subnets",
+            "loadBalancerSourceRanges 10.0.0.0/16 holds pod addresses (subnets 10.0.0.0/18, 10.0.64.0/18)",
+        )
+    ]
+
+
 def test_open_load_balancer_ranges_fail():
     service = {"spec": {"type": "LoadBalancer", "loadBalancerSourceRanges": ["10.0.0.0/8", "0.0.0.0/0"]}}
     found = rules.check_all([rules.Resource(rules.K8S_SERVICE, "lb", "urn:lb", service)])

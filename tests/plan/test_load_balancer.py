@@ -9,6 +9,7 @@ import json
 from components.load_balancer import ANNOTATION, SUBNETS
 from offline.mocks import placeholder
 from offline.plan import run_program
+from tests.conftest import failing_run
 
 SERVICE = "kubernetes:core/v1:Service"
 
@@ -18,7 +19,7 @@ def test_dev_plan_has_an_internal_nlb_with_source_ranges(dev):
     meta, spec = service.inputs["metadata"], service.inputs["spec"]
     assert meta["annotations"]["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internal"
     assert spec["type"] == "LoadBalancer" and spec["loadBalancerClass"] == "service.k8s.aws/nlb"
-    assert spec["loadBalancerSourceRanges"] == ["10.0.0.0/16"]  # dev's VPC, the default
+    assert spec["loadBalancerSourceRanges"] == ["10.0.128.0/17"]  # dev's VPC less its two private /18s, the default
     assert spec["ports"] == [{"name": "serve", "port": 8000, "protocol": "TCP", "targetPort": 8000}]
     assert dev.outputs["internalEndpointUrl"].startswith("http://<known after deploy: ")
 
@@ -87,6 +88,46 @@ def test_the_load_balancer_rule_admits_the_nlbs_subnets_and_no_pod_address(plans
         pod_networks = [ipaddress.ip_network(s.inputs["cidrBlock"]) for n, s in subnets.items() if n not in named]
         assert pod_networks, stack
         assert not any(ipaddress.ip_network(c).overlaps(p) for c in admitted for p in pod_networks), stack
+
+
+def _pod_networks(plan, stack: str) -> list:
+    """Where pods get addresses (VPC CNI): the private subnets, every node group's among them."""
+    subnets = plan.of_type("aws:ec2/subnet:Subnet")
+    private = {s.id: s for s in subnets if "kubernetes.io/role/internal-elb" in s.inputs["tags"]}
+    for group in plan.of_type("eks:index:ManagedNodeGroup"):
+        assert set(group.inputs["subnetIds"]) <= set(private), (stack, group.name)
+    return [ipaddress.ip_network(s.inputs["cidrBlock"]) for s in private.values()]
+
+
+def test_the_nlb_admits_no_pod_address_by_default(plans):
+    """The NLB's security group (loadBalancerSourceRanges, through the controller) admits the VPC less
+    the pod subnets: a pod of any namespace cannot reach the serve port through the NLB, so
+    `serveClientNamespaces` is the pods' only way in."""
+    checked = 0
+    for stack, plan in plans.items():
+        services = [r for r in plan.of_type(SERVICE) if r.name == "internal-endpoint"]
+        if not services:
+            continue
+        (service,) = services
+        ranges = [ipaddress.ip_network(c) for c in service.inputs["spec"]["loadBalancerSourceRanges"]]
+        pods = _pod_networks(plan, stack)
+        assert pods and not any(r.overlaps(p) for r in ranges for p in pods), stack
+        vpc = ipaddress.ip_network(plan.one("aws:ec2/vpc:Vpc").inputs["cidrBlock"])
+        assert list(ipaddress.collapse_addresses(ranges + pods)) == [vpc], stack  # nothing else of the VPC left out
+        checked += 1
+    assert checked >= 3
+
+
+def test_a_source_range_holding_pod_addresses_is_refused():
+    error, monitor = failing_run({"ray-llm-eks:endpointSourceRanges": ["10.0.192.0/18", "10.0.0.0/8"]})
+    assert monitor.registrations == []  # refused before anything is declared
+    assert str(error) == (
+        "invalid config ray-llm-eks:endpointSourceRanges = 10.0.0.0/8: CIDR blocks outside the pod subnets "
+        "[10.0.0.0/18, 10.0.64.0/18] (pods get in through serveClientNamespaces)"
+    )
+    outside = run_program("dev", {"ray-llm-eks:endpointSourceRanges": ["10.0.192.0/18", "172.31.0.0/16"]})
+    spec = outside.one(SERVICE, "internal-endpoint").inputs["spec"]
+    assert spec["loadBalancerSourceRanges"] == ["10.0.192.0/18", "172.31.0.0/16"]  # a peered VPC's, say
 
 
 def test_internal_endpoint_off_declares_no_load_balancer():
