@@ -5,6 +5,7 @@ import pulumi
 import stack_args
 from adapters import environment, registry, stack
 from adapters.aws_answers import PulumiAwsAnswers
+from components.auto_mode import AutoModeNodePools
 from components.cluster import Cluster
 from components.cluster_autoscaler import ClusterAutoscaler
 from components.device_plugins import DevicePlugins
@@ -24,6 +25,7 @@ from domain import (
     cost,
     gcs_ft,
     known_issues,
+    node_provisioning,
     observability,
     pool_use,
     preflight,
@@ -79,21 +81,26 @@ else:
     cluster = Cluster("eks", stack_args.cluster_args(settings), network)
     if settings.gcs_ft.redis:  # the head's GCS fault tolerance store (domain/gcs_ft.py)
         store = GcsStore("gcs-store", stack_args.gcs_store_args(settings, network))
-    # With Karpenter (nodeProvisioning) no GPU node group: its NodePools make the GPU nodes (below).
+    # With Karpenter or Auto Mode (nodeProvisioning) no GPU node group: NodePools make the GPU nodes (below).
     pools = {
         name: GpuNodePool(name, stack_args.gpu_node_pool_args(pool), cluster, network)
         for name, pool in settings.gpu_pools.items()
-        if not settings.node_provisioning.by_karpenter
+        if not settings.node_provisioning.by_node_pools
     }
     provider, nodes = cluster.provider, [cluster.system_nodes, *pools.values()]
 
 # In-cluster pieces use the stack's Kubernetes provider; the system nodes run them (create) and
 # outlive them (destroy).
 on_system_nodes = pulumi.ResourceOptions(providers=[provider], depends_on=nodes[:1])
-if mode.install_device_plugins:
+auto_mode_nodes = not mode.existing_cluster and settings.node_provisioning.by_auto_mode
+for line in node_provisioning.warnings(settings.node_provisioning):  # what Auto Mode does not allow
+    pulumi.log.warn(line)
+# Auto Mode's nodes bring the NVIDIA device plugin (EKS user guide automode.adoc), and its stacks have no EFA pool.
+if mode.install_device_plugins and not auto_mode_nodes:
     installed.append(DevicePlugins("device-plugins", stack_args.device_plugins_args(settings), on_system_nodes))
 karpenter_nodes = not mode.existing_cluster and settings.node_provisioning.by_karpenter
-autoscaled = not mode.existing_cluster and not karpenter_nodes and scaling.autoscaler_needed(settings.gpu_pools)
+by_node_pools = settings.node_provisioning.by_node_pools  # Karpenter or Auto Mode: no Cluster Autoscaler
+autoscaled = not mode.existing_cluster and not by_node_pools and scaling.autoscaler_needed(settings.gpu_pools)
 obs = serving.observability  # embedded and amp only on the cluster we build (domain/observability.py)
 # Controllers with an AWS role (and the EBS CSI driver, Prometheus's remote write): one Pod Identity agent.
 # rocksdb's claim (GCS fault tolerance, domain/gcs_ft.py) needs the EBS CSI driver and the gp3 StorageClass too.
@@ -116,6 +123,9 @@ if karpenter_nodes:
     # first, then its NodePools (Karpenter drains and terminates their nodes), then Karpenter.
     karpenter = Karpenter("karpenter", stack_args.karpenter_args(settings), cluster.eks, agent, on_system_nodes)
     nodes.append(karpenter)
+if auto_mode_nodes:
+    # Like Karpenter's: everything on the GPU nodes depends on it, so on destroy its NodePools go after them.
+    nodes.append(AutoModeNodePools("auto-mode", stack_args.auto_mode_args(settings), cluster.eks, on_system_nodes))
 if weights_access:  # before any worker starts (the webhook mutates pods at creation)
     installed.append(
         WeightsAccess(
@@ -202,7 +212,7 @@ pulumi.export("dashboardPortForwardCommand", service.dashboard_port_forward)
 pulumi.export("gcsFaultTolerance", gcs_ft.describe(settings.gcs_ft, settings.hardening.environment))
 single = [role for role, b in scaling.role_bounds(serving.serve_document).items() if b.min < 2]
 pulumi.export(
-    "upgradeImpact", upgrades.summary(settings.upgrade_strategy, single, karpenter_nodes)
+    "upgradeImpact", upgrades.summary(settings.upgrade_strategy, single, karpenter_nodes, auto_mode_nodes)
 )  # make plan prints it
 pulumi.export("servingFit", list(serving.fit))  # per role: KV cache, blocks, tokens, concurrency (model_fit)
 pulumi.export("estimatedHourlyCostUsd", estimate.usd_per_hour)

@@ -102,6 +102,27 @@ def scaling(nodes: NodeGroupArgs) -> aws.eks.NodeGroupScalingConfigArgs:
     )
 
 
+def auto_mode_options() -> dict:
+    """eks.Cluster's inputs for EKS Auto Mode beside our system node group (pulumi/pulumi-eks
+    nodejs/eks/cluster/cluster.ts, newest snapshot 7bf0c1b, whose inputs equal the Python SDK 4.4.0's):
+    `autoMode.enabled` makes pulumi-eks create Auto Mode's node role (createNodeRole defaults to true) and
+    pass it as computeConfig.nodeRoleArn, add Auto Mode's policies to the cluster role, and skip the VPC CNI
+    and kube-proxy add-ons, which our managed system nodes still need (Auto Mode's networking runs on its
+    own nodes only): both are asked for again. Built-in pools: `system` alone (its nodes take only pods
+    that tolerate CriticalAddonsOnly), not `general-purpose`: the GPU pods go to our NodePools, everything
+    else to the system node group."""
+    return {
+        "auto_mode": eks.AutoModeOptionsArgs(
+            enabled=True, compute_config=eks.ClusterComputeConfigArgs(node_pools=[AUTO_MODE_BUILT_IN_POOL])
+        ),
+        "use_default_vpc_cni": False,  # pulumi-eks: the add-on is created unless this is true (or Auto Mode)
+        "kube_proxy_addon_options": eks.KubeProxyAddonOptionsArgs(enabled=True),
+    }
+
+
+AUTO_MODE_BUILT_IN_POOL = "system"
+
+
 @dataclass(frozen=True)
 class ClusterArgs:
     """The EKS cluster: its name, version, who administers it, its API endpoint, logs and system nodes."""
@@ -130,6 +151,8 @@ class ClusterArgs:
     """The VPC CNI's network policy agent enforces NetworkPolicies (config key networkPolicies)."""
     pod_security_groups: bool | None = False
     """Security groups for pods (the GCS store admits the Ray head's group only, components/gcs_store.py)."""
+    auto_mode: bool | None = False
+    """EKS Auto Mode makes the GPU nodes (config key nodeProvisioning autoMode); the system node group stays."""
 
     def __post_init__(self) -> None:
         fill_defaults(self)
@@ -285,6 +308,7 @@ class Cluster(pulumi.ComponentResource):
             ),
             # The policy pack reads the environment here (policy/rules.py, api-endpoint-restricted).
             cluster_tags={ENVIRONMENT_TAG: args.environment},
+            **(auto_mode_options() if args.auto_mode else {}),
             # The whole network (NAT routes included) first: nodes need egress to join and pull
             # images; on destroy the cluster goes before the routes it relies on.
             opts=pulumi.ResourceOptions(parent=self, depends_on=[network, self.log_group, self.node_role]),

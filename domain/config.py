@@ -531,6 +531,7 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
             cluster.name,
         ),
     )
+    node_provisioning.check_pools(settings.node_provisioning, [n for n, p in pools.items() if p.efa])
     known_issues.refuse(settings)  # upstream bugs the stack would hit (domain/data/known_issues.yaml)
     return settings
 

@@ -9,6 +9,7 @@ from domain import node_provisioning, observability
 from domain.prices import (
     AMP_STORAGE_USD_PER_GB_MONTH,
     AMP_USD_PER_10M_SAMPLES,
+    AUTO_MODE_FEE_USD_PER_HOUR,
     EBS_GP3_USD_PER_GB_MONTH,
     EKS_USD_PER_HOUR,
     ELASTICACHE_VALKEY_USD_PER_HOUR_ESTIMATE,
@@ -189,6 +190,18 @@ def estimate(settings: Settings, overrides: PriceOverrides, size: str = "desired
                 price_key=_instance_key(nodes.instance_type),
             )
         )
+    if settings.node_provisioning.by_auto_mode:  # on top of each instance Auto Mode launches
+        fees = {**AUTO_MODE_FEE_USD_PER_HOUR.get(region, {}), **overrides.auto_mode_fees}
+        for role, pool in settings.gpu_pools.items():
+            instance_type = pool.nodes.instance_type
+            lines.append(
+                CostLine(
+                    f"EKS Auto Mode fee, {role} nodes {instance_type}",
+                    _count(pool.nodes, size),
+                    fees.get(instance_type),
+                    price_key=f"prices.autoModeFees.{instance_type}",
+                )
+            )
     nat_count = len(settings.network.availability_zones) if settings.network.nat_gateways == "perAz" else 1
     lines.append(CostLine("NAT gateways", nat_count, nat, price_key="prices.natGatewayPerHour"))
     lines.append(CostLine("public IPv4 addresses (NAT EIPs)", nat_count, PUBLIC_IPV4_USD_PER_HOUR))

@@ -4,7 +4,8 @@ pinned AMI, RAID0 instance store, EFA interfaces, placement group). Field names 
 of the pinned Karpenter's CRDs (offline/schemas/karpenter.*.v1.14.1.yaml).
 
 The NodePool takes its node class as a reference, so the same pool runs on EC2 (EC2NodeClass) or
-on Karpenter's kwok provider (KWOKNodeClass), which stands in for EC2 where no AWS is reachable."""
+on Karpenter's kwok provider (KWOKNodeClass), which stands in for EC2 where no AWS is reachable, or
+under EKS Auto Mode (its NodeClass, eks.amazonaws.com/v1: auto_mode_node_class)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from domain.settings import GpuPoolSettings
 
 NODE_POOL_API = "karpenter.sh/v1"
 EC2_NODE_CLASS_API = "karpenter.k8s.aws/v1"
+# EKS Auto Mode's node class (EKS user guide create-node-class; its NodePools are karpenter.sh/v1 and
+# reference it with group eks.amazonaws.com, kind NodeClass: create-node-pool).
+AUTO_MODE_NODE_CLASS_API = "eks.amazonaws.com/v1"
 
 # Karpenter never voluntarily disrupts a node running a pod with this annotation (consolidation,
 # drift; sigs.k8s.io/karpenter pkg/apis/v1/labels.go DoNotDisruptAnnotationKey): a serving replica
@@ -36,6 +40,9 @@ DISRUPTION_BUDGETS = [{"nodes": "1"}]
 # Nodes never expire on a timer (the CRD's default is 720h): like a managed node group, a pool's nodes
 # change when the stack's AMI pin does (Karpenter replaces drifted nodes once their pods are gone).
 EXPIRE_AFTER = "Never"
+# Auto Mode allows no "Never": its EC2 managed instances live at most 21 days (EKS user guide
+# auto-security.adoc), so its NodePools say so rather than leave AWS's shorter default.
+AUTO_MODE_EXPIRE_AFTER = f"{21 * 24}h"
 
 # The root volume of AL2023 (Karpenter's default mapping for the family is 20Gi on /dev/xvda:
 # website docs/concepts/nodeclasses.md, spec.blockDeviceMappings); the pool's disk size instead.
@@ -66,6 +73,11 @@ def ec2_node_class_ref(pool: GpuPoolSettings) -> NodeClassRef:
     return NodeClassRef("karpenter.k8s.aws", "EC2NodeClass", pool.name)
 
 
+def auto_mode_node_class_ref(pool: GpuPoolSettings) -> NodeClassRef:
+    """The Auto Mode NodeClass of this pool (auto_mode_node_class builds it under the pool's name)."""
+    return NodeClassRef("eks.amazonaws.com", "NodeClass", pool.name)
+
+
 def fitting_instance_types(pool: GpuPoolSettings) -> list[str]:
     """Instance types a node of this pool may be: the pool's own, and every type in our instance table
     with the same GPUs (model and count) and network cards, at least its vCPUs, memory and instance
@@ -86,8 +98,9 @@ def fitting_instance_types(pool: GpuPoolSettings) -> list[str]:
 
 
 def pool_instance_types(pool: GpuPoolSettings, provisioning: NodeProvisioning) -> list[str]:
-    """What a node of this pool may be: its instance type, or with Karpenter every type that fits it."""
-    return fitting_instance_types(pool) if provisioning.by_karpenter else [pool.nodes.instance_type]
+    """What a node of this pool may be: its instance type, or with NodePools (Karpenter, Auto Mode) every
+    type that fits it."""
+    return fitting_instance_types(pool) if provisioning.by_node_pools else [pool.nodes.instance_type]
 
 
 def capacity_types(spot: bool) -> list[str]:
@@ -95,7 +108,9 @@ def capacity_types(spot: bool) -> list[str]:
     return [SPOT, ON_DEMAND] if spot else [ON_DEMAND]
 
 
-def node_pool(pool: GpuPoolSettings, node_class_ref: NodeClassRef, spot: bool = False) -> dict:
+def node_pool(
+    pool: GpuPoolSettings, node_class_ref: NodeClassRef, spot: bool = False, expire_after: str = EXPIRE_AFTER
+) -> dict:
     """The NodePool of one GPU pool: nodes with the pool's label and the GPU taint (what its Ray worker
     pods select and tolerate), of the instance types that fit it, in its zone, at most as many GPUs as
     the pool's maxSize holds; empty nodes are removed, busy ones never (DO_NOT_DISRUPT on the pods)."""
@@ -116,7 +131,7 @@ def node_pool(pool: GpuPoolSettings, node_class_ref: NodeClassRef, spot: bool = 
                     "nodeClassRef": node_class_ref.manifest(),
                     "requirements": requirements,
                     "taints": [taint],
-                    "expireAfter": EXPIRE_AFTER,
+                    "expireAfter": expire_after,
                 },
             },
             "disruption": {
@@ -188,5 +203,30 @@ def ec2_node_class(
         "apiVersion": EC2_NODE_CLASS_API,
         "kind": "EC2NodeClass",
         "metadata": {"name": ec2_node_class_ref(pool).name},
+        "spec": spec,
+    }
+
+
+def auto_mode_node_class(
+    pool: GpuPoolSettings, *, node_role: str | None, subnet_tags: dict[str, str], security_group_tags: dict[str, str]
+) -> dict:
+    """The Auto Mode NodeClass of one GPU pool: the subnet and security group selectors of its EC2NodeClass,
+    and the pool's disk as the node's ephemeral storage (Auto Mode's default is 80Gi: create-node-class).
+    What the EC2NodeClass sets besides has no field here (AMI, instance store RAID0, metadata options, EFA
+    interfaces, placement group): domain/node_provisioning.py AUTO_MODE_LIMITS and AUTO_MODE_NO_PD.
+    `node_role`: None leaves it to the component (Auto Mode's node role, components/auto_mode.py)."""
+    if pool.efa:
+        raise ValueError(f"GPU pool {pool.name} needs EFA, which an Auto Mode NodeClass cannot give its nodes")
+    spec: dict = {
+        "subnetSelectorTerms": [{"tags": dict(subnet_tags)}],
+        "securityGroupSelectorTerms": [{"tags": dict(security_group_tags)}],
+        "ephemeralStorage": {"size": f"{pool.nodes.disk_size_gib}Gi"},
+    }
+    if node_role is not None:
+        spec["role"] = node_role
+    return {
+        "apiVersion": AUTO_MODE_NODE_CLASS_API,
+        "kind": "NodeClass",
+        "metadata": {"name": auto_mode_node_class_ref(pool).name},
         "spec": spec,
     }

@@ -4,7 +4,7 @@ and the estimate says so) and the stack's own overrides (`prices`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from domain.errors import ConfigError, mapping_of, unknown_field
 
@@ -134,6 +134,11 @@ AMP_STORAGE_USD_PER_GB_MONTH = {"us-east-1": 0.03}
 # `make plan` marks them as estimates; the `prices` key replaces them.
 ELASTICACHE_VALKEY_USD_PER_HOUR_ESTIMATE = {"us-east-1": {"cache.t4g.small": 0.0256, "cache.t4g.medium": 0.052}}
 EKS_USD_PER_HOUR = {"standard": 0.10, "extended": 0.60}
+# EKS Auto Mode's management fee, USD per hour per instance it manages, by instance type: none here. AWS
+# publishes it per type on aws.amazon.com/eks/pricing (a table its page renders in the browser); neither
+# botocore nor Karpenter's generated pricing carries it, and no dated public copy was found. Unknown,
+# said in the cost table, until the stack sets `prices.autoModeFees`.
+AUTO_MODE_FEE_USD_PER_HOUR: dict[str, dict[str, float]] = {}
 
 
 @dataclass(frozen=True)
@@ -147,6 +152,7 @@ class PriceOverrides:
     load_balancer_lcu_per_hour: float | None = None
     amp_per_10m_samples: float | None = None
     amp_storage_per_gb_month: float | None = None
+    auto_mode_fees: Mapping[str, float] = field(default_factory=dict)  # EKS Auto Mode's fee per instance type
 
 
 NO_PRICE_OVERRIDES = PriceOverrides(instances={})
@@ -161,7 +167,8 @@ _SCALARS = {
 }
 
 
-SHAPE = mapping_of({"instances", *_SCALARS})
+_MAPPINGS = ("instances", "autoModeFees")  # instance type -> USD per hour
+SHAPE = mapping_of({*_MAPPINGS, *_SCALARS})
 
 
 def price_overrides(raw: Mapping | None) -> PriceOverrides:
@@ -169,15 +176,17 @@ def price_overrides(raw: Mapping | None) -> PriceOverrides:
     if not isinstance(raw, Mapping):
         raise ConfigError("prices", raw, SHAPE)
     for key, value in raw.items():
-        if key not in {"instances", *_SCALARS}:
-            raise unknown_field("prices", key, value, {"instances", *_SCALARS})
-    instances = raw.get("instances", {})
-    if not isinstance(instances, dict):
-        raise ConfigError("prices.instances", instances, "a mapping of instance type to USD per hour")
+        if key not in {*_MAPPINGS, *_SCALARS}:
+            raise unknown_field("prices", key, value, {*_MAPPINGS, *_SCALARS})
+    mappings = {key: raw.get(key, {}) for key in _MAPPINGS}
+    for key, mapping in mappings.items():
+        if not isinstance(mapping, dict):
+            raise ConfigError(f"prices.{key}", mapping, "a mapping of instance type to USD per hour")
     for name, value in [
-        *(("instances." + k, v) for k, v in instances.items()),
+        *((f"{key}.{k}", v) for key, mapping in mappings.items() for k, v in mapping.items()),
         *((k, raw[k]) for k in _SCALARS if k in raw),
     ]:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise ConfigError(f"prices.{name}", value, "a price in USD, 0 or more")
-    return PriceOverrides(instances, **{field: raw.get(key) for key, field in _SCALARS.items()})
+    scalars = {name: raw.get(key) for key, name in _SCALARS.items()}
+    return PriceOverrides(mappings["instances"], **scalars, auto_mode_fees=mappings["autoModeFees"])

@@ -287,8 +287,9 @@ def worker_groups_annotation(spec: dict) -> dict[str, str]:
 
 
 def worker_annotations(settings: Settings) -> dict[str, str]:
-    """The Cluster Autoscaler's never-evict, and Karpenter's do-not-disrupt where Karpenter makes the nodes."""
-    if settings.node_provisioning.by_karpenter:
+    """The Cluster Autoscaler's never-evict, and Karpenter's do-not-disrupt where NodePools make the nodes
+    (Karpenter's, or Auto Mode's, which is Karpenter run by AWS: EKS user guide automode.adoc)."""
+    if settings.node_provisioning.by_node_pools:
         return {**NOT_EVICTABLE, **karpenter.DO_NOT_DISRUPT}
     return dict(NOT_EVICTABLE)
 

@@ -170,9 +170,15 @@ def report(found: list[Impact]) -> str:
     return "\n".join(lines)
 
 
-def summary(strategy_type: str, single_replica_roles: Iterable[str], karpenter_nodes: bool = False) -> list[str]:
+def summary(
+    strategy_type: str,
+    single_replica_roles: Iterable[str],
+    karpenter_nodes: bool = False,
+    auto_mode_nodes: bool = False,
+) -> list[str]:
     """What each kind of stack change does to the running service under this stack's strategy (`make plan`);
-    `karpenter_nodes`: Karpenter makes the GPU nodes (nodeProvisioning), which replaces drifted ones itself."""
+    `karpenter_nodes`: Karpenter makes the GPU nodes (nodeProvisioning), which replaces drifted ones itself;
+    `auto_mode_nodes`: EKS Auto Mode makes them, and replaces each within 21 days whatever runs on it."""
     single = sorted(single_replica_roles)
     gap = f" (roles with one replica: {', '.join(single)}: a gap while it reloads)" if single else ""
     cluster = (
@@ -193,6 +199,10 @@ def summary(strategy_type: str, single_replica_roles: Iterable[str], karpenter_n
             "and replaces one at a time only once it runs no Ray worker (do-not-disrupt): a serving node keeps "
             "the old AMI until its worker is scaled down or the RayService is replaced"
             if karpenter_nodes
+            else "node class or pool change (instance types, disk): Auto Mode replaces the GPU nodes; it also "
+            "replaces every node within 21 days and picks its AMI itself (EKS user guide auto-security): plan "
+            "for a replica restart per node at least that often"
+            if auto_mode_nodes
             else "node group change (AMI release, instance type, disk): EKS replaces the nodes one at a time; the "
             "Ray workers on them start again elsewhere or on the new node"
         ),

@@ -42,6 +42,11 @@ def check_cluster(inputs: dict) -> None:
                 f"The 'instanceRoles' property does not support non-empty values when 'authenticationMode' is set "
                 f"to '{mode}'."
             )
+    if (inputs.get("autoMode") or {}).get("enabled") and not _supports_access_entries(mode):  # cluster.ts
+        raise PulumiEksRefusal(
+            "Access entries are required when using EKS Auto Mode. Use the authentication mode 'API' or "
+            "'API_AND_CONFIG_MAP'."
+        )
     if not _supports_access_entries(mode) and inputs.get("accessEntries"):
         state = f"set to '{mode}'" if mode is not None else "not set"
         raise PulumiEksRefusal(f"The 'accessEntries' property is not supported when 'authenticationMode' is {state}.")

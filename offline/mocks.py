@@ -103,6 +103,8 @@ class PlanMocks(pulumi_mocks.Mocks):
         if args.typ == "eks:index:Cluster":
             state.update(_eks_cluster_outputs(args.name))
             state["clusterSecurityGroupId"] = placeholder(f"{args.typ}::{args.name}.clusterSecurityGroupId")
+            if (state.get("autoMode") or {}).get("enabled"):  # the node role pulumi-eks makes for Auto Mode
+                state["autoModeNodeRoleName"] = placeholder(f"{args.typ}::{args.name}.autoModeNodeRoleName")
             state["eksCluster"] = self.monitor.stand_in_child(
                 "aws:eks/cluster:Cluster",
                 args.name,

@@ -63,6 +63,9 @@ KARPENTER_NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
 # Karpenter v1.14 EC2NodeClass networkInterfaces[].interfaceType: interface | efa-only (an EFA device).
 EFA_INTERFACE_TYPES = {"efa", "efa-only"}
 ZONE_REQUIREMENT = "topology.kubernetes.io/zone"  # the well-known label a NodePool requirement names
+# A NodePool's nodeClassRef group under EKS Auto Mode: its NodeClass documents no network interfaces and no
+# placement group selector (EKS user guide create-node-class), so it cannot carry a PD pool.
+AUTO_MODE_NODE_CLASS_GROUP = "eks.amazonaws.com"
 # Kubernetes' PodSecurity admission labels and levels (domain/pod_security.py sets them).
 POD_SECURITY = "pod-security.kubernetes.io"
 POD_SECURITY_LEVELS = ("privileged", "baseline", "restricted")
@@ -259,6 +262,8 @@ def _karpenter_pd_pools(
         pool = _get(template, "metadata", "labels", POOL_NODE_LABEL)
         if serves.get(pool, pool) not in PD_ROLES:
             continue
+        if _get(template, "spec", "nodeClassRef", "group") == AUTO_MODE_NODE_CLASS_GROUP:
+            found.append((r, f"PD pool {pool} must not run on an EKS Auto Mode NodeClass (no EFA, no placement group)"))
         allowed = [
             req.get("values") or []
             for req in _get(template, "spec", "requirements") or []

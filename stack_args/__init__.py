@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pulumi
 
+from components.auto_mode import AutoModeNodePoolsArgs
 from components.cluster import ClusterArgs, NodeGroupArgs
 from components.cluster_autoscaler import ClusterAutoscalerArgs
 from components.device_plugins import DevicePluginsArgs
@@ -138,6 +139,7 @@ def cluster_args(settings: Settings) -> ClusterArgs:
         environment=settings.hardening.environment,
         network_policies=settings.hardening.network_policies,
         pod_security_groups=settings.gcs_ft.redis,  # the GCS store admits the Ray head's group only
+        **({"auto_mode": True} if settings.node_provisioning.by_auto_mode else {}),
     )
 
 
@@ -243,11 +245,37 @@ def placement_group_name(cluster_name: str, pool: str) -> str:
     return f"{cluster_name}-{pool}"
 
 
+def gpu_node_selectors(settings: Settings) -> dict[str, dict[str, str]]:
+    """The subnet and security group tags a GPU pool's node class selects (Karpenter's or Auto Mode's):
+    the GPU zone's private subnet and the cluster security group."""
+    cluster = settings.cluster
+    return {
+        "subnet_tags": {"Name": private_subnet_name(cluster.name, settings.network.gpu_availability_zone)},
+        "security_group_tags": {CLUSTER_SECURITY_GROUP_TAG: cluster.name},
+    }
+
+
+def auto_mode_args(settings: Settings) -> AutoModeNodePoolsArgs:
+    """One NodePool and one Auto Mode NodeClass per GPU pool, selecting what Karpenter's would; on-demand
+    (prefillSpot is Karpenter's), nodes expiring at Auto Mode's 21-day limit."""
+    pools = settings.gpu_pools.values()
+    return AutoModeNodePoolsArgs(
+        node_pools=[
+            karpenter.node_pool(
+                pool, karpenter.auto_mode_node_class_ref(pool), expire_after=karpenter.AUTO_MODE_EXPIRE_AFTER
+            )
+            for pool in pools
+        ],
+        node_classes=[
+            karpenter.auto_mode_node_class(pool, node_role=None, **gpu_node_selectors(settings)) for pool in pools
+        ],
+    )
+
+
 def karpenter_args(settings: Settings) -> KarpenterArgs:
     """One NodePool and one EC2NodeClass per GPU pool, in the GPU zone's private subnet with the cluster
     security group; EFA pools in a placement group of their own."""
     cluster, provisioning = settings.cluster, settings.node_provisioning
-    subnet = {"Name": private_subnet_name(cluster.name, settings.network.gpu_availability_zone)}
     groups = {name: placement_group_name(cluster.name, name) for name, pool in settings.gpu_pools.items() if pool.efa}
     pools = settings.gpu_pools.values()
     return KarpenterArgs(
@@ -265,9 +293,8 @@ def karpenter_args(settings: Settings) -> KarpenterArgs:
             karpenter.ec2_node_class(
                 pool,
                 node_role=None,
-                subnet_tags=subnet,
-                security_group_tags={CLUSTER_SECURITY_GROUP_TAG: cluster.name},
                 placement_group=groups.get(pool.name),
+                **gpu_node_selectors(settings),
             )
             for pool in pools
         ],

@@ -395,3 +395,29 @@ def test_a_karpenter_pd_pool_without_efa_one_zone_or_hop_limit_1_fails(karpenter
     found = rules.check_all(_mutated(karpenter_plan, type_, change, name))
     assert {v.policy for v in found} == {policy}
     assert any(says in v.message for v in found), [v.message for v in found]
+
+
+@pytest.fixture(scope="module")
+def auto_mode_plan():
+    from tests.plan.test_auto_mode_plan import AUTO
+
+    return run_program("dp", AUTO)
+
+
+def test_an_auto_mode_stack_passes_every_policy(auto_mode_plan):
+    assert violations(auto_mode_plan) == []
+
+
+def test_a_pd_pool_on_an_auto_mode_node_class_fails(auto_mode_plan):
+    """Its NodeClass gives the nodes neither EFA nor a placement group: a pool serving prefill may not use it."""
+
+    def serve_prefill(props):
+        props["spec"]["template"]["metadata"]["labels"][POOL_NODE_LABEL] = "prefill"
+
+    found = rules.check_all(_mutated(auto_mode_plan, rules.KARPENTER_NODE_POOL, serve_prefill))
+    assert [(v.policy, v.message) for v in found] == [
+        (
+            "gpu-pools-efa-one-zone",
+            "PD pool prefill must not run on an EKS Auto Mode NodeClass (no EFA, no placement group)",
+        )
+    ]

@@ -147,7 +147,7 @@ def test_several_network_cards_get_one_efa_interface_each():
             {"nodeProvisioning": "karpenterr"},
             "nodeProvisioning = karpenterr: one of [managedNodeGroups, karpenter, autoMode]",
         ),
-        ({"nodeProvisioning": "autoMode"}, "autoMode is not available yet"),
+        ({"nodeProvisioning": "autoMode"}, "managedNodeGroups or karpenter for a stack with PD pools"),
         ({"prefillSpot": True}, "prefillSpot = 'true': only with nodeProvisioning: karpenter"),
         ({"nodeProvisioning": "karpenter", "karpenterVersion": "^1.14"}, "karpenterVersion"),
         ({"nodeProvisioning": "karpenter", "clusterName": "c" * 81}, "at most 80 characters with nodeProvisioning"),
