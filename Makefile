@@ -291,9 +291,12 @@ stack: login passphrase
 up: $(VENV)/.installed stack
 	pulumi up --stack $(STACK)
 
+# --run-program: the program's before-delete hooks wait for what controllers delete outside the graph
+# (docs/architecture.md: teardown order); the engine refuses a destroy without it once a resource has one.
+DESTROY_FLAGS ?= --run-program
 ## destroy: STACK=<stack>: remove everything the stack created
 destroy: $(VENV)/.installed login passphrase
-	pulumi destroy --stack $(STACK)
+	pulumi destroy --stack $(STACK) $(DESTROY_FLAGS)
 
 ## clean: remove .venv and local plan outputs
 clean:

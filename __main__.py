@@ -147,7 +147,15 @@ monitoring = []
 # Prometheus's volume (in the system nodes' zone) and rocksdb's claim: the CSI driver outlives them (destroy).
 csi = None
 if (obs.in_cluster_stack and obs.mode == "embedded") or rocksdb_claim:
-    csi = EbsCsiDriver("ebs-csi", stack_args.ebs_csi_driver_args(settings), agent, on_system_nodes)
+    csi = EbsCsiDriver(
+        "ebs-csi",
+        stack_args.ebs_csi_driver_args(settings),
+        agent,
+        on_system_nodes,
+        # rocksdb's volume is the driver's to delete: on destroy it, the StorageClass and the nodes wait for that.
+        reclaim_kubeconfig=cluster.kubeconfig if rocksdb_claim else None,
+        nodes=nodes if rocksdb_claim else (),
+    )
     if rocksdb_claim:
         installed.append(csi)
 if obs.in_cluster_stack:

@@ -23,7 +23,7 @@ import pulumi_aws as aws
 import pulumi_random as random
 
 from components.args import fill_defaults
-from domain import gcs_ft
+from domain import gcs_ft, teardown
 from domain.config_keys import default
 from domain.errors import ConfigError
 from domain.field_checks import check_cluster_name, check_redis_node_type, check_redis_replicas
@@ -72,7 +72,11 @@ class GcsStore(pulumi.ComponentResource):
             vpc_id=vpc_id,
             description=f"Ray head pods of {cluster_name}: the only clients of the GCS store",
             egress=[aws.ec2.SecurityGroupEgressArgs(protocol="-1", from_port=0, to_port=0, cidr_blocks=["0.0.0.0/0"])],
-            opts=child,
+            # Head pods' branch ENIs hold it until the VPC resource controller deletes them a cooldown after the
+            # pod (domain/teardown.py); the provider retries DependencyViolation for this long.
+            opts=pulumi.ResourceOptions(
+                parent=self, custom_timeouts=pulumi.CustomTimeouts(delete=teardown.POD_SECURITY_GROUP_DELETE_TIMEOUT)
+            ),
         )
         self.security_group = aws.ec2.SecurityGroup(
             f"{name}-store",

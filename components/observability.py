@@ -7,6 +7,7 @@ Prometheus's claim, volume object and EBS volume, and only then the CSI driver t
 No `from __future__ import annotations`: the component provider host reads the Args' annotations as types
 (components/llm_service.py says where)."""
 
+import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 import yaml
 
-from adapters import botocore_facts
+from adapters import botocore_facts, teardown
 from components.args import fill_defaults
 from components.helm import helm_release
 from components.network_policies import NamespaceNetworkPolicies
@@ -60,8 +61,19 @@ class EbsCsiDriver(pulumi.ComponentResource):
 
     TYPE = "ray-llm-eks:observability:EbsCsiDriver"  # the shipped program's resources keep their URNs
 
-    def __init__(self, name: str, args: EbsCsiDriverArgs, agent: pulumi.Resource, opts: pulumi.ResourceOptions):
-        """`agent`: the cluster's EKS Pod Identity agent (components/pod_identity.py), the role's way to the pod."""
+    def __init__(
+        self,
+        name: str,
+        args: EbsCsiDriverArgs,
+        agent: pulumi.Resource,
+        opts: pulumi.ResourceOptions,
+        reclaim_kubeconfig: pulumi.Input[str] | None = None,
+        nodes: Sequence[pulumi.Resource] = (),
+    ):
+        """`agent`: the cluster's EKS Pod Identity agent (components/pod_identity.py), the role's way to the pod.
+        `reclaim_kubeconfig`: where claims outside the graph get volumes of the StorageClass (rocksdb's), the
+        cluster's kubeconfig: on destroy the driver, the StorageClass and `nodes` wait until the driver has
+        deleted those volumes (domain/teardown.py)."""
         super().__init__(self.TYPE, name, None, opts)
         cluster_name, kubernetes_version = args.cluster_name, args.kubernetes_version
         child = pulumi.ResourceOptions(parent=self)
@@ -98,7 +110,44 @@ class EbsCsiDriver(pulumi.ComponentResource):
             allow_volume_expansion=manifest["allowVolumeExpansion"],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.addon]),
         )
+        self.reclaim_wait = None
+        if reclaim_kubeconfig is not None:
+            self.reclaim_wait = reclaim_wait(
+                f"{name}-volumes-reclaimed",
+                manifest["metadata"]["name"],
+                reclaim_kubeconfig,
+                pulumi.ResourceOptions(parent=self, depends_on=[self.addon, self.storage_class, *nodes]),
+            )
         self.register_outputs({})
+
+
+def reclaim_wait(
+    name: str, storage_class: str, kubeconfig: pulumi.Input[str], opts: pulumi.ResourceOptions
+) -> pulumi.Stash:
+    """A resource whose deletion waits until no volume of `storage_class` is left for the CSI driver to delete:
+    everything that makes claims waits for it (they go first on destroy), and it waits for the driver, the
+    StorageClass and the nodes (they go after it). The wait is a before-delete resource hook, which the engine
+    runs only under `pulumi destroy --run-program` (pulumi/resource_hooks.py ResourceHookBinding; `make destroy`
+    passes it). The kubeconfig is kept in its state (a secret) because the hook sees only the state being
+    deleted (ResourceHookArgs.old_outputs)."""
+    hook = pulumi.ResourceHook(name, _wait_for_reclaim)
+    return pulumi.Stash(
+        name,
+        input=pulumi.Output.secret(pulumi.Output.all(kubeconfig=kubeconfig, storageClass=storage_class).apply(dict)),
+        opts=pulumi.ResourceOptions.merge(
+            opts, pulumi.ResourceOptions(hooks=pulumi.ResourceHookBinding(before_delete=[hook]))
+        ),
+    )
+
+
+async def _wait_for_reclaim(args: pulumi.ResourceHookArgs) -> None:
+    outputs = args.old_outputs or {}
+    stored = outputs.get("input") or outputs.get("output")  # the latest value, else the first
+    if isinstance(stored, pulumi.Output):
+        stored = await stored.future()  # a secret in the state
+    if not stored or not stored.get("kubeconfig"):
+        raise RuntimeError(f"{args.name}: no kubeconfig in its state, nothing to wait with")
+    await asyncio.to_thread(teardown.wait_until_reclaimed_from_kubeconfig, stored["kubeconfig"], stored["storageClass"])
 
 
 def _metadata(manifest: dict) -> k8s.meta.v1.ObjectMetaArgs:

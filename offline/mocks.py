@@ -168,6 +168,22 @@ def _aliases(request, urn: str) -> dict[str, list[str]]:
     return {"aliases": sorted(set(found))} if found else {}
 
 
+HOOK_KINDS = ("before_create", "after_create", "before_update", "after_update", "before_delete", "after_delete")
+
+
+def _timeouts_and_hooks(request) -> dict:
+    """A registration's custom timeouts and resource hooks (by name), only where it has any: what `destroy`
+    waits for and how long (domain/teardown.py)."""
+    found = {}
+    timeouts = {k: v for k in ("create", "update", "delete") if (v := getattr(request.customTimeouts, k))}
+    if timeouts:
+        found["customTimeouts"] = timeouts
+    hooks = {k: list(getattr(request.hooks, k)) for k in HOOK_KINDS if request.HasField("hooks")}
+    if any(hooks.values()):
+        found["hooks"] = {k: v for k, v in hooks.items() if v}
+    return found
+
+
 class RecordingMonitor(pulumi_mocks.MockMonitor):
     """A mock monitor that keeps each raw registration (parent, dependencies, provider, options)
     and the stack outputs, so the whole graph can be rebuilt offline."""
@@ -233,6 +249,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     "protect": request.protect,
                     "additionalSecretOutputs": list(request.additionalSecretOutputs),
                     **_aliases(request, response.urn),
+                    **_timeouts_and_hooks(request),
                 },
             )
         )
