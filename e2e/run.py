@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import json
 import os
 import runpy
@@ -41,7 +42,7 @@ sys.path.insert(0, str(REPO))
 from adapters import stack as stack_adapter  # noqa: E402
 from adapters.kube_client import KubeClient, KubeError  # noqa: E402
 from components import llm_service  # noqa: E402
-from domain import api_keys, cluster_checks, gcs_ft, observability, pod_security  # noqa: E402
+from domain import api_keys, cluster_checks, gcs_ft, observability, pod_security, versions  # noqa: E402
 from domain.facts import POOL_NODE_LABEL  # noqa: E402
 from domain.ray_service import ray_service_spec, served_document  # noqa: E402
 from e2e import build  # noqa: E402
@@ -55,8 +56,17 @@ from e2e.upgrades import kill_up_while_creating, new_cluster_beside_old, pending
 STACK = "e2e"
 BASE_STACK_FILE = REPO / "Pulumi.dev.yaml"  # the seed deployment: 1 system node, prefill + decode
 SCALING_STACK_FILE = REPO / "Pulumi.xpyd.yaml"  # prefill and decode autoscale, each with its own bounds
+# The serving image pinned by digest, as a stack that holds one digest sets it (with its Ray version): no `up`
+# looks a pinned image up, where a tag alone makes the program ask ECR for its digest through pulumi-aws, a
+# plugin this machine cannot fetch. The harness's pods never pull it; the digest is a stand-in (the sha256 of
+# the marker below), not the image's.
+STAND_IN_DIGEST = hashlib.sha256(b"ray-llm-eks e2e: a stand-in digest, no image is pulled").hexdigest()
+DLC = versions.DLC_IMAGES["serve-llm-cuda-v1.0.0"]
+DLC_REGISTRY = f"{versions.DLC_ACCOUNTS['us-east-1']}.dkr.ecr.us-east-1.amazonaws.com"  # the dev stack's region
 EXISTING_CLUSTER = {
     "ray-llm-eks:existingCluster": True,
+    "ray-llm-eks:image": f"{DLC_REGISTRY}/{versions.DLC_REPOSITORY}:{DLC.tag}@sha256:{STAND_IN_DIGEST}",
+    "ray-llm-eks:rayVersion": DLC.ray,
     "ray-llm-eks:installKubeRay": False,  # Helm charts cannot be fetched here; the harness runs KubeRay
     "ray-llm-eks:installDevicePlugins": False,  # the harness's nodes advertise GPU and EFA themselves
     "ray-llm-eks:waitForReady": False,  # fake pods never run Ray: the RayService never turns Ready
