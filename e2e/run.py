@@ -41,7 +41,8 @@ sys.path.insert(0, str(REPO))
 from adapters import stack as stack_adapter  # noqa: E402
 from adapters.kube_client import KubeClient  # noqa: E402
 from components import llm_service  # noqa: E402
-from domain import api_keys, cluster_checks, gcs_ft, observability  # noqa: E402
+from domain import api_keys, cluster_checks, gcs_ft, observability, versions  # noqa: E402
+from domain.config_keys import default  # noqa: E402
 from domain.facts import POOL_NODE_LABEL  # noqa: E402
 from domain.ray_service import ray_service_spec, served_document  # noqa: E402
 from e2e import build  # noqa: E402
@@ -56,15 +57,6 @@ from e2e.upgrades import kill_up_while_creating, new_cluster_beside_old, pending
 STACK = "e2e"
 BASE_STACK_FILE = REPO / "Pulumi.dev.yaml"  # the seed deployment: 1 system node, prefill + decode
 SCALING_STACK_FILE = REPO / "Pulumi.xpyd.yaml"  # prefill and decode autoscale, each with its own bounds
-EXISTING_CLUSTER = {
-    "ray-llm-eks:existingCluster": True,
-    "ray-llm-eks:installKubeRay": False,  # Helm charts cannot be fetched here; the harness runs KubeRay
-    "ray-llm-eks:installDevicePlugins": False,  # the harness's nodes advertise GPU and EFA themselves
-    "ray-llm-eks:waitForReady": False,  # fake pods never run Ray: the RayService never turns Ready
-    # The harness's API server has the Prometheus Operator's CRDs (e2e/cluster.py), as a cluster running
-    # one does: our monitors, rule and dashboards go to it (no chart can be fetched here).
-    "ray-llm-eks:observability": {"mode": "external"},
-}
 NS = "llm"  # the stack's namespace (default)
 RAY_SERVICE = "kubernetes:ray.io/v1:RayService"
 SHORT_TIMEOUT = 20  # test-only serviceReadyTimeoutSeconds (the stack minimum is 600)
@@ -120,6 +112,22 @@ def settings_of(stack_file: Path, overrides: dict | None = None):
     name = stack_file.name.removeprefix("Pulumi.").removesuffix(".yaml")
     config = stack_adapter.stack_file(name, REPO, overrides)
     return stack_adapter.load_settings(replace(config, stack=STACK))
+
+
+EXISTING_CLUSTER = {
+    "ray-llm-eks:existingCluster": True,
+    "ray-llm-eks:installKubeRay": False,  # Helm charts cannot be fetched here; the harness runs KubeRay
+    "ray-llm-eks:installDevicePlugins": False,  # the harness's nodes advertise GPU and EFA themselves
+    "ray-llm-eks:waitForReady": False,  # fake pods never run Ray: the RayService never turns Ready
+    # The harness's API server has the Prometheus Operator's CRDs (e2e/cluster.py), as a cluster running
+    # one does: our monitors, rule and dashboards go to it (no chart can be fetched here).
+    "ray-llm-eks:observability": {"mode": "external"},
+    # At up the program asks ECR which digest the DLC tag names (adapters/registry.py), through pulumi-aws,
+    # which the e2e has neither plugin nor credentials for: the image comes pinned, as the program's own
+    # error tells a stack to. The digest is made up; no kubelet here pulls it.
+    "ray-llm-eks:image": f"{settings_of(BASE_STACK_FILE).serving.image}@sha256:{'e2e0' * 16}",
+    "ray-llm-eks:rayVersion": versions.DLC_IMAGES[default("dlcImageTag")].ray,
+}
 
 
 class Stack:
