@@ -12,6 +12,7 @@ import base64
 import http.client
 import json
 import os
+import re
 import ssl
 import subprocess
 import tempfile
@@ -97,6 +98,13 @@ class KubeClient:
         return cls(server=server.rstrip("/"), ssl_context=context_, token=token)
 
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
+        return self.request_warned(method, path, body, content_type)[0]
+
+    def request_warned(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> tuple[Any, list[str]]:
+        """`request`, with the warnings the API server sent beside the answer (its `Warning` headers: admission
+        plugins such as PodSecurity report there what they let through)."""
         url = urllib.parse.urlsplit(self.server)
         conn_cls = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
         kwargs = {"context": self.ssl_context} if url.scheme == "https" else {}
@@ -112,6 +120,7 @@ class KubeClient:
             conn.request(method, url.path.rstrip("/") + path, body=payload, headers=headers)
             resp = conn.getresponse()
             data = resp.read()
+            warnings = [warning_text(h) for h in resp.msg.get_all("Warning") or []]
         except OSError as e:
             raise KubeUnreachable(f"{method} {self.server}{path}: {e}") from e
         finally:
@@ -123,11 +132,11 @@ class KubeClient:
                 message = data.decode(errors="replace")
             raise KubeError(resp.status, f"{method} {path}: {resp.status} {message}")
         if not data:
-            return None
+            return None, warnings
         try:
-            return json.loads(data)
+            return json.loads(data), warnings
         except ValueError:
-            return data.decode(errors="replace")  # plain-text endpoints (/readyz, /healthz)
+            return data.decode(errors="replace"), warnings  # plain-text endpoints (/readyz, /healthz)
 
     def get(self, path: str) -> Any:
         return self.request("GET", path)
@@ -139,6 +148,17 @@ class KubeClient:
             if e.status == 404:
                 return None
             raise
+
+
+def warning_text(header: str) -> str:
+    """The text of one `Warning` header as the API server writes it (RFC 7234: `299 - "text"`, with `"` and
+    `\\` escaped by a backslash and nothing else, k8s.io/apimachinery util/net NewWarningHeader); the header
+    itself when it is not of that form. http.client hands headers over as Latin-1: the text is UTF-8."""
+    header = header.encode("latin-1", "replace").decode("utf-8", "replace")
+    parts = header.split(" ", 2)
+    if len(parts) == 3 and parts[0].isdigit() and len(parts[2]) >= 2 and parts[2][0] == parts[2][-1] == '"':
+        return re.sub(r"\\(.)", r"\1", parts[2][1:-1])
+    return header
 
 
 def _exec_token(spec: dict) -> str:

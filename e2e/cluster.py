@@ -250,6 +250,9 @@ class LocalCluster:
             "--endpoint-reconciler-type", "none",
             "--authorization-mode", "Node,RBAC",
             "--allow-privileged=true",  # our GPU workers run privileged (NIXL + EFA)
+            # On by default at this version (pkg/kubeapiserver/options/plugins.go, defaultOnPlugins); named so
+            # that the e2e's PodSecurity checks (e2e/admission.py) cannot lose it to a changed default.
+            "--enable-admission-plugins", "PodSecurity",
             "--profiling=false",
         ])  # fmt: skip
         self._write_kubeconfig(api_port)

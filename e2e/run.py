@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import hashlib
 import json
 import os
 import runpy
@@ -40,13 +39,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from adapters import stack as stack_adapter  # noqa: E402
-from adapters.kube_client import KubeClient, KubeError  # noqa: E402
+from adapters.kube_client import KubeClient  # noqa: E402
 from components import llm_service  # noqa: E402
-from domain import api_keys, cluster_checks, gcs_ft, observability, pod_security, versions  # noqa: E402
+from domain import api_keys, cluster_checks, gcs_ft, observability, versions  # noqa: E402
+from domain.config_keys import default  # noqa: E402
 from domain.facts import POOL_NODE_LABEL  # noqa: E402
 from domain.ray_service import ray_service_spec, served_document  # noqa: E402
 from e2e import build  # noqa: E402
 from e2e import yaml_example as yaml_run  # noqa: E402
+from e2e.admission import stack_namespaces_admit  # noqa: E402
 from e2e.checks import max_model_lens, names_failed_resource, unkept_fields  # noqa: E402
 from e2e.cluster import LocalCluster, node_shapes  # noqa: E402
 from e2e.observe import object_path, ray_cluster_of, wait_for, wait_for_gone, wait_scheduled  # noqa: E402
@@ -56,24 +57,6 @@ from e2e.upgrades import kill_up_while_creating, new_cluster_beside_old, pending
 STACK = "e2e"
 BASE_STACK_FILE = REPO / "Pulumi.dev.yaml"  # the seed deployment: 1 system node, prefill + decode
 SCALING_STACK_FILE = REPO / "Pulumi.xpyd.yaml"  # prefill and decode autoscale, each with its own bounds
-# The serving image pinned by digest, as a stack that holds one digest sets it (with its Ray version): no `up`
-# looks a pinned image up, where a tag alone makes the program ask ECR for its digest through pulumi-aws, a
-# plugin this machine cannot fetch. The harness's pods never pull it; the digest is a stand-in (the sha256 of
-# the marker below), not the image's.
-STAND_IN_DIGEST = hashlib.sha256(b"ray-llm-eks e2e: a stand-in digest, no image is pulled").hexdigest()
-DLC = versions.DLC_IMAGES["serve-llm-cuda-v1.0.0"]
-DLC_REGISTRY = f"{versions.DLC_ACCOUNTS['us-east-1']}.dkr.ecr.us-east-1.amazonaws.com"  # the dev stack's region
-EXISTING_CLUSTER = {
-    "ray-llm-eks:existingCluster": True,
-    "ray-llm-eks:image": f"{DLC_REGISTRY}/{versions.DLC_REPOSITORY}:{DLC.tag}@sha256:{STAND_IN_DIGEST}",
-    "ray-llm-eks:rayVersion": DLC.ray,
-    "ray-llm-eks:installKubeRay": False,  # Helm charts cannot be fetched here; the harness runs KubeRay
-    "ray-llm-eks:installDevicePlugins": False,  # the harness's nodes advertise GPU and EFA themselves
-    "ray-llm-eks:waitForReady": False,  # fake pods never run Ray: the RayService never turns Ready
-    # The harness's API server has the Prometheus Operator's CRDs (e2e/cluster.py), as a cluster running
-    # one does: our monitors, rule and dashboards go to it (no chart can be fetched here).
-    "ray-llm-eks:observability": {"mode": "external"},
-}
 NS = "llm"  # the stack's namespace (default)
 RAY_SERVICE = "kubernetes:ray.io/v1:RayService"
 SHORT_TIMEOUT = 20  # test-only serviceReadyTimeoutSeconds (the stack minimum is 600)
@@ -129,6 +112,22 @@ def settings_of(stack_file: Path, overrides: dict | None = None):
     name = stack_file.name.removeprefix("Pulumi.").removesuffix(".yaml")
     config = stack_adapter.stack_file(name, REPO, overrides)
     return stack_adapter.load_settings(replace(config, stack=STACK))
+
+
+EXISTING_CLUSTER = {
+    "ray-llm-eks:existingCluster": True,
+    "ray-llm-eks:installKubeRay": False,  # Helm charts cannot be fetched here; the harness runs KubeRay
+    "ray-llm-eks:installDevicePlugins": False,  # the harness's nodes advertise GPU and EFA themselves
+    "ray-llm-eks:waitForReady": False,  # fake pods never run Ray: the RayService never turns Ready
+    # The harness's API server has the Prometheus Operator's CRDs (e2e/cluster.py), as a cluster running
+    # one does: our monitors, rule and dashboards go to it (no chart can be fetched here).
+    "ray-llm-eks:observability": {"mode": "external"},
+    # At up the program asks ECR which digest the DLC tag names (adapters/registry.py), through pulumi-aws,
+    # which the e2e has neither plugin nor credentials for: the image comes pinned, as the program's own
+    # error tells a stack to. The digest is made up; no kubelet here pulls it.
+    "ray-llm-eks:image": f"{settings_of(BASE_STACK_FILE).serving.image}@sha256:{'e2e0' * 16}",
+    "ray-llm-eks:rayVersion": versions.DLC_IMAGES[default("dlcImageTag")].ray,
+}
 
 
 class Stack:
@@ -348,7 +347,8 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
     )
     for p in pods:
         timeline.log(f"  pod {p['metadata']['name']} -> {p['spec'].get('nodeName')}")
-    pod_security_admission(api, pods, checks)
+    # 2b. PodSecurity admission on the namespaces the stack created (e2e/admission.py).
+    stack_namespaces_admit(api, stack.stack.export_stack().deployment, NS, "first up", timeline.log, checks)
     first_uid, first_rc = live["metadata"]["uid"], rc and rc["metadata"]["name"]
 
     # 3. A second up changes nothing.
@@ -402,6 +402,8 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
         "new worker pods are not privileged: their securityContext is the one rendered for privilegedWorkers false",
         str(running),
     )
+    stack_namespaces_admit(api, stack.stack.export_stack().deployment, NS, "privilegedWorkers false", timeline.log,
+                           checks)  # fmt: skip
 
     # 6. Waiting for Ready with a short timeout fails clearly instead of hanging.
     cfg["ray-llm-eks:waitForReady"] = True
@@ -567,47 +569,6 @@ def interrupted_up(stack: Stack, api: KubeClient, cfg: dict, kubeconfig: str, sv
     res = stack.destroy()
     checks.expect(res.summary.result == "succeeded" and wait_for_gone(api, f"/api/v1/namespaces/{NS}", 60),
                   "destroy after the recovery leaves nothing")  # fmt: skip
-
-
-def pod_security_admission(api: KubeClient, pods: list, checks: Checks) -> None:
-    """The API server's PodSecurity admission (on by default) enforces our labels: the Ray namespace
-    keeps its level and admitted every pod the operator made of our spec; a namespace at the KubeRay
-    operator's level (restricted) refuses a privileged pod and admits a compliant one (dry run)."""
-    labels = api.get(f"/api/v1/namespaces/{NS}")["metadata"].get("labels") or {}
-    wanted = pod_security.labels(pod_security.SERVING)
-    checks.expect(wanted.items() <= labels.items(), f"namespace {NS} carries its Pod Security labels", str(labels))
-    privileged = [
-        p for p in pods if any(c.get("securityContext", {}).get("privileged") for c in p["spec"]["containers"])
-    ]
-    checks.expect(bool(pods) and bool(privileged), f"PodSecurity admitted the Ray pods, privileged EFA workers too "
-                  f"({len(privileged)} of {len(pods)})")  # fmt: skip
-    ns = "e2e-pod-security"
-    api.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                "metadata": {"name": ns, "labels": pod_security.labels(pod_security.KUBERAY)}})  # fmt: skip
-    wait_for(
-        f"default ServiceAccount in {ns}",
-        lambda: api.get_or_none(f"/api/v1/namespaces/{ns}/serviceaccounts/default"),
-        60,
-    )
-
-    def pod(security: dict) -> dict:
-        container = {"name": "c", "image": "registry.k8s.io/pause:3.10", "securityContext": security}
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"}, "spec": {"containers": [container]}}
-
-    compliant = {"allowPrivilegeEscalation": False, "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]},
-                 "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
-    for name, security, admitted in (("compliant", compliant, True), ("privileged", {"privileged": True}, False)):
-        try:
-            api.request("POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All", pod(security))
-            refused = ""
-        except KubeError as e:
-            refused = str(e)
-        if admitted:
-            checks.expect(not refused, f"{pod_security.KUBERAY} namespace admits a {name} pod", refused)
-        else:
-            checks.expect("violates PodSecurity" in refused, f"{pod_security.KUBERAY} namespace refuses a {name} pod",
-                          refused or "admitted")  # fmt: skip
-    api.request("DELETE", f"/api/v1/namespaces/{ns}")
 
 
 def negative_cases(api: KubeClient, settings, nodes: dict, timeline: Timeline, checks: Checks) -> None:

@@ -7,9 +7,23 @@ import copy
 import yaml
 
 from adapters import stack
+from adapters.kube_client import warning_text
+from domain import pod_security
 from domain.facts import POOL_NODE_LABEL
 from domain.ray_service import ray_service_spec
-from e2e.checks import max_model_lens, names_failed_resource, unkept_fields
+from e2e.admission import breaking_pod, state_field_managers
+from e2e.checks import (
+    admission_problems,
+    max_model_lens,
+    names_failed_resource,
+    owned_namespaces,
+    pod_copy,
+    psa_labels,
+    psa_verdict,
+    stricter_problems,
+    unkept_fields,
+    warned_as_refused,
+)
 from e2e.observe import scheduling_problems
 
 
@@ -119,3 +133,100 @@ def test_a_replacement_clusters_pod_judged_unschedulable_while_the_old_one_leave
         monkeypatch.setattr(observe, "POLL", 0)
         _, _, problems = observe.wait_scheduled(None, "llm", "llm", {"decode": 1}, nodes, 10, placed=placed)
         assert len(problems) == wanted, (placed, problems)
+
+
+# -- PodSecurity admission (e2e/admission.py) ---------------------------------------------------------
+
+BASELINE_REFUSAL = (
+    'POST /api/v1/namespaces/llm-at-baseline/pods?dryRun=All: 403 pods "decode-0-" is forbidden: violates '
+    'PodSecurity "baseline:latest": hostPath volumes (volume "model-cache"), privileged (container "ray-worker" '
+    "must not set securityContext.privileged=true)"
+)
+BASELINE_WARNING = (
+    'would violate PodSecurity "baseline:latest": hostPath volumes (volume "model-cache"), privileged '
+    '(container "ray-worker" must not set securityContext.privileged=true)'
+)
+
+
+def test_a_warning_header_is_read_as_the_api_server_wrote_it():
+    header = '299 - "would violate PodSecurity \\"baseline:latest\\": hostPath volumes (volume \\"a\\\\b\\")"'
+    assert warning_text(header) == 'would violate PodSecurity "baseline:latest": hostPath volumes (volume "a\\b")'
+    assert warning_text('299 - "caf\u00c3\u00a9"') == "caf\u00e9"  # UTF-8 read by http.client as Latin-1
+    assert warning_text("not a warning") == "not a warning"
+
+
+def test_a_podsecurity_message_names_its_level_and_reasons():
+    assert psa_verdict(BASELINE_REFUSAL) == ("baseline", {"hostPath volumes", "privileged"})
+    several = (
+        'would violate PodSecurity "restricted:latest": allowPrivilegeEscalation != false (containers "a", "b" '
+        'must set securityContext.allowPrivilegeEscalation=false), unrestricted capabilities (container "a" must '
+        'set securityContext.capabilities.drop=["ALL"]), runAsNonRoot != true (pod must not set runAsNonRoot=false)'
+    )
+    assert psa_verdict(several) == (
+        "restricted",
+        {"allowPrivilegeEscalation != false", "unrestricted capabilities", "runAsNonRoot != true"},
+    )
+    assert psa_verdict('serviceaccount "x" not found') is None
+
+
+def test_the_stack_namespaces_are_those_its_field_managers_wrote():
+    def ns(name, *managers):
+        return {"metadata": {"name": name, "managedFields": [{"manager": m, "operation": "Apply"} for m in managers]}}
+
+    live = [ns("llm", "pulumi-kubernetes-a1b2", "kube-controller-manager"), ns("default", "kube-apiserver"),
+            ns("llm-yaml", "pulumi-kubernetes-ffff"), {"metadata": {"name": "bare"}}]  # fmt: skip
+    assert owned_namespaces(live, {"pulumi-kubernetes-a1b2"}) == ["llm"]
+    assert owned_namespaces(live, set()) == []
+    deployment = {"resources": [{"inputs": {"__fieldManager": "pulumi-kubernetes-a1b2"}}, {"outputs": {}}]}
+    assert state_field_managers(deployment) == {"pulumi-kubernetes-a1b2"}
+
+
+def test_psa_labels_are_picked_from_the_rest():
+    labels = {**pod_security.labels("privileged"), "kubernetes.io/metadata.name": "llm"}
+    assert psa_labels(labels) == pod_security.labels("privileged")
+    assert psa_labels(None) == {}
+
+
+def test_a_pod_copy_keeps_the_spec_and_drops_what_the_server_wrote():
+    spec = ray_service_spec(stack.load_settings(stack.stack_file("dev")))
+    template = spec["rayClusterConfig"]["workerGroupSpecs"][0]["template"]
+    live = {"metadata": {"name": "w-1", "namespace": "llm", "uid": "u", "resourceVersion": "7",
+                         "ownerReferences": [{"kind": "RayCluster"}], "labels": {"ray.io/group": "g"}},
+            "spec": {**template["spec"], "nodeName": "decode-0"}, "status": {"phase": "Pending"}}  # fmt: skip
+    body = pod_copy(live)
+    assert body["metadata"] == {"generateName": "w-1-", "labels": {"ray.io/group": "g"}}
+    assert body["spec"] == live["spec"] and "status" not in body
+
+
+def test_the_admission_judgements_fail_on_what_they_exist_to_catch():
+    admitted = {"head": ("", []), "decode-0": ("", [BASELINE_WARNING])}
+    assert admission_problems(admitted) == []
+    at_baseline = {"head": ("", []), "decode-0": (BASELINE_REFUSAL, [])}
+    assert admission_problems(at_baseline) == [f"decode-0: {BASELINE_REFUSAL}"]
+    needs = pod_security.SERVING_NEEDS
+    assert stricter_problems(at_baseline, "baseline", needs) == []
+    assert warned_as_refused(admitted, at_baseline, "baseline") == []
+    # Nothing refused at the next level: the namespace could enforce it.
+    assert stricter_problems(admitted, "baseline", needs) == [
+        "every pod passes baseline: the namespace could enforce it"
+    ]
+    # Refused for a reason pod_security.py does not name.
+    host = BASELINE_REFUSAL.replace("hostPath volumes", "host namespaces")
+    assert stricter_problems({"decode-0": (host, [])}, "baseline", needs) == [
+        "decode-0: ['host namespaces'] beyond what keeps it lower "
+        "(['hostPath volumes', 'non-default capabilities', 'privileged'])"
+    ]
+    assert stricter_problems({"decode-0": (host, [])}, "baseline", None) == []
+    # Refused, but not by PodSecurity at that level.
+    other = 'POST ...: 403 pods "x" is forbidden: error looking up service account llm-at-baseline/ray'
+    assert stricter_problems({"decode-0": (other, [])}, "baseline", needs)[0].startswith("decode-0: refused, not by")
+    # The warn label reported less than enforcing refuses, or nothing.
+    assert warned_as_refused({"decode-0": ("", [])}, at_baseline, "baseline") == [
+        "decode-0: warned [], refused ['hostPath volumes', 'privileged']"
+    ]
+
+
+def test_the_pod_that_breaks_a_level_is_one_the_level_below_admits():
+    assert breaking_pod("baseline")["spec"]["containers"][0]["securityContext"] == {"privileged": True}
+    assert breaking_pod("restricted")["spec"]["containers"][0]["securityContext"] == {}
+    assert pod_security.next_level("privileged") == "baseline" and pod_security.next_level("restricted") is None
