@@ -173,7 +173,14 @@ def render(helm: Path, release: Release, archive: Path, kube_version: str | None
     if proc.returncode != 0:
         raise RuntimeError(f"{release}: helm template failed: {proc.stderr.strip()[-2000:]}")
     docs = [d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict) and d.get("kind")]
-    return [with_namespace(d, release.namespace) for d in docs]
+    return [with_namespace(d, release.namespace) for d in docs if not _test_hook(d)]
+
+
+def _test_hook(doc: dict) -> bool:
+    """A `helm test` hook: rendered by `helm template`, created only by `helm test`, never by an install (Helm
+    docs, "Chart Tests"); install hooks (pre-install Jobs and the like) stay, the install runs them."""
+    hook = ((doc.get("metadata") or {}).get("annotations") or {}).get("helm.sh/hook", "")
+    return "test" in [h.strip() for h in str(hook).split(",")] or "test-success" in str(hook)
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ def test_a_chart_that_cannot_be_had_is_one_line_not_an_error():
 def test_the_chart_is_rendered_with_the_plans_values_in_the_releases_namespace():
     out = chart_render.rendered({"r.yaml": release("fix", {"privileged": True})}, CHARTS, kube_version="1.35")
     assert out.not_scanned == []
-    (deployment,) = out.docs.values()
+    (deployment,) = out.docs.values()  # the fixture's `helm test` hook Pod left out
     assert deployment["metadata"] == {"name": "fix-agent", "namespace": "demo"}
     agent, helper = deployment["spec"]["template"]["spec"]["containers"]
     assert agent["securityContext"] == {"privileged": True} and "resources" not in helper
