@@ -201,15 +201,20 @@ def rendered(
     docs: dict[str, dict] = {}
     missing = []
     folders = [f for f in (charts, environment.helm_repository_cache(), pull_cache()) if f]
+    refused: dict[str, str] = {}  # repository -> why its first pull failed: not asked again in this run
     for release in releases(manifests):
         if helm is None:
             missing.append(f"{release}: not scanned, no helm (`python3 -m e2e.build helm` builds it)")
             continue
         archive = find_archive(release, folders)
         why = "not in " + ", ".join(str(f) for f in folders)
-        if archive is None and allow_pull:
+        if archive is None and allow_pull and release.source in refused:
+            why += f"; {refused[release.source]}"
+        elif archive is None and allow_pull:
             archive, pulled = pull(helm, release, pull_cache())
-            why += f"; {pulled}" if pulled else ""
+            if pulled:
+                why += f"; {pulled}"
+                refused[release.source] = pulled
         if archive is None:
             missing.append(f"{release}: not scanned, archive not reachable ({why})")
             continue

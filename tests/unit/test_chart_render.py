@@ -79,6 +79,15 @@ def test_without_helm_each_chart_is_one_line_and_nothing_is_rendered(monkeypatch
     ]
 
 
+def test_a_repository_that_refused_once_is_not_asked_again_in_the_same_run(monkeypatch):
+    asked = []
+    monkeypatch.setattr(chart_render, "pull", lambda helm, r, into: (asked.append(r.chart), (None, "no such host"))[1])
+    two = {"a.yaml": release("a", {}, chart="one", version="1"), "b.yaml": release("b", {}, chart="two", version="1")}
+    out = chart_render.rendered(two, CHARTS, helm=Path("helm"))
+    assert asked == ["one"]
+    assert [line.endswith("no such host)") for line in out.not_scanned] == [True, True]
+
+
 @needs_helm
 def test_a_chart_that_cannot_be_had_is_one_line_not_an_error():
     out = chart_render.rendered({"r.yaml": release("gone", {}, chart="nowhere", version="9.9.9")}, CHARTS)
