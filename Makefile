@@ -195,11 +195,14 @@ e2e-cluster: $(VENV)/.installed
 
 # The policy pack's rules (policy/rules.py) over the offline plan: exit 1 naming each violated policy.
 # With the Pulumi CLI the same rules run as CrossGuard: `pulumi preview --policy-pack policy`.
-## policy: STACK=<stack>: the policy pack over the offline plan
-# Then checkov over the plan's objects and the RayService's pods (offline/checkov_scan.py): each failure
-# justified in policy/checkov-skips.yaml or the target fails.
+## policy: STACK=<stack> [CHARTS=dir] [PULL_CHARTS=1]: the policy pack and checkov over the offline plan and its charts
+# Then checkov over the plan's objects, the RayService's pods and each Helm chart rendered by `helm template`
+# with the plan's values (offline/checkov_scan.py, offline/chart_render.py): each failure justified in
+# policy/checkov-skips.yaml or the target fails. Charts come from CHARTS (a folder of <chart>-<version>.tgz),
+# helm's repository cache or the project's, and with PULL_CHARTS=1 from `helm pull` (their repositories: off by
+# default, so a run without network asks none); one that cannot be had is one line, not a failure. helm is the e2e build's (`python3 -m e2e.build helm`) or the PATH's; without it no chart is scanned.
 policy: $(VENV)/.installed $(CHECKOV_VENV)/.installed
-	$(BIN)/python -m offline.policy_check --stack $(STACK) --checkov $(CHECKOV_VENV)/bin/checkov
+	$(BIN)/python -m offline.policy_check --stack $(STACK) --checkov $(CHECKOV_VENV)/bin/checkov $(if $(CHARTS),--charts $(CHARTS)) $(if $(PULL_CHARTS),--pull-charts)
 
 $(CHECKOV_VENV)/.installed:
 	@echo "Installing checkov into $(CHECKOV_VENV): about 300 MB, a minute the first time."

@@ -40,3 +40,12 @@ def kubeconfig_path() -> Path:
     the first file of KUBECONFIG, or ~/.kube/config."""
     first = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
     return Path(first).expanduser() if first else Path.home() / ".kube" / "config"
+
+
+def helm_repository_cache() -> Path:
+    """Where helm keeps the chart archives it downloaded (`helm env`: HELM_REPOSITORY_CACHE, else
+    $XDG_CACHE_HOME/helm/repository, else ~/.cache/helm/repository on Linux)."""
+    env = os.environ.get("HELM_REPOSITORY_CACHE")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "helm" / "repository"

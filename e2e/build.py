@@ -1,5 +1,6 @@
 """Build, once, the real binaries the e2e and the rehearsal run: Prometheus and promtool, etcd, the
-Kubernetes control plane, the KubeRay operator, the Pulumi CLI and the Pulumi Kubernetes provider.
+Kubernetes control plane, the KubeRay operator, the Pulumi CLI and the Pulumi Kubernetes provider, and helm
+(`make policy` renders the stack's charts with it).
 
 Everything is built from the Go module proxy into a cache OUTSIDE the repository
 (``$RAY_LLM_EKS_E2E_CACHE``, default ``e2e`` under the cache root of adapters/environment.py), one directory per
@@ -43,6 +44,9 @@ PULUMI_KUBERNETES_MODULE_VERSION = "v4.0.0-20260115033456-f47bc2d6f199"
 PULUMI_KUBERNETES_VERSION = "4.25.0"
 # The newest pulumi-yaml the proxy serves (v1.39+ refused); built against the CLI's pkg/v3 (e2e/build/pulumi-yaml).
 PULUMI_YAML_VERSION = "v1.38.1"
+# helm for `make policy`'s `helm template` of the stack's charts (offline/chart_render.py): the newest v3 the proxy
+# serves that go get accepts (v3.22.0 is served but not approved); it brings the k8s.io modules at v0.36.2.
+HELM_VERSION = "v3.21.4"
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,20 @@ COMPONENTS: tuple[Component, ...] = (
         wrapper="pulumi-yaml",
         # What pulumi-yaml's own build sets (Makefile: -X .../pkg/version.Version).
         ldflags=f"-s -w -X github.com/pulumi/pulumi-yaml/pkg/version.Version={PULUMI_YAML_VERSION}",
+    ),
+    Component(
+        "helm",
+        HELM_VERSION,
+        (("helm.sh/helm/v3/cmd/helm", "helm"),),
+        # What helm's own Makefile sets: its version, and the Kubernetes version `helm template` assumes without
+        # --kube-version (client-go v0.36 -> 1.36; chartutil and lint/rules otherwise say 1.20).
+        ldflags=(
+            f"-s -w -X helm.sh/helm/v3/internal/version.version={HELM_VERSION}"
+            + "".join(
+                f" -X helm.sh/helm/v3/pkg/{pkg}.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/{pkg}.k8sVersionMinor=36"
+                for pkg in ("chartutil", "lint/rules")
+            )
+        ),
     ),
 )
 

@@ -1,6 +1,7 @@
 """checkov (framework kubernetes) over what the stack runs: the offline plan's Kubernetes objects plus the
 pod templates inside each RayService (its head and every worker group), written out as the Pods KubeRay
-makes from them; checkov reads a custom resource's spec as nothing. Each failure must be justified in
+makes from them (checkov reads a custom resource's spec as nothing), and each Helm release's chart rendered
+with the plan's values where its archive can be had (offline/chart_render.py). Each failure must be justified in
 policy/checkov-skips.yaml (check ID, the resources it covers, one line of why), and docs/security.md lists
 them (`make docs` writes that table; a test fails while it is stale).
 
@@ -71,9 +72,10 @@ def ray_pods(rayservice: dict) -> dict[str, dict]:
     return pods
 
 
-def scanned(manifests: dict[str, dict]) -> dict[str, dict]:
-    """What checkov reads: every Kubernetes object of the plan and the Pods of every RayService."""
-    docs = {}
+def scanned(manifests: dict[str, dict], charts: dict[str, dict] | None = None) -> dict[str, dict]:
+    """What checkov reads: every Kubernetes object of the plan, the Pods of every RayService, and the objects of
+    the Helm charts as rendered with the plan's values (offline/chart_render.py), in place of their releases."""
+    docs = dict(charts or {})
     for file, doc in manifests.items():
         if doc.get("kind") in NOT_OBJECTS:
             continue

@@ -24,13 +24,17 @@ RAYSERVICE = {
 }
 
 
-def test_every_ray_pod_template_is_scanned_as_a_pod_and_helm_releases_are_not():
-    docs = checkov_scan.scanned({"rs.yaml": RAYSERVICE, "h.yaml": {"kind": "HelmRelease", "name": "x"}})
+def test_every_ray_pod_template_is_scanned_as_a_pod_and_helm_releases_as_their_rendered_charts():
+    chart = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x-agent", "namespace": "demo"}}
+    docs = checkov_scan.scanned(
+        {"rs.yaml": RAYSERVICE, "h.yaml": {"kind": "HelmRelease", "name": "x"}}, {"chart--x--000.yaml": chart}
+    )
     pods = {d["metadata"]["name"]: d for d in docs.values() if d["kind"] == "Pod"}
     assert sorted(pods) == ["llm-decode-worker", "llm-head", "llm-prefill-worker"]
     assert pods["llm-head"]["spec"]["containers"] == [{"name": "h"}]
     assert pods["llm-head"]["metadata"] == {"name": "llm-head", "namespace": "llm", "labels": {"a": "b"}}
-    assert "h.yaml" not in docs and "rs.yaml" in docs
+    # The release itself is no object: its chart's objects stand in for it (offline/chart_render.py).
+    assert "h.yaml" not in docs and "rs.yaml" in docs and docs["chart--x--000.yaml"] == chart
 
 
 def test_a_failure_is_justified_only_by_its_check_on_a_matching_resource():
