@@ -57,6 +57,7 @@ CAPACITY_TYPE_LABEL = karpenter.CAPACITY_TYPE_LABEL
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 NS = "e2e-karpenter"
 SERVICE = "kwok-pd"
+DRIFT_LABEL = "ray-llm-eks/e2e-drift"  # a template label the e2e adds: drift, as any template change is
 STAND_IN_NODE_ROLE = "e2e-stand-in-node-role"  # the component passes its node role's name (components/karpenter.py)
 
 
@@ -153,6 +154,22 @@ def node_verdict(node: dict, pool: str, capacity_type: str, instance_type: str) 
     if not any(all(t.get(k) == v for k, v in gpu_taint.items()) for t in taints):
         problems.append(f"no GPU taint {gpu_taint} in {taints}")
     return problems
+
+
+def disruptions(log_text: str) -> list[tuple[str, str, list[str]]]:
+    """(method, decision, node names) of each disruption Karpenter's JSON log records ("disrupting node(s)",
+    pkg/controllers/disruption/queue.go; its command reads "<Method>/<id>: <decision>: ...")."""
+    out = []
+    for line in log_text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("message") == "disrupting node(s)":
+            method = entry.get("command", "").split("/", 1)[0]
+            nodes = [d["Node"]["name"] for d in entry.get("disrupted-nodes", [])]
+            out.append((method, entry.get("decision", ""), nodes))
+    return out
 
 
 # -- the scenario ---------------------------------------------------------------------------------
@@ -275,7 +292,7 @@ class KwokScaling:
             "METRICS_PORT": str(free_port()),
             "HEALTH_PROBE_PORT": str(free_port()),
             "INSTANCE_TYPES_FILE_PATH": str(work / "kwok-instance-types.json"),
-            "LOG_LEVEL": "debug",
+            "LOG_LEVEL": "debug",  # JSON lines; disruptions() reads its "disrupting node(s)" entries
         }
         self.cluster.spawn("karpenter", [str(self.dir / "karpenter-kwok")], env)
         self.cluster.adopt_nodes(f"{KWOK_NODE_LABEL}=fake")
@@ -369,24 +386,33 @@ class KwokScaling:
             and not p["metadata"].get("deletionTimestamp")
         ]
 
-    def _scale(self, role: str, replicas: int, delete: list[str] | None = None) -> None:
-        from ray.autoscaler._private.kuberay.node_provider import KubeRayNodeProvider
+    def _scale(self, role: str, replicas: int, delete: list[dict] | None = None) -> None:
+        from ray.autoscaler._private.kuberay.node_provider import KubeRayNodeProvider, node_data_from_pod
         from ray.autoscaler.batching_node_provider import ScaleRequest
 
         rc = self._raycluster()
         if delete:
+            # Ray's provider knows each pod as it read it (get_node_data: node_data_from_pod, by pod name).
             provider = object.__new__(KubeRayNodeProvider)
-            request = ScaleRequest(desired_num_workers={role: replicas}, workers_to_delete=set(delete))
+            provider.node_data_dict = {p["metadata"]["name"]: node_data_from_pod(p) for p in delete}
+            request = ScaleRequest(desired_num_workers={role: replicas}, workers_to_delete=set(provider.node_data_dict))
             patch = provider._scale_request_to_patch_payload(request, rc)
         else:
             patch = ray_autoscaler_patch(rc, role, replicas)
         self.log(f"EMULATED Ray autoscaler (Ray 2.58's KubeRay node provider code): {patch}")
         self.api.request("PATCH", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/{self.rc_name}", patch, JSON_PATCH)
 
+    def expected(self, role: str) -> tuple[str, str]:
+        """(capacity type, instance type) of the node Karpenter should make for `role`: the cheapest offer our
+        NodePool allows (spot first where it allows spot; the cheapest fitting type)."""
+        pool = self.pools[role]
+        capacity = karpenter.capacity_types(self.settings.node_provisioning.spot(pool.app_role))[0]
+        prices = INSTANCE_USD_PER_HOUR[self.settings.region]
+        return capacity, min(karpenter.fitting_instance_types(pool), key=lambda t: prices[t])
+
     def scale_from_zero(self, role: str) -> dict | None:
         """One worker of `role` asked for: Karpenter makes one node, of that role's NodePool only, and the
         scheduler binds the pod there."""
-        pool = self.pools[role]
         before = {n["metadata"]["name"] for n in self.gpu_nodes()}
         start = time.monotonic()
         self._scale(role, 1)
@@ -403,10 +429,7 @@ class KwokScaling:
         self.timings[role] = secs
         new = [n for n in self.gpu_nodes() if n["metadata"]["name"] not in before]
         node = self.api.get(f"/api/v1/nodes/{pod['spec']['nodeName']}")
-        capacity = karpenter.capacity_types(self.settings.node_provisioning.spot(pool.app_role))[0]
-        cheapest = min(
-            karpenter.fitting_instance_types(pool), key=lambda t: INSTANCE_USD_PER_HOUR[self.settings.region][t]
-        )
+        capacity, cheapest = self.expected(role)
         problems = node_verdict(node, role, capacity, cheapest)
         self.log(
             f"REAL Karpenter (kwok provider): node {node['metadata']['name']} for {role} in {secs:.1f} s: "
@@ -425,7 +448,7 @@ class KwokScaling:
         consolidateAfter; the decode node, running a do-not-disrupt serving replica, stays."""
         (pod,) = self._workers("prefill")
         empty_at = time.monotonic()
-        self._scale("prefill", 0, [pod["metadata"]["name"]])
+        self._scale("prefill", 0, [pod])
         prefill_node = nodes["prefill"]["metadata"]["name"]
         consolidate = int(E2E_CONSOLIDATE_AFTER.rstrip("s"))
         try:
@@ -437,9 +460,10 @@ class KwokScaling:
             gone = time.monotonic() - empty_at
             self.timings["prefill removed"] = gone
             self.checks.expect(
-                gone >= consolidate,
-                f"the emptied prefill node is removed by consolidation (WhenEmpty) {gone:.1f} s after its pod, "
-                f"not before consolidateAfter {E2E_CONSOLIDATE_AFTER}",
+                gone >= consolidate and ("Empty", "delete", [prefill_node]) in self.disruptions(),
+                f"the emptied prefill node is removed by consolidation (Karpenter's log: Empty, delete) {gone:.1f} s "
+                f"after its pod, not before consolidateAfter {E2E_CONSOLIDATE_AFTER}",
+                str(self.disruptions()),
             )
         except TimeoutError as e:
             self.checks.fail(f"{e}: see {self.cluster.dir}/logs/karpenter.log")
@@ -454,6 +478,8 @@ class KwokScaling:
             f"node {'gone' if still is None else 'deleting' if still['metadata'].get('deletionTimestamp') else 'kept'}"
             f", decode workers on it {on_it}",
         )
+        if still is not None and on_it:
+            self.drift(decode_node, on_it[0])
         start = time.monotonic()
         self.api.request("DELETE", f"/apis/ray.io/v1/namespaces/{NS}/rayservices/{SERVICE}")
         try:
@@ -466,3 +492,75 @@ class KwokScaling:
         except TimeoutError as e:
             self.checks.fail(f"{e}: {[n['metadata']['name'] for n in self.gpu_nodes()]}")
         self.log(f"Karpenter kwok timings (s): { {k: round(v, 1) for k, v in self.timings.items()} }")
+
+    def disruptions(self) -> list[tuple[str, str, list[str]]]:
+        return disruptions((self.cluster.dir / "logs" / "karpenter.log").read_text(errors="replace"))
+
+    def _node_claim(self, node_name: str) -> dict | None:
+        claims = self.api.get("/apis/karpenter.sh/v1/nodeclaims")["items"]
+        return next((c for c in claims if (c.get("status") or {}).get("nodeName") == node_name), None)
+
+    def drift(self, node_name: str, pod_name: str) -> None:
+        """The decode NodePool's template changes (a label): Karpenter marks the node Drifted and would replace
+        it, but keeps it while its worker is annotated do-not-disrupt (our NodePools set no
+        terminationGracePeriod, which would bound that: pkg/controllers/disruption/types.go); without the
+        annotation the same node is replaced, and the operator's new worker binds to the new node."""
+        path = "/apis/karpenter.sh/v1/nodepools/decode"
+        self.api.request(
+            "PATCH",
+            path,
+            {"spec": {"template": {"metadata": {"labels": {DRIFT_LABEL: "1"}}}}},
+            "application/merge-patch+json",
+        )
+        self.log(f"the decode NodePool's template gets label {DRIFT_LABEL}=1 (a change that drifts its nodes)")
+
+        def drifted() -> bool:
+            claim = self._node_claim(node_name)
+            conds = ((claim or {}).get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Drifted" and c["status"] == "True" for c in conds)
+
+        try:
+            wait_for(f"node {node_name}'s NodeClaim Drifted", drifted, 90)
+        except TimeoutError as e:
+            self.checks.fail(f"{e}: see {self.cluster.dir}/logs/karpenter.log")
+            return
+        time.sleep(30)  # three of the disruption controller's 10 s polls
+        claims = self.api.get("/apis/karpenter.sh/v1/nodeclaims")["items"]
+        node = self.api.get_or_none(f"/api/v1/nodes/{node_name}")
+        kept = self.checks.expect(
+            node is not None and not node["metadata"].get("deletionTimestamp") and len(claims) == 1,
+            "drifted, the decode node is kept while its worker is annotated karpenter.sh/do-not-disrupt (30 s)",
+            f"node {'gone' if node is None else 'there'}, NodeClaims {[c['metadata']['name'] for c in claims]}",
+        )
+        if not kept:
+            return
+        start = time.monotonic()
+        self.api.request(
+            "PATCH",
+            f"/api/v1/namespaces/{NS}/pods/{pod_name}",
+            {"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": None}}},
+            "application/merge-patch+json",
+        )
+        self.log(f"TEST-ONLY: the annotation karpenter.sh/do-not-disrupt removed from {pod_name}")
+
+        def replaced() -> dict | None:
+            if self.api.get_or_none(f"/api/v1/nodes/{node_name}") is not None:
+                return None
+            return next((p for p in self._workers("decode") if p["spec"].get("nodeName")), None)
+
+        try:
+            pod = wait_for(f"node {node_name} replaced and the decode worker bound again", replaced, 180)
+        except TimeoutError as e:
+            self.checks.fail(f"{e}: see {self.cluster.dir}/logs/karpenter.log")
+            return
+        secs = time.monotonic() - start
+        self.timings["drift replacement"] = secs
+        new = self.api.get(f"/api/v1/nodes/{pod['spec']['nodeName']}")
+        self.checks.expect(
+            new["metadata"]["labels"].get(DRIFT_LABEL) == "1"
+            and not node_verdict(new, "decode", *self.expected("decode"))
+            and ("Drifted", "replace", [node_name]) in self.disruptions(),
+            f"without the annotation the drifted node is replaced (Karpenter's log: Drifted, replace; {secs:.1f} s): "
+            "the operator's new decode worker binds to a decode node with the new label",
+            f"{new['metadata']['name']}: {new['metadata']['labels']}; {self.disruptions()}",
+        )

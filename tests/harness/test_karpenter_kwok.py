@@ -14,6 +14,7 @@ from e2e.karpenter import (
     E2E_CONSOLIDATE_AFTER,
     KWOK_NODE_LABEL,
     STACK_OVERRIDES,
+    disruptions,
     ec2_node_classes,
     instance_types,
     kwok_node_pools,
@@ -106,3 +107,18 @@ def test_the_build_copies_the_crds_karpenter_watches():
         "crds/autoscaling.x-k8s.io_capacitybuffers.yaml",
         "crds/karpenter.kwok.sh_kwoknodeclasses.yaml",
     }
+
+
+def test_disruptions_read_karpenters_log():
+    # Two lines of a v1.14.1 log (e2e run), shortened; a non-JSON line is skipped.
+    log = "\n".join(
+        [
+            '{"level":"INFO","message":"disrupting node(s)","command":"Empty/89a1: delete: nodepools=[prefill]: [n1]",'
+            '"decision":"delete","disrupted-nodes":[{"Node":{"name":"n1"},"NodeClaim":{"name":"prefill-x"}}]}',
+            "panic: not json",
+            '{"level":"INFO","message":"created nodeclaim"}',
+            '{"level":"INFO","message":"disrupting node(s)","command":"Drifted/53: replace: nodepools=[decode]: [n2]",'
+            '"decision":"replace","disrupted-nodes":[{"Node":{"name":"n2"}}]}',
+        ]
+    )
+    assert disruptions(log) == [("Empty", "delete", ["n1"]), ("Drifted", "replace", ["n2"])]
