@@ -467,14 +467,16 @@ class KwokScaling:
             )
         except TimeoutError as e:
             self.checks.fail(f"{e}: see {self.cluster.dir}/logs/karpenter.log")
-        # Past another consolidateAfter and the disruption controller's 10 s poll: the decode node is still there.
+        # Past another consolidateAfter and the disruption controller's 10 s poll: the decode node is still there
+        # (what keeps it here is the policy; drift() below shows what do-not-disrupt adds).
         time.sleep(consolidate + 15)
         decode_node = nodes["decode"]["metadata"]["name"]
         still = self.api.get_or_none(f"/api/v1/nodes/{decode_node}")
         on_it = [p["metadata"]["name"] for p in self._workers("decode") if p["spec"].get("nodeName") == decode_node]
         self.checks.expect(
             still is not None and not still["metadata"].get("deletionTimestamp") and len(on_it) == 1,
-            f"the decode node running its do-not-disrupt worker is kept ({consolidate + 15} s after prefill's went)",
+            f"the decode node running its worker is kept ({consolidate + 15} s after prefill's went): WhenEmpty "
+            "consolidates only empty nodes",
             f"node {'gone' if still is None else 'deleting' if still['metadata'].get('deletionTimestamp') else 'kept'}"
             f", decode workers on it {on_it}",
         )
