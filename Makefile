@@ -33,7 +33,7 @@ CHECKOV_REQS := policy/checkov-requirements.txt
 CHECKOV_VENV ?= $(call pinned-venv-dir,checkov-venv,$(CHECKOV_REQS))
 URL ?= http://localhost:8000
 
-.PHONY: help test test-fast e2e e2e-cluster cli-stack plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
+.PHONY: help test test-fast e2e e2e-cluster e2e-karpenter cli-stack plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
 	rehearse-faults rehearse-mistakes smoke verify test-rules bench bench-venv compare policy policy-sdk rehearsal-venv check-upstream docs gpu-wheels
 
 # Every target a user runs, from its `## target: summary` line.
@@ -176,9 +176,11 @@ compare: $(VENV)/.installed $(BENCH_VENV)/.installed
 
 # The in-cluster half for real (docs/rehearsals.md): binaries built from Go modules once into
 # $(CACHE_DIR)/e2e, run on 127.0.0.1 only: the control plane, the KubeRay operator, and our
-# program through the Pulumi CLI and Kubernetes provider (`pulumi up`/`destroy`).
-# `make e2e-cluster` skips the Pulumi half (no Pulumi CLI or provider to build).
-## e2e: the in-cluster half for real on 127.0.0.1 (control plane, KubeRay, the Pulumi CLI)
+# program through the Pulumi CLI and Kubernetes provider (`pulumi up`/`destroy`), then Karpenter's kwok
+# provider making our GPU pools' nodes (e2e/karpenter.py).
+# `make e2e-cluster` skips the Pulumi half (no Pulumi CLI or provider to build); `make e2e-karpenter` runs
+# only the Karpenter part.
+## e2e: the in-cluster half for real on 127.0.0.1 (control plane, KubeRay, the Pulumi CLI, Karpenter)
 e2e: $(VENV)/.installed
 	$(BIN)/python -m e2e.build
 	$(BIN)/python -m e2e.run
@@ -192,6 +194,10 @@ cli-stack: $(VENV)/.installed
 e2e-cluster: $(VENV)/.installed
 	$(BIN)/python -m e2e.build etcd kube kuberay-operator
 	$(BIN)/python -m e2e.run --cluster-only
+
+e2e-karpenter: $(VENV)/.installed
+	$(BIN)/python -m e2e.build etcd kube kuberay-operator karpenter-kwok
+	$(BIN)/python -m e2e.run --karpenter-only
 
 # The policy pack's rules (policy/rules.py) over the offline plan: exit 1 naming each violated policy.
 # With the Pulumi CLI the same rules run as CrossGuard: `pulumi preview --policy-pack policy`.

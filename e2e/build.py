@@ -1,6 +1,7 @@
 """Build, once, the real binaries the e2e and the rehearsal run: Prometheus and promtool, etcd, the
-Kubernetes control plane, the KubeRay operator, the Pulumi CLI and the Pulumi Kubernetes provider, and helm
-(`make policy` renders the stack's charts with it).
+Kubernetes control plane, the KubeRay operator, Karpenter with its kwok cloud provider, the Pulumi CLI,
+the Pulumi Kubernetes provider and the Pulumi YAML language host, and helm (`make policy` renders the stack's
+charts with it).
 
 Everything is built from the Go module proxy into a cache OUTSIDE the repository
 (``$RAY_LLM_EKS_E2E_CACHE``, default ``e2e`` under the cache root of adapters/environment.py), one directory per
@@ -42,6 +43,10 @@ PULUMI_VERSION = "v3.274.1"  # >= the SDK pin pulumi==3.272.0; newest pkg/v3 in 
 # provider/v4 is served only at this pseudo-version: the commit tagged v4.25.0.
 PULUMI_KUBERNETES_MODULE_VERSION = "v4.0.0-20260115033456-f47bc2d6f199"
 PULUMI_KUBERNETES_VERSION = "4.25.0"
+# Karpenter's core module at the chart's version (offline/schemas/charts, karpenter 1.14.1): the AWS provider's
+# v1.14.1 go.mod requires sigs.k8s.io/karpenter at the commit tagged v1.14.1. Its kwok/ cloud provider stands
+# in for EC2 (e2e/karpenter.py).
+KARPENTER_VERSION = "v1.14.1"
 # The newest pulumi-yaml the proxy serves (v1.39+ refused); built against the CLI's pkg/v3 (e2e/build/pulumi-yaml).
 PULUMI_YAML_VERSION = "v1.38.1"
 # helm for `make policy`'s `helm template` of the stack's charts (offline/chart_render.py): the newest v3 the proxy
@@ -141,6 +146,26 @@ COMPONENTS: tuple[Component, ...] = (
                 f,
             )
             for f in ("schema.json", "terraform-mapping.json")
+        ),
+    ),
+    Component(
+        "karpenter-kwok",
+        KARPENTER_VERSION,
+        (("sigs.k8s.io/karpenter/kwok", "karpenter-kwok"),),
+        # The release in its logs ("discovered karpenter version"; the core's kwok build sets nothing and logs
+        # "unspecified", pkg/operator/operator.go Version). Its go.mod has no replace directive: `go install
+        # pkg@version` builds it as released.
+        ldflags=f"-s -w -X sigs.k8s.io/karpenter/pkg/operator.Version={KARPENTER_VERSION}",
+        # The CRDs its controllers watch, beside the NodePool and EC2NodeClass CRDs vendored in
+        # offline/schemas/ (the AWS chart's NodePool, which the e2e installs, adds only label-domain rules).
+        module_files=tuple(
+            (f"sigs.k8s.io/karpenter@{KARPENTER_VERSION}", path, f"crds/{path.rsplit('/', 1)[1]}")
+            for path in (
+                "pkg/apis/crds/karpenter.sh_nodeclaims.yaml",
+                "pkg/apis/crds/karpenter.sh_nodeoverlays.yaml",
+                "pkg/apis/crds/autoscaling.x-k8s.io_capacitybuffers.yaml",
+                "kwok/apis/crds/karpenter.kwok.sh_kwoknodeclasses.yaml",
+            )
         ),
     ),
     Component(

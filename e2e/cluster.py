@@ -132,17 +132,24 @@ class LocalCluster:
         self.api: KubeClient | None = None
         self.node_names: list[str] = []
         self._stop = threading.Event()
+        self._adopt_selector: str | None = None  # nodes made by others (Karpenter) that this harness keeps Ready
+        self.adopted: list[str] = []
         self._thread: threading.Thread | None = None
         self.kubelet_errors: list[str] = []
 
     # -- processes ---------------------------------------------------------------------------
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, argv: list[str], env: Mapping[str, str] | None = None) -> subprocess.Popen:
         logf = open(self.dir / "logs" / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
-        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+        full_env = {**os.environ, **env} if env else None
+        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True, env=full_env)
         self.procs.append((name, proc))
         self.log(f"started {name} (pid {proc.pid})")
         return proc
+
+    def spawn(self, name: str, argv: list[str], env: Mapping[str, str] | None = None) -> subprocess.Popen:
+        """Start one more controller against this cluster (stopped with it); `env` on top of ours."""
+        return self._spawn(name, argv, env)
 
     def stop_process(self, name: str) -> None:
         for pname, proc in list(self.procs):
@@ -366,6 +373,32 @@ class LocalCluster:
 
     # -- what a kubelet would do -------------------------------------------------------------
 
+    def adopt_nodes(self, label_selector: str) -> None:
+        """From now on, nodes that match `label_selector` and that another controller creates (Karpenter's
+        kwok provider) are treated as this harness's own: given addresses, node info and Ready, kept Ready,
+        their pods' deletions confirmed. What sigs.k8s.io/kwok's controller does for such nodes."""
+        self._adopt_selector = label_selector
+
+    def _adopt(self) -> None:
+        if not self._adopt_selector:
+            return
+        for node in self.api.get(f"/api/v1/nodes?labelSelector={self._adopt_selector}")["items"]:
+            name = node["metadata"]["name"]
+            if name in self.node_names or name in self.adopted or node["metadata"].get("deletionTimestamp"):
+                continue
+            status = {
+                "conditions": [ready_condition()],
+                "addresses": [{"type": "InternalIP", "address": f"{NODE_IP_PREFIX}{100 + len(self.adopted)}"},
+                              {"type": "Hostname", "address": name}],
+                "nodeInfo": {"kubeletVersion": "v1.35.4", "architecture": "amd64", "operatingSystem": "linux"},
+                "phase": "Running",
+            }  # fmt: skip
+            self.api.request("PATCH", f"/api/v1/nodes/{name}/status", {"status": status},
+                             "application/strategic-merge-patch+json")  # fmt: skip
+            self.adopted.append(name)
+            self.node_names.append(name)
+            self.log(f"EMULATED kwok controller: node {name} (made by Karpenter) marked Ready")
+
     def _heartbeat(self) -> None:
         for name in list(self.node_names):  # the e2e adds and removes nodes meanwhile
             try:
@@ -375,6 +408,9 @@ class LocalCluster:
             except KubeError as e:
                 if e.status == 404 and name not in self.node_names:
                     continue  # removed since the copy
+                if e.status == 404 and name in self.adopted:
+                    self.node_names.remove(name)  # its maker deleted it: no kubelet is left to report
+                    continue
                 raise
             path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
             spec = {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now_micro()}
@@ -408,6 +444,7 @@ class LocalCluster:
                 if time.monotonic() - last_beat > 10:  # kubelet's default nodeStatusUpdateFrequency
                     self._heartbeat()
                     last_beat = time.monotonic()
+                self._adopt()
                 self._confirm_deletions()
             except (KubeError, OSError) as e:
                 self.kubelet_errors.append(str(e))

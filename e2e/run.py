@@ -10,11 +10,15 @@ needed (the Go module proxy serves no version of that module), and no aws/eks pl
 
 After the seed stack (Pulumi.dev.yaml) and its destroy, the xpyd stack shows scaling: a worker asked
 for as Ray's autoscaler asks, and the node the Cluster Autoscaler would add (e2e/scale_up.py).
-Last, the Pulumi YAML example through the real CLI and YAML language host (e2e/yaml_example.py).
+Then the Pulumi YAML example through the real CLI and YAML language host (e2e/yaml_example.py). Last, on a
+second control plane with system nodes only, Karpenter (its kwok provider) makes and removes the GPU nodes
+of our NodePools (e2e/karpenter.py).
 
-Usage: python -m e2e.run [--cluster-only | --yaml-only]   (after `python -m e2e.build`; `make e2e` runs both)
+Usage: python -m e2e.run [--cluster-only | --yaml-only | --karpenter-only]   (after `python -m e2e.build`;
+`make e2e` runs both)
 --cluster-only: no Pulumi; only the control plane, the operator and the scheduling checks.
 --yaml-only: only the control plane, the operator and the Pulumi YAML example (e2e/yaml_example.py).
+--karpenter-only: only the second control plane and Karpenter (e2e/karpenter.py).
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ from e2e import yaml_example as yaml_run  # noqa: E402
 from e2e.admission import stack_namespaces_admit  # noqa: E402
 from e2e.checks import max_model_lens, names_failed_resource, unkept_fields  # noqa: E402
 from e2e.cluster import LocalCluster, node_shapes  # noqa: E402
+from e2e.karpenter import STACK_OVERRIDES as KARPENTER_STACK  # noqa: E402
+from e2e.karpenter import KwokScaling  # noqa: E402
 from e2e.observe import object_path, ray_cluster_of, wait_for, wait_for_gone, wait_scheduled  # noqa: E402
 from e2e.scale_up import ScaleUp  # noqa: E402
 from e2e.upgrades import kill_up_while_creating, new_cluster_beside_old, pending_operations  # noqa: E402
@@ -236,9 +242,18 @@ def state_input_spec(stack, type_token: str) -> dict:
 # -- scenario ---------------------------------------------------------------------------------
 
 
-def run(work: Path, timeline: Timeline, checks: Checks, cluster_only: bool = False, yaml_only: bool = False) -> None:
+def run(
+    work: Path,
+    timeline: Timeline,
+    checks: Checks,
+    cluster_only: bool = False,
+    yaml_only: bool = False,
+    karpenter_only: bool = False,
+) -> None:
     bins = build.bin_dirs()
     needed = ("etcd", "kube", "kuberay-operator") if cluster_only else tuple(bins)
+    if karpenter_only:
+        needed = ("etcd", "kube", "kuberay-operator", "karpenter-kwok")
     for name, d in bins.items():
         if name in needed and not (d / ".built").is_file():
             raise SystemExit(f"e2e: {name} is not built under {d}: run `python -m e2e.build` (make e2e does)")
@@ -248,6 +263,16 @@ def run(work: Path, timeline: Timeline, checks: Checks, cluster_only: bool = Fal
     sysn = settings.cluster.system_nodes
     shapes = node_shapes(sysn.instance_type, sysn.desired_size, pools)
 
+    if not karpenter_only:
+        try:
+            in_cluster(work, bins, cfg, settings, shapes, timeline, checks, cluster_only, yaml_only)
+        except Exception:  # the Karpenter part runs on a control plane of its own: it still says what it shows
+            checks.fail("e2e run raised:\n" + traceback.format_exc())
+    if not (cluster_only or yaml_only):
+        karpenter_section(work, bins, timeline, checks)
+
+
+def in_cluster(work, bins, cfg, settings, shapes, timeline, checks, cluster_only: bool, yaml_only: bool) -> None:
     cluster = LocalCluster(work / "cluster", bins, timeline.log)
     try:
         cluster.start(shapes)
@@ -264,6 +289,27 @@ def run(work: Path, timeline: Timeline, checks: Checks, cluster_only: bool = Fal
             scenario(work, cluster, api, cfg, settings, nodes, timeline, checks)
     finally:
         timeline.log("stopping everything the e2e started")
+        cluster.stop()
+        if cluster.kubelet_errors:
+            timeline.log(f"harness kubelet loop errors (last 3): {cluster.kubelet_errors[-3:]}")
+
+
+def karpenter_section(work: Path, bins: dict[str, Path], timeline: Timeline, checks: Checks) -> None:
+    """Karpenter's kwok provider making our GPU pools' nodes on a control plane of its own, whose only nodes
+    are the system nodes of the Karpenter stack (e2e/karpenter.py)."""
+    settings = settings_of(SCALING_STACK_FILE, KARPENTER_STACK)
+    sysn = settings.cluster.system_nodes
+    cluster = LocalCluster(work / "karpenter-cluster", bins, timeline.log)
+    timeline.log(
+        "Karpenter: REAL Karpenter v1.14.1 (kwok cloud provider), API server, KubeRay operator, scheduler, our "
+        "NodePools and RayService; STAND-IN KWOKNodeClass for our EC2NodeClass; EMULATED the Ray autoscaler's "
+        "patch and the kwok controller's Ready (docs/rehearsals.md)"
+    )
+    try:
+        cluster.start(node_shapes(sysn.instance_type, sysn.desired_size, {}))
+        KwokScaling(cluster, settings, bins["karpenter-kwok"], timeline.log, checks).run()
+    finally:
+        timeline.log("stopping the Karpenter control plane")
         cluster.stop()
         if cluster.kubelet_errors:
             timeline.log(f"harness kubelet loop errors (last 3): {cluster.kubelet_errors[-3:]}")
@@ -647,7 +693,14 @@ def main() -> int:
     # A SIGTERM (CI cancelling the job) unwinds like an error, so the finally blocks stop what we started.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        run(work, timeline, checks, cluster_only="--cluster-only" in sys.argv, yaml_only="--yaml-only" in sys.argv)
+        run(
+            work,
+            timeline,
+            checks,
+            cluster_only="--cluster-only" in sys.argv,
+            yaml_only="--yaml-only" in sys.argv,
+            karpenter_only="--karpenter-only" in sys.argv,
+        )
     except Exception:
         checks.fail("e2e run raised:\n" + traceback.format_exc())
     finally:
