@@ -90,16 +90,21 @@ def stack_namespaces_admit(
         for pod, (_, warnings) in sorted(own.items()):
             log(f"  {ns}/{pod}: admitted; warnings {warnings or 'none'}")
         if level != "privileged":
-            try:
-                api.request("POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All", breaking_pod(level))
-                refusal = "admitted"
-            except KubeError as e:
-                refusal = str(e)
+            refusal = dry_run_refusal(api, ns, breaking_pod(level))
             checks.expect(f'violates PodSecurity "{level}:' in refusal,
                           f"{what}: {ns} refuses a pod that breaks {level}", refusal)  # fmt: skip
         stricter = pod_security.next_level(level)
         if stricter is not None and pods:
             copy_at_next_level(api, ns, stricter, needs, pods, own, what, log, checks)
+
+
+def dry_run_refusal(api, ns: str, pod: dict) -> str:
+    """The API server's answer to a dry-run create of `pod` in `ns`: its refusal, or "admitted"."""
+    try:
+        api.request("POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All", pod)
+    except KubeError as e:
+        return str(e)
+    return "admitted"
 
 
 def copy_at_next_level(api, ns, stricter, needs, pods, own, what, log, checks) -> None:
@@ -127,11 +132,7 @@ def copy_at_next_level(api, ns, stricter, needs, pods, own, what, log, checks) -
         unwarned = warned_as_refused(own, there, stricter)
         checks.expect(not unwarned, f"{what}: {ns}'s warn label ({stricter}) reported each pod for what enforcing "
                       f"{stricter} refuses", "; ".join(unwarned))  # fmt: skip
-        try:
-            api.request("POST", f"/api/v1/namespaces/{copy_ns}/pods?dryRun=All", breaking_pod(stricter))
-            refusal = "admitted"
-        except KubeError as e:
-            refusal = str(e)
+        refusal = dry_run_refusal(api, copy_ns, breaking_pod(stricter))
         checks.expect(f'violates PodSecurity "{stricter}:' in refusal,
                       f"{what}: the {stricter} copy of {ns} refuses a pod that breaks {stricter}", refusal)  # fmt: skip
     finally:

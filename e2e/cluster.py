@@ -30,6 +30,7 @@ from adapters.ports import free_port
 from domain import aws_facts, sizing
 from domain.facts import EFA_RESOURCE, GPU_RESOURCE
 from domain.placement import GPU_TAINT, SYSTEM_LABELS, gpu_labels
+from e2e.observe import crds_established, create_crds
 
 PROMETHEUS_OPERATOR_CRDS = Path(__file__).resolve().parents[1] / "offline" / "schemas"
 
@@ -316,7 +317,6 @@ class LocalCluster:
         PrometheusRule: the vendored v0.93.0 ones, the schema the chart's v0.93.1 operator serves), as a
         cluster that runs both has them."""
         crd_dir = self.bins["kuberay-operator"] / "crds"
-        names = []
         # The RayService CRD of the chart we install (v1.7.0, vendored): the e2e's v1.6.2 operator's lacks
         # gcsFaultToleranceOptions.backend and .storage, which the API server would prune without a word.
         paths = [
@@ -324,22 +324,8 @@ class LocalCluster:
             PROMETHEUS_OPERATOR_CRDS / "ray.io_rayservices.v1.7.0.yaml",
             *sorted(PROMETHEUS_OPERATOR_CRDS.glob("monitoring.coreos.com_*.yaml")),
         ]
-        for path in paths:
-            crd = yaml.safe_load(path.read_text())
-            self.api.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-            names.append(crd["metadata"]["name"])
-
-        def established() -> bool:
-            for n in names:
-                crd = self.api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}")
-                if not any(
-                    c["type"] == "Established" and c["status"] == "True"
-                    for c in (crd.get("status") or {}).get("conditions") or []
-                ):
-                    return False
-            return True
-
-        self._wait(f"CRDs {names} established", established, 60)
+        names = create_crds(self.api, paths)
+        self._wait(f"CRDs {names} established", crds_established(self.api, names), 60)
 
     def _nodes(self, shapes: list[NodeShape]) -> None:
         for i, shape in enumerate(shapes):

@@ -22,8 +22,6 @@ import json
 import time
 from pathlib import Path
 
-import yaml
-
 from adapters.kube_client import KubeError
 from adapters.ports import free_port
 from domain import aws_facts, karpenter
@@ -32,7 +30,7 @@ from domain.placement import GPU_TAINT
 from domain.prices import INSTANCE_USD_PER_HOUR
 from domain.ray_service import ray_service_spec
 from domain.subnets import private_subnet_name
-from e2e.observe import pods_of, ray_cluster_of, wait_for
+from e2e.observe import crds_established, create_crds, pods_of, ray_cluster_of, wait_for
 from e2e.scale_up import JSON_PATCH, ray_autoscaler_patch
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "offline" / "schemas"
@@ -205,21 +203,8 @@ class KwokScaling:
 
     def install_crds(self) -> None:
         paths = [SCHEMAS / name for name in VENDORED_CRDS] + sorted((self.dir / "crds").glob("*.yaml"))
-        names = []
-        for path in paths:
-            crd = yaml.safe_load(path.read_text())
-            self.api.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-            names.append(crd["metadata"]["name"])
-
-        def established() -> bool:
-            for n in names:
-                crd = self.api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}")
-                conds = (crd.get("status") or {}).get("conditions") or []
-                if not any(c["type"] == "Established" and c["status"] == "True" for c in conds):
-                    return False
-            return True
-
-        wait_for(f"Karpenter CRDs {names} established", established, 60)
+        names = create_crds(self.api, paths)
+        wait_for(f"Karpenter CRDs {names} established", crds_established(self.api, names), 60)
         self.log(
             f"Karpenter CRDs: {names} (NodePool, EC2NodeClass: vendored offline/schemas/; the rest from the module)"
         )

@@ -4,7 +4,10 @@ scheduler put them (or why it could not)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import yaml
 
 from adapters.kube_client import KubeClient
 from domain.facts import POOL_NODE_LABEL
@@ -21,6 +24,32 @@ def wait_for(what: str, probe: Callable[[], object], timeout: float) -> object:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not seen within {timeout:.0f} s")
         time.sleep(POLL)
+
+
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def create_crds(api: KubeClient, paths: Iterable[Path]) -> list[str]:
+    """Each CustomResourceDefinition file created on the API server; their names, in order."""
+    names = []
+    for path in paths:
+        crd = yaml.safe_load(path.read_text())
+        api.request("POST", CRDS, crd)
+        names.append(crd["metadata"]["name"])
+    return names
+
+
+def crds_established(api: KubeClient, names: list[str]) -> Callable[[], bool]:
+    """A probe: every named CRD has condition Established (the API server serves its kind)."""
+
+    def established() -> bool:
+        for name in names:
+            conditions = (api.get(f"{CRDS}/{name}").get("status") or {}).get("conditions") or []
+            if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                return False
+        return True
+
+    return established
 
 
 def pods_of(api: KubeClient, ns: str, cluster_name: str) -> list[dict]:
