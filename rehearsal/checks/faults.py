@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from adapters import ports
 from adapters.ports import free_port
 from domain import serve_config
 from llmclient import faultload
@@ -186,10 +187,21 @@ def _restart_head(ctx: Context) -> tuple[Callable[[], bool], dict]:
     faults.kill_and_wait(faults.node_pids(run_id, "head"))
     t_killed = time.monotonic()
     head = ray.nodes[0]
-    faults.forget_cluster_address(head.temp_dir)  # the lost pod's /tmp went with it
-    done = subprocess.run(ray.command(head), env=ray.node_env(head), capture_output=True, text=True, timeout=300)
-    if done.returncode != 0:
-        raise RehearsalFailed(f"head restart: ray start failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+    # The new head serves its metrics on the old head's port, where Prometheus scrapes it; its dashboard agent
+    # dies on bind ("Address already in use", seen once in CI) while anything of the lost head still holds
+    # that port, and the start then times out: wait for the port, and start once more after a failed start.
+    for attempt in (1, 2):
+        faults.forget_cluster_address(head.temp_dir)  # the lost pod's /tmp went with it
+        if not ports.bindable(head.metrics_port, head.ip):
+            raise RehearsalFailed(f"head restart: the head's metrics port {head.metrics_port} is still taken")
+        done = subprocess.run(ray.command(head), env=ray.node_env(head), capture_output=True, text=True, timeout=300)
+        if done.returncode == 0:
+            break
+        said = (done.stderr.strip().splitlines() or ["?"])[-1]
+        if attempt == 2:
+            raise RehearsalFailed(f"head restart: ray start failed twice; last: {said}")
+        say(f"head restart: ray start failed ({said[:200]}); the head's processes ended, once more")
+        faults.kill_and_wait(faults.node_pids(run_id, "head"))  # what the failed start left running
     facts = {"gcs_ft": backend, "engines_before": engines, "head_restart_s": round(time.monotonic() - t_killed, 1)}
     if backend == "off":
         worker = ray.nodes[1]

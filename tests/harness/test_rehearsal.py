@@ -398,3 +398,19 @@ def test_a_bad_set_is_refused_in_one_line(setting, line):
     args = SimpleNamespace(spec=None, set=[setting], stack="dev", target="cpu")
     with pytest.raises(substitute.CannotRehearse, match=re.escape(line)):
         prepare(args, [], 8000)
+
+
+def test_a_port_is_bindable_again_only_once_its_listener_is_gone():
+    """The head restart waits for its metrics port: a live listener holds it, a closed one does not."""
+    import socket
+
+    from adapters.ports import bindable
+
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    assert not bindable(port, cap=0.6)
+    listener.close()
+    assert bindable(port, cap=0.6)
