@@ -87,6 +87,41 @@ def send(pids: Iterable[int], sig: int) -> list[int]:
     return sent
 
 
+def kill_node(run_id: str, node: str, rounds: int = 3) -> None:
+    """Kill every process of a Ray node until none is left: a process its raylet or agent started while the
+    first SIGKILLs went out (a worker being spawned) is not in the first list, and outlives its parent."""
+    for _ in range(rounds):
+        pids = node_pids(run_id, node)
+        if not pids:
+            return
+        kill_and_wait(pids)
+
+
+# The kernel's TCP states as /proc/net/tcp numbers them (include/net/tcp_states.h).
+TCP_STATES = {1: "ESTABLISHED", 2: "SYN_SENT", 3: "SYN_RECV", 4: "FIN_WAIT1", 5: "FIN_WAIT2", 6: "TIME_WAIT",
+              7: "CLOSE", 8: "CLOSE_WAIT", 9: "LAST_ACK", 10: "LISTEN", 11: "CLOSING"}  # fmt: skip
+
+
+def port_holders(port: int) -> list[str]:
+    """Who holds a local TCP port now ("pid title: state", "-" where no process owns the socket, as in
+    TIME_WAIT), from /proc: for the message when a server cannot bind it again."""
+    sockets = []  # (inode, state); inode 0 where no process owns it
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for row in Path(table).read_text().splitlines()[1:]:
+                fields = row.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    sockets.append((fields[9], TCP_STATES.get(int(fields[3], 16), fields[3])))
+    owners: dict[str, int] = {}
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        with contextlib.suppress(OSError):
+            if (link := os.readlink(fd)).startswith("socket:[") and (inode := link[8:-1]) in dict(sockets):
+                owners[inode] = int(fd.parts[2])
+    return sorted(
+        f"{owners[i]} {title(owners[i])[:60]}: {state}" if i in owners else f"-: {state}" for i, state in sockets
+    )
+
+
 def kill_and_wait(pids: list[int], cap: float = 20.0) -> None:
     send(pids, signal.SIGKILL)
     end = time.monotonic() + cap

@@ -43,12 +43,28 @@ def binary(wait: float, say) -> Path:
     return directory / "prometheus"
 
 
-def config(targets: list[str], rules_file: str) -> dict:
+TARGETS_FILE = "targets.json"
+
+
+def config(targets_file: str, rules_file: str) -> dict:
+    """Targets from a file Prometheus watches (file_sd), as a pod's address is found anew in a cluster: a Ray
+    node started again can export on another port, and the rehearsal rewrites the file (`retarget`)."""
     return {
         "global": {"scrape_interval": INTERVAL, "evaluation_interval": INTERVAL},
         "rule_files": [rules_file],
-        "scrape_configs": [{"job_name": "ray", "static_configs": [{"targets": targets}]}],
+        "scrape_configs": [
+            {"job_name": "ray", "file_sd_configs": [{"files": [targets_file], "refresh_interval": INTERVAL}]}
+        ],
     }
+
+
+def retarget(directory: Path, metrics_urls: list[str]) -> None:
+    """Write the scrape targets (host:port of each metrics URL) where Prometheus reads them; atomically, so that
+    Prometheus never reads half a file."""
+    targets = [urllib.parse.urlsplit(u).netloc for u in metrics_urls]
+    partial = directory / f"{TARGETS_FILE}.partial"
+    partial.write_text(json.dumps([{"targets": targets}]))
+    partial.replace(directory / TARGETS_FILE)
 
 
 def fresh_storage(directory: Path) -> Path:
@@ -66,8 +82,8 @@ def start(
     """Start it (loopback only) and wait until it is ready; its URL and process."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False, width=1000))
-    targets = [urllib.parse.urlsplit(u).netloc for u in metrics_urls]
-    (directory / "prometheus.yml").write_text(yaml.safe_dump(config(targets, "rules.yaml"), sort_keys=False))
+    retarget(directory, metrics_urls)
+    (directory / "prometheus.yml").write_text(yaml.safe_dump(config(TARGETS_FILE, "rules.yaml"), sort_keys=False))
     data = fresh_storage(directory)
     port = free_port()
     log = (directory / "prometheus.log").open("w")

@@ -177,23 +177,28 @@ def _inject(ctx: Context, fault: Fault) -> tuple[Callable[[], bool], dict]:
 
 
 def _restart_head(ctx: Context) -> tuple[Callable[[], bool], dict]:
-    """Kill every process of the head node (the pod lost), start the head again on the same ports (KubeRay's
-    head Service keeps its name). FT on: the worker's raylet reconnects and the engines keep their PIDs. FT off:
-    the worker's raylet exits; as KubeRay would, the worker node is started again and the serve config
-    re-submitted, and the engines load again."""
+    """Kill every process of the head node (the pod lost), start the head again on the same GCS and dashboard
+    ports (KubeRay's head Service keeps its name). FT on: the worker's raylet reconnects and the engines keep
+    their PIDs. FT off: the worker's raylet exits; as KubeRay would, the worker node is started again and the
+    serve config re-submitted, and the engines load again."""
     ray = ctx.results["ray_cluster"]
     run_id, backend = ctx.run_id, ctx.args.gcs_ft
     engines = {role: faults.engine_pids(run_id, role) for role in ("prefill", "decode")}
-    faults.kill_and_wait(faults.node_pids(run_id, "head"))
+    faults.kill_node(run_id, "head")
     t_killed = time.monotonic()
     head = ray.nodes[0]
-    # The new head serves its metrics on the old head's port, where Prometheus scrapes it; its dashboard agent
-    # dies on bind ("Address already in use", seen once in CI) while anything of the lost head still holds
-    # that port, and the start then times out: wait for the port, and start once more after a failed start.
+    # The new head serves its metrics on the old head's port where it can: its dashboard agent dies on bind
+    # ("Address already in use") while anything still holds that port, and a port drawn from the ephemeral
+    # range can be taken by any outgoing connection meanwhile (held for minutes once, in CI). Where the old
+    # port stays taken, the head takes a new one and Prometheus is told, as a new pod's address would be found.
+    moved = None
     for attempt in (1, 2):
         faults.forget_cluster_address(head.temp_dir)  # the lost pod's /tmp went with it
-        if not ports.bindable(head.metrics_port, head.ip):
-            raise RehearsalFailed(f"head restart: the head's metrics port {head.metrics_port} is still taken")
+        if not ports.bindable(head.metrics_port, head.ip, cap=15.0):
+            held = ", ".join(faults.port_holders(head.metrics_port)) or "no process found"
+            moved = f"{head.metrics_port} -> {(port := ports.free_port())} (the old one held: {held})"
+            say(f"head restart: metrics port {moved}")
+            head.metrics_port = port
         done = subprocess.run(ray.command(head), env=ray.node_env(head), capture_output=True, text=True, timeout=300)
         if done.returncode == 0:
             break
@@ -201,8 +206,12 @@ def _restart_head(ctx: Context) -> tuple[Callable[[], bool], dict]:
         if attempt == 2:
             raise RehearsalFailed(f"head restart: ray start failed twice; last: {said}")
         say(f"head restart: ray start failed ({said[:200]}); the head's processes ended, once more")
-        faults.kill_and_wait(faults.node_pids(run_id, "head"))  # what the failed start left running
+        faults.kill_node(run_id, "head")  # what the failed start left running
+    if moved and callable(retarget := ctx.results.get("retarget")):
+        retarget()
     facts = {"gcs_ft": backend, "engines_before": engines, "head_restart_s": round(time.monotonic() - t_killed, 1)}
+    if moved:
+        facts["metrics_port"] = moved
     if backend == "off":
         worker = ray.nodes[1]
         end = time.monotonic() + 120
@@ -211,7 +220,7 @@ def _restart_head(ctx: Context) -> tuple[Callable[[], bool], dict]:
             time.sleep(1)
         facts["worker_raylet_exited"] = not raylets()
         # The worker pod's container restarts: everything in it goes (re-parented engines included).
-        faults.kill_and_wait(faults.node_pids(run_id, "worker"))
+        faults.kill_node(run_id, "worker")
         done = subprocess.run(ray.command(worker), env=ray.node_env(worker), capture_output=True, text=True,
                               timeout=300)  # fmt: skip
         if done.returncode != 0:

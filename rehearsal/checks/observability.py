@@ -91,8 +91,11 @@ def _start_prometheus(ctx: Context) -> None:
     executable = prometheus.binary(ctx.args.prometheus_wait, say)
     env = dict(os.environ, **{MARKER: ctx.run_id})
     spec = alerts.render(_rule_inputs(ctx))
-    url, _ = prometheus.start(executable, ctx.run_dir / "prometheus", ctx.metrics_urls, spec, env)
+    directory = ctx.run_dir / "prometheus"
+    url, _ = prometheus.start(executable, directory, ctx.metrics_urls, spec, env)
     ctx.results["prometheus"] = url
+    # A node started again (the head fault) may export on a new port: Prometheus is told, as service discovery would.
+    ctx.results["retarget"] = lambda: prometheus.retarget(directory, ctx.metrics_urls)
     # The fault rehearsal's table names the alerts firing at the end of each fault window.
     ctx.results["alerts"] = lambda: prometheus.firing(url)
     rules = sum(len(g["rules"]) for g in spec["groups"])

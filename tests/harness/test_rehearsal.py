@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import subprocess
 import sys
@@ -412,5 +413,10 @@ def test_a_port_is_bindable_again_only_once_its_listener_is_gone():
     listener.listen()
     port = listener.getsockname()[1]
     assert not bindable(port, cap=0.6)
+    # What the head restart says when it must move: the process and the socket's state.
+    from rehearsal.faults import port_holders, title
+
+    assert port_holders(port) == [f"{os.getpid()} {title(os.getpid())[:60]}: LISTEN"]
     listener.close()
     assert bindable(port, cap=0.6)
+    assert port_holders(port) == []

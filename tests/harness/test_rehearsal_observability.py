@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,12 +21,14 @@ from rehearsal.checks import all_checks, observability
 from rehearsal.context import RehearsalFailed
 
 
-def test_the_prometheus_scrapes_the_ray_endpoints_and_loads_the_rules():
-    config = prometheus.config(["127.0.0.1:1234", "127.0.0.1:1235"], "rules.yaml")
+def test_the_prometheus_scrapes_the_ray_endpoints_and_loads_the_rules(tmp_path):
+    config = prometheus.config(prometheus.TARGETS_FILE, "rules.yaml")
     assert config["rule_files"] == ["rules.yaml"]
     (job,) = config["scrape_configs"]
-    assert job["static_configs"] == [{"targets": ["127.0.0.1:1234", "127.0.0.1:1235"]}]
+    assert job["file_sd_configs"] == [{"files": ["targets.json"], "refresh_interval": prometheus.INTERVAL}]
     assert config["global"]["evaluation_interval"] == prometheus.INTERVAL
+    prometheus.retarget(tmp_path, ["http://127.0.0.1:1234/metrics", "http://127.0.0.1:1235/metrics"])
+    assert json.loads((tmp_path / "targets.json").read_text()) == [{"targets": ["127.0.0.1:1234", "127.0.0.1:1235"]}]
 
 
 def test_each_run_starts_prometheus_on_an_empty_tsdb(tmp_path):
@@ -122,6 +126,23 @@ def idle_prometheus(tmp_path):
         yield ctx
     process.terminate()
     process.wait(30)
+
+
+def test_a_node_started_on_a_new_port_is_scraped_there_once_retargeted(idle_prometheus, tmp_path):
+    """The head fault can move the head's metrics port: the real Prometheus follows the targets file."""
+    url = idle_prometheus.results["prometheus"]
+
+    def scraped(expected: set[str]) -> set[str]:
+        end = time.monotonic() + 30  # the file is read as Prometheus starts, and again on a change
+        while (now := {t["labels"]["instance"] for t in prometheus.api(url, "/api/v1/targets")["activeTargets"]}) != (
+            expected
+        ) and time.monotonic() < end:
+            threading.Event().wait(0.5)  # the fixture makes time.sleep a no-op
+        return now
+
+    assert scraped({"127.0.0.1:9"}) == {"127.0.0.1:9"}
+    prometheus.retarget(tmp_path, ["http://127.0.0.1:9/metrics", "http://127.0.0.1:10/metrics"])
+    assert scraped({"127.0.0.1:9", "127.0.0.1:10"}) == {"127.0.0.1:9", "127.0.0.1:10"}
 
 
 def test_the_queries_check_fails_on_pd_panels_without_data(idle_prometheus):
