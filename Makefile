@@ -134,7 +134,7 @@ smoke: $(VENV)/.installed
 	$(BIN)/python -m llmclient smoke $(URL) $(ARGS)
 
 # promtool on the alert rules (`check rules` per stack, the unit tests in observability/rules-tests/): make test
-# runs them when promtool is there (e2e/build.py builds it); this target insists on it (CI, after the Go build).
+# runs them when promtool is there (go_binaries/build.py builds it); this target insists on it (CI, after the Go build).
 test-rules: $(VENV)/.installed
 	RAY_LLM_EKS_REQUIRE_PROMTOOL=1 $(BIN)/python -m pytest tests/unit/test_promtool.py
 
@@ -182,7 +182,7 @@ compare: $(VENV)/.installed $(BENCH_VENV)/.installed
 # only the Karpenter part.
 ## e2e: the in-cluster half for real on 127.0.0.1 (control plane, KubeRay, the Pulumi CLI, Karpenter)
 e2e: $(VENV)/.installed
-	$(BIN)/python -m e2e.build
+	$(BIN)/python -m go_binaries.build
 	$(BIN)/python -m e2e.run
 
 # A stack whose apiKeys and hfToken the real Pulumi CLI set (the e2e build's; passphrase, local backend, a
@@ -192,11 +192,11 @@ cli-stack: $(VENV)/.installed
 	$(BIN)/python -m e2e.cli_stack
 
 e2e-cluster: $(VENV)/.installed
-	$(BIN)/python -m e2e.build etcd kube kuberay-operator
+	$(BIN)/python -m go_binaries.build etcd kube kuberay-operator
 	$(BIN)/python -m e2e.run --cluster-only
 
 e2e-karpenter: $(VENV)/.installed
-	$(BIN)/python -m e2e.build etcd kube kuberay-operator karpenter-kwok
+	$(BIN)/python -m go_binaries.build etcd kube kuberay-operator karpenter-kwok
 	$(BIN)/python -m e2e.run --karpenter-only
 
 # The policy pack's rules (policy/rules.py) over the offline plan: exit 1 naming each violated policy.
@@ -206,7 +206,7 @@ e2e-karpenter: $(VENV)/.installed
 # with the plan's values (offline/checkov_scan.py, offline/chart_render.py): each failure justified in
 # policy/checkov-skips.yaml or the target fails. Charts come from CHARTS (a folder of <chart>-<version>.tgz),
 # helm's repository cache or the project's, and with PULL_CHARTS=1 from `helm pull` (their repositories: off by
-# default, so a run without network asks none); one that cannot be had is one line, not a failure. helm is the e2e build's (`python3 -m e2e.build helm`) or the PATH's; without it no chart is scanned.
+# default, so a run without network asks none); one that cannot be had is one line, not a failure. helm is the e2e build's (`python3 -m go_binaries.build helm`) or the PATH's; without it no chart is scanned.
 policy: $(VENV)/.installed $(CHECKOV_VENV)/.installed
 	$(BIN)/python -m offline.policy_check --stack $(STACK) --checkov $(CHECKOV_VENV)/bin/checkov $(if $(CHARTS),--charts $(CHARTS)) $(if $(PULL_CHARTS),--pull-charts)
 

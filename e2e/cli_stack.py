@@ -3,7 +3,7 @@ policy pack the way a user's stack is after `make stack`.
 
     python -m e2e.cli_stack [--stack dev]
 
-The CLI is the e2e build's (e2e/build.py, PULUMI_VERSION). In a temporary folder it gets its own home, a
+The CLI is the e2e build's (go_binaries/build.py, PULUMI_VERSION). In a temporary folder it gets its own home, a
 local file backend and the passphrase secrets provider (a random passphrase, as `make stack` sets up a
 local stack); `pulumi stack init`, then `pulumi config set --secret` for both keys, each value on the CLI's
 standard input (never on a command line, never printed). The stack file it wrote, with the shipped stack's
@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from adapters.stackfile import load_stack
-from e2e.build import bin_dirs
+from go_binaries.build import bin_dirs
 
 ROOT = Path(__file__).resolve().parent.parent
 STACK = "ci-cli-secrets"  # the checkout's Pulumi.<STACK>.yaml exists only while this runs
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cli = pulumi_cli()
     if not cli.is_file():
-        print(f"cli-stack: no Pulumi CLI at {cli}: build it first (python -m e2e.build)", file=sys.stderr)
+        print(f"cli-stack: no Pulumi CLI at {cli}: build it first (python -m go_binaries.build)", file=sys.stderr)
         return 2
     try:
         print(check(cli, args.stack))

@@ -1,5 +1,5 @@
 """A real Kubernetes control plane on 127.0.0.1 for the e2e: etcd, kube-apiserver, kube-scheduler,
-kube-controller-manager and the KubeRay operator, all built by e2e/build.py, with certificates
+kube-controller-manager and the KubeRay operator, all built by go_binaries/build.py, with certificates
 generated here. Nodes are Node objects shaped from OUR instance table (labels, taints, allocatable
 after the reservations domain.sizing assumes, GPU/EFA resources) whose Ready status and Lease this
 harness keeps fresh; no kubelet runs, so pods are bound by the real scheduler and never started

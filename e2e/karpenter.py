@@ -1,5 +1,5 @@
 """Karpenter for real, on the e2e's API server: the Karpenter controller of the pinned release (its core,
-sigs.k8s.io/karpenter, with the kwok cloud provider of the same module, built by e2e/build.py) makes and
+sigs.k8s.io/karpenter, with the kwok cloud provider of the same module, built by go_binaries/build.py) makes and
 removes the GPU nodes our NodePools describe, for the pods the real KubeRay operator makes of our
 RayService, bound by the real kube-scheduler.
 

@@ -14,7 +14,7 @@ Then the Pulumi YAML example through the real CLI and YAML language host (e2e/ya
 second control plane with system nodes only, Karpenter (its kwok provider) makes and removes the GPU nodes
 of our NodePools (e2e/karpenter.py).
 
-Usage: python -m e2e.run [--cluster-only | --yaml-only | --karpenter-only]   (after `python -m e2e.build`;
+Usage: python -m e2e.run [--cluster-only | --yaml-only | --karpenter-only]   (after `python -m go_binaries.build`;
 `make e2e` runs both)
 --cluster-only: no Pulumi; only the control plane, the operator and the scheduling checks.
 --yaml-only: only the control plane, the operator and the Pulumi YAML example (e2e/yaml_example.py).
@@ -49,7 +49,6 @@ from domain import api_keys, cluster_checks, gcs_ft, observability, versions  # 
 from domain.config_keys import default  # noqa: E402
 from domain.facts import POOL_NODE_LABEL  # noqa: E402
 from domain.ray_service import ray_service_spec, served_document  # noqa: E402
-from e2e import build  # noqa: E402
 from e2e import yaml_example as yaml_run  # noqa: E402
 from e2e.admission import stack_namespaces_admit  # noqa: E402
 from e2e.checks import max_model_lens, names_failed_resource, unkept_fields  # noqa: E402
@@ -59,6 +58,7 @@ from e2e.karpenter import KwokScaling  # noqa: E402
 from e2e.observe import object_path, ray_cluster_of, wait_for, wait_for_gone, wait_scheduled  # noqa: E402
 from e2e.scale_up import ScaleUp  # noqa: E402
 from e2e.upgrades import kill_up_while_creating, new_cluster_beside_old, pending_operations  # noqa: E402
+from go_binaries import build  # noqa: E402
 
 STACK = "e2e"
 BASE_STACK_FILE = REPO / "Pulumi.dev.yaml"  # the seed deployment: 1 system node, prefill + decode
@@ -256,7 +256,7 @@ def run(
         needed = ("etcd", "kube", "kuberay-operator", "karpenter-kwok")
     for name, d in bins.items():
         if name in needed and not (d / ".built").is_file():
-            raise SystemExit(f"e2e: {name} is not built under {d}: run `python -m e2e.build` (make e2e does)")
+            raise SystemExit(f"e2e: {name} is not built under {d}: run `python -m go_binaries.build` (make e2e does)")
     cfg = base_config()
     settings = settings_of(BASE_STACK_FILE)
     pools = {r: (p.nodes.instance_type, p.nodes.desired_size, p.efa) for r, p in settings.gpu_pools.items()}

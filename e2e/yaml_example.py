@@ -103,6 +103,6 @@ def served_models(serve_config_v2: str) -> set[str]:
 
 
 def _yaml_bin() -> list[Path]:
-    from e2e.build import bin_dirs
+    from go_binaries.build import bin_dirs
 
     return [bin_dirs()["pulumi-yaml"]]

@@ -8,7 +8,7 @@ only when asked (`make policy PULL_CHARTS=1`), `helm pull` into that cache. A ch
 reported in one line and not scanned: Helm repositories and OCI registries are not reachable everywhere
 `make policy` runs (CI reaches package registries only).
 
-helm is the e2e build's (e2e/build.py HELM_VERSION) or the PATH's.
+helm is the e2e build's (go_binaries/build.py HELM_VERSION) or the PATH's.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from adapters import environment
-from e2e import build
+from go_binaries import build
 
 OCI = "oci://"
 # How long one `helm pull` may take: a repository that answers sends a chart of a few hundred KB in seconds;
@@ -204,7 +204,7 @@ def rendered(
     refused: dict[str, str] = {}  # repository -> why its first pull failed: not asked again in this run
     for release in releases(manifests):
         if helm is None:
-            missing.append(f"{release}: not scanned, no helm (`python3 -m e2e.build helm` builds it)")
+            missing.append(f"{release}: not scanned, no helm (`python3 -m go_binaries.build helm` builds it)")
             continue
         archive = find_archive(release, folders)
         why = "not in " + ", ".join(str(f) for f in folders)

@@ -1,5 +1,5 @@
 """A real Prometheus beside the rehearsal: the version kube-prometheus-stack 88.5 deploys (v3.14.0, built from
-its Go module by e2e/build.py), scraping the rehearsal's Ray metrics endpoints on loopback, with the
+its Go module by go_binaries/build.py), scraping the rehearsal's Ray metrics endpoints on loopback, with the
 stack's own rules (domain/alerts.py). It is one of the rehearsal's processes (it carries the run's marker,
 so the teardown ends it)."""
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from adapters.ports import free_port
-from e2e import build
+from go_binaries import build
 from rehearsal.context import RehearsalFailed
 
 # The rehearsal's Ray exports every 2 s (RAY_metrics_report_interval_ms, rehearsal/ray_cluster.py); scraping
@@ -34,7 +34,7 @@ def binary(wait: float, say) -> Path:
     while not (directory / ".built").is_file():
         if time.monotonic() > end:
             raise RehearsalFailed(
-                f"no Prometheus built under {directory} after {wait:g} s: run `python3 -m e2e.build prometheus`"
+                f"no Prometheus built under {directory} after {wait:g} s: run `python3 -m go_binaries.build prometheus`"
             )
         if not said:
             say(f"  waiting for the e2e build's Prometheus ({directory}) ...")

@@ -318,7 +318,7 @@ def fingerprints(entry: str, ctx: Context, source: Source, symbols: dict[str, li
 
 
 def _go_versions() -> dict[str, str]:
-    from e2e import build
+    from go_binaries import build
 
     return {"pulumi": build.PULUMI_VERSION, "kuberay": build.KUBERAY_VERSION}
 
@@ -801,7 +801,7 @@ def check_vllm_kv_failure_path(ctx: Context) -> list[str]:
 def check_prometheus_build(ctx: Context) -> list[str]:
     """Our wrapper repeats the module's replace and exclude directives; the cloud discoveries still sit behind
     the remove_all_sd tag."""
-    from e2e import build
+    from go_binaries import build
 
     module = ctx.source(GoModule, "github.com/prometheus/prometheus", build.PROMETHEUS_MODULE_VERSION)
 
@@ -822,9 +822,10 @@ def check_prometheus_build(ctx: Context) -> list[str]:
                     lines.append(f"{verb} {rest.strip()}")
         return sorted(lines)
 
-    ours = directives((ROOT / "e2e" / "build" / "prometheus" / "go.mod").read_text())
+    ours = directives((build.WRAPPERS / "prometheus" / "go.mod").read_text())
     theirs = directives(module.read("go.mod"))
-    problems = [] if ours == theirs else [f"e2e/build/prometheus/go.mod: {ours} differ from {module}'s go.mod {theirs}"]
+    wrapper = "go_binaries/wrappers/prometheus/go.mod"
+    problems = [] if ours == theirs else [f"{wrapper}: {ours} differ from {module}'s go.mod {theirs}"]
     if "remove_all_sd" not in module.read("plugins/plugin_aws.go"):
         problems.append(f"{module}: plugins/plugin_aws.go no longer honours the remove_all_sd build tag")
     return problems

@@ -38,7 +38,7 @@ def _make_cache_dir(env: dict[str, str]) -> str:
 def test_make_and_the_python_code_name_the_same_cache_root(tmp_path, monkeypatch):
     monkeypatch.delenv(environment.CACHE_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    from e2e import build
+    from go_binaries import build
 
     assert environment.cache_dir() == tmp_path / "ray-llm-eks"
     assert build.cache_root() == environment.cache_dir() / "e2e"
@@ -81,7 +81,7 @@ def test_no_other_file_spells_the_cache_root_rule():
 def test_the_e2e_build_runs_on_the_standard_library_alone():
     """.ci/run starts it with the system python3 before any venv exists; -S: no site-packages."""
     run = subprocess.run(
-        [sys.executable, "-S", "-c", "import e2e.build; print(e2e.build.cache_root())"],
+        [sys.executable, "-S", "-c", "import go_binaries.build; print(go_binaries.build.cache_root())"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -15,7 +15,7 @@ import pytest
 
 from adapters import stack
 from domain import dashboards
-from e2e import build
+from go_binaries import build
 from rehearsal import prometheus, substitute
 from rehearsal.checks import all_checks, observability
 from rehearsal.context import RehearsalFailed
@@ -116,7 +116,7 @@ def idle_prometheus(tmp_path):
     queries' own errors are real, and no panel can have data."""
     directory = build.component_dir(build.PROMETHEUS)
     if not (directory / ".built").is_file():
-        pytest.skip(f"no Prometheus built under {directory}: `python3 -m e2e.build prometheus`")
+        pytest.skip(f"no Prometheus built under {directory}: `python3 -m go_binaries.build prometheus`")
     ctx = SimpleNamespace(args=argparse.Namespace(stack="dev", set=[]), pd=True, timeline=[], mark=lambda text: None)
     rules = observability.alerts.render(observability._rule_inputs(ctx))
     url, process = prometheus.start(directory / "prometheus", tmp_path, ["http://127.0.0.1:9/metrics"], rules, {})

@@ -1,7 +1,7 @@
 """The Helm charts in `make policy` (offline/chart_render.py, offline/policy_check.py checkov_check): a chart of
 ours (tests/data/charts/checkov-fixture) rendered by the real helm with a release's values from the plan, scanned
 by the real checkov, failing until a justification covers it; a chart that cannot be had is one line, not a
-failure. helm is the e2e build's (e2e/build.py HELM_VERSION) or the PATH's, checkov the venv `make policy`
+failure. helm is the e2e build's (go_binaries/build.py HELM_VERSION) or the PATH's, checkov the venv `make policy`
 installs; without them those tests skip, saying so."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def checkov() -> Path:
 
 HELM = chart_render.helm_binary()
 needs_helm = pytest.mark.skipif(
-    HELM is None, reason="no helm: `python3 -m e2e.build helm` builds it (or put one on PATH)"
+    HELM is None, reason="no helm: `python3 -m go_binaries.build helm` builds it (or put one on PATH)"
 )
 needs_checkov = pytest.mark.skipif(
     not checkov().is_file(), reason=f"no checkov at {checkov()}: `make policy` installs it"
@@ -75,7 +75,7 @@ def test_without_helm_each_chart_is_one_line_and_nothing_is_rendered(monkeypatch
     assert out.docs == {}
     assert out.not_scanned == [
         "chart checkov-fixture 0.1.0 from https://charts.example.invalid: not scanned, no helm"
-        " (`python3 -m e2e.build helm` builds it)"
+        " (`python3 -m go_binaries.build helm` builds it)"
     ]
 
 

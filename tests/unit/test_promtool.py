@@ -1,6 +1,6 @@
 """promtool, the one Prometheus ships, on our rules: `check rules` on every shipped stack's PrometheusRule and
 the unit tests in observability/rules-tests/ (alerts that must fire, and when they must not). promtool comes
-from the e2e's Go build (e2e/build.py, Prometheus 3.14.0) or the PATH; without it these tests skip, saying so."""
+from the Go build (go_binaries/build.py, Prometheus 3.14.0) or the PATH; without it these tests skip, saying so."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import yaml
 
 from adapters import stack
 from domain import alerts
-from e2e import build
+from go_binaries import build
 
 TESTS_DIR = Path(__file__).resolve().parents[2] / "observability" / "rules-tests"
 # What the unit tests in TESTS_DIR assume (their header says so).
@@ -31,12 +31,12 @@ def promtool() -> str | None:
 REQUIRED = bool(os.environ.get("RAY_LLM_EKS_REQUIRE_PROMTOOL"))
 needs_promtool = pytest.mark.skipif(
     promtool() is None and not REQUIRED,
-    reason="no promtool: `python3 -m e2e.build prometheus` builds it (or put one on PATH)",
+    reason="no promtool: `python3 -m go_binaries.build prometheus` builds it (or put one on PATH)",
 )
 
 
 def test_promtool_is_there_when_required():
-    assert promtool() is not None or not REQUIRED, "no promtool: run `python3 -m e2e.build prometheus` first"
+    assert promtool() is not None or not REQUIRED, "no promtool: run `python3 -m go_binaries.build prometheus` first"
 
 
 def _write_rules(directory: Path, spec: dict) -> Path:

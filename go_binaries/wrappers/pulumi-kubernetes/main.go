@@ -17,7 +17,7 @@ func fail(err error) {
 	os.Exit(1)
 }
 
-// readBeside reads a file that e2e/build.py copied next to this executable.
+// readBeside reads a file that go_binaries/build.py copied next to this executable.
 func readBeside(name string) []byte {
 	exe, err := os.Executable()
 	if err == nil {

@@ -8,7 +8,7 @@ Everything is built from the Go module proxy into a cache OUTSIDE the repository
 component and version, stamped with a hash of what built it; a second run is a no-op.
 Go's own caches (GOMODCACHE, GOCACHE) are left where Go puts them (``go env``).
 
-The wrapper modules in e2e/build/ are ours; the versions and why each wrapper exists
+The wrapper modules in go_binaries/wrappers/ are ours; the versions and why each wrapper exists
 are in their go.mod files.
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from adapters import environment  # stdlib only, as this module must be
 
 HERE = Path(__file__).resolve().parent
-WRAPPERS = HERE / "build"
+WRAPPERS = HERE / "wrappers"
 
 # kube-prometheus-stack 88.5.x deploys Prometheus v3.14.0 (values.yaml prometheus.prometheusSpec.image.tag
 # v3.14.0-distroless); its Go module tags v0.3XX.Y are Prometheus v3.XX.Y.
@@ -47,7 +47,7 @@ PULUMI_KUBERNETES_VERSION = "4.25.0"
 # v1.14.1 go.mod requires sigs.k8s.io/karpenter at the commit tagged v1.14.1. Its kwok/ cloud provider stands
 # in for EC2 (e2e/karpenter.py).
 KARPENTER_VERSION = "v1.14.1"
-# The newest pulumi-yaml the proxy serves (v1.39+ refused); built against the CLI's pkg/v3 (e2e/build/pulumi-yaml).
+# The newest pulumi-yaml the proxy serves (v1.39+ refused); built against the CLI's pkg/v3 (wrappers/pulumi-yaml).
 PULUMI_YAML_VERSION = "v1.38.1"
 # helm for `make policy`'s `helm template` of the stack's charts (offline/chart_render.py): the newest v3 the proxy
 # serves that go get accepts (v3.22.0 is served but not approved); it brings the k8s.io modules at v0.36.2.
@@ -60,7 +60,7 @@ class Component:
     version: str
     # (Go package, output file name) pairs, built in one `go build` per pair list.
     packages: tuple[tuple[str, str], ...]
-    wrapper: str | None = None  # directory under e2e/build/, or None for `go install pkg@version`
+    wrapper: str | None = None  # directory under go_binaries/wrappers/, or None for `go install pkg@version`
     ldflags: str = "-s -w"
     tags: str = ""  # go build -tags
     # files copied from a module in GOMODCACHE: (module@version, path in module, dest name)
@@ -134,7 +134,7 @@ COMPONENTS: tuple[Component, ...] = (
     Component(
         "pulumi-kubernetes",
         PULUMI_KUBERNETES_VERSION,
-        (("ray-llm-eks/e2e/build/pulumi-kubernetes", "pulumi-resource-kubernetes"),),
+        (("ray-llm-eks/go_binaries/wrappers/pulumi-kubernetes", "pulumi-resource-kubernetes"),),
         wrapper="pulumi-kubernetes",
         ldflags=(
             f"-s -w -X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version={PULUMI_KUBERNETES_VERSION}"

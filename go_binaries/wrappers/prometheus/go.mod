@@ -1,4 +1,4 @@
-module ray-llm-eks/e2e/build/prometheus
+module ray-llm-eks/go_binaries/wrappers/prometheus
 
 // Wrapper module: builds prometheus and promtool from github.com/prometheus/prometheus
 // v0.314.0 (its module tags v0.3XX.Y are Prometheus v3.XX.Y: this is v3.14.0, what

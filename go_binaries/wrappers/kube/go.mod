@@ -1,4 +1,4 @@
-module ray-llm-eks/e2e/build/kube
+module ray-llm-eks/go_binaries/wrappers/kube
 
 // Wrapper module: builds kube-apiserver, kube-scheduler and kube-controller-manager
 // from k8s.io/kubernetes, whose own go.mod points every staging module at

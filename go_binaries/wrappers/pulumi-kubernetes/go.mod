@@ -1,9 +1,9 @@
-module ray-llm-eks/e2e/build/pulumi-kubernetes
+module ray-llm-eks/go_binaries/wrappers/pulumi-kubernetes
 
 // Wrapper module for pulumi-resource-kubernetes: the provider's own main embeds
 // schema-embed.json, generated at build time and absent from the module zip, so
 // main.go here reads the schema shipped in the module (cmd/pulumi-resource-kubernetes/schema.json),
-// copied beside the binary by e2e/build.py.
+// copied beside the binary by go_binaries/build.py.
 // The Go module proxy serves provider/v4 only at this pseudo-version, the commit
 // tagged v4.25.0 (f47bc2d6f199, 2026-01-15); it serves no tag of provider/v4.
 go 1.24.7

@@ -1,4 +1,4 @@
-module ray-llm-eks/e2e/build/pulumi
+module ray-llm-eks/go_binaries/wrappers/pulumi
 
 // Wrapper module for the Pulumi CLI: pkg/v3's go.mod replaces sdk/v3 with ../sdk and
 // github.com/atotto/clipboard with a fork, so `go install pkg@version` refuses it.

@@ -1,4 +1,4 @@
-module ray-llm-eks/e2e/build/etcd
+module ray-llm-eks/go_binaries/wrappers/etcd
 
 // Wrapper module: go.etcd.io/etcd/server/v3 is etcd's main package, but its go.mod
 // replaces its sibling modules with ../api, ../client/... so `go install pkg@version`

@@ -1,8 +1,8 @@
-module ray-llm-eks/e2e/build/pulumi-yaml
+module ray-llm-eks/go_binaries/wrappers/pulumi-yaml
 
 // Wrapper module for Pulumi YAML's language host (cmd/pulumi-language-yaml). v1.38.1 is the newest
 // release the Go module proxy serves (it refuses v1.39+); its go.mod requires pkg/v3 and sdk/v3 v3.255.0,
-// raised here to v3.274.1, the CLI's (e2e/build.py PULUMI_VERSION): one engine/SDK pair across the
+// raised here to v3.274.1, the CLI's (go_binaries/build.py PULUMI_VERSION): one engine/SDK pair across the
 // binaries, and the CLI's build cache reused. The clipboard replace is pkg/v3 v3.274.1's (see ../pulumi).
 go 1.26.6
 
