@@ -1,5 +1,5 @@
 """Running the load generator, AIPerf, from its own venv (`make bench-venv`: its pins clash with the dev and
-rehearsal venvs'). One run per load point: its YAML configuration (domain.bench.aiperf_config, the API key
+rehearsal venvs'). One run per load point: its YAML configuration (measure.bench.aiperf_config, the API key
 only as a reference to $OPENAI_API_KEY), its artifacts, its summary and per-request records."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`make bench URL=...`: a sweep of at least four load points against an OpenAI-compatible endpoint, driven by
-AIPerf (llmclient/aiperf.py; its configuration: domain/bench.py), one AIPerf run per point with a warm-up
+AIPerf (llmclient/aiperf.py; its configuration: measure/bench.py), one AIPerf run per point with a warm-up
 before the first, fixed seeds and bounded time. Writes DIR/bench.json and DIR/bench.png; `make compare`
 puts two such runs on one plot with a verdict table (llmclient/plot.py).
 
@@ -20,43 +20,43 @@ from dataclasses import replace
 from pathlib import Path
 
 from adapters.botocore_facts import BotocoreFactsMissing
-from adapters.metrics import MetricsError
 from adapters.stackfile import StackFileError
-from domain import bench as domain_bench
-from domain import kv_proof
 from domain.errors import ConfigError
 from llmclient import aiperf, core, verify
+from llmclient.metrics import MetricsError
+from measure import bench as bench_stats
+from measure import kv_proof
 
 
-def _delta(after: domain_bench.KvFigures, before: domain_bench.KvFigures) -> domain_bench.KvFigures:
-    return domain_bench.KvFigures(
+def _delta(after: bench_stats.KvFigures, before: bench_stats.KvFigures) -> bench_stats.KvFigures:
+    return bench_stats.KvFigures(
         after.transfers - before.transfers, after.megabytes - before.megabytes, after.seconds - before.seconds
     )
 
 
 def sweep(
-    target: domain_bench.Target,
-    workload: domain_bench.Workload,
-    sweep_: domain_bench.Sweep,
-    bounds: domain_bench.Bounds,
+    target: bench_stats.Target,
+    workload: bench_stats.Workload,
+    sweep_: bench_stats.Sweep,
+    bounds: bench_stats.Bounds,
     slo: tuple[float, float],
     seed: int,
     out: Path,
     api_key: str | None,
-    kv_totals: Callable[[], domain_bench.KvFigures] | None = None,
+    kv_totals: Callable[[], bench_stats.KvFigures] | None = None,
     usd_per_hour: float | None = None,
     say: Callable[[str], None] = print,
-) -> list[domain_bench.Point]:
+) -> list[bench_stats.Point]:
     """Every load point in order, one AIPerf run each (a warm-up before the first); the KV figures of each
     point are the change of the engines' NIXL totals across it."""
     points = []
     for i, load in enumerate(sweep_.points):
-        config = domain_bench.aiperf_config(target, workload, sweep_.kind, load, bounds, *slo, seed, "", warmup=i == 0)
+        config = bench_stats.aiperf_config(target, workload, sweep_.kind, load, bounds, *slo, seed, "", warmup=i == 0)
         before = kv_totals() if kv_totals else None
         cap = bounds.worst_case_seconds(1) + 240  # AIPerf's own start and stop, on a busy machine
         result = aiperf.run_point(config, out / f"{sweep_.kind}-{load:g}", api_key, timeout=cap)
-        point = domain_bench.read_point(result.summary, load)
-        point.usd_per_million_output_tokens = domain_bench.usd_per_million_tokens(
+        point = bench_stats.read_point(result.summary, load)
+        point.usd_per_million_output_tokens = bench_stats.usd_per_million_tokens(
             usd_per_hour, point.output_tokens_per_s
         )
         if kv_totals and before is not None:
@@ -99,7 +99,7 @@ def stack_facts(stack: str) -> dict:
     settings = stack_adapter.load_settings(config)
     estimate = cost.estimate(settings, settings.prices)
     llm_config = next(iter(llm_configs_by_role(settings.serving.serve_document, f"stack {stack}").values()))
-    tokenizer = domain_bench.stack_tokenizer(llm_config)
+    tokenizer = bench_stats.stack_tokenizer(llm_config)
     return {
         "tokenizer": tokenizer,
         "tokenizer_source": f"stack {stack}'s model source" if tokenizer else None,
@@ -142,17 +142,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stack", help="the stack behind the endpoint: its SLO, hourly cost, PD or not")
     p.add_argument("--label", help="name of this run in plots and tables (default: the stack or the URL)")
     p.add_argument("--sweep", default="concurrency:1,2,4,8", help="concurrency:1,2,4,8 or rate:0.5,1,2,4")
-    p.add_argument("--workload", default="fixed", choices=domain_bench.WORKLOADS)
-    p.add_argument("--isl", type=int, default=domain_bench.Workload.isl, help="prompt tokens (per user turn)")
-    p.add_argument("--osl", type=int, default=domain_bench.Workload.osl, help="output tokens (per answer)")
-    p.add_argument("--turns", type=int, default=domain_bench.Workload.turns, help="turns per conversation (multiturn)")
-    p.add_argument("--context-tokens", type=int, default=domain_bench.Workload.context_tokens, help="per conversation")
-    p.add_argument("--system-tokens", type=int, default=domain_bench.Workload.system_tokens, help="shared by all")
+    p.add_argument("--workload", default="fixed", choices=bench_stats.WORKLOADS)
+    p.add_argument("--isl", type=int, default=bench_stats.Workload.isl, help="prompt tokens (per user turn)")
+    p.add_argument("--osl", type=int, default=bench_stats.Workload.osl, help="output tokens (per answer)")
+    p.add_argument("--turns", type=int, default=bench_stats.Workload.turns, help="turns per conversation (multiturn)")
+    p.add_argument("--context-tokens", type=int, default=bench_stats.Workload.context_tokens, help="per conversation")
+    p.add_argument("--system-tokens", type=int, default=bench_stats.Workload.system_tokens, help="shared by all")
     p.add_argument("--dataset", help="your own JSONL (workload dataset)")
-    p.add_argument("--dataset-format", default="single_turn", choices=domain_bench.DATASET_FORMATS)
-    p.add_argument("--requests", type=int, default=domain_bench.Bounds.requests, help="per load point, at most")
-    p.add_argument("--seconds", type=float, default=domain_bench.Bounds.seconds, help="per load point, at most")
-    p.add_argument("--warmup-requests", type=int, default=domain_bench.Bounds.warmup_requests)
+    p.add_argument("--dataset-format", default="single_turn", choices=bench_stats.DATASET_FORMATS)
+    p.add_argument("--requests", type=int, default=bench_stats.Bounds.requests, help="per load point, at most")
+    p.add_argument("--seconds", type=float, default=bench_stats.Bounds.seconds, help="per load point, at most")
+    p.add_argument("--warmup-requests", type=int, default=bench_stats.Bounds.warmup_requests)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--model", help="model id (default: the first the endpoint lists)")
     p.add_argument(
@@ -172,11 +172,11 @@ def bench_arguments(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def run(args: argparse.Namespace, api_key: str | None = None, say: Callable[[str], None] = print) -> domain_bench.Run:
+def run(args: argparse.Namespace, api_key: str | None = None, say: Callable[[str], None] = print) -> bench_stats.Run:
     """The sweep; the key from `api_key` or $OPENAI_API_KEY (never on a command line)."""
     api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
-    workload = domain_bench.check_workload(
-        domain_bench.Workload(
+    workload = bench_stats.check_workload(
+        bench_stats.Workload(
             kind=args.workload,
             isl=args.isl,
             osl=args.osl,
@@ -187,12 +187,12 @@ def run(args: argparse.Namespace, api_key: str | None = None, say: Callable[[str
             dataset_format=args.dataset_format,
         )
     )
-    sweep_ = domain_bench.parse_sweep(args.sweep)
+    sweep_ = bench_stats.parse_sweep(args.sweep)
     facts = stack_facts(args.stack) if args.stack else default_facts()
     if args.usd_per_hour is not None:
         facts.update(usd_per_hour=args.usd_per_hour, cost_source="--usd-per-hour")
     bounds = replace(
-        domain_bench.Bounds(), requests=args.requests, seconds=args.seconds, warmup_requests=args.warmup_requests
+        bench_stats.Bounds(), requests=args.requests, seconds=args.seconds, warmup_requests=args.warmup_requests
     )
     model = args.model or first_model(args.url, api_key)
     tokenizer, tokenizer_source = next(
@@ -204,7 +204,7 @@ def run(args: argparse.Namespace, api_key: str | None = None, say: Callable[[str
         )
         if name
     )
-    target = domain_bench.Target(args.url, model, tokenizer, api_key=api_key is not None)
+    target = bench_stats.Target(args.url, model, tokenizer, api_key=api_key is not None)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     say(
@@ -214,11 +214,11 @@ def run(args: argparse.Namespace, api_key: str | None = None, say: Callable[[str
         f"{bounds.worst_case_seconds(len(sweep_.points)) / 60:.0f} min of load"
     )
     read = verify.kv_reader(args, facts["namespace"])
-    kv = (lambda: domain_bench.KvFigures.of(kv_proof.counters(read()))) if read else None
+    kv = (lambda: bench_stats.KvFigures.of(kv_proof.counters(read()))) if read else None
     points = sweep(
         target, workload, sweep_, bounds, facts["slo"], args.seed, out, api_key, kv, facts["usd_per_hour"], say
     )
-    result = domain_bench.Run(
+    result = bench_stats.Run(
         label=args.label or args.stack or args.url,
         url=args.url,
         model=model,
@@ -253,17 +253,17 @@ def main_bench(args: argparse.Namespace) -> int:
     ) as exc:
         print(f"bench FAILED: {exc}", file=sys.stderr)
         return 1 if isinstance(exc, (aiperf.AiperfFailed, MetricsError, EndpointError)) else 2
-    print(domain_bench.text_table(domain_bench.point_rows(result)))
+    print(bench_stats.text_table(bench_stats.point_rows(result)))
     print()
-    print(domain_bench.text_table(domain_bench.verdict_rows([result])))
+    print(bench_stats.text_table(bench_stats.verdict_rows([result])))
     print(f"saved {args.out / 'bench.json'} and {args.out / 'bench.png'}")
     return 1 if any(p.errors for p in result.points) else 0
 
 
 def main_compare(runs: list[Path], png: Path, title: str | None = None) -> int:
     """Two (or more) saved runs: one plot, one verdict table."""
-    loaded = [domain_bench.run_from_json(json.loads(Path(p).read_text())) for p in runs]
+    loaded = [bench_stats.run_from_json(json.loads(Path(p).read_text())) for p in runs]
     plot(list(runs), png, title)
-    print(domain_bench.text_table(domain_bench.verdict_rows(loaded)))
+    print(bench_stats.text_table(bench_stats.verdict_rows(loaded)))
     print(f"saved {png}")
     return 0

@@ -12,7 +12,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt  # no display: the caller sets MPLBACKEND=Agg
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from domain import bench
+from measure import bench
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
 # One run: three percentiles by line style. Several runs: p50 and p95 only, one colour per run.

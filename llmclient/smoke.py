@@ -9,9 +9,8 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
-from adapters import metrics
-from domain import kv_proof
-from llmclient import core
+from llmclient import core, metrics
+from measure import kv_proof
 
 PROMPT = [{"role": "user", "content": "Say hello in one short sentence."}]
 METRICS_WAIT = 30.0  # seconds: Ray's metrics agent publishes every few seconds (10 s by default)

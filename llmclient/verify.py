@@ -1,7 +1,7 @@
 """`make verify URL=... ARGS="--prometheus URL"`: prove that every request's KV cache moves from prefill to
 decode over NIXL. Long-prompt requests go to the endpoint one at a time; the engines' own counters are read
 before and after (from a Prometheus, Ray's metrics endpoints, or the Ray pods through the Kubernetes API,
-never from the OpenAI endpoint), and domain/kv_proof.py judges them: each request's transfer of the size
+never from the OpenAI endpoint), and measure/kv_proof.py judges them: each request's transfer of the size
 its prompt weighs, no failed transfer, nothing recomputed on decode, the throughput floor, and the NIXL
 backend the stack asks for (from the engines' logs, through the Ray dashboard's log API).
 """
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import yaml
 
-from domain import kv_proof
-from domain.kv_proof import KvCounters, KvShape, Sample, Verdict
 from llmclient import core
+from measure import kv_proof
+from measure.kv_proof import KvCounters, KvShape, Sample, Verdict
 
 # nixl 1.3.1 nixl/_api.py nixl_agent.__init__ logs one line per backend it instantiated.
 BACKEND_LINE = re.compile(r"Backend (\w+) was instantiated")
@@ -304,7 +304,7 @@ def _kube_client():
 def kv_reader(args, namespace: str | None) -> Callable[[], list[Sample]] | None:
     """The engines' KV series (kv_proof.SERIES) from where `add_metrics_arguments` said, or None when it said
     nothing. `namespace`: the RayService's, for --kube (from the stack)."""
-    from adapters import metrics as adapter
+    from llmclient import metrics as adapter
 
     if args.kube:
         if namespace is None:
@@ -319,7 +319,7 @@ def kv_reader(args, namespace: str | None) -> Callable[[], list[Sample]] | None:
 
 
 def sources_from(args, settings, app: str) -> Sources:
-    from adapters import metrics as adapter
+    from llmclient import metrics as adapter
 
     logs = None
     read_metrics = kv_reader(args, settings.serving.namespace)
@@ -341,12 +341,12 @@ def _local_config(source: str) -> dict | None:
 
 
 def main(args) -> int:
-    from adapters import metrics as adapter
     from adapters import stack
     from adapters.botocore_facts import BotocoreFactsMissing
     from adapters.stackfile import StackFileError
     from domain import alerts
     from domain.errors import ConfigError
+    from llmclient import metrics as adapter
 
     try:
         settings = stack.load_settings(stack.stack_file(args.stack))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from domain.model_spec_helper import text_config
+from measure.hf_model_spec import text_config
 from rehearsal.tiny_model import CHAT_TEMPLATE, CORPUS
 
 # Qwen's special tokens in their id order, from <|endoftext|> (the config's eos/bos id) on; the reasoning and

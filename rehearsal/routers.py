@@ -10,8 +10,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from domain import bench, kv_proof
 from domain import ray_metrics as m
+from measure import bench, kv_proof
 
 # vLLM's prefix-cache counters through Ray, with the Serve replica's unique id as `ReplicaId`.
 QUERIES, HITS = m.PREFIX_CACHE_QUERIES, m.PREFIX_CACHE_HITS
@@ -26,7 +26,7 @@ LATE_PROBE = "Failed to get queue length from"
 
 def prefix_cache_counts(samples: Iterable[kv_proof.Sample]) -> dict[str, tuple[float, float]]:
     """replica id -> (prompt tokens queried, found in the prefix cache) so far, from the samples of QUERIES and
-    HITS that adapters/metrics.py read (every Ray node's endpoint)."""
+    HITS that llmclient/metrics.py read (every Ray node's endpoint)."""
     counts: dict[str, list[float]] = {}
     for sample in samples:
         if sample.name not in (QUERIES, HITS):

@@ -412,7 +412,7 @@ def check_vllm_memory_defaults(ctx: Context) -> list[str]:
 
 
 def check_vllm_kv_cache_fit(ctx: Context) -> list[str]:
-    from domain import vllm_log
+    from measure import vllm_log
 
     vllm = _vllm(ctx)
     symbols = {
@@ -876,8 +876,8 @@ def check_ray_request_routing(ctx: Context) -> list[str]:
 
 
 def check_aiperf_config(ctx: Context) -> list[str]:
-    """Every key domain/bench.py writes is in AIPerf's own config schema, with the types we give them."""
-    from domain import bench
+    """Every key measure/bench.py writes is in AIPerf's own config schema, with the types we give them."""
+    from measure import bench
 
     aiperf = ctx.source(Wheel, "aiperf", pinned("llmclient/bench-requirements.txt", "aiperf"))
     schema = json.loads(aiperf.read("aiperf/config/schema/aiperf-config.schema.json"))

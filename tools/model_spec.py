@@ -1,5 +1,5 @@
 """`make model-spec CONFIG=path/to/config.json`: the modelSpec YAML to paste into Pulumi.<stack>.yaml,
-from a Hugging Face config.json on disk (nothing is downloaded; domain/model_spec_helper.py derives it)."""
+from a Hugging Face config.json on disk (nothing is downloaded; measure/hf_model_spec.py derives it)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from domain.model_spec_helper import FIELD_ORDER, as_yaml, spec_from_hf_config
+from measure.hf_model_spec import FIELD_ORDER, as_yaml, spec_from_hf_config
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,5 @@
 """What the engines say about themselves, beside what the project predicted: vLLM's memory lines against the fit
-check's prediction (GPU target with --emulate: domain/vllm_log.py compares them and the rehearsal fails where they
+check's prediction (GPU target with --emulate: measure/vllm_log.py compares them and the rehearsal fails where they
 disagree beyond the fit's tolerance), and, for PD, that every engine registered its KV cache with the
 kv_buffer_device the document asks for and decode passed NIXL's compatibility check with prefill."""
 
@@ -8,8 +8,9 @@ from __future__ import annotations
 import re
 from dataclasses import asdict
 
-from domain import model_fit, vllm_log
+from domain import model_fit
 from domain.serve_config import role_of
+from measure import vllm_log
 from rehearsal import logs, topology, verify
 from rehearsal.checks import Check
 from rehearsal.context import Context, RehearsalFailed, say

@@ -7,9 +7,9 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from domain import bench as domain_bench
 from domain.serve_config import llm_configs_by_role
 from llmclient import bench
+from measure import bench as bench_stats
 from rehearsal import cpu_threads, scale_demo, substitute, topology
 from rehearsal.checks import Check, by_flag, measure_threads
 from rehearsal.context import Context, RehearsalFailed, say
@@ -60,7 +60,7 @@ def _bench(ctx: Context) -> None:
     )
     result = bench.run(args, api_key=ctx.api_key, say=say)
     bench.plot([ctx.args.bench / "bench.json"], ctx.args.bench / "bench.png")
-    say(domain_bench.text_table(domain_bench.point_rows(result)))
+    say(bench_stats.text_table(bench_stats.point_rows(result)))
     ctx.results["bench"] = result.to_json()
     ctx.timeline.append(f"bench: {ctx.args.bench / 'bench.json'}, {ctx.args.bench / 'bench.png'}")
     if failed := sum(p.errors for p in result.points):

@@ -16,12 +16,12 @@ import random
 import time
 from pathlib import Path
 
-from adapters import metrics
-from domain import bench, kv_proof, routing
+from domain import routing
 from domain.role_view import role_views
 from domain.serve_config import llm_configs_by_role
-from llmclient import aiperf, core
+from llmclient import aiperf, core, metrics
 from llmclient import verify as verify_client
+from measure import bench, kv_proof
 from rehearsal import routers, substitute, topology, verify
 from rehearsal.checks import Check, by_flag
 from rehearsal.context import Context, RehearsalFailed, say

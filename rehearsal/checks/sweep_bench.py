@@ -1,7 +1,7 @@
 """`--sweep-bench FILE`: load points (prompt length x requests in flight) through the project's own streaming
 client, the quick bench's, for a GPU machine reached only by the wheels of `make gpu-wheels` (no AIPerf there).
 Each point: TTFT and TPOT percentiles, output tokens/s, and goodput at the SLO (requests per second whose TTFT
-and TPOT both met it; a point meets the SLO when domain/bench.py's ATTAINMENT share of its requests did). Where
+and TPOT both met it; a point meets the SLO when measure/bench.py's ATTAINMENT share of its requests did). Where
 the app runs selective PD, each point also says which path its requests took (the ingress's own counter).
 `make bench` is the project's bench where AIPerf's venv exists; this one is for comparing apps on one GPU."""
 
@@ -12,9 +12,9 @@ import asyncio
 import json
 from pathlib import Path
 
-from adapters import metrics
-from domain import bench, slo
-from llmclient import core
+from domain import slo
+from llmclient import core, metrics
+from measure import bench
 from rehearsal.checks import Check, by_flag
 from rehearsal.checks.quick_bench import load
 from rehearsal.context import Context, RehearsalFailed, say

@@ -225,7 +225,7 @@ def test_openai_python_example_is_python_with_the_endpoint_and_model(plans):
 # ---- 12. modelSpec for a model outside the table, from its config.json
 
 
-def test_model_spec_helper_output_plans(tmp_path, capsys):
+def test_hf_model_spec_output_plans(tmp_path, capsys):
     from offline.plan import run_program
     from tools.model_spec import main
 

@@ -407,8 +407,8 @@ def test_bench_without_an_endpoint_is_one_line(tmp_path, capsys):
 
 
 def test_verify_waits_for_the_transfers_of_split_prompts_only_under_selective_pd():
-    from domain import kv_proof
     from llmclient import verify
+    from measure import kv_proof
 
     shape = kv_proof.KvShape(512, 0, 256, hybrid=False)
     before = kv_proof.KvCounters(bytes_buckets={kv_proof.INF: 2}, decode_tokens={"local_compute": 10}, paths={})

@@ -216,8 +216,8 @@ def test_the_gpu_venv_and_the_gpu_kit_pin_what_the_rehearsal_pins():
 
 def test_one_helper_reads_a_models_text_config():
     """A multimodal config.json keeps the language model's numbers under text_config: the fit (modelSpec) and
-    the GPU rehearsal's random weights read them through domain/model_spec_helper.py text_config alone."""
-    from domain.model_spec_helper import text_config
+    the GPU rehearsal's random weights read them through measure/hf_model_spec.py text_config alone."""
+    from measure.hf_model_spec import text_config
     from rehearsal import gpu_model
 
     assert gpu_model.text_config is text_config
@@ -226,7 +226,7 @@ def test_one_helper_reads_a_models_text_config():
     readers = [
         f"{path}:{n}"
         for path in tracked.stdout.split()
-        if (root / path).exists() and path != "domain/model_spec_helper.py" and not path.startswith("tests/")
+        if (root / path).exists() and path != "measure/hf_model_spec.py" and not path.startswith("tests/")
         for n, line in enumerate((root / path).read_text().splitlines(), 1)
         if re.search(r"""def text_config\b|\[["']text_config["']\]|get\(["']text_config["']""", line)
     ]

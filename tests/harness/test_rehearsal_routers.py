@@ -8,8 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from adapters.metrics import parse_text
-from domain import bench, kv_proof, routing
+from domain import routing
+from llmclient.metrics import parse_text
+from measure import bench, kv_proof
 from rehearsal import routers
 from rehearsal.checks import routing as routing_check
 from rehearsal.substitute import LocalDocument

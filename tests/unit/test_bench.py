@@ -1,4 +1,4 @@
-"""`make bench` / `make compare`, the pure half (domain/bench.py): the load generator's configuration per load
+"""`make bench` / `make compare`, the pure half (measure/bench.py): the load generator's configuration per load
 point, AIPerf 0.13.0's summary read into our figures, goodput at the SLO, the breaking load, $/Mtok."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from domain import bench, kv_proof
 from domain.errors import ConfigError
-from domain.kv_proof import Sample
+from measure import bench, kv_proof
+from measure.kv_proof import Sample
 
 SUMMARY = Path(__file__).resolve().parent.parent / "data" / "aiperf-0.13.0-summary.json"
 TARGET = bench.Target("http://127.0.0.1:8000/", "Qwen/Qwen3.5-9B", "Qwen/Qwen3.5-9B")
@@ -158,7 +158,7 @@ def test_kv_figures_per_transfer():
 
 
 def test_kv_figures_come_from_the_counters_make_verify_reads():
-    # The engines' samples as adapters/metrics.py returns them: decode records the reads (two transfers,
+    # The engines' samples as llmclient/metrics.py returns them: decode records the reads (two transfers,
     # 3 MB and 0.1 s in all); prefill's own series and Serve's gauge join the roles, as kv_proof does.
     samples = [
         Sample("ray_serve_replica_processing_queries", {"WorkerId": "d", "deployment": "Decode:m"}, 0),

@@ -39,7 +39,7 @@ LLAMA_31_8B = LLAMA_2_7B | {
 
 
 def _spec(config: dict):
-    from domain.model_spec_helper import spec_from_hf_config
+    from measure.hf_model_spec import spec_from_hf_config
 
     return spec_from_hf_config(config)
 
@@ -93,7 +93,7 @@ def test_model_spec_from_config_matches_the_table(tmp_path):
     assert (spec["maxContext"], spec["weightDtype"]) == (known.max_context, known.weight_dtype)
 
 
-def test_model_spec_helper_names_what_it_cannot_derive(tmp_path, capsys):
+def test_hf_model_spec_names_what_it_cannot_derive(tmp_path, capsys):
     from tools.model_spec import main
 
     hybrid = {"model_type": "qwen3_next", "layer_types": ["linear_attention"] * 3 + ["full_attention"]}

@@ -1,4 +1,4 @@
-"""The KV-path verdict from the engines' counters (domain/kv_proof.py), on readings shaped as Ray 2.58 exports
+"""The KV-path verdict from the engines' counters (measure/kv_proof.py), on readings shaped as Ray 2.58 exports
 vLLM 0.26's NIXL histograms: cumulative buckets, bucket-midpoint sums."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ import dataclasses
 
 import pytest
 
-from domain import kv_proof, model_table
-from domain.kv_proof import INF, KvCounters, KvShape, Sample
+from domain import model_table
+from measure import kv_proof
+from measure.kv_proof import INF, KvCounters, KvShape, Sample
 
 # vLLM 0.26 nixl/stats.py: bytes-per-transfer buckets 2^11, 2^13, ... 2^33; transfer-time buckets.
 BYTE_BOUNDS = [2.0 ** (10 + i) for i in range(1, 25, 2)]

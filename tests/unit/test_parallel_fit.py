@@ -92,8 +92,8 @@ def test_a_users_model_spec_gives_the_heads_for_tensor_parallelism():
     assert "linear_num_value_heads 12" in _refusal("me/model", 8, "g6e.48xlarge", spec).allowed
 
 
-def test_model_spec_helper_reads_the_heads():
-    from domain.model_spec_helper import spec_from_hf_config
+def test_hf_model_spec_reads_the_heads():
+    from measure.hf_model_spec import spec_from_hf_config
 
     dense, _ = spec_from_hf_config(LLAMA_31_8B)
     hybrid, _ = spec_from_hf_config({"text_config": QWEN35_9B_TEXT_CONFIG})

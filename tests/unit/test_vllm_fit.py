@@ -9,10 +9,11 @@ from dataclasses import replace
 
 import pytest
 
-from domain import aws_facts, fit_prediction, model_fit, model_table, vllm_fit, vllm_log
+from domain import aws_facts, fit_prediction, model_fit, model_table, vllm_fit
 from domain.errors import ConfigError
 from domain.fit_prediction import Engine, predict
 from domain.model_table import GIB, MIB
+from measure import vllm_log
 
 QWEN = model_table.KNOWN_MODELS["Qwen/Qwen3.5-9B"]
 LLAMA_ID = "meta-llama/Llama-3.1-8B-Instruct"
@@ -340,8 +341,8 @@ QWEN35_9B_TEXT_CONFIG = {
 }
 
 
-def test_model_spec_helper_derives_a_gated_deltanet_state_that_sizes_the_pool_as_the_table():
-    from domain.model_spec_helper import spec_from_hf_config
+def test_hf_model_spec_derives_a_gated_deltanet_state_that_sizes_the_pool_as_the_table():
+    from measure.hf_model_spec import spec_from_hf_config
 
     derived, missing = spec_from_hf_config({"text_config": QWEN35_9B_TEXT_CONFIG})
     assert set(missing) == {"parameters"}

@@ -1,6 +1,6 @@
 """Reading engine metrics from where they are: a Prometheus (its HTTP query API), Ray's own metrics endpoints
 (Prometheus text), or the Ray pods through the Kubernetes API server's pod proxy. Each returns
-domain.kv_proof.Sample rows of the series asked for; what they mean is domain's business.
+measure.kv_proof.Sample rows of the series asked for; what they mean is domain's business.
 
 Also the Ray dashboard's HTTP API (Serve's application status, the replicas' logs), directly or through
 the API server's service proxy: the NIXL backend an engine uses is in its log only.
@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.kube_client import KubeClient
 from domain import facts
-from domain.kv_proof import Sample
+from measure.kv_proof import Sample
 
 TIMEOUT = 30.0
 RAY_METRICS_PORT = facts.HEAD_PORTS["metrics"]  # every Ray pod's, not the head's only (KubeRay's default)

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from domain import kv_proof
 from domain.errors import UNSET, ConfigError, yaml_text
+from measure import kv_proof
 
 # A load point meets the SLO when at least this share of its requests met every target: DistServe's
 # "SLO attainment" (Zhong et al., OSDI 2024, arXiv:2401.09670) is reported at 90%.
@@ -261,7 +261,7 @@ class KvFigures:
     @classmethod
     def of(cls, counters: kv_proof.KvCounters) -> KvFigures:
         """From one reading of the engines' KV counters (`make verify`'s reader and kv_proof.counters); the
-        byte and time totals are Ray's histogram sums (bucket midpoints: domain/kv_proof.py)."""
+        byte and time totals are Ray's histogram sums (bucket midpoints: measure/kv_proof.py)."""
         return cls(counters.transfers, counters.bytes_sum / 1e6, counters.seconds_sum)
 
     def per_transfer(self) -> dict[str, float | None]:

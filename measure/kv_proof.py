@@ -18,8 +18,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from domain import fit_prediction, model_spec_helper, model_table, role_view, serve_config, vllm_fit
+from domain import fit_prediction, model_table, role_view, serve_config, vllm_fit
 from domain import ray_metrics as m
+from measure import hf_model_spec
 
 # vLLM's decode engine computes the last prompt token itself (it needs that token's logits): one token per
 # request (vllm/v1/core/sched/scheduler.py _update_waiting_for_remote_kv; hybrid models read N-1 tokens,
@@ -184,8 +185,8 @@ def spec_from_hf_config(config: Mapping) -> model_table.ModelSpec:
     """The KV facts of a model from its config.json alone (a local model such as the rehearsal's stand-in):
     the fit helper's derivation, the linear-attention state kept as its shapes so the engine's
     mamba_ssm_cache_dtype applies."""
-    derived, _ = model_spec_helper.spec_from_hf_config(dict(config))
-    text = model_spec_helper.text_config(dict(config))
+    derived, _ = hf_model_spec.spec_from_hf_config(dict(config))
+    text = hf_model_spec.text_config(dict(config))
     linear = None
     if derived.get("linearLayers"):
         linear = vllm_fit.GatedDeltaNet(
