@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rehearsal.processes import MARKER, our_pids
+from rehearsal.processes import MARKER, descendants, our_pids
 
 NODE_MARKER = "RAY_LLM_EKS_NODE"  # every process of one Ray node carries its name (head, worker)
 ENGINE_TITLE = "VLLM::EngineCore"  # vLLM 0.26 sets it on its engine process (v1/engine/core.py)
@@ -64,18 +64,16 @@ def engine_pids(run_id: str, role: str) -> list[int]:
 
 
 def node_pids(run_id: str, node: str) -> list[int]:
-    return sorted(p for p in our_pids(run_id) if environ(p).get(NODE_MARKER) == node)
+    """The node's processes: those carrying its name, and their descendants (a retitled one can show no
+    environment at all: rehearsal.processes.our_pids)."""
+    marked = [p for p in our_pids(run_id) if environ(p).get(NODE_MARKER) == node]
+    return sorted(set(marked) | set(descendants(marked)))
 
 
 def with_children(pids: Iterable[int]) -> list[int]:
     """The processes and all their descendants (an engine's VLLM::Worker holds its NIXL agent and side channel)."""
-    import psutil  # the rehearsal venv's (Ray's dependency)
-
-    found = []
-    for pid in pids:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            found += [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
-    return found
+    pids = list(pids)
+    return [*pids, *descendants(pids)]
 
 
 def send(pids: Iterable[int], sig: int) -> list[int]:

@@ -420,3 +420,27 @@ def test_a_port_is_bindable_again_only_once_its_listener_is_gone():
     listener.close()
     assert bindable(port, cap=0.6)
     assert port_holders(port) == []
+
+
+def test_a_process_whose_environment_shows_no_marker_is_still_found_through_its_parent():
+    """Ray's agents retitle themselves and can blank the environment /proc shows; the head fault must still kill
+    them (one kept the head's metrics port once). Here the child is started with an empty environment."""
+    from rehearsal.faults import NODE_MARKER, node_pids
+    from rehearsal.processes import MARKER, our_pids
+
+    env = dict(os.environ, **{MARKER: "t-descendants", NODE_MARKER: "head"})
+    script = (
+        "import subprocess, sys; subprocess.Popen(['env', '-i', 'sleep', '60']); b = subprocess.Popen(['sleep', '60']);"
+        " sys.stdout.write('up\\n'); sys.stdout.flush(); b.wait()"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline() == "up\n"
+        found = our_pids("t-descendants")
+        assert parent.pid in found and len(found) == 3, found  # the parent, its `env -i sleep` and its sleep
+        assert node_pids("t-descendants", "head") == found
+        assert node_pids("t-descendants", "worker") == []
+    finally:
+        for pid in our_pids("t-descendants"):
+            os.kill(pid, 9)
+        parent.wait(10)
