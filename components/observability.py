@@ -23,7 +23,7 @@ from components.args import fill_defaults
 from components.helm import helm_release
 from components.network_policies import NamespaceNetworkPolicies
 from components.pod_identity import default_version_addon, pod_identity_role
-from domain import observability, pod_security, versions
+from domain import monitoring_release, observability, pod_security, versions
 from domain.config_keys import default
 from domain.field_checks import (
     check_chart_version,
@@ -92,14 +92,14 @@ class EbsCsiDriver(pulumi.ComponentResource):
             versions.EBS_CSI_ADDON,
             kubernetes_version,
             pulumi.ResourceOptions(parent=self, depends_on=[agent, attachment]),
-            configuration_values=json.dumps(observability.ebs_csi_configuration(args.region), sort_keys=True),
+            configuration_values=json.dumps(monitoring_release.ebs_csi_configuration(args.region), sort_keys=True),
             pod_identity_associations=[
                 aws.eks.AddonPodIdentityAssociationArgs(
-                    role_arn=role.arn, service_account=observability.EBS_CSI_SERVICE_ACCOUNT
+                    role_arn=role.arn, service_account=monitoring_release.EBS_CSI_SERVICE_ACCOUNT
                 )
             ],
         )
-        manifest = observability.storage_class()
+        manifest = monitoring_release.storage_class()
         self.storage_class = k8s.storage.v1.StorageClass(
             f"{name}-gp3",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=manifest["metadata"]["name"]),
@@ -247,11 +247,11 @@ class PrometheusVolume(pulumi.ComponentResource):
             tags=dict(args.tags or {}),
             opts=pulumi.ResourceOptions(parent=self, custom_timeouts=pulumi.CustomTimeouts(delete="15m")),
         )
-        pv = observability.persistent_volume(self.volume.id, zone, args.storage_gib)
+        pv = monitoring_release.persistent_volume(self.volume.id, zone, args.storage_gib)
         self.persistent_volume = k8s.core.v1.PersistentVolume(
             f"{name}-pv", metadata=_metadata(pv), spec=pv["spec"], opts=pulumi.ResourceOptions(parent=self)
         )
-        claim = observability.persistent_volume_claim(args.storage_gib)
+        claim = monitoring_release.persistent_volume_claim(args.storage_gib)
         self.claim = k8s.core.v1.PersistentVolumeClaim(
             f"{name}-claim",
             metadata=_metadata(claim),
@@ -308,7 +308,7 @@ class MonitoringStack(pulumi.ComponentResource):
                 pulumi.ResourceOptions(parent=self, depends_on=[storage]),
             )
             waits_for.append(self.volume)
-            values = observability.stack_values(*kept)
+            values = monitoring_release.stack_values(*kept)
         else:
             assert agent is not None
             self.workspace = aws.amp.Workspace(f"{name}-workspace", alias=cluster_name, tags=dict(tags), opts=child)
@@ -347,7 +347,7 @@ class MonitoringStack(pulumi.ComponentResource):
             remote_write = self.workspace.prometheus_endpoint.apply(
                 lambda url: f"{url.rstrip('/')}/api/v1/remote_write"
             )
-            values = observability.stack_values(*kept, remote_write, args.region)
+            values = monitoring_release.stack_values(*kept, remote_write, args.region)
         self.release = helm_release(
             observability.RELEASE,
             ChartPin(*KUBE_PROMETHEUS_STACK_CHART, args.stack_chart_version),
@@ -360,7 +360,7 @@ class MonitoringStack(pulumi.ComponentResource):
             "dcgm-exporter",
             ChartPin(*DCGM_EXPORTER_CHART, args.dcgm_chart_version),
             observability.NAMESPACE,
-            observability.dcgm_values(),
+            monitoring_release.dcgm_values(),
             pulumi.ResourceOptions(parent=self, depends_on=[self.release]),
         )
         self.register_outputs({})
@@ -405,18 +405,18 @@ class ServiceMonitoring(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         self.monitors = [
             custom_object(f"{name}-{m['metadata']['name']}", m, child)
-            for m in observability.pod_monitors(release, namespace)
+            for m in monitoring_release.pod_monitors(release, namespace)
         ]
         if args.operator_namespace is not None:
             custom_object(
                 f"{name}-{observability.KUBERAY_MONITOR}",
-                observability.kuberay_service_monitor(release, args.operator_namespace),
+                monitoring_release.kuberay_service_monitor(release, args.operator_namespace),
                 child,
             )
         if args.rule_spec is not None:
             self.rule = custom_object(
                 f"{name}-{observability.RULE_NAME}",
-                observability.prometheus_rule(release, namespace, args.rule_spec),
+                monitoring_release.prometheus_rule(release, namespace, args.rule_spec),
                 child,
             )
         if args.dashboards:
@@ -424,6 +424,6 @@ class ServiceMonitoring(pulumi.ComponentResource):
                 k8s.core.v1.ConfigMap(
                     f"{name}-{cm['metadata']['name']}", metadata=_metadata(cm), data=cm["data"], opts=child
                 )
-                for cm in observability.dashboard_config_maps(namespace, args.dashboards)
+                for cm in monitoring_release.dashboard_config_maps(namespace, args.dashboards)
             ]
         self.register_outputs({})

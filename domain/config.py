@@ -26,6 +26,7 @@ from domain import (
     known_issues,
     model_fit,
     model_table,
+    monitoring_release,
     node_provisioning,
     observability,
     prices,
@@ -246,7 +247,7 @@ def _system_node_fits(system: NodePoolSettings, obs: ObservabilitySettings) -> N
     spec = aws_facts.INSTANCE_SPECS.get(system.instance_type)
     if spec is None:
         return
-    monitoring = observability.system_pods(obs)
+    monitoring = monitoring_release.system_pods(obs)
     need, offered = sizing.system_node_room(spec, monitoring)
     if not need.fits_in(offered):
         roomy = next(

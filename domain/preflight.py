@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import date, timedelta
 from typing import Protocol
 
-from domain import aws_facts, karpenter, observability, sizing, versions
+from domain import aws_facts, karpenter, monitoring_release, sizing, versions
 from domain.errors import ConfigError, yaml_text
 from domain.settings import NodePoolSettings, Settings
 
@@ -131,7 +131,7 @@ def check_system_node(settings: Settings, aws: AwsAnswers) -> str:
     hardware = aws.hardware(instance_type)
     if hardware is None:
         return f"deferred to deploy time: the Ray head and system pods fit one {instance_type}"
-    pods = observability.system_pods(settings.serving.observability)
+    pods = monitoring_release.system_pods(settings.serving.observability)
     if settings.node_provisioning.by_karpenter:  # its controller runs there too
         pods = {**pods, "karpenter": sizing.KARPENTER_REQUESTS}
     need, offered = sizing.system_node_room(hardware, pods)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from domain import api_keys, gcs_ft, karpenter, observability
+from domain import api_keys, gcs_ft, karpenter, monitoring_release, observability
 from domain.facts import EFA_RESOURCE, GPU_RESOURCE, HEAD_PORTS, POOL_NODE_LABEL, SERVE_PORT, WEIGHTS_SERVICE_ACCOUNT
 from domain.placement import GPU_TAINT, LOCAL_NVME_ROOT, SYSTEM_LABELS, ZONE_LABEL
 from domain.scaling import role_bounds
@@ -171,7 +171,7 @@ def worker_group(
     with the region given (boto3 would otherwise ask the instance metadata, closed to pods)."""
     spec = pool.spec
     beside = gpu_node_daemonsets(
-        any(p.efa for p in pools.values()), observability.gpu_daemonsets(serving.observability)
+        any(p.efa for p in pools.values()), monitoring_release.gpu_daemonsets(serving.observability)
     )
     size = worker_container(spec, beside)
     devices = {GPU_RESOURCE: spec.gpus}

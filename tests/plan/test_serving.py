@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from adapters.stackfile import ROOT, SecretValue
-from domain import aws_facts, config_keys, observability, versions
+from domain import aws_facts, config_keys, monitoring_release, observability, versions
 from domain.facts import POOL_NODE_LABEL
 from domain.placement import LOCAL_NVME_ROOT
 from domain.ray_service import MODEL_CACHE_HOST_PATH
@@ -238,7 +238,9 @@ def test_workers_fit_their_instance(plans):
             asked = Resources(int(requests["cpu"].removesuffix("m")), _quantity_mib(requests["memory"]))
             with_efa = any(g.inputs.get("enableEfaSupport") for g in plan.of_type(MNG))
             # every shipped stack runs the embedded monitoring: node-exporter and the DCGM exporter too
-            beside = total({**NODE_DAEMONSETS, **gpu_node_daemonsets(with_efa, observability.gpu_daemonsets(EMBEDDED))})
+            beside = total(
+                {**NODE_DAEMONSETS, **gpu_node_daemonsets(with_efa, monitoring_release.gpu_daemonsets(EMBEDDED))}
+            )
             assert Resources(asked.cpu_m + beside.cpu_m, asked.memory_mib + beside.memory_mib).fits_in(
                 allocatable(spec)
             )
@@ -289,7 +291,9 @@ def test_head_runs_on_the_system_node_and_fits_it(plans):
     # reloader 10m/50Mi, operator 100m/100Mi, kube-state-metrics 10m/190Mi, node-exporter 102m/180Mi,
     # Alertmanager 4m/100Mi + reloader 10m/50Mi, Grafana 100m/100Mi + 2 sidecars 50m/50Mi, EBS CSI
     # controller 70m/280Mi and node 30m/120Mi: 736m / 2294Mi more, still one m7i.xlarge.
-    with_monitoring, _ = system_node_room(aws_facts.INSTANCE_SPECS["m7i.xlarge"], observability.system_pods(EMBEDDED))
+    with_monitoring, _ = system_node_room(
+        aws_facts.INSTANCE_SPECS["m7i.xlarge"], monitoring_release.system_pods(EMBEDDED)
+    )
     assert with_monitoring == Resources(3025 + 736, 9956 + 2294)
     assert with_monitoring.fits_in(offered)
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from adapters.stackfile import ROOT
-from domain import config_keys, observability, versions
+from domain import config_keys, monitoring_release, observability, versions
 from domain.errors import ConfigError
 from domain.observability import ObservabilitySettings, load_observability
 from domain.sizing import Resources
@@ -81,16 +81,16 @@ def test_storage_must_hold_the_retention_at_the_series_budget():
 
 
 def test_monitoring_pods_on_the_system_node_add_up():
-    pods = observability.system_pods(EMBEDDED)
+    pods = monitoring_release.system_pods(EMBEDDED)
     assert sum(p.cpu_m for p in pods.values()) == 736 and sum(p.memory_mib for p in pods.values()) == 2294
-    amp = observability.system_pods(ObservabilitySettings("amp"))
+    amp = monitoring_release.system_pods(ObservabilitySettings("amp"))
     assert set(amp) == {"prometheus", "prometheus-operator", "kube-state-metrics", "node-exporter"}
-    assert observability.system_pods(ObservabilitySettings("external")) == {}
-    assert observability.gpu_daemonsets(EMBEDDED) == {
+    assert monitoring_release.system_pods(ObservabilitySettings("external")) == {}
+    assert monitoring_release.gpu_daemonsets(EMBEDDED) == {
         "node-exporter": Resources(102, 180),
         "dcgm-exporter": Resources(100, 128),
     }
-    assert observability.gpu_daemonsets(ObservabilitySettings("none")) == {}
+    assert monitoring_release.gpu_daemonsets(ObservabilitySettings("none")) == {}
 
 
 # ---- against the pinned Ray
@@ -177,15 +177,15 @@ def stack_chart_defaults() -> dict:
 @pytest.mark.parametrize("mode", ["embedded", "amp"])
 def test_every_stack_value_is_a_key_of_the_pinned_chart(mode):
     """Helm ignores a key it does not know, silently: every key we set is one of the chart's."""
-    values = observability.stack_values(mode, 15, 20, False, "https://example/api/v1/remote_write", "us-east-1")
+    values = monitoring_release.stack_values(mode, 15, 20, False, "https://example/api/v1/remote_write", "us-east-1")
     assert unknown_keys(values, stack_chart_defaults()) == []
     broken = {"prometheus": {"prometheusSpec": {"nodeSelecter": {}}}}  # a typo is caught
     assert unknown_keys(broken, stack_chart_defaults()) == ["prometheus.prometheusSpec.nodeSelecter"]
 
 
 def test_dcgm_values_and_ebs_configuration_are_keys_of_their_charts():
-    assert unknown_keys(observability.dcgm_values(), chart_defaults(f"dcgm-exporter-{DCGM_CHART.version}")) == []
-    ebs = observability.ebs_csi_configuration("us-east-1")
+    assert unknown_keys(monitoring_release.dcgm_values(), chart_defaults(f"dcgm-exporter-{DCGM_CHART.version}")) == []
+    ebs = monitoring_release.ebs_csi_configuration("us-east-1")
     assert unknown_keys(ebs, chart_defaults("aws-ebs-csi-driver-2.64.0")) == []
     assert (
         chart_defaults("aws-ebs-csi-driver-2.64.0")["controller"]["serviceAccount"]["name"] == "ebs-csi-controller-sa"
@@ -209,7 +209,7 @@ def test_chart_defaults_we_rely_on():
     assert stack["prometheus-node-exporter"]["tolerations"] == [{"effect": "NoSchedule", "operator": "Exists"}]
     assert stack["prometheus"]["prometheusSpec"]["image"]["tag"] == "v3.14.0-distroless"
     dcgm = chart_defaults(f"dcgm-exporter-{DCGM_CHART.version}")
-    assert dcgm["resources"]["requests"] == observability.DCGM_EXPORTER_REQUESTS.as_k8s() | {"cpu": "100m"}
+    assert dcgm["resources"]["requests"] == monitoring_release.DCGM_EXPORTER_REQUESTS.as_k8s() | {"cpu": "100m"}
     assert dcgm["image"]["tag"] == "4.5.3-4.8.2-distroless"
 
 
@@ -224,9 +224,9 @@ def crd_validator(plural: str) -> jsonschema.Draft7Validator:
 
 def test_monitors_and_rule_validate_against_the_crds():
     objects = [
-        *observability.pod_monitors(observability.RELEASE, "llm"),
-        observability.kuberay_service_monitor(observability.RELEASE, "kuberay-system"),
-        observability.prometheus_rule(
+        *monitoring_release.pod_monitors(observability.RELEASE, "llm"),
+        monitoring_release.kuberay_service_monitor(observability.RELEASE, "kuberay-system"),
+        monitoring_release.prometheus_rule(
             observability.RELEASE, "llm", {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "1"}]}]}
         ),
     ]
@@ -234,13 +234,13 @@ def test_monitors_and_rule_validate_against_the_crds():
     for obj in objects:
         errors = list(crd_validator(plural[obj["kind"]]).iter_errors(obj))
         assert errors == [], (obj["metadata"]["name"], [e.message for e in errors])
-    broken = observability.pod_monitors(observability.RELEASE, "llm")[0]
+    broken = monitoring_release.pod_monitors(observability.RELEASE, "llm")[0]
     broken["spec"]["podMetricsEndpoints"][0]["relabelings"][0]["action"] = "rename"
     assert list(crd_validator("podmonitors").iter_errors(broken))
 
 
 def test_pod_monitors_watch_head_and_workers_on_their_metrics_ports():
-    head, workers = observability.pod_monitors(observability.RELEASE, "llm")
+    head, workers = monitoring_release.pod_monitors(observability.RELEASE, "llm")
     assert head["spec"]["selector"] == {"matchLabels": {"ray.io/node-type": "head"}}
     assert [e["port"] for e in head["spec"]["podMetricsEndpoints"]] == ["metrics", "as-metrics", "dash-metrics"]
     assert workers["spec"]["selector"] == {"matchLabels": {"ray.io/node-type": "worker"}}
