@@ -49,9 +49,9 @@ def test_the_tables_default_is_what_the_program_applies(key):
 
 def test_a_default_written_in_code_as_well_is_refused():
     """A constant default lives only in the table: code that passes its own for such a key fails."""
-    from domain.config import _Raw
+    from domain.raw_config import RawConfig
 
-    raw = _Raw({}.get)
+    raw = RawConfig({}.get)
     assert raw.text("natGateways") == config_keys.default("natGateways")
     with pytest.raises(AssertionError, match=r"natGateways: its default is in config_keys\.yaml"):
         raw.text("natGateways", "single")
