@@ -17,11 +17,12 @@ import yaml
 
 from adapters import environment
 from adapters.stackfile import StackFileError
-from domain import api_keys, model_table, serve_config
+from domain import api_keys, model_table, role_view, serve_config
 from domain.errors import PROJECT, ConfigError
 from rehearsal import gpu, substitute, topology
 from rehearsal.context import say
 from rehearsal.logs import ROLE_HEADER
+from rehearsal.tiny_model import STAND_IN_MAX_POSITIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = environment.cache_dir()
@@ -214,8 +215,9 @@ def stack_run_dir(stack: str) -> Path:
 
 
 def _max_len(doc: dict) -> int:
-    configs = serve_config.llm_configs_by_role(doc, "rehearsal")
-    return max(int(c.get("engine_kwargs", {}).get("max_model_len", 4096)) for c in configs.values())
+    """The longest context any role runs the stand-in at: the stand-in is built to hold it."""
+    views = role_view.role_views(doc, "rehearsal", lambda model_id, source: STAND_IN_MAX_POSITIONS)
+    return max(view.max_model_len for view in views.values())
 
 
 def _cpu(rendered: dict, port: int, keep_pools: bool = False) -> substitute.LocalDocument:

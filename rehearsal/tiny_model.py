@@ -37,6 +37,11 @@ today? One, two, three, four, five, six, seven, eight, nine, ten. Numbers 012345
 .,;:!?'"()[]{}<>/+-*=_#@%&$ appear in code and in prose alike."""
 
 
+# The stand-in's own context (config.json max_position_embeddings) where no role asks for a longer one: what an
+# engine without max_model_len runs at (domain/role_view.py effective_max_model_len).
+STAND_IN_MAX_POSITIONS = 4096
+
+
 def _tokenizer(out: Path) -> int:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -71,7 +76,7 @@ def _config(family: str, vocab: int, eos: int, pad: int, max_len: int):
         num_attention_heads=4,
         num_key_value_heads=2,
         head_dim=64,  # vLLM's CPU attention refuses head_dim 16; 64 works
-        max_position_embeddings=max(max_len, 4096),
+        max_position_embeddings=max(max_len, STAND_IN_MAX_POSITIONS),
         eos_token_id=eos,
         pad_token_id=pad,
         tie_word_embeddings=False,

@@ -444,3 +444,20 @@ def test_a_process_whose_environment_shows_no_marker_is_still_found_through_its_
         for pid in our_pids("t-descendants"):
             os.kill(pid, 9)
         parent.wait(10)
+
+
+def test_the_stand_in_is_built_for_the_longest_context_a_role_runs_at():
+    """An engine without max_model_len (or with -1) runs at the stand-in's own length; a longer one set on any role
+    makes the stand-in that long."""
+    from rehearsal.prepare import _max_len
+    from rehearsal.tiny_model import STAND_IN_MAX_POSITIONS
+
+    doc = copy.deepcopy(rendered("dev"))
+    configs = llm_configs_by_role(doc, "test")
+    for config in configs.values():
+        config.setdefault("engine_kwargs", {}).pop("max_model_len", None)
+    assert _max_len(doc) == STAND_IN_MAX_POSITIONS
+    first, second = list(configs.values())[:2]
+    first["engine_kwargs"]["max_model_len"] = -1
+    second["engine_kwargs"]["max_model_len"] = 3 * STAND_IN_MAX_POSITIONS
+    assert _max_len(doc) == 3 * STAND_IN_MAX_POSITIONS
