@@ -20,6 +20,7 @@ from domain.slo import Slo
 from domain.slo import default as slo_default
 
 if TYPE_CHECKING:
+    from domain.role_view import RoleView
     from domain.settings import GpuPoolSettings, Settings
 
 KEY = "alerts"
@@ -88,27 +89,26 @@ def default() -> AlertThresholds:
     return parse(None)
 
 
-def load(raw: Mapping[str, Any] | None, document: dict, instance_types: Mapping[str, str]) -> AlertThresholds:
-    """The stack's `alerts`, checked against the engines it renders (`document`) and the instance types of
+def load(
+    raw: Mapping[str, Any] | None, roles: Mapping[str, RoleView], instance_types: Mapping[str, str]
+) -> AlertThresholds:
+    """The stack's `alerts`, checked against the engines it renders (`roles`) and the instance types of
     the pools that run each role (`instance_types`: role -> type)."""
     thresholds = parse(raw)
-    configs = serve_config.llm_configs_by_role(document, "rendered")
     check_against_engines(
         thresholds,
         {
-            role: float(
-                (c.get("engine_kwargs") or {}).get("gpu_memory_utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION)
-            )
-            for role, c in configs.items()
+            role: float(view.engine_kwargs.get("gpu_memory_utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION))
+            for role, view in roles.items()
         },
     )
-    if _pd(document) and thresholds.kv_transfer_floor_gbps is None:
+    if _pd(roles) and thresholds.kv_transfer_floor_gbps is None:
         kv_floor_bytes_per_s(thresholds, instance_types)  # a PD node whose bandwidth we lack: say so now
     return thresholds
 
 
-def _pd(document: dict) -> bool:
-    return set(facts.PD_ROLES) <= set(serve_config.llm_configs_by_role(document, "rendered"))
+def _pd(roles: Mapping[str, RoleView]) -> bool:
+    return set(facts.PD_ROLES) <= set(roles)
 
 
 def kv_floor_bytes_per_s(thresholds: AlertThresholds, instance_types: Mapping[str, str]) -> float:
@@ -362,7 +362,7 @@ def render(inputs: RuleInputs) -> dict:
 
 def rule_inputs(settings: Settings) -> RuleInputs:
     serving = settings.serving
-    pd = _pd(serving.serve_document)
+    pd = _pd(serving.roles)
     return RuleInputs(
         pd=pd,
         namespace=serving.namespace,

@@ -251,7 +251,7 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         prices=price_overrides,
         hardening=hardening,
         slo=slo.parse(raw.structured("slo", dict)),
-        alerts=alerts.load(raw.structured("alerts", dict), serving.serve_document, alerts.pool_types(pools)),
+        alerts=alerts.load(raw.structured("alerts", dict), serving.roles, alerts.pool_types(pools)),
         hf_token_set=get("hfToken") is not None,
         api_keys_set=get("apiKeys") is not None,
         deploy_mode=mode,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from domain import aws_facts, cost, model_fit
-from domain.role_view import replica_bounds
+from domain.role_view import RoleView
 from domain.serve_config import llm_configs_by_role
 from domain.settings import GpuPoolSettings, ServingSettings, Settings
 
@@ -65,18 +65,17 @@ class PoolGpus:
         return self.nodes - nodes_used(self.replicas, self.per_replica, self.pool.spec.gpus)
 
 
-def pool_gpus(document: dict, pools: Mapping[str, GpuPoolSettings]) -> dict[str, PoolGpus]:
+def pool_gpus(roles: Mapping[str, RoleView], pools: Mapping[str, GpuPoolSettings]) -> dict[str, PoolGpus]:
     """Per role that runs on exactly one pool, its GPUs (roles spread over several pools are left out:
     Ray places their replicas on any of them, so a spare node there is room)."""
     counted = {}
-    for role, config in sorted(llm_configs_by_role(document, "rendered").items()):
+    for role, view in sorted(roles.items()):
         mine = [p for p in pools.values() if p.app_role == role]
-        if len(mine) != 1:
-            continue
-        engine = config.get("engine_kwargs") or {}
-        bounds = replica_bounds(role, config)
-        tp, pp = engine.get("tensor_parallel_size", 1), engine.get("pipeline_parallel_size", 1)
-        counted[role] = PoolGpus(role, mine[0], bounds.max, tp, pp, bounds.autoscales)
+        if len(mine) == 1:
+            bounds = view.replicas
+            counted[role] = PoolGpus(
+                role, mine[0], bounds.max, view.tensor_parallel, view.pipeline_parallel, bounds.autoscales
+            )
     return counted
 
 
@@ -146,7 +145,7 @@ def idle_gpu_warnings(settings: Settings, passes: Passes) -> list[str]:
     prices = cost.instance_prices(settings.region, settings.prices)
     configs = llm_configs_by_role(settings.serving.serve_document, "rendered")
     warnings = []
-    for role, use in pool_gpus(settings.serving.serve_document, settings.gpu_pools).items():
+    for role, use in pool_gpus(settings.serving.roles, settings.gpu_pools).items():
         if use.idle <= 0:
             continue
         pool, spec = use.pool, use.pool.spec

@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from domain import api_keys, gcs_ft, karpenter, monitoring_release, observability
 from domain.facts import EFA_RESOURCE, GPU_RESOURCE, HEAD_PORTS, POOL_NODE_LABEL, SERVE_PORT, WEIGHTS_SERVICE_ACCOUNT
 from domain.placement import GPU_TAINT, LOCAL_NVME_ROOT, SYSTEM_LABELS, ZONE_LABEL
-from domain.scaling import role_bounds
 from domain.serve_config import role_resource, to_yaml
 from domain.settings import GpuPoolSettings, ServingSettings, Settings
 from domain.sizing import HEAD_REQUESTS, RAY_AUTOSCALER_REQUESTS, Resources, gpu_node_daemonsets, worker_container
@@ -308,7 +307,7 @@ def ray_service_spec(settings: Settings, redis_address: str = gcs_ft.ADDRESS_PLA
     the head's GCS fault tolerance (domain/gcs_ft.py: `redis_address` is the store's, known once AWS made it)."""
     serving, pools = settings.serving, settings.gpu_pools
     with_token, keyed = settings.hf_token_set, settings.hardening.api_key_check
-    autoscales = any(b.autoscales for b in role_bounds(serving.serve_document).values())
+    autoscales = any(view.replicas.autoscales for view in serving.roles.values())
     cluster = {
         "rayVersion": serving.ray_version,
         # Ray Serve asks for replicas; KubeRay's autoscaler adds the worker pods they need.

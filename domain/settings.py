@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
 
-from domain import aws_facts
+from domain import aws_facts, model_table
 from domain.alerts import AlertThresholds
 from domain.alerts import default as alerts_default
 from domain.config_keys import default
@@ -18,6 +20,7 @@ from domain.model_table import ModelSpec
 from domain.node_provisioning import NodeProvisioning
 from domain.observability import ObservabilitySettings
 from domain.prices import NO_PRICE_OVERRIDES, PriceOverrides
+from domain.role_view import RoleView, role_views
 from domain.slo import Slo
 from domain.slo import default as slo_default
 from domain.versions import ChartPin
@@ -116,6 +119,18 @@ class ServingSettings:
     # What the image holds, component -> version (domain/versions.py DLC_IMAGES); your own image: Ray only.
     versions: Mapping[str, str] = field(default_factory=dict)
     max_num_seqs_derived: frozenset[str] = frozenset()  # roles whose max_num_seqs the fit derived (per GPU type)
+
+    @cached_property
+    def roles(self) -> Mapping[str, RoleView]:
+        """The rendered application's roles, viewed once (domain/role_view.py): model, engine arguments, replica
+        bounds, GPUs per replica, the engine's context. Readers after the fit ask these, not the nested dicts."""
+        spec = self.model_spec
+        views = role_views(
+            self.serve_document,
+            "rendered",
+            lambda model_id, source: model_table.model_spec(model_id, source, spec).max_context,
+        )
+        return MappingProxyType(views)
 
 
 @dataclass(frozen=True)

@@ -93,13 +93,13 @@ def stack_facts(stack: str) -> dict:
     """SLO, hourly cost and PD-ness of a stack, through the one stack->Settings adapter."""
     from adapters import stack as stack_adapter
     from domain import cost
-    from domain.serve_config import PD_IMPORTS, llm_configs_by_role
+    from domain.serve_config import PD_IMPORTS
 
     config = stack_adapter.stack_file(stack)
     settings = stack_adapter.load_settings(config)
     estimate = cost.estimate(settings, settings.prices)
-    llm_config = next(iter(llm_configs_by_role(settings.serving.serve_document, f"stack {stack}").values()))
-    tokenizer = bench_stats.stack_tokenizer(llm_config)
+    view = next(iter(settings.serving.roles.values()))
+    tokenizer = bench_stats.stack_tokenizer(view.model_source, view.model_id)
     return {
         "tokenizer": tokenizer,
         "tokenizer_source": f"stack {stack}'s model source" if tokenizer else None,

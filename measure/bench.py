@@ -144,13 +144,11 @@ class Target:
 _HF_REPO = re.compile(r"[\w][\w.-]*/[\w][\w.-]*")
 
 
-def stack_tokenizer(llm_config: Mapping) -> str | None:
+def stack_tokenizer(model_source: str, model_id: str) -> str | None:
     """Where a stack's tokenizer comes from: its model_source when that is a Hugging Face repo (a model served
     under its own name), else its model_id when that is one; None when neither is (weights from S3 under an
     own name: the user names --tokenizer)."""
-    loading = llm_config.get("model_loading_config") or {}
-    candidates = (loading.get("model_source"), loading.get("model_id"))
-    return next((c for c in candidates if isinstance(c, str) and _HF_REPO.fullmatch(c)), None)
+    return next((c for c in (model_source, model_id) if isinstance(c, str) and _HF_REPO.fullmatch(c)), None)
 
 
 def aiperf_config(

@@ -182,4 +182,4 @@ def test_kv_figures_come_from_the_counters_make_verify_reads():
     ],
 )
 def test_a_stacks_tokenizer_is_its_hugging_face_source_or_id(loading, tokenizer):
-    assert bench.stack_tokenizer({"model_loading_config": loading}) == tokenizer
+    assert bench.stack_tokenizer(loading.get("model_source", loading["model_id"]), loading["model_id"]) == tokenizer
