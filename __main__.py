@@ -20,21 +20,15 @@ from components.network import Network
 from components.observability import EbsCsiDriver, MonitoringStack, ServiceMonitoring
 from components.pod_identity import PodIdentityAgent
 from components.weights_access import WeightsAccess
-from domain import (
-    config,
-    cost,
-    gcs_ft,
-    known_issues,
-    node_provisioning,
-    observability,
-    pool_use,
-    preflight,
-    scaling,
-    secret_content,
-    upgrades,
-)
-from domain.errors import ConfigError
-from domain.yaml_files import YamlSyntaxError
+from domain.checks import known_issues, preflight
+from domain.cluster import gcs_ft, node_provisioning, upgrades
+from domain.core.errors import ConfigError
+from domain.core.yaml_files import YamlSyntaxError
+from domain.fit import pool_use, scaling
+from domain.loading import config
+from domain.security import secret_content
+from domain.stack import cost
+from domain.telemetry import observability
 
 try:  # a bad value or an AWS refusal stops here, before any resource
     stack_config = stack.running_stack()
@@ -79,7 +73,7 @@ if mode.existing_cluster:
 else:
     network = Network("net", stack_args.network_args(settings))
     cluster = Cluster("eks", stack_args.cluster_args(settings), network)
-    if settings.gcs_ft.redis:  # the head's GCS fault tolerance store (domain/gcs_ft.py)
+    if settings.gcs_ft.redis:  # the head's GCS fault tolerance store (domain/cluster/gcs_ft.py)
         store = GcsStore("gcs-store", stack_args.gcs_store_args(settings, network))
     # With Karpenter or Auto Mode (nodeProvisioning) no GPU node group: NodePools make the GPU nodes (below).
     pools = {
@@ -101,9 +95,9 @@ if mode.install_device_plugins and not auto_mode_nodes:
 karpenter_nodes = not mode.existing_cluster and settings.node_provisioning.by_karpenter
 by_node_pools = settings.node_provisioning.by_node_pools  # Karpenter or Auto Mode: no Cluster Autoscaler
 autoscaled = not mode.existing_cluster and not by_node_pools and scaling.autoscaler_needed(settings.gpu_pools)
-obs = serving.observability  # embedded and amp only on the cluster we build (domain/observability.py)
+obs = serving.observability  # embedded and amp only on the cluster we build (domain/telemetry/observability.py)
 # Controllers with an AWS role (and the EBS CSI driver, Prometheus's remote write): one Pod Identity agent.
-# rocksdb's claim (GCS fault tolerance, domain/gcs_ft.py) needs the EBS CSI driver and the gp3 StorageClass too.
+# rocksdb's claim (GCS fault tolerance, domain/cluster/gcs_ft.py) needs the EBS CSI driver and the gp3 StorageClass too.
 rocksdb_claim = settings.gcs_ft.rocksdb and not mode.existing_cluster
 # Weights mirrored in S3: the workers' service account reads them through Pod Identity (our cluster only).
 weights_access = bool(serving.weights_s3_uris) and not mode.existing_cluster

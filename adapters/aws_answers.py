@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import pulumi_aws as aws
 
-from domain import aws_facts
+from domain.platform import aws_facts
 
 
 class PulumiAwsAnswers:

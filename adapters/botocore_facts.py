@@ -1,6 +1,6 @@
 """botocore's facts (instance type names, EKS log types, log retention periods, partitions and
 regions), read from botocore's own API models and endpoint data, cached per botocore version, and
-handed to domain/ as one frozen domain.aws_facts.BotocoreFacts.
+handed to domain/ as one frozen domain.platform.aws_facts.BotocoreFacts.
 
 A machine without botocore (the GPU machine of the rehearsal: tools/gpu/wheels.txt leaves it out) reads
 the newest facts a machine with botocore cached, carried into its cache folder (tools/gpu/device.sh):
@@ -16,7 +16,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from adapters import environment
-from domain.aws_facts import BotocoreFacts, Partition
+from domain.platform.aws_facts import BotocoreFacts, Partition
 
 
 def read_botocore() -> dict:

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from adapters import environment
-from domain.errors import ConfigError
+from domain.core.errors import ConfigError
 
 
 class KubeError(RuntimeError):

@@ -1,7 +1,7 @@
 """The digest a registry serves for an image tag: the Docker Registry HTTP API v2 (the OCI
 distribution spec) answers `HEAD /v2/<repository>/manifests/<tag>` with the manifest's digest in the
 `Docker-Content-Digest` header, without downloading anything else. The program pins the serving image
-to it at `pulumi preview`/`up` (domain/image_ref.py); `make plan` never calls a registry.
+to it at `pulumi preview`/`up` (domain/platform/image_ref.py); `make plan` never calls a registry.
 
 Authentication: a registry that answers 401 with a `Bearer` challenge (public registries) gets an
 anonymous token from the challenge's realm; ECR answers with a `Basic` challenge and takes the
@@ -17,8 +17,8 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, replace
 
-from domain import image_ref
-from domain.settings import Settings
+from domain.platform import image_ref
+from domain.stack.settings import Settings
 
 # The manifest kinds a tag may name, index first: a multi-architecture tag's digest is its index's,
 # which is what the kubelet resolves the tag to (OCI image-spec media types, Docker's manifest list).

@@ -19,10 +19,11 @@ from typing import Any
 
 from adapters import botocore_facts, environment, stackfile
 from adapters.stackfile import ROOT, StackConfig
-from domain import config, config_keys
-from domain.errors import PROJECT, ConfigError
-from domain.facts import SECRET_MARKER
-from domain.settings import Settings
+from domain.core import config_keys
+from domain.core.errors import PROJECT, ConfigError
+from domain.core.facts import SECRET_MARKER
+from domain.loading import config
+from domain.stack.settings import Settings
 
 
 def stack_file(stack: str, root: Path = ROOT, overrides: Mapping[str, Any] | None = None) -> StackConfig:

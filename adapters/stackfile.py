@@ -14,9 +14,9 @@ from pathlib import Path
 
 import jsonschema
 
-from domain import config_keys, yaml_files
-from domain.errors import NOT_SHOWN, PROJECT, UNSET, ConfigError, did_you_mean, yaml_text
-from domain.facts import SECRET_MARKER
+from domain.core import config_keys, yaml_files
+from domain.core.errors import NOT_SHOWN, PROJECT, UNSET, ConfigError, did_you_mean, yaml_text
+from domain.core.facts import SECRET_MARKER
 
 SECRET_TEXT = SECRET_MARKER  # what a secret value reads as anywhere outside Pulumi
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""The waits `destroy` runs against the Kubernetes API (domain/teardown.py says what and why)."""
+"""The waits `destroy` runs against the Kubernetes API (domain/platform/teardown.py says what and why)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 
 from adapters.kube_client import KubeClient
-from domain import teardown
+from domain.platform import teardown
 
 PERSISTENT_VOLUMES = "/api/v1/persistentvolumes"
 

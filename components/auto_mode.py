@@ -1,4 +1,4 @@
-"""EKS Auto Mode's GPU nodes: one NodePool and one Auto Mode NodeClass per GPU pool (domain/karpenter.py),
+"""EKS Auto Mode's GPU nodes: one NodePool and one Auto Mode NodeClass per GPU pool (domain/render/karpenter.py),
 in place of the GPU managed node groups, the Cluster Autoscaler and the device plugins. Auto Mode runs
 Karpenter inside EKS, so there is no controller, role or queue of ours; the cluster is made with Auto
 Mode on (components/cluster.py auto_mode_options), which installs the NodePool and NodeClass CRDs.
@@ -26,9 +26,9 @@ class AutoModeNodePoolsArgs:
     """The objects Auto Mode makes the GPU nodes from."""
 
     node_pools: Sequence[Mapping[str, Any]]
-    """NodePool manifests, one per GPU pool (domain/karpenter.py node_pool with an Auto Mode node class ref)."""
+    """NodePool manifests, one per GPU pool (domain/render/karpenter.py node_pool with an Auto Mode node class ref)."""
     node_classes: Sequence[Mapping[str, Any]]
-    """Auto Mode NodeClass manifests (domain/karpenter.py auto_mode_node_class) without spec.role."""
+    """Auto Mode NodeClass manifests (domain/render/karpenter.py auto_mode_node_class) without spec.role."""
 
 
 class AutoModeNodePools(pulumi.ComponentResource):

@@ -18,11 +18,12 @@ from adapters import botocore_facts
 from components.args import fill_defaults
 from components.network import Network
 from components.node_metadata import hop_limit_one
-from domain import config_keys, sizing
-from domain.config_keys import default
-from domain.errors import ConfigError
-from domain.facts import ENVIRONMENT_TAG
-from domain.field_checks import (
+from domain.core import config_keys
+from domain.core.config_keys import default
+from domain.core.errors import ConfigError
+from domain.core.facts import ENVIRONMENT_TAG
+from domain.platform import sizing
+from domain.platform.field_checks import (
     check_cluster_name,
     check_count,
     check_environment,
@@ -37,9 +38,9 @@ from domain.field_checks import (
     check_system_disk,
     node_sizes,
 )
-from domain.placement import SYSTEM_LABELS
+from domain.platform.placement import SYSTEM_LABELS
 
-ARGS = "ClusterArgs"  # names the Args in a bad field's line (domain/errors.py line())
+ARGS = "ClusterArgs"  # names the Args in a bad field's line (domain/core/errors.py line())
 NODE_GROUP_ARGS = "NodeGroupArgs"
 
 # Managed policies a node needs: join the cluster (and the Pod Identity agent's eks-auth call), run the VPC
@@ -329,7 +330,7 @@ class Cluster(pulumi.ComponentResource):
             f"{name}-system",
             cluster=self.eks,
             node_role=self.node_role.role,
-            # In the GPU nodes' zone: EBS volumes are zonal (Prometheus's, domain/observability.py), and a
+            # In the GPU nodes' zone: EBS volumes are zonal (Prometheus's, domain/telemetry/observability.py), and a
             # node replaced into another zone would strand the pod that mounts one; the Ray head also sits
             # next to its workers. The GPU zone holds every GPU node anyway (EFA), so a second zone would
             # keep nothing serving.

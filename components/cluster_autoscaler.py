@@ -12,15 +12,15 @@ import pulumi_aws as aws
 
 from components.args import fill_defaults
 from components.pod_identity import ControllerRelease, pod_identity_role, release_with_role
-from domain.config_keys import default
-from domain.field_checks import check_chart_version, check_cluster_name, check_kubernetes_version
-from domain.placement import SYSTEM_LABELS
-from domain.sizing import CLUSTER_AUTOSCALER_REQUESTS
-from domain.versions import CLUSTER_AUTOSCALER_CHART, CLUSTER_AUTOSCALER_IMAGE_TAGS, ChartPin
+from domain.core.config_keys import default
+from domain.platform.field_checks import check_chart_version, check_cluster_name, check_kubernetes_version
+from domain.platform.placement import SYSTEM_LABELS
+from domain.platform.sizing import CLUSTER_AUTOSCALER_REQUESTS
+from domain.platform.versions import CLUSTER_AUTOSCALER_CHART, CLUSTER_AUTOSCALER_IMAGE_TAGS, ChartPin
 
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "cluster-autoscaler"
-ARGS = "ClusterAutoscalerArgs"  # names the Args in a bad field's line (domain/errors.py line())
+ARGS = "ClusterAutoscalerArgs"  # names the Args in a bad field's line (domain/core/errors.py line())
 # The trust principal of EKS Pod Identity; it needs both actions (EKS user guide, pod-id-role).
 
 

@@ -12,14 +12,14 @@ import pulumi
 
 from components.args import fill_defaults
 from components.helm import helm_release
-from domain.config_keys import default
-from domain.errors import ConfigError
-from domain.field_checks import check_chart_version
-from domain.placement import GPU_NODE_SELECTOR, GPU_TOLERATION, INSTANCE_TYPE_LABEL
-from domain.sizing import EFA_PLUGIN_REQUESTS, NVIDIA_PLUGIN_REQUESTS
-from domain.versions import EFA_PLUGIN_CHART, NVIDIA_PLUGIN_CHART, ChartPin
+from domain.core.config_keys import default
+from domain.core.errors import ConfigError
+from domain.platform.field_checks import check_chart_version
+from domain.platform.placement import GPU_NODE_SELECTOR, GPU_TOLERATION, INSTANCE_TYPE_LABEL
+from domain.platform.sizing import EFA_PLUGIN_REQUESTS, NVIDIA_PLUGIN_REQUESTS
+from domain.platform.versions import EFA_PLUGIN_CHART, NVIDIA_PLUGIN_CHART, ChartPin
 
-ARGS = "DevicePluginsArgs"  # names the Args in a bad field's line (domain/errors.py line())
+ARGS = "DevicePluginsArgs"  # names the Args in a bad field's line (domain/core/errors.py line())
 
 
 @dataclass(frozen=True)

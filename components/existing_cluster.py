@@ -1,5 +1,5 @@
 """ExistingCluster: the Kubernetes provider for a cluster this stack did not create, handed out only
-after the cluster was checked for what the stack relies on (domain.cluster_checks)."""
+after the cluster was checked for what the stack relies on (domain.platform.cluster_checks)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,18 @@ import pulumi_kubernetes as k8s
 
 from adapters.kube_client import KubeClient, KubeUnreachable, environment_kubeconfig
 from components.args import fill_defaults
-from domain.cluster_checks import ClusterMismatch, check_cluster, check_monitoring_crds, check_operator_namespace
-from domain.config_keys import default
-from domain.deploy_mode import check_kubeconfig
-from domain.errors import NOT_SHOWN, ConfigError
-from domain.field_checks import check_kube_context, check_kuberay_namespace
+from domain.cluster.deploy_mode import check_kubeconfig
+from domain.core.config_keys import default
+from domain.core.errors import NOT_SHOWN, ConfigError
+from domain.platform.cluster_checks import (
+    ClusterMismatch,
+    check_cluster,
+    check_monitoring_crds,
+    check_operator_namespace,
+)
+from domain.platform.field_checks import check_kube_context, check_kuberay_namespace
 
-ARGS = "ExistingClusterArgs"  # names the Args in a bad field's line (domain/errors.py line())
+ARGS = "ExistingClusterArgs"  # names the Args in a bad field's line (domain/core/errors.py line())
 
 
 @dataclass(frozen=True)
@@ -26,7 +31,7 @@ class ExistingClusterArgs:
     """The cluster behind a kubeconfig and what the stack is about to apply to it, checked before any object."""
 
     ray_service_spec: Mapping[str, Any]
-    """The RayService spec that deploys (domain/ray_service.py): its groups' nodes and the CRD's fields."""
+    """The RayService spec that deploys (domain/render/ray_service.py): its groups' nodes and the CRD's fields."""
     pools: Sequence[str]
     """The GPU pools' names: each one's worker group must find its nodes (config key gpuPools)."""
     kubeconfig: pulumi.Input[str] | None = None

@@ -15,13 +15,13 @@ from components.cluster import Cluster, NodeGroupArgs, scaling
 from components.network import Network
 from components.node_metadata import hop_limit_one
 from components.node_template_tags import NodeTemplateTags, NodeTemplateTagsArgs
-from domain import sizing
-from domain.config_keys import default
-from domain.field_checks import check_ami_pin, check_gpu_instance_type, check_kubernetes_version
-from domain.placement import GPU_TAINT, gpu_labels
-from domain.scaling import pool_scales
+from domain.core.config_keys import default
+from domain.fit.scaling import pool_scales
+from domain.platform import sizing
+from domain.platform.field_checks import check_ami_pin, check_gpu_instance_type, check_kubernetes_version
+from domain.platform.placement import GPU_TAINT, gpu_labels
 
-ARGS = "GpuNodePoolArgs"  # names the Args in a bad field's line (domain/errors.py line())
+ARGS = "GpuNodePoolArgs"  # names the Args in a bad field's line (domain/core/errors.py line())
 
 # nodeadm's local storage: one RAID0 array from all instance-store NVMe at LOCAL_NVME_ROOT.
 NODE_CONFIG = yaml.safe_dump(
@@ -39,7 +39,7 @@ class GpuNodePoolArgs:
     """One GPU pool's nodes: a GPU type with instance-store NVMe, its bounds, its pinned AMI, EFA or not."""
 
     nodes: NodeGroupArgs
-    """The pool's instance type (a GPU type of domain/aws_facts.py), bounds and root volume (config key gpuPools)."""
+    """The pool's instance type (a GPU type of domain/platform/aws_facts.py), bounds and root volume (gpuPools)."""
     availability_zone: str
     """The GPU subnet's zone: an EFA pool's cluster placement group is there (config key gpuAvailabilityZone)."""
     kubernetes_version: str | None = default("kubernetesVersion")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from domain.versions import ChartPin
+from domain.platform.versions import ChartPin
 
 OCI = "oci://"
 

@@ -1,5 +1,5 @@
 """Karpenter: makes the GPU nodes for the Ray worker pods that wait for them, one NodePool and one
-EC2NodeClass per GPU pool (domain/karpenter.py), in place of the GPU managed node groups and the
+EC2NodeClass per GPU pool (domain/render/karpenter.py), in place of the GPU managed node groups and the
 Cluster Autoscaler. Its controller runs on the system nodes with AWS access through EKS Pod
 Identity; EC2's interruption notices reach it through an SQS queue fed by EventBridge rules.
 
@@ -24,15 +24,15 @@ from components.args import fill_defaults
 from components.cluster import NodeRole
 from components.observability import custom_object
 from components.pod_identity import ControllerRelease, pod_identity_role, release_with_role
-from domain.config_keys import default
-from domain.field_checks import check_chart_version, check_cluster_name
-from domain.placement import SYSTEM_LABELS
-from domain.sizing import KARPENTER_REQUESTS
-from domain.versions import KARPENTER_CHART, ChartPin
+from domain.core.config_keys import default
+from domain.platform.field_checks import check_chart_version, check_cluster_name
+from domain.platform.placement import SYSTEM_LABELS
+from domain.platform.sizing import KARPENTER_REQUESTS
+from domain.platform.versions import KARPENTER_CHART, ChartPin
 
 NAMESPACE = "kube-system"  # the getting-started guide's KARPENTER_NAMESPACE
 SERVICE_ACCOUNT = "karpenter"  # the chart's service account (its fullname)
-ARGS = "KarpenterArgs"  # names the Args in a bad field's line (domain/errors.py line())
+ARGS = "KarpenterArgs"  # names the Args in a bad field's line (domain/core/errors.py line())
 # The node classes' placement groups: a cluster group keeps a pool's EFA traffic on one network spine.
 PLACEMENT_STRATEGY = "cluster"
 # The events the controller acts on before EC2 does (the CloudFormation's five rules at v1.14.1:
@@ -56,9 +56,9 @@ class KarpenterArgs:
     region: str
     """The cluster's AWS region."""
     node_pools: Sequence[Mapping[str, Any]]
-    """NodePool manifests, one per GPU pool (domain/karpenter.py node_pool)."""
+    """NodePool manifests, one per GPU pool (domain/render/karpenter.py node_pool)."""
     node_classes: Sequence[Mapping[str, Any]]
-    """EC2NodeClass manifests (domain/karpenter.py ec2_node_class) without spec.role: this component's node role."""
+    """EC2NodeClass manifests (domain/render/karpenter.py ec2_node_class) without spec.role: this component's."""
     placement_groups: Sequence[str] = ()
     """Names of the cluster placement groups the node classes select (created here)."""
     replicas: int | None = 2

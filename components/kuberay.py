@@ -12,16 +12,16 @@ import pulumi_kubernetes as k8s
 
 from components.args import fill_defaults
 from components.helm import helm_release
-from domain import pod_security
-from domain.config_keys import default
-from domain.facts import KUBERAY_NAMESPACE
-from domain.field_checks import check_chart_version
-from domain.placement import SYSTEM_LABELS
-from domain.sizing import OPERATOR_REQUESTS
-from domain.versions import KUBERAY_CHART, ChartPin
+from domain.core.config_keys import default
+from domain.core.facts import KUBERAY_NAMESPACE
+from domain.platform.field_checks import check_chart_version
+from domain.platform.placement import SYSTEM_LABELS
+from domain.platform.sizing import OPERATOR_REQUESTS
+from domain.platform.versions import KUBERAY_CHART, ChartPin
+from domain.security import pod_security
 
 NAMESPACE = KUBERAY_NAMESPACE
-ARGS = "KubeRayOperatorArgs"  # names the Args in a bad field's line (domain/errors.py line())
+ARGS = "KubeRayOperatorArgs"  # names the Args in a bad field's line (domain/core/errors.py line())
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class KubeRayOperatorArgs:
     chart_version: str | None = default("kuberayVersion")
     """The kuberay-operator chart's exact version (config key kuberayVersion says why this default)."""
     feature_gates: Sequence[Mapping[str, Any]] | None = None
-    """The chart's featureGates ({name, enabled} each; domain/gcs_ft.py's for rocksdb); none: the chart's."""
+    """The chart's featureGates ({name, enabled} each; domain/cluster/gcs_ft.py's for rocksdb); none: the chart's."""
 
     def __post_init__(self) -> None:
         fill_defaults(self)
@@ -55,7 +55,7 @@ class KubeRayOperator(pulumi.ComponentResource):
             "nodeSelector": SYSTEM_LABELS,
             "resources": {"requests": OPERATOR_REQUESTS.as_k8s(), "limits": OPERATOR_REQUESTS.as_k8s()},
         }
-        if args.feature_gates is not None:  # domain/gcs_ft.py operator_feature_gates (rocksdb's alpha gate)
+        if args.feature_gates is not None:  # domain/cluster/gcs_ft.py operator_feature_gates (rocksdb's alpha gate)
             values["featureGates"] = [dict(gate) for gate in args.feature_gates]
         self.release = helm_release(
             "kuberay-operator",

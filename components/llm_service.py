@@ -13,18 +13,20 @@ import pulumi_kubernetes as k8s
 
 from components.args import fill_defaults
 from components.network_policies import NamespaceNetworkPolicies
-from domain import api_keys, gcs_ft, pod_security, secret_content
-from domain.config_keys import default
-from domain.errors import ConfigError
-from domain.facts import ENVIRONMENT_ANNOTATION, HEAD_PORTS, SERVE_PORT
-from domain.field_checks import check_environment, check_namespace, check_ready_timeout, check_service_name
-from domain.ray_service import HF_TOKEN_KEY, HF_TOKEN_SECRET, replacement_paths, worker_groups_annotation
+from domain.cluster import gcs_ft
+from domain.core.config_keys import default
+from domain.core.errors import ConfigError
+from domain.core.facts import ENVIRONMENT_ANNOTATION, HEAD_PORTS, SERVE_PORT
+from domain.platform.field_checks import check_environment, check_namespace, check_ready_timeout, check_service_name
+from domain.render.ray_service import HF_TOKEN_KEY, HF_TOKEN_SECRET, replacement_paths, worker_groups_annotation
+from domain.security import pod_security, secret_content
+from domain.serving import api_keys
 
-ARGS = "LlmServiceArgs"  # names the Args in a bad field's line (domain/errors.py line())
+ARGS = "LlmServiceArgs"  # names the Args in a bad field's line (domain/core/errors.py line())
 
 
 def named_service_accounts(spec: Mapping[str, Any]) -> list[str]:
-    """The service accounts the worker templates name (the weights' reader, domain/ray_service.py): the
+    """The service accounts the worker templates name (the weights' reader, domain/render/ray_service.py): the
     component creates them. The head names none (KubeRay gives it its autoscaler's, or the namespace's default)."""
     groups = spec.get("rayClusterConfig", {}).get("workerGroupSpecs") or []
     return sorted({n for g in groups if (n := g.get("template", {}).get("spec", {}).get("serviceAccountName"))})
@@ -32,7 +34,7 @@ def named_service_accounts(spec: Mapping[str, Any]) -> list[str]:
 
 @dataclass(frozen=True)
 class LlmServiceArgs:
-    """What the PD LLM service deploys: a RayService spec (domain.ray_service.ray_service_spec renders one
+    """What the PD LLM service deploys: a RayService spec (domain.render.ray_service.ray_service_spec renders one
     from a stack) and the objects around it in its namespace."""
 
     ray_service_spec: Mapping[str, Any]
@@ -48,7 +50,7 @@ class LlmServiceArgs:
     api_key_check: bool | None = default("apiKeyCheck")
     """Deploy the key-checking ingress's code and the keys Secret (the spec must run that ingress)."""
     network_policies: Sequence[Mapping[str, Any]] | None = ()
-    """NetworkPolicy manifests for the namespace (domain.network_policies renders them), before any Ray pod."""
+    """NetworkPolicy manifests for the namespace (domain.security.network_policies renders them), before any Ray pod."""
     wait_for_ready: bool | None = True
     """Wait until the RayService is Ready; false: return once the object is accepted (CI deploys)."""
     ready_timeout_seconds: int | None = default("serviceReadyTimeoutSeconds")
@@ -84,7 +86,7 @@ class LlmServiceArgs:
             raise ConfigError(
                 "ray_service_spec",
                 self.ray_service_spec,
-                "a RayService spec with rayClusterConfig.workerGroupSpecs (domain.ray_service.ray_service_spec)",
+                "a RayService spec with rayClusterConfig.workerGroupSpecs (domain.render.ray_service.ray_service_spec)",
                 ARGS,
             )
         if (self.redis_address is None) != (self.redis_password is None):
@@ -137,7 +139,7 @@ class LlmService(pulumi.ComponentResource):
         sealed = set(args.sealed_secrets)
 
         def checked(value: pulumi.Input[str], check, key: str) -> pulumi.Output[str]:
-            """`value` through its content check (domain/secret_content.py), unless sealed: a `secure:` value
+            """`value` through its content check (domain/security/secret_content.py), unless sealed: a `secure:` value
             offline, whose check waits for `pulumi up` (the plan's deferred line says so)."""
             value = pulumi.Output.from_input(value)
             return value if key in sealed else value.apply(check)
@@ -163,7 +165,7 @@ class LlmService(pulumi.ComponentResource):
                 )
             )
         if args.api_key_check:
-            # The key-checking ingress (domain/api_keys.py): its code, and the keys as a file.
+            # The key-checking ingress (domain/serving/api_keys.py): its code, and the keys as a file.
             waits_for.append(
                 k8s.core.v1.ConfigMap(
                     f"{name}-api-key-ingress",
@@ -226,7 +228,7 @@ class LlmService(pulumi.ComponentResource):
             deployed_spec = pulumi.Output.from_input(args.redis_address).apply(
                 lambda address: gcs_ft.with_redis_address(spec, address)
             )
-        # upgradeStrategy None (domain/upgrades.py): KubeRay applies no cluster change to a running cluster,
+        # upgradeStrategy None (domain/cluster/upgrades.py): KubeRay applies no cluster change to a running cluster,
         # so the program replaces the RayService; NewCluster: KubeRay makes the second cluster itself.
         replaces = spec.get("upgradeStrategy", {}).get("type") == "None"
         self.ray_service = k8s.apiextensions.CustomResource(
@@ -251,7 +253,7 @@ class LlmService(pulumi.ComponentResource):
                 parent=self,
                 depends_on=waits_for,
                 # Cluster changes need the GPUs of the running cluster: delete it first, then create.
-                # Worker bounds too: KubeRay never passes them to a running cluster (domain/ray_service.py).
+                # Worker bounds too: KubeRay never passes them to a running cluster (domain/render/ray_service.py).
                 replace_on_changes=replacement_paths(spec) if replaces else None,
                 delete_before_replace=replaces,
             ),
@@ -268,7 +270,7 @@ class LlmService(pulumi.ComponentResource):
             '-H "Authorization: Bearer $OPENAI_API_KEY" '
             f'-d \'{{"model": "{model_id}", "messages": [{{"role": "user", "content": "Hello!"}}], "max_tokens": 64}}\''
         )
-        # The ingress checks the key (domain/api_keys.py): the client sends one of the stack's apiKeys.
+        # The ingress checks the key (domain/serving/api_keys.py): the client sends one of the stack's apiKeys.
         self.openai_example = (
             "import os\n\nfrom openai import OpenAI\n\n"
             f'client = OpenAI(base_url="http://localhost:{SERVE_PORT}/v1", api_key=os.environ["OPENAI_API_KEY"])\n'

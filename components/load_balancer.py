@@ -17,9 +17,9 @@ import pulumi_kubernetes as k8s
 from adapters import botocore_facts
 from components.args import fill_defaults
 from components.pod_identity import ControllerRelease, pod_identity_role, release_with_role
-from domain.config_keys import default
-from domain.facts import SERVE_PORT
-from domain.field_checks import (
+from domain.core.config_keys import default
+from domain.core.facts import SERVE_PORT
+from domain.platform.field_checks import (
     check_chart_version,
     check_cidr,
     check_cluster_name,
@@ -27,8 +27,8 @@ from domain.field_checks import (
     check_namespace,
     check_service_name,
 )
-from domain.placement import SYSTEM_LABELS
-from domain.versions import LB_CONTROLLER_CHART, ChartPin
+from domain.platform.placement import SYSTEM_LABELS
+from domain.platform.versions import LB_CONTROLLER_CHART, ChartPin
 
 SERVICE_ACCOUNT = "aws-load-balancer-controller"
 NAMESPACE = "kube-system"
@@ -81,7 +81,7 @@ def controller_values(cluster_name: str, region: str, vpc_id: pulumi.Input[str])
     }
 
 
-CONTROLLER_ARGS = "LoadBalancerControllerArgs"  # names the Args in a bad field's line (domain/errors.py line())
+CONTROLLER_ARGS = "LoadBalancerControllerArgs"  # names the Args in a bad field's line (domain/core/errors.py line())
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ class LoadBalancerController(pulumi.ComponentResource):
         self.register_outputs({"roleArn": self.role.arn})
 
 
-ARGS = "InternalEndpointArgs"  # names the Args in a bad field's line (domain/errors.py line())
+ARGS = "InternalEndpointArgs"  # names the Args in a bad field's line (domain/core/errors.py line())
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ class InternalEndpointArgs:
     """The RayService's name: the Service is <service_name>-internal-endpoint (config key serviceName)."""
     subnets: Sequence[str] | None = ()
     """The Name tags of the subnets the NLB goes in: subnets where no pod lives (the stack's public ones,
-    domain/subnets.py), so a NetworkPolicy can tell the NLB's addresses from pods'; none: the controller's choice."""
+    domain/platform/subnets.py), so a NetworkPolicy can tell the NLB's addresses from pods'; none: the controller's."""
     pod_subnets: Sequence[str] | None = ()
     """The CIDRs of the subnets where pods get addresses (VPC CNI): a source range overlapping one is refused,
     since it would let pods of every namespace reach the serve port through the NLB; none: not checked."""
@@ -195,7 +195,7 @@ def internal_nlb_service(args: InternalEndpointArgs) -> dict:
                 "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
                 "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
                 # In the public subnets, where no pod lives, so a NetworkPolicy can tell the NLB's
-                # addresses from pods' (domain/network_policies.py); internal: private addresses only.
+                # addresses from pods' (domain/security/network_policies.py); internal: private addresses only.
                 **({SUBNETS: ",".join(args.subnets)} if args.subnets else {}),
                 # Off is AWS's default for IP targets over TCP; said here so the pods see the NLB's
                 # address, never the client's (which may be a pod's), whatever that default becomes.

@@ -11,17 +11,17 @@ import pulumi_aws as aws
 
 from adapters import botocore_facts
 from components.args import fill_defaults
-from domain.config_keys import default
-from domain.field_checks import (
+from domain.core.config_keys import default
+from domain.platform.field_checks import (
     check_availability_zones,
     check_cluster_name,
     check_gpu_availability_zone,
     check_nat_gateways,
     check_vpc_cidr,
 )
-from domain.subnets import private_subnet_name, public_subnet_name, subnet_cidrs
+from domain.platform.subnets import private_subnet_name, public_subnet_name, subnet_cidrs
 
-ARGS = "NetworkArgs"  # names the Args in a bad field's line (domain/errors.py line())
+ARGS = "NetworkArgs"  # names the Args in a bad field's line (domain/core/errors.py line())
 
 
 @dataclass(frozen=True)

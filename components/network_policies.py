@@ -1,4 +1,4 @@
-"""NamespaceNetworkPolicies: the Ray namespace's NetworkPolicies (manifests in domain/network_policies.py),
+"""NamespaceNetworkPolicies: the Ray namespace's NetworkPolicies (manifests in domain/security/network_policies.py),
 in place before the Ray pods start."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pulumi
 
-from domain.facts import NODE_METADATA_OPTIONS
+from domain.core.facts import NODE_METADATA_OPTIONS
 
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 

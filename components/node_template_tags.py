@@ -1,5 +1,5 @@
 """NodeTemplateTags: the Cluster Autoscaler's picture of a node, as tags on a GPU pool's Auto Scaling
-group, so a pool at zero nodes can grow (domain/scaling.py names the tags)."""
+group, so a pool at zero nodes can grow (domain/fit/scaling.py names the tags)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pulumi_aws as aws
 
 from adapters import botocore_facts
 from components.args import fill_defaults
-from domain.field_checks import check_gpu_instance_type, check_label_value
-from domain.scaling import node_template_tags
+from domain.fit.scaling import node_template_tags
+from domain.platform.field_checks import check_gpu_instance_type, check_label_value
 
-ARGS = "NodeTemplateTagsArgs"  # names the Args in a bad field's line (domain/errors.py line())
+ARGS = "NodeTemplateTagsArgs"  # names the Args in a bad field's line (domain/core/errors.py line())
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class NodeTemplateTagsArgs:
     pool_name: str
     """The pool's name: its nodes' pool label, which its Ray worker group selects (config key gpuPools)."""
     instance_type: str
-    """The pool's GPU instance type: the GPUs and EFA devices a node advertises (domain/aws_facts.py)."""
+    """The pool's GPU instance type: the GPUs and EFA devices a node advertises (domain/platform/aws_facts.py)."""
     efa: bool | None = False
     """The pool's nodes have EFA interfaces, one per network card, and advertise them as devices."""
 

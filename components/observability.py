@@ -1,4 +1,4 @@
-"""Observability in the graph (domain/observability.py says what and why): the EBS CSI driver and a
+"""Observability in the graph (domain/telemetry/observability.py says what and why): the EBS CSI driver and a
 gp3 StorageClass, the monitoring stack (kube-prometheus-stack, the DCGM exporter, Prometheus's volume;
 or an Amazon Managed Service for Prometheus workspace), and the monitors, rule and dashboards that
 watch the RayService. `destroy` removes it all in reverse: the monitors, then the charts, then
@@ -23,9 +23,9 @@ from components.args import fill_defaults
 from components.helm import helm_release
 from components.network_policies import NamespaceNetworkPolicies
 from components.pod_identity import default_version_addon, pod_identity_role
-from domain import monitoring_release, observability, pod_security, versions
-from domain.config_keys import default
-from domain.field_checks import (
+from domain.core.config_keys import default
+from domain.platform import versions
+from domain.platform.field_checks import (
     check_chart_version,
     check_cluster_name,
     check_kubernetes_version,
@@ -33,9 +33,11 @@ from domain.field_checks import (
     check_namespace,
     check_one_of,
 )
-from domain.versions import DCGM_EXPORTER_CHART, KUBE_PROMETHEUS_STACK_CHART, ChartPin
+from domain.platform.versions import DCGM_EXPORTER_CHART, KUBE_PROMETHEUS_STACK_CHART, ChartPin
+from domain.security import pod_security
+from domain.telemetry import monitoring_release, observability
 
-EBS_ARGS = "EbsCsiDriverArgs"  # names the Args in a bad field's line (domain/errors.py line())
+EBS_ARGS = "EbsCsiDriverArgs"  # names the Args in a bad field's line (domain/core/errors.py line())
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ class EbsCsiDriver(pulumi.ComponentResource):
         """`agent`: the cluster's EKS Pod Identity agent (components/pod_identity.py), the role's way to the pod.
         `reclaim_kubeconfig`: where claims outside the graph get volumes of the StorageClass (rocksdb's), the
         cluster's kubeconfig: on destroy the driver, the StorageClass and `nodes` wait until the driver has
-        deleted those volumes (domain/teardown.py)."""
+        deleted those volumes (domain/platform/teardown.py)."""
         super().__init__(self.TYPE, name, None, opts)
         cluster_name, kubernetes_version = args.cluster_name, args.kubernetes_version
         child = pulumi.ResourceOptions(parent=self)
@@ -168,7 +170,7 @@ def custom_object(name: str, manifest: dict, opts: pulumi.ResourceOptions) -> k8
     )
 
 
-MONITORING_ARGS = "MonitoringStackArgs"  # names the Args in a bad field's line (domain/errors.py line())
+MONITORING_ARGS = "MonitoringStackArgs"  # names the Args in a bad field's line (domain/core/errors.py line())
 
 
 @dataclass(frozen=True)
@@ -199,10 +201,10 @@ class MonitoringStackArgs:
     tags: Mapping[str, str] | None = None
     """AWS tags on Prometheus's volume or the workspace; none: no tags."""
     rule_spec: Mapping[str, Any] | None = None
-    """The alert rules' PrometheusRule spec (domain/alerts.py renders the stack's): with amp the workspace
+    """The alert rules' PrometheusRule spec (domain/telemetry/alerts.py renders the stack's): with amp the workspace
     evaluates them (an agent evaluates none); none: no rules there."""
     network_policies: Sequence[Mapping[str, Any]] | None = ()
-    """NetworkPolicy manifests for the monitoring namespace (domain/network_policies.py), before any pod."""
+    """NetworkPolicy manifests for the monitoring namespace (domain/security/network_policies.py), before any pod."""
 
     def __post_init__(self) -> None:
         fill_defaults(self)
@@ -289,7 +291,7 @@ class MonitoringStack(pulumi.ComponentResource):
             opts=child,
         )
         waits_for: list[pulumi.Resource] = [self.namespace]
-        if network_policies:  # before any pod of the chart starts (domain/network_policies.py)
+        if network_policies:  # before any pod of the chart starts (domain/security/network_policies.py)
             waits_for.append(
                 NamespaceNetworkPolicies(
                     f"{name}-network-policies",
@@ -366,7 +368,7 @@ class MonitoringStack(pulumi.ComponentResource):
         self.register_outputs({})
 
 
-SERVICE_ARGS = "ServiceMonitoringArgs"  # names the Args in a bad field's line (domain/errors.py line())
+SERVICE_ARGS = "ServiceMonitoringArgs"  # names the Args in a bad field's line (domain/core/errors.py line())
 
 
 @dataclass(frozen=True)
@@ -379,7 +381,7 @@ class ServiceMonitoringArgs:
     """The `release` label value the watching Prometheus selects: ours (kube-prometheus-stack) or the
     cluster's own (config key observability.prometheusRelease)."""
     rule_spec: Mapping[str, Any] | None = None
-    """The alert rules' spec (domain/alerts.py renders the stack's), as a PrometheusRule; none: no rule (with
+    """The alert rules' spec (domain/telemetry/alerts.py renders the stack's), as a PrometheusRule; none: no rule (with
     amp the workspace holds them, MonitoringStackArgs.rule_spec)."""
     dashboards: Mapping[str, str] | None = None
     """Grafana dashboards, file name -> JSON, as ConfigMaps its sidecar loads; none: none (amp: no Grafana)."""

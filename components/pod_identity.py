@@ -12,8 +12,8 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.helm import helm_release
-from domain import versions
-from domain.versions import ChartPin
+from domain.platform import versions
+from domain.platform.versions import ChartPin
 
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 
@@ -36,7 +36,7 @@ class PodIdentityAgent(pulumi.ComponentResource):
 def default_version_addon(
     name: str, cluster_name: str, addon: str, kubernetes_version: str, opts: pulumi.ResourceOptions, **args
 ) -> aws.eks.Addon:
-    """An EKS add-on at EKS's default version for the cluster's minor (domain/versions.py says why not a
+    """An EKS add-on at EKS's default version for the cluster's minor (domain/platform/versions.py says why not a
     table); `args`: the add-on's other inputs."""
     default = aws.eks.get_addon_version_output(
         addon_name=addon, kubernetes_version=kubernetes_version, most_recent=False

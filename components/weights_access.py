@@ -12,7 +12,7 @@ import pulumi_aws as aws
 
 from adapters import botocore_facts
 from components.pod_identity import pod_identity_role
-from domain.facts import WEIGHTS_SERVICE_ACCOUNT
+from domain.core.facts import WEIGHTS_SERVICE_ACCOUNT
 
 
 def bucket_and_prefix(uri: str) -> tuple[str, str]:

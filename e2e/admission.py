@@ -1,7 +1,7 @@
 """PodSecurity admission on the namespaces the e2e stack really created, judged by e2e/checks.py.
 
 The namespaces are found on the live API server by who wrote them (the field managers the stack's state
-records), not from a list. For each: its PodSecurity labels are exactly domain/pod_security.py's; every pod
+records), not from a list. For each: its PodSecurity labels are exactly domain/security/pod_security.py's; every pod
 in it, dry-run created again as it is (`?dryRun=All`: admission runs, nothing is stored), is admitted; and
 where its level is not restricted, the same pods dry-run created into a copy of it enforcing the next level
 are refused by PodSecurity for the reasons pod_security.py names and no other, the reasons its own warn label
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from adapters.kube_client import KubeClient, KubeError
-from domain import pod_security
+from domain.security import pod_security
 from e2e.checks import (
     admission_problems,
     owned_namespaces,
@@ -76,12 +76,12 @@ def stack_namespaces_admit(
     known = pod_security.namespaces(serving_namespace)
     for ns in live:
         labels = psa_labels(api.get(f"/api/v1/namespaces/{ns}")["metadata"].get("labels"))
-        if not checks.expect(ns in known, f"{what}: namespace {ns} has a level in domain/pod_security.py"):
+        if not checks.expect(ns in known, f"{what}: namespace {ns} has a level in domain/security/pod_security.py"):
             continue
         level, needs = known[ns]
         wanted = pod_security.labels(level)
         checks.expect(labels == wanted, f"{what}: namespace {ns}'s PodSecurity labels are exactly "
-                      f"domain/pod_security.py's (enforce {level})", f"live {labels}, wanted {wanted}")  # fmt: skip
+                      f"domain/security/pod_security.py's ({level})", f"live {labels}, wanted {wanted}")  # fmt: skip
         pods = api.get(f"/api/v1/namespaces/{ns}/pods")["items"]
         own = dry_run_pods(api, ns, pods)
         refused = admission_problems(own)

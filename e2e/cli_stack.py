@@ -31,7 +31,9 @@ from go_binaries.build import bin_dirs
 ROOT = Path(__file__).resolve().parent.parent
 STACK = "ci-cli-secrets"  # the checkout's Pulumi.<STACK>.yaml exists only while this runs
 SECRET_KEYS = ("apiKeys", "hfToken")
-DEFERRED = tuple(f"deferred to deploy time: {key}: " for key in SECRET_KEYS)  # domain/secret_content.py deferred
+DEFERRED = tuple(
+    f"deferred to deploy time: {key}: " for key in SECRET_KEYS
+)  # domain/security/secret_content.py deferred
 
 
 class Failed(RuntimeError):

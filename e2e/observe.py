@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from adapters.kube_client import KubeClient
-from domain.facts import POOL_NODE_LABEL
+from domain.core.facts import POOL_NODE_LABEL
 
 POLL = 0.5
 

@@ -45,10 +45,13 @@ sys.path.insert(0, str(REPO))
 from adapters import stack as stack_adapter  # noqa: E402
 from adapters.kube_client import KubeClient  # noqa: E402
 from components import llm_service  # noqa: E402
-from domain import api_keys, cluster_checks, gcs_ft, observability, versions  # noqa: E402
-from domain.config_keys import default  # noqa: E402
-from domain.facts import POOL_NODE_LABEL  # noqa: E402
-from domain.ray_service import ray_service_spec, served_document  # noqa: E402
+from domain.cluster import gcs_ft  # noqa: E402
+from domain.core.config_keys import default  # noqa: E402
+from domain.core.facts import POOL_NODE_LABEL  # noqa: E402
+from domain.platform import cluster_checks, versions  # noqa: E402
+from domain.render.ray_service import ray_service_spec, served_document  # noqa: E402
+from domain.serving import api_keys  # noqa: E402
+from domain.telemetry import observability  # noqa: E402
 from e2e import yaml_example as yaml_run  # noqa: E402
 from e2e.admission import stack_namespaces_admit  # noqa: E402
 from e2e.checks import max_model_lens, names_failed_resource, unkept_fields  # noqa: E402
@@ -361,7 +364,7 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
     sent = state_input_spec(stack.stack, RAY_SERVICE)
     checks.expect(
         sent == ray_service_spec(settings_of(BASE_STACK_FILE, cfg)),
-        "the program sent the one builder's RayService spec (domain/ray_service.py), keyed",
+        "the program sent the one builder's RayService spec (domain/render/ray_service.py), keyed",
     )
     live = api.get(object_path("ray.io/v1", "RayService", NS, svc))
     unkept = unkept_fields(sent, live["spec"])

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from domain.serve_config import llm_configs_by_role
+from domain.serving.serve_config import llm_configs_by_role
 from e2e.observe import wait_for_gone
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from adapters.botocore_facts import BotocoreFactsMissing
 from adapters.stackfile import StackFileError
-from domain.errors import ConfigError
+from domain.core.errors import ConfigError
 from llmclient import aiperf, core, verify
 from llmclient.metrics import MetricsError
 from measure import bench as bench_stats
@@ -92,8 +92,8 @@ def first_model(url: str, api_key: str | None) -> str:
 def stack_facts(stack: str) -> dict:
     """SLO, hourly cost and PD-ness of a stack, through the one stack->Settings adapter."""
     from adapters import stack as stack_adapter
-    from domain import cost
-    from domain.serve_config import PD_IMPORTS
+    from domain.serving.serve_config import PD_IMPORTS
+    from domain.stack import cost
 
     config = stack_adapter.stack_file(stack)
     settings = stack_adapter.load_settings(config)
@@ -113,7 +113,7 @@ def stack_facts(stack: str) -> dict:
 
 
 def default_facts() -> dict:
-    from domain.slo import default
+    from domain.telemetry.slo import default
 
     slo = default()
     return {

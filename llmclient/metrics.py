@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.kube_client import KubeClient
-from domain import facts
+from domain.core import facts
 from measure.kv_proof import Sample
 
 TIMEOUT = 30.0

@@ -226,7 +226,7 @@ def expectations(doc: dict, model_spec, floor_bytes_per_s: float | None, hf_conf
     """From a serve document as deployed: its decode engine's arguments, the model's facts (`hf_config`: the
     model's config.json when it is a local directory, e.g. the rehearsal's stand-in; else the fit's table or
     the stack's modelSpec)."""
-    from domain import role_view, serve_config
+    from domain.serving import role_view, serve_config
 
     configs = serve_config.llm_configs_by_role(doc, "deployed")
     if "decode" not in configs:
@@ -249,7 +249,7 @@ def expectations(doc: dict, model_spec, floor_bytes_per_s: float | None, hf_conf
 
 def _model_facts(model_id: str, source: str, model_spec, hf_config: dict | None):
     """The served model's facts: its config.json when given (a local model), else the fit's table or modelSpec."""
-    from domain import model_table
+    from domain.serving import model_table
 
     return (
         kv_proof.spec_from_hf_config(hf_config) if hf_config else model_table.model_spec(model_id, source, model_spec)
@@ -257,7 +257,7 @@ def _model_facts(model_id: str, source: str, model_spec, hf_config: dict | None)
 
 
 def served_context(model_spec) -> Callable[[str, str], int]:
-    """The derived maximum length of a served model (domain/role_view.py view_of's `max_context`): a local
+    """The derived maximum length of a served model (domain/serving/role_view.py view_of's `max_context`): a local
     model's config.json (the rehearsal's stand-in, --weights), else the fit's table or the stack's modelSpec."""
 
     def context(model_id: str, source: str) -> int:
@@ -344,15 +344,15 @@ def main(args) -> int:
     from adapters import stack
     from adapters.botocore_facts import BotocoreFactsMissing
     from adapters.stackfile import StackFileError
-    from domain import alerts
-    from domain.errors import ConfigError
+    from domain.core.errors import ConfigError
+    from domain.render import alert_rules
     from llmclient import metrics as adapter
 
     try:
         settings = stack.load_settings(stack.stack_file(args.stack))
         doc = yaml.safe_load(args.served_config.read_text()) if args.served_config else None
         doc = doc or settings.serving.serve_document
-        floor = args.floor_gbps * 1e9 if args.floor_gbps else alerts.rule_inputs(settings).kv_floor_bytes_per_s
+        floor = args.floor_gbps * 1e9 if args.floor_gbps else alert_rules.rule_inputs(settings).kv_floor_bytes_per_s
         configs = doc["applications"][0].get("args") or {}
         source = ((configs.get("decode_config") or {}).get("model_loading_config") or {}).get("model_source") or ""
         want = expectations(doc, settings.serving.model_spec, floor, _local_config(source) if source else None)

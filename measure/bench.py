@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from domain.errors import UNSET, ConfigError, yaml_text
+from domain.core.errors import UNSET, ConfigError, yaml_text
 from measure import kv_proof
 
 # A load point meets the SLO when at least this share of its requests met every target: DistServe's

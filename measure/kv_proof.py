@@ -18,8 +18,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from domain import fit_prediction, model_table, role_view, serve_config, vllm_fit
-from domain import ray_metrics as m
+from domain.serving import fit_prediction, model_table, role_view, serve_config, vllm_fit
+from domain.telemetry import ray_metrics as m
 from measure import hf_model_spec
 
 # vLLM's decode engine computes the last prompt token itself (it needs that token's logits): one token per
@@ -212,7 +212,7 @@ def spec_from_hf_config(config: Mapping) -> model_table.ModelSpec:
 
 def shape_of(model: model_table.ModelSpec, engine_kwargs: Mapping) -> KvShape:
     """The KV a request of `model` moves under these engine kwargs, from the fit's copy of vLLM's layout
-    (domain/vllm_fit.py: the hybrid block grown to cover a Mamba page, the unpadded state per layer)."""
+    (domain/serving/vllm_fit.py: the hybrid block grown to cover a Mamba page, the unpadded state per layer)."""
     max_model_len = role_view.effective_max_model_len(engine_kwargs, lambda: model.max_context)
     engine = fit_prediction.Engine.from_engine_kwargs(engine_kwargs, max_model_len)
     layout = fit_prediction.layout(model, engine)

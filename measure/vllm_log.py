@@ -25,7 +25,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields
 
-from domain import fit_prediction, model_fit
+from domain.fit import model_fit
+from domain.serving import fit_prediction
 
 GIB = 1024**3
 _NUM = r"(-?[\d.]+)"

@@ -17,12 +17,23 @@ from pulumi.runtime.proto import resource_pb2
 
 from adapters.stackfile import SECRET_TEXT
 from offline import eks_rules
-from offline.urns import urn_of
 
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
 UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 SIG_KEY = "4dabf18193072939515e22adb298388d"
+
+
+# Pulumi's URN rule (pulumi 3.272 runtime/resource.py create_urn): the type qualified by its parent's, the root
+# stack's left out.
+def urn_of(stack: str, project: str, parent: str | None, type_: str, name: str) -> str:
+    """A resource's URN: its type qualified by its parent's (the root stack's own type left out)."""
+    qualified = type_
+    if parent:
+        parent_type = parent.split("::")[2]
+        if parent_type != "pulumi:pulumi:Stack":
+            qualified = f"{parent_type}${type_}"
+    return f"urn:pulumi:{stack}::{project}::{qualified}::{name}"
 
 
 def placeholder(what: str) -> str:
@@ -173,7 +184,7 @@ HOOK_KINDS = ("before_create", "after_create", "before_update", "after_update", 
 
 def _timeouts_and_hooks(request) -> dict:
     """A registration's custom timeouts and resource hooks (by name), only where it has any: what `destroy`
-    waits for and how long (domain/teardown.py)."""
+    waits for and how long (domain/platform/teardown.py)."""
     found = {}
     timeouts = {k: v for k in ("create", "update", "delete") if (v := getattr(request.customTimeouts, k))}
     if timeouts:

@@ -29,7 +29,7 @@ import yaml
 from adapters import stack as stack_adapter
 from adapters.environment import OFFLINE_PLAN_ENV
 from adapters.stackfile import ROOT, SECRET_TEXT
-from domain import cost
+from domain.stack import cost
 
 if TYPE_CHECKING:
     from offline.mocks import RecordingMonitor, Registration

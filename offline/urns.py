@@ -19,21 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from adapters.stackfile import ROOT
+from offline.mocks import urn_of
 
 if TYPE_CHECKING:
     from offline.plan import Plan
 
 URNS_DIR = ROOT / "offline" / "urns"
-
-
-def urn_of(stack: str, project: str, parent: str | None, type_: str, name: str) -> str:
-    """A resource's URN: its type qualified by its parent's (the root stack's own type left out)."""
-    qualified = type_
-    if parent:
-        parent_type = parent.split("::")[2]
-        if parent_type != "pulumi:pulumi:Stack":
-            qualified = f"{parent_type}${type_}"
-    return f"urn:pulumi:{stack}::{project}::{qualified}::{name}"
 
 
 def recorded(stack: str, folder: Path = URNS_DIR) -> list[str]:

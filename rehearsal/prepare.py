@@ -17,8 +17,8 @@ import yaml
 
 from adapters import environment
 from adapters.stackfile import StackFileError
-from domain import api_keys, model_table, role_view, serve_config
-from domain.errors import PROJECT, ConfigError
+from domain.core.errors import PROJECT, ConfigError
+from domain.serving import api_keys, model_table, role_view, serve_config
 from rehearsal import gpu, substitute, topology
 from rehearsal.context import say
 from rehearsal.logs import ROLE_HEADER
@@ -48,8 +48,8 @@ def rehearsed_settings(stack: str, settings: list[str] | None = None):
 
 
 def deployed_spec(stack: str, settings: list[str] | None = None) -> dict:
-    """The RayService spec the program deploys for the stack (domain/ray_service.py, the one builder)."""
-    from domain.ray_service import ray_service_spec
+    """The RayService spec the program deploys for the stack (domain/render/ray_service.py, the one builder)."""
+    from domain.render.ray_service import ray_service_spec
 
     return ray_service_spec(rehearsed_settings(stack, settings))
 
@@ -86,7 +86,7 @@ def rendered_document(stack: str) -> dict:
 
 
 def key_checked(doc: dict) -> bool:
-    """The document puts its apps behind the key-checking ingress (domain/api_keys.py)."""
+    """The document puts its apps behind the key-checking ingress (domain/serving/api_keys.py)."""
     return any(
         ((app.get("args") or {}).get("ingress_cls_config") or {}).get("ingress_cls") == api_keys.INGRESS_CLS
         for app in doc.get("applications") or []
@@ -103,7 +103,7 @@ STAND_INS = {
 def key_check_here(
     local: substitute.LocalDocument, spec: dict, keys_dir: Path
 ) -> tuple[substitute.LocalDocument, list[str]]:
-    """The key check with this machine's paths for the pods' two mounts (domain/api_keys.py on_this_machine),
+    """The key check with this machine's paths for the pods' two mounts (domain/serving/api_keys.py on_this_machine),
     each move printed with the mount it stands for; a document without the key check is left as it is."""
     if not key_checked(local.document):
         return local, []
@@ -163,7 +163,7 @@ def spec_of(path: Path) -> dict:
 
 
 def served_model(doc: dict) -> model_table.ModelSpec | None:
-    """The served model's row of domain/model_table.py's table (None: a model of the user's)."""
+    """The served model's row of domain/serving/model_table.py's table (None: a model of the user's)."""
     loading = next(iter(serve_config.llm_configs_by_role(doc, "rehearsal").values()))["model_loading_config"]
     return model_table.KNOWN_MODELS.get(loading.get("model_source")) or model_table.KNOWN_MODELS.get(
         loading["model_id"]
@@ -171,7 +171,7 @@ def served_model(doc: dict) -> model_table.ModelSpec | None:
 
 
 def stand_in_family(doc: dict) -> str:
-    """The stand-in for the served model's family (domain/model_table.py's table), or by its layer kinds."""
+    """The stand-in for the served model's family (domain/serving/model_table.py's table), or by its layer kinds."""
     spec = served_model(doc)
     if spec is None:
         return substitute.stand_in(None, False)

@@ -1,6 +1,6 @@
 """A real Prometheus beside the rehearsal: the version kube-prometheus-stack 88.5 deploys (v3.14.0, built from
 its Go module by go_binaries/build.py), scraping the rehearsal's Ray metrics endpoints on loopback, with the
-stack's own rules (domain/alerts.py). It is one of the rehearsal's processes (it carries the run's marker,
+stack's own rules (domain/telemetry/alerts.py). It is one of the rehearsal's processes (it carries the run's marker,
 so the teardown ends it)."""
 
 from __future__ import annotations

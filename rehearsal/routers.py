@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from domain import ray_metrics as m
+from domain.telemetry import ray_metrics as m
 from measure import bench, kv_proof
 
 # vLLM's prefix-cache counters through Ray, with the Serve replica's unique id as `ReplicaId`.

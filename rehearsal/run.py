@@ -28,7 +28,7 @@ from pathlib import Path
 import yaml
 
 from adapters.ports import free_port
-from domain import serve_config
+from domain.serving import serve_config
 from llmclient import smoke
 from rehearsal import checks, isa_cap, substitute, topology
 from rehearsal import gpu as gpu_rules

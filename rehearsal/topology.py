@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from domain.role_view import replica_bounds
-from domain.serve_config import llm_configs_by_role, role_of
+from domain.serving.role_view import replica_bounds
+from domain.serving.serve_config import llm_configs_by_role, role_of
 from llmclient import core
 
 # vLLM 0.26's NIXL worker names its engine at start (nixl/base_worker.py, "Initializing NIXL worker %s"); Ray

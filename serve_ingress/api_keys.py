@@ -1,6 +1,6 @@
 """The API key check of the serving endpoint, free of Ray so the project's tests run it as it runs
 in the pods. Shipped into every Ray pod with api_key_ingress.py (a ConfigMap, see
-domain/api_keys.py).
+domain/serving/api_keys.py).
 
 Keys live in a file mounted from a Kubernetes Secret, one per line. The file is read again when it
 changes (kubelet refreshes a mounted Secret within about a minute), so rotating is: add the new

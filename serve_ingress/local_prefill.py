@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 # The decode LLM config's experimental_configs key that holds the threshold in tokens (rendered by
-# domain/serve_config.py from the stack key selectivePd).
+# domain/serving/serve_config.py from the stack key selectivePd).
 THRESHOLD_CONFIG = "local_prefill_below_tokens"
 LOCAL, SPLIT = "local", "split"  # the values of the request counter's `path` tag
 

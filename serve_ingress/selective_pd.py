@@ -1,7 +1,7 @@
 """Selective PD at Ray 2.58: the PD app whose decode replicas prefill a short prompt themselves.
 
 Named in the serve config as `import_path: selective_pd:build_selective_pd_app` when the stack key
-selectivePd is set (domain/serve_config.py). In Ray 2.58 the decode replica calls prefill through a
+selectivePd is set (domain/serving/serve_config.py). In Ray 2.58 the decode replica calls prefill through a
 handle from inside its own `chat` / `completions` (serving_patterns/prefill_decode/pd_server.py
 PDDecodeServer.chat -> PDOrchestratorMixin._pd_handle_request), so neither the ingress (it calls decode's
 `chat`, which always goes to prefill) nor a request router (it only picks which prefill replica) can skip

@@ -1,4 +1,4 @@
-"""Ray's worker setup hook for the serving application (domain/api_keys.py names it in the app's
+"""Ray's worker setup hook for the serving application (domain/serving/api_keys.py names it in the app's
 runtime_env): runs in each of its worker processes before Serve sets up a replica's logger.
 
 A library that configures logging through a non-incremental `logging.config.dictConfig` closes every

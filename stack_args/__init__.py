@@ -1,5 +1,5 @@
 """The stack's settings as the components' Args: the one place that reads the composite Settings for
-them (domain/settings.py), so every component takes only its own typed Args."""
+them (domain/stack/settings.py), so every component takes only its own typed Args."""
 
 from __future__ import annotations
 
@@ -18,14 +18,15 @@ from components.llm_service import LlmServiceArgs
 from components.load_balancer import InternalEndpointArgs, LoadBalancerControllerArgs
 from components.network import Network, NetworkArgs
 from components.observability import EbsCsiDriverArgs, MonitoringStackArgs, ServiceMonitoringArgs
-from domain import alerts, dashboards, gcs_ft, karpenter
-from domain import network_policies as policies
-from domain.facts import ENVIRONMENT_TAG
-from domain.network_policies import network_policies
-from domain.ray_service import ray_service_spec
-from domain.serve_config import served_model_id
-from domain.settings import GpuPoolSettings, NodePoolSettings, Settings
-from domain.subnets import private_subnet_name
+from domain.cluster import gcs_ft
+from domain.core.facts import ENVIRONMENT_TAG
+from domain.platform.subnets import private_subnet_name
+from domain.render import alert_rules, dashboards, karpenter
+from domain.render.ray_service import ray_service_spec
+from domain.security import network_policies as policies
+from domain.security.network_policies import network_policies
+from domain.serving.serve_config import served_model_id
+from domain.stack.settings import GpuPoolSettings, NodePoolSettings, Settings
 
 
 def llm_service_args(
@@ -207,7 +208,7 @@ def monitoring_stack_args(settings: Settings, zone: str) -> MonitoringStackArgs:
         dcgm_chart_version=obs.dcgm_chart.version,
         tags={"Name": f"{name}-prometheus", ENVIRONMENT_TAG: hardening.environment},
         # Only amp's workspace evaluates rules here; embedded Prometheus takes them from ServiceMonitoring.
-        rule_spec=alerts.prometheus_rule_spec(settings) if obs.mode == "amp" else None,
+        rule_spec=alert_rules.prometheus_rule_spec(settings) if obs.mode == "amp" else None,
         network_policies=(
             policies.monitoring_policies(obs, settings.serving.namespace) if hardening.network_policies else ()
         ),
@@ -221,7 +222,7 @@ def service_monitoring_args(settings: Settings) -> ServiceMonitoringArgs:
     return ServiceMonitoringArgs(
         namespace=settings.serving.namespace,
         prometheus_release=obs.prometheus_release,
-        rule_spec=None if amp else alerts.prometheus_rule_spec(settings),
+        rule_spec=None if amp else alert_rules.prometheus_rule_spec(settings),
         dashboards=None if amp else dashboards.shipped_dashboards(settings),
         operator_namespace=mode.operator_namespace if mode.install_kuberay else None,
     )

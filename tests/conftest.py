@@ -145,7 +145,7 @@ def copy_project(source: Path, target: Path) -> None:
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch) -> Path:
     """A copy of the project (stack files, serve files, program) that `make plan` reads instead."""
-    from domain import serve_config
+    from domain.serving import serve_config
     from offline import plan as plan_cli
 
     root = tmp_path / "project"

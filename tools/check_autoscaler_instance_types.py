@@ -1,4 +1,4 @@
-"""Compare the instance table the e2e's template node uses (domain/aws_facts.py INSTANCE_SPECS) with
+"""Compare the instance table the e2e's template node uses (domain/platform/aws_facts.py INSTANCE_SPECS) with
 the Cluster Autoscaler's own (cloudprovider/aws/ec2_instance_types.go `InstanceTypes`, read by
 aws_manager.go buildNodeFromTemplate for a scale-up from zero). The Go module proxy does not serve
 k8s.io/autoscaler/cluster-autoscaler, so `make e2e` cannot read that table: this re-checks ours by
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from domain.aws_facts import INSTANCE_SPECS
+from domain.platform.aws_facts import INSTANCE_SPECS
 
 ENTRY = re.compile(
     r'"(?P<name>[^"]+)":\s*\{\s*InstanceType:\s*"[^"]+",\s*VCPU:\s*(?P<vcpu>\d+),\s*MemoryMb:\s*(?P<mem>\d+),'

@@ -395,7 +395,7 @@ def check_vllm_engine_args(ctx: Context) -> list[str]:
 
 
 def check_vllm_memory_defaults(ctx: Context) -> list[str]:
-    from domain import fit_prediction
+    from domain.serving import fit_prediction
 
     text = _vllm(ctx).read("vllm/config/cache.py")
     cls = ast.parse(python_symbol(text, "CacheConfig")).body[0]
@@ -496,7 +496,7 @@ def check_ray_serve_vllm_logging(ctx: Context) -> list[str]:
     """The worker setup hook's chain (docs/faults-and-upgrades.md): Ray's private env var keeps its name, and
     the functions that set up the hook, Serve's replica logger, Ray Serve LLM's env merge, vLLM's NIXL import
     and NIXL's logging setup are as we read them."""
-    from domain import api_keys
+    from domain.serving import api_keys
 
     ray = _ray(ctx)
     constants = ray.read("ray/_private/ray_constants.py")
@@ -504,7 +504,7 @@ def check_ray_serve_vllm_logging(ctx: Context) -> list[str]:
     problems = []
     if not named or named.group(1) != api_keys.WORKER_SETUP_HOOK_ENV:
         found = named.group(1) if named else "nothing"
-        problems.append(f"{ray}: WORKER_PROCESS_SETUP_HOOK_ENV_VAR is {found}, domain/api_keys.py sets "
+        problems.append(f"{ray}: WORKER_PROCESS_SETUP_HOOK_ENV_VAR is {found}, domain/serving/api_keys.py sets "
                         f"{api_keys.WORKER_SETUP_HOOK_ENV}")  # fmt: skip
     ray_symbols = {
         "ray/_private/runtime_env/setup_hook.py": ["load_and_execute_setup_hook", "load_and_execute_setup_hook_module"],
@@ -520,7 +520,7 @@ def check_ray_serve_vllm_logging(ctx: Context) -> list[str]:
 
 
 def check_ray_pd_rules(ctx: Context) -> list[str]:
-    from domain import serve_config
+    from domain.serving import serve_config
 
     ray = _ray(ctx)
     pd_path = "ray/llm/_internal/serve/serving_patterns/prefill_decode/builder.py"
@@ -532,7 +532,7 @@ def check_ray_pd_rules(ctx: Context) -> list[str]:
         serve_config.COLLOCATED_IMPORT: class_fields(collocated, "LLMServingArgs"),
     }
     problems = [
-        f"{app}: Ray {ray.version} takes {sorted(fields)}, domain/serve_config.py APP_ARGS {sorted(ours)}"
+        f"{app}: Ray {ray.version} takes {sorted(fields)}, domain/serving/serve_config.py APP_ARGS {sorted(ours)}"
         for app, fields in theirs.items()
         if fields != (ours := serve_config.APP_ARGS[app])
     ]
@@ -726,10 +726,10 @@ def check_prometheus_operator_crds(ctx: Context) -> list[str]:
 
 
 def check_vllm_ray_metric_names(ctx: Context) -> list[str]:
-    """Every vLLM metric domain/ray_metrics.py names is still declared by the pinned vLLM (as `vllm:<name>`),
+    """Every vLLM metric domain/telemetry/ray_metrics.py names is still declared by the pinned vLLM (as `vllm:<name>`),
     every Serve metric by the pinned Ray, and the functions that shape them (name sanitising, a counter's
     first increment, histogram sums as bucket midpoints) are the ones we read."""
-    from domain import ray_metrics
+    from domain.telemetry import ray_metrics
 
     vllm, ray = _vllm(ctx), _ray(ctx)
     declared = vllm.read("vllm/v1/metrics/loggers.py") + vllm.read(
@@ -738,7 +738,7 @@ def check_vllm_ray_metric_names(ctx: Context) -> list[str]:
     problems = []
     for name in ray_metrics.VLLM_NAMES:
         if f'"vllm:{name}"' not in declared:
-            problems.append(f"{vllm}: no metric vllm:{name} (domain/ray_metrics.py)")
+            problems.append(f"{vllm}: no metric vllm:{name} (domain/telemetry/ray_metrics.py)")
     serve = ray.read("ray/serve/_private/replica.py")
     for name in ray_metrics.SERVE_NAMES:
         if f'"{name}"' not in serve:
@@ -841,7 +841,7 @@ def check_ray_dashboards(ctx: Context) -> list[str]:
 
 
 def check_ray_request_routing(ctx: Context) -> list[str]:
-    from domain import routing
+    from domain.serving import routing
 
     ray = _ray(ctx)
     router_path = "ray/llm/_internal/serve/routing_policies/prefix_aware/prefix_aware_router.py"
@@ -850,7 +850,9 @@ def check_ray_request_routing(ctx: Context) -> list[str]:
     defaults = [ast.literal_eval(d) if not isinstance(d, ast.Call) else float("inf") for d in state.args.defaults]
     theirs = {n: d for n, d in zip(names, defaults, strict=True) if n != "tree_actor"}
     ours = {name: default for name, (_, default) in routing.PREFIX_AFFINITY_KWARGS.items()}
-    problems = [] if theirs == ours else [f"{ray}: initialize_state takes {theirs}, domain/routing.py has {ours}"]
+    problems = (
+        [] if theirs == ours else [f"{ray}: initialize_state takes {theirs}, domain/serving/routing.py has {ours}"]
+    )
     fields = {f for f in class_fields(ray.read("ray/serve/config.py"), "RequestRouterConfig") if not f.startswith("_")}
     if fields != routing.REQUEST_ROUTER_FIELDS:
         problems.append(
@@ -907,8 +909,8 @@ def check_aiperf_config(ctx: Context) -> list[str]:
 
 def pinned_versions() -> dict[str, set[str]]:
     """Every version of each known-issue component a stack or a rehearsal of ours runs: the DLC images'
-    (domain/versions.py) and the rehearsal's pins."""
-    from domain import versions
+    (domain/platform/versions.py) and the rehearsal's pins."""
+    from domain.platform import versions
 
     found: dict[str, set[str]] = {"ray": set(), "vllm": set(), "nixl": set()}
     for image in versions.DLC_IMAGES.values():
@@ -933,7 +935,8 @@ def known_issue_pin_problems(table, pins: dict[str, set[str]]) -> list[str]:
 
 
 def check_known_issue_pins(ctx: Context) -> list[str]:
-    from domain import known_issues, versions
+    from domain.checks import known_issues
+    from domain.platform import versions
 
     problems = known_issue_pin_problems(known_issues.entries(), pinned_versions())
     # The DLC's NIXL is ray[llm]'s pin (the image installs ray[default,serve,llm]): hold our table to Ray's.

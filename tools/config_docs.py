@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from domain import config_keys
+from domain.core import config_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "configuration.md"

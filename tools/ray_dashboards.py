@@ -23,7 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from domain import config_keys, versions
+from domain.core import config_keys
+from domain.platform import versions
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "observability" / "dashboards"

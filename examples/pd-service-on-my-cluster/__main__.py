@@ -11,8 +11,8 @@ from adapters.stack import load_settings
 from adapters.stackfile import StackConfig
 from components.kuberay import KubeRayOperator, KubeRayOperatorArgs
 from components.llm_service import LlmService, LlmServiceArgs
-from domain.ray_service import ray_service_spec
-from domain.serve_config import served_model_id
+from domain.render.ray_service import ray_service_spec
+from domain.serving.serve_config import served_model_id
 
 POOL = {"instanceType": "g6.8xlarge", "minSize": 1, "desiredSize": 1, "maxSize": 1}  # my node groups' type
 KEYS = {  # as `pulumi config` hands a ray-llm-eks stack's keys over (structures as JSON)

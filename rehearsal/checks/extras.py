@@ -7,7 +7,7 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from domain.serve_config import llm_configs_by_role
+from domain.serving.serve_config import llm_configs_by_role
 from llmclient import bench
 from measure import bench as bench_stats
 from rehearsal import cpu_threads, scale_demo, substitute, topology

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from adapters import ports
 from adapters.ports import free_port
-from domain import serve_config
+from domain.serving import serve_config
 from llmclient import faultload
 from rehearsal import faults, topology, verify
 from rehearsal.checks import Check, by_flag, observability

@@ -23,8 +23,9 @@ import subprocess
 import sys
 import time
 
-from domain import alerts, dashboards
-from domain.serve_config import llm_configs_by_role
+from domain.render import alert_rules, dashboards
+from domain.serving.serve_config import llm_configs_by_role
+from domain.telemetry import alerts
 from rehearsal import prometheus, topology
 from rehearsal.checks import Check, by_flag
 from rehearsal.context import Context, RehearsalFailed, say
@@ -82,7 +83,7 @@ def _settings(ctx: Context):
 
 
 def _rule_inputs(ctx: Context) -> alerts.RuleInputs:
-    stack_inputs = alerts.rule_inputs(_settings(ctx))
+    stack_inputs = alert_rules.rule_inputs(_settings(ctx))
     floor = REHEARSAL_FLOOR_GBPS * 1e9 if ctx.pd else None
     return dataclasses.replace(stack_inputs, pd=ctx.pd, kv_floor_bytes_per_s=floor)
 

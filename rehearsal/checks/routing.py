@@ -16,9 +16,9 @@ import random
 import time
 from pathlib import Path
 
-from domain import routing
-from domain.role_view import role_views
-from domain.serve_config import llm_configs_by_role
+from domain.serving import routing
+from domain.serving.role_view import role_views
+from domain.serving.serve_config import llm_configs_by_role
 from llmclient import aiperf, core, metrics
 from llmclient import verify as verify_client
 from measure import bench, kv_proof

@@ -12,7 +12,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from domain import slo
+from domain.telemetry import slo
 from llmclient import core, metrics
 from measure import bench
 from rehearsal.checks import Check, by_flag

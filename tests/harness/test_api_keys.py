@@ -146,14 +146,14 @@ def test_missing_or_empty_key_file_refuses_everything(tmp_path):
     assert _call(app, "GET", "/v1/models", "x")[0] == 401
 
 
-# ---- the wiring: what the RayService gets (domain/api_keys.py)
+# ---- the wiring: what the RayService gets (domain/serving/api_keys.py)
 
 
 def test_dev_rayservice_answers_through_the_key_checked_ingress(dev):
     import yaml
     from ray.serve.schema import ServeDeploySchema
 
-    from domain import api_keys
+    from domain.serving import api_keys
 
     spec = dev.one("kubernetes:ray.io/v1:RayService").inputs["spec"]
     document = yaml.safe_load(spec["serveConfigV2"])
@@ -180,8 +180,8 @@ def test_dev_rayservice_answers_through_the_key_checked_ingress(dev):
 
 
 def test_key_file_from_the_apikeys_setting():
-    from domain.api_keys import key_file_content
-    from domain.errors import ConfigError
+    from domain.core.errors import ConfigError
+    from domain.serving.api_keys import key_file_content
 
     assert key_file_content("sk-aaaaaaaaaaaaaaaa, sk-bbbbbbbbbbbbbbbb") == "sk-aaaaaaaaaaaaaaaa\nsk-bbbbbbbbbbbbbbbb\n"
     assert key_file_content(None) == ""  # no keys: every request refused
@@ -195,8 +195,8 @@ def test_key_file_from_the_apikeys_setting():
 
 
 def test_a_serve_file_with_its_own_ingress_is_refused():
-    from domain.api_keys import check_no_own_ingress
-    from domain.errors import ConfigError
+    from domain.core.errors import ConfigError
+    from domain.serving.api_keys import check_no_own_ingress
 
     document = {"applications": [{"name": "llm", "args": {"ingress_cls_config": {"ingress_cls": "x:Y"}}}]}
     with pytest.raises(

@@ -77,7 +77,7 @@ def test_the_private_sdk_names_we_use_exist_in_the_installed_pins():
 
 
 def test_a_pin_reaching_a_known_issues_fixed_version_names_the_entry():
-    from domain import known_issues
+    from domain.checks import known_issues
 
     table = known_issues.entries()
     pins = upstream.pinned_versions()

@@ -8,9 +8,9 @@ import yaml
 
 from adapters import stack
 from adapters.kube_client import warning_text
-from domain import pod_security
-from domain.facts import POOL_NODE_LABEL
-from domain.ray_service import ray_service_spec
+from domain.core.facts import POOL_NODE_LABEL
+from domain.render.ray_service import ray_service_spec
+from domain.security import pod_security
 from e2e.admission import breaking_pod, state_field_managers
 from e2e.checks import (
     admission_problems,
@@ -98,7 +98,7 @@ def test_our_instance_table_is_compared_with_the_autoscalers_field_by_field():
         fields = f'InstanceType: "{name}",\n\t\tVCPU: {vcpu},\n\t\tMemoryMb: {mib},\n\t\tGPU: {gpu},\n\t\t'
         return f'"{name}": {{\n\t\t{fields}Architecture: "amd64",\n\t}},\n'
 
-    from domain.aws_facts import INSTANCE_SPECS
+    from domain.platform.aws_facts import INSTANCE_SPECS
 
     same = "".join(entry(n, s.vcpus, s.memory_gib * 1024, s.gpus) for n, s in INSTANCE_SPECS.items())
     assert differences(same) == []

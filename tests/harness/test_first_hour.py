@@ -291,7 +291,7 @@ def test_a_mistake_costs_under_two_seconds_of_cpu_from_a_fresh_process(project):
     serve = project / "serve_configs" / PD
     serve.write_text(serve.read_text().replace("gpu_memory_utilization: 0.92", "gpu_memory_utilization: 1.5", 1))
     code = "import sys; from offline import plan; plan.ROOT = __import__('pathlib').Path(sys.argv[1]); "
-    code += "from domain import serve_config; serve_config.SERVE_CONFIG_DIR = plan.ROOT / 'serve_configs'; "
+    code += "from domain.serving import serve_config; serve_config.SERVE_CONFIG_DIR = plan.ROOT / 'serve_configs'; "
     code += "sys.exit(plan.main(['--stack', 'dev', '--out', sys.argv[2]]))"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     argv = [sys.executable, "-c", code, str(project), str(project / "out")]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from domain import serve_config
+from domain.serving import serve_config
 from offline import plan as plan_cli
 from tests.conftest import copy_project
 

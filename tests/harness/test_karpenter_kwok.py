@@ -8,7 +8,7 @@ import copy
 
 import pytest
 
-from domain import karpenter
+from domain.render import karpenter
 from e2e.karpenter import (
     E2E_CONSOLIDATE_AFTER,
     KWOK_NODE_LABEL,

@@ -17,7 +17,7 @@ import jsonschema
 from adapters import stack
 from adapters.environment import CACHE_ENV, cache_dir
 from adapters.stackfile import ROOT, load_stack, project_schema
-from domain import api_keys
+from domain.serving import api_keys
 from tests.conftest import copy_project
 
 # Run in the installed copy: the dev stack's values in, its Args (and where their modules came from) out.
@@ -25,7 +25,7 @@ PROBE = """
 import json, sys
 from adapters import stack
 from adapters.stackfile import StackConfig
-from domain import api_keys
+from domain.serving import api_keys
 import components.llm_service, ray_llm_eks, stack_args
 from importlib.resources import files
 
@@ -98,7 +98,7 @@ def test_a_hosted_component_gets_its_inputs_as_a_dict_and_checks_them_like_the_s
     import pytest
 
     import ray_llm_eks
-    from domain.errors import ConfigError
+    from domain.core.errors import ConfigError
 
     with pytest.raises(ConfigError) as refused:
         ray_llm_eks.LlmService("llm", {"ray_service_spec": {}, "model_id": "m", "namespace": "default"})
@@ -109,7 +109,7 @@ def test_a_hosted_component_gets_its_inputs_as_a_dict_and_checks_them_like_the_s
 def _refusal(make) -> str:
     import pytest
 
-    from domain.errors import ConfigError
+    from domain.core.errors import ConfigError
 
     with pytest.raises(ConfigError) as refused:
         make()
@@ -117,7 +117,7 @@ def _refusal(make) -> str:
 
 
 def test_each_args_refuses_a_bad_field_with_the_stack_keys_line():
-    """One line each, the rule the stack key of the same value has (domain/field_checks.py)."""
+    """One line each, the rule the stack key of the same value has (domain/platform/field_checks.py)."""
     from components.device_plugins import DevicePluginsArgs
     from components.kuberay import KubeRayOperatorArgs
     from components.llm_service import LlmServiceArgs
@@ -178,7 +178,7 @@ def test_the_yaml_example_uses_the_schema_s_components_inputs_and_outputs():
 
 
 def test_network_args_refuse_a_bad_layout_with_the_stack_keys_line():
-    """The VPC's checks are the stack keys' (domain/field_checks.py); the zones default from the region."""
+    """The VPC's checks are the stack keys' (domain/platform/field_checks.py); the zones default from the region."""
     from components.network import NetworkArgs
 
     assert _refusal(lambda: NetworkArgs("ray-llm", "us-east-1", vpc_cidr="172.17.0.0/16")) == (
@@ -264,7 +264,7 @@ def test_gcs_store_args_refuse_a_bad_field_with_the_stack_keys_line():
 
 
 def test_observability_args_refuse_a_bad_field_with_the_stack_keys_line():
-    """The monitoring's checks are the `observability` key's (domain/observability.py), one line each."""
+    """The monitoring's checks are the `observability` key's (domain/telemetry/observability.py), one line each."""
     from components.observability import EbsCsiDriverArgs, MonitoringStackArgs, ServiceMonitoringArgs
 
     assert _refusal(lambda: EbsCsiDriverArgs("ray-llm", "us-east-1", kubernetes_version="1.29")) == (
@@ -330,7 +330,7 @@ def test_existing_cluster_args_refuse_a_bad_field_with_the_stack_keys_line():
 
 
 def test_cluster_and_node_group_args_refuse_a_bad_field_with_the_stack_keys_line():
-    """The cluster's and its node groups' checks are the stack keys' (domain/field_checks.py)."""
+    """The cluster's and its node groups' checks are the stack keys' (domain/platform/field_checks.py)."""
     from components.cluster import ClusterArgs, NodeGroupArgs
 
     assert _refusal(lambda: NodeGroupArgs("m7i.xlarge", min_size=2, desired_size=1, max_size=3)) == (
@@ -370,7 +370,7 @@ def test_cluster_and_node_group_args_refuse_a_bad_field_with_the_stack_keys_line
     assert cluster.kubernetes_version == "1.35" and cluster.public_access_cidrs == ("0.0.0.0/0",)
     nodes = cluster.system_nodes
     assert (nodes.instance_type, nodes.min_size, nodes.desired_size, nodes.max_size) == ("m7i.xlarge", 1, 1, 1)
-    assert nodes.disk_size_gib == 150  # domain/sizing.py SYSTEM_DISK_GIB
+    assert nodes.disk_size_gib == 150  # domain/platform/sizing.py SYSTEM_DISK_GIB
 
 
 def test_gpu_node_pool_args_refuse_a_bad_field_with_the_stack_keys_line():
@@ -405,7 +405,7 @@ def test_component_inputs_take_a_whole_float_as_int():
 
     import ray_llm_eks
     from components.llm_service import LlmServiceArgs
-    from domain.errors import ConfigError
+    from domain.core.errors import ConfigError
 
     spec = {"rayClusterConfig": {"workerGroupSpecs": [{"groupName": "decode"}]}}
     given = {"model_id": "Qwen/Qwen3.5-9B", "ray_service_spec": spec, "api_key_check": False}

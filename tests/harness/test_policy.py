@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from adapters.stackfile import ROOT
-from domain.facts import POOL_NODE_LABEL
+from domain.core.facts import POOL_NODE_LABEL
 from offline.plan import run_program
 from offline.policy_check import main as policy_main
 from offline.policy_check import plan_resources, violations
@@ -296,15 +296,15 @@ def test_a_pd_pool_is_known_by_the_role_it_serves_not_its_name():
 
 def test_the_pack_imports_the_facts_module_with_the_standard_library_alone():
     """The pack runs in its own venv and under the Pulumi CLI from policy/: what it takes from the
-    program is domain/facts.py, which must import with no site-packages at all (-S) and pull in no
+    program is domain/core/facts.py, which must import with no site-packages at all (-S) and pull in no
     other module of the program."""
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import domain.facts; "
+        "import sys; sys.path.insert(0, sys.argv[1]); import domain.core.facts; "
         "print(sorted(m for m in sys.modules if m == 'domain' or m.startswith(('domain.', 'yaml'))))"
     )
     run = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(ROOT)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.split() == ["['domain',", "'domain.facts']"]
+    assert run.stdout.split() == ["['domain',", "'domain.core',", "'domain.core.facts']"]
 
 
 def test_unwatched_rayservice_outside_dev_is_advised_not_blocked():

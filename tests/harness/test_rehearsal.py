@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from adapters import stack as stack_adapter
-from domain import api_keys
-from domain.ray_service import ray_service_spec, served_document
-from domain.serve_config import llm_configs_by_role, local_prefill_below
+from domain.render.ray_service import ray_service_spec, served_document
+from domain.serving import api_keys
+from domain.serving.serve_config import llm_configs_by_role, local_prefill_below
 from rehearsal import substitute
 from rehearsal.context import Clock, Context, RehearsalFailed
 from rehearsal.logs import root_errors

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from adapters import stack
-from domain import dashboards
+from domain.render import dashboards
 from go_binaries import build
 from rehearsal import prometheus, substitute
 from rehearsal.checks import all_checks, observability

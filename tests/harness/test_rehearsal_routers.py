@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from domain import routing
+from domain.serving import routing
 from llmclient.metrics import parse_text
 from measure import bench, kv_proof
 from rehearsal import routers

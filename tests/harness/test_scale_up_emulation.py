@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from domain.facts import POOL_NODE_LABEL
-from domain.scaling import NODE_TEMPLATE, node_template_tags
+from domain.core.facts import POOL_NODE_LABEL
+from domain.fit.scaling import NODE_TEMPLATE, node_template_tags
 from e2e.scale_up import ray_autoscaler_patch, unschedulable_counts
 from e2e.template_node import template_node
 from tests.unit.test_existing_cluster_checks import dev_settings

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from adapters.stackfile import PROJECT_SCHEMA, ROOT, StackFileError, load_project, load_stack, stack_names
-from domain import config_keys
-from domain.errors import ConfigError
-from domain.hardening import HardeningSettings, security_switches
+from domain.core import config_keys
+from domain.core.errors import ConfigError
+from domain.security.hardening import HardeningSettings, security_switches
 from offline import plan as plan_cli
 from offline.mocks import PlanMocks, RecordingMonitor
 from offline.plan import run_program
@@ -193,9 +193,9 @@ def test_plan_command_fails_with_one_clear_message(tmp_path, capsys, monkeypatch
 
 
 def test_declared_keys_are_exactly_the_keys_the_program_reads():
-    """domain/data/config_keys.yaml, domain/config.py and docs/configuration.md agree on the config keys."""
+    """domain/data/config_keys.yaml, domain/loading/config.py and docs/configuration.md agree on the config keys."""
     from adapters import botocore_facts
-    from domain.config import load_deploy_mode, load_settings
+    from domain.loading.config import load_deploy_mode, load_settings
 
     asked: set[str] = set()
     values = load_stack("dev").values

@@ -13,8 +13,8 @@ import types
 import pytest
 
 from adapters import stack
-from domain.ray_service import served_document
-from domain.serve_config import llm_configs_by_role
+from domain.render.ray_service import served_document
+from domain.serving.serve_config import llm_configs_by_role
 from serve_ingress import worker_setup
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from domain import node_provisioning
+from domain.cluster import node_provisioning
 from offline.plan import Plan, run_program
 from tests.conftest import failing_run
 from tests.plan.test_karpenter_plan import NODE_POOL, RAY_SERVICE, RELEASE, manifest

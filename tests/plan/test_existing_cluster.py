@@ -12,8 +12,8 @@ import pytest
 import components.existing_cluster as existing_cluster
 import stack_args
 from adapters.stackfile import SecretValue
-from domain.cluster_checks import ClusterMismatch
-from domain.config import load_deploy_mode
+from domain.loading.config import load_deploy_mode
+from domain.platform.cluster_checks import ClusterMismatch
 from offline import plan as plan_cli
 from offline.plan import run_program
 from offline.policy_check import plan_resources

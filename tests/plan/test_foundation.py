@@ -12,8 +12,8 @@ import pytest
 
 from adapters.stackfile import load_stack
 from components.cluster import access_entry_name
-from domain.facts import POOL_NODE_LABEL
-from domain.placement import LOCAL_NVME_ROOT
+from domain.core.facts import POOL_NODE_LABEL
+from domain.platform.placement import LOCAL_NVME_ROOT
 from offline.mocks import is_placeholder
 from offline.plan import Plan, root_message, run_program
 

@@ -11,7 +11,7 @@ import re
 import botocore.loaders
 import pytest
 
-from domain import karpenter
+from domain.render import karpenter
 from offline.plan import Plan, run_program
 from tests.conftest import failing_run
 from tests.plan.test_preflight import ROOMY, aws_run

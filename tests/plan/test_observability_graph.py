@@ -8,8 +8,8 @@ import json
 import pytest
 import yaml
 
-from domain import observability
-from domain.facts import POOL_NODE_LABEL
+from domain.core.facts import POOL_NODE_LABEL
+from domain.telemetry import observability
 from offline.mocks import is_placeholder
 from offline.plan import Plan, run_program
 from tests.conftest import failing_run
@@ -103,12 +103,13 @@ def test_dev_plan_holds_the_alert_rule_and_the_dashboards(dev):
 
 
 def test_the_rule_carries_the_stacks_alerts(dev):
-    """The PrometheusRule is domain/alerts.py's spec for this stack, the NIXL alert among its alerts."""
+    """The PrometheusRule is domain/telemetry/alerts.py's spec for this stack, the NIXL alert among its alerts."""
     from adapters import stack
-    from domain import alerts
+    from domain.render import alert_rules
+    from domain.telemetry import alerts
 
     (rule,) = dev.of_type(RULE)
-    assert rule.inputs["spec"] == alerts.prometheus_rule_spec(stack.load_settings(stack.stack_file("dev")))
+    assert rule.inputs["spec"] == alert_rules.prometheus_rule_spec(stack.load_settings(stack.stack_file("dev")))
     assert "NixlTransferFailed" in alerts.alert_names(rule.inputs["spec"])
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from adapters import registry, stack
-from domain import gcs_ft
-from domain.ray_service import ray_service_spec
+from domain.cluster import gcs_ft
+from domain.render.ray_service import ray_service_spec
 from offline.mocks import placeholder
 from tests.conftest import STACKS
 

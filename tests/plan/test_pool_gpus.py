@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from adapters import stack
-from domain import pool_use
+from domain.fit import pool_use
 from offline.plan import run_program
 from tests.conftest import STACKS
 

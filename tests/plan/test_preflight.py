@@ -11,9 +11,11 @@ import pytest
 import yaml
 
 from adapters.stackfile import SecretValue
-from domain import aws_facts, fit_prediction, model_table, preflight, prices
-from domain.fit_prediction import Engine
-from domain.serve_config import llm_configs_by_role
+from domain.checks import preflight
+from domain.platform import aws_facts, prices
+from domain.serving import fit_prediction, model_table
+from domain.serving.fit_prediction import Engine
+from domain.serving.serve_config import llm_configs_by_role
 from offline.mocks import PlanMocks, RecordingMonitor
 from offline.plan import run_program
 from tests.conftest import SHIPPED_STACKS, failing_run

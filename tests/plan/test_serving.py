@@ -11,12 +11,14 @@ import pytest
 import yaml
 
 from adapters.stackfile import ROOT, SecretValue
-from domain import aws_facts, config_keys, monitoring_release, observability, versions
-from domain.facts import POOL_NODE_LABEL
-from domain.placement import LOCAL_NVME_ROOT
-from domain.ray_service import MODEL_CACHE_HOST_PATH
-from domain.serve_config import role_resource
-from domain.sizing import NODE_DAEMONSETS, Resources, allocatable, gpu_node_daemonsets, system_node_room, total
+from domain.core import config_keys
+from domain.core.facts import POOL_NODE_LABEL
+from domain.platform import aws_facts, versions
+from domain.platform.placement import LOCAL_NVME_ROOT
+from domain.platform.sizing import NODE_DAEMONSETS, Resources, allocatable, gpu_node_daemonsets, system_node_room, total
+from domain.render.ray_service import MODEL_CACHE_HOST_PATH
+from domain.serving.serve_config import role_resource
+from domain.telemetry import monitoring_release, observability
 from offline.plan import Plan, run_program
 from tests.conftest import STACKS, failing_run, region_overrides
 
@@ -47,7 +49,7 @@ def serve_doc(plan: Plan) -> dict:
 
 
 def llm_configs(plan: Plan) -> dict[str, dict]:
-    from domain.serve_config import llm_configs_by_role
+    from domain.serving.serve_config import llm_configs_by_role
 
     return llm_configs_by_role(serve_doc(plan), plan.stack)
 
@@ -56,7 +58,7 @@ def ray_checkable(config: dict) -> dict:
     """An LLM config as Ray's LLMConfig can check it in this venv: RequestRouterConfig imports the router
     class, and `ray.serve.llm` needs vLLM, so the public prefix-affinity path becomes the internal class it
     subclasses (Ray 2.58 ray/serve/llm/request_router.py). The rehearsal venv checks the real path."""
-    from domain import routing
+    from domain.serving import routing
 
     config = json.loads(json.dumps(config))
     router = config.get("deployment_config", {}).get("request_router_config")
@@ -287,7 +289,7 @@ def test_head_runs_on_the_system_node_and_fits_it(plans):
     # + the head's autoscaler sidecar (500m, 512Mi) + the Cluster Autoscaler (100m, 600Mi).
     assert need == Resources(3025, 9956)
     assert need.fits_in(offered)
-    # With the embedded monitoring (domain/observability.py system_pods): Prometheus 200m/1024Mi + its
+    # With the embedded monitoring (domain/telemetry/observability.py system_pods): Prometheus 200m/1024Mi + its
     # reloader 10m/50Mi, operator 100m/100Mi, kube-state-metrics 10m/190Mi, node-exporter 102m/180Mi,
     # Alertmanager 4m/100Mi + reloader 10m/50Mi, Grafana 100m/100Mi + 2 sidecars 50m/50Mi, EBS CSI
     # controller 70m/280Mi and node 30m/120Mi: 736m / 2294Mi more, still one m7i.xlarge.
@@ -379,7 +381,7 @@ def test_hf_token_never_appears_in_plain_text(tmp_path, capsys):
 
 
 def test_no_token_no_secret(dev):
-    assert [s.name for s in dev.of_type("kubernetes:core/v1:Secret")] == ["llm-api-keys"]  # domain/api_keys.py
+    assert [s.name for s in dev.of_type("kubernetes:core/v1:Secret")] == ["llm-api-keys"]  # domain/serving/api_keys.py
     head = manifest(dev)["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     assert not any("secretKeyRef" in e.get("valueFrom", {}) for e in head["env"])  # only where Grafana is
 
@@ -391,7 +393,7 @@ def test_efa_workers_use_libfabric_without_huge_pages(plans):
             env = {e["name"]: e.get("value") for e in container["env"]}
             efa = "vpc.amazonaws.com/efa" in container["resources"]["requests"]
             assert ("FI_PROVIDER" in env) == efa, group["groupName"]
-            if efa:  # huge pages off rather than a hugepages-2Mi request (see domain/ray_service.py)
+            if efa:  # huge pages off rather than a hugepages-2Mi request (see domain/render/ray_service.py)
                 assert env["FI_EFA_USE_HUGE_PAGE"] == "0" and env["FI_EFA_USE_DEVICE_RDMA"] == "0"
                 assert not any(k.startswith("hugepages-") for k in container["resources"]["requests"])
 

@@ -1,5 +1,5 @@
-"""What `destroy` waits for, held in the plan (domain/teardown.py): with rocksdb, a resource whose before-delete
-hook waits for the CSI driver's volumes sits between the RayService (deleted before it) and the driver, its
+"""What `destroy` waits for, held in the plan (domain/platform/teardown.py): with rocksdb, a resource whose before-
+delete hook waits for the CSI driver's volumes sits between the RayService (deleted before it) and the driver, its
 StorageClass and the nodes (deleted after it); with prod's pod security groups, the head's group outlives the
 SecurityGroupPolicy and the RayService and its delete retries long enough for the branch ENIs' cooldown."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from domain import teardown
-from domain.observability import STORAGE_CLASS
+from domain.platform import teardown
+from domain.telemetry.observability import STORAGE_CLASS
 from offline.plan import run_program
 
 NS = "ray-llm-eks:"

@@ -8,8 +8,10 @@ import re
 import pytest
 
 from adapters import stack
-from domain import alerts, serve_config, slo
-from domain.errors import ConfigError
+from domain.core.errors import ConfigError
+from domain.render import alert_rules
+from domain.serving import serve_config
+from domain.telemetry import alerts, slo
 
 
 def settings(name: str = "dev", **values):
@@ -27,7 +29,7 @@ def test_the_stack_sets_them():
     s = settings(slo={"ttftMs": 800}, alerts={"kvCacheUsage": 0.8, "kvTransferFloorGBps": 2})
     assert s.slo.ttft_ms == 800 and s.slo.tpot_ms == 100
     assert s.alerts.kv_cache_usage == 0.8
-    assert alerts.rule_inputs(s).kv_floor_bytes_per_s == 2e9
+    assert alert_rules.rule_inputs(s).kv_floor_bytes_per_s == 2e9
 
 
 @pytest.mark.parametrize(
@@ -62,12 +64,12 @@ def test_a_gpu_memory_threshold_the_engines_always_exceed_is_refused():
 
 def test_the_default_floor_is_a_quarter_of_the_slower_pd_nodes_network():
     # dev: g6.8xlarge on both sides, 25 Gbit/s baseline (Karpenter's generated bandwidth table).
-    assert alerts.rule_inputs(settings()).kv_floor_bytes_per_s == pytest.approx(25e9 / 8 / 4)
+    assert alert_rules.rule_inputs(settings()).kv_floor_bytes_per_s == pytest.approx(25e9 / 8 / 4)
 
 
 def test_pd_stacks_get_the_kv_transfer_rules_and_collocated_ones_do_not():
-    dev = alerts.alert_names(alerts.prometheus_rule_spec(settings("dev")))
-    baseline = alerts.alert_names(alerts.prometheus_rule_spec(settings("baseline")))
+    dev = alerts.alert_names(alert_rules.prometheus_rule_spec(settings("dev")))
+    baseline = alerts.alert_names(alert_rules.prometheus_rule_spec(settings("baseline")))
     kv = {"NixlTransferFailed", "NixlNotificationFailed", "NixlKvExpired", "KvTransferBelowFloor"}
     assert kv | {"DecodeRecomputingPrompts", "TtftAboveSlo", "RayServiceNotReady"} <= set(dev)
     assert not kv & set(baseline)
@@ -75,7 +77,7 @@ def test_pd_stacks_get_the_kv_transfer_rules_and_collocated_ones_do_not():
 
 
 def test_the_rules_name_this_stacks_rayservice_and_thresholds():
-    spec = alerts.prometheus_rule_spec(settings(slo={"ttftMs": 750}, alerts={"notReadyMinutes": 20}))
+    spec = alert_rules.prometheus_rule_spec(settings(slo={"ttftMs": 750}, alerts={"notReadyMinutes": 20}))
     rules = {r.get("alert"): r for g in spec["groups"] for r in g["rules"]}
     assert rules["TtftAboveSlo"]["expr"].endswith("> 0.75")
     ready = rules["RayServiceNotReady"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from domain.errors import ConfigError
+from domain.core.errors import ConfigError
 from measure import bench, kv_proof
 from measure.kv_proof import Sample
 

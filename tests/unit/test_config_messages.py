@@ -1,4 +1,4 @@
-"""How a bad stack value is told: one line, from one helper (domain/errors.py line), naming the file where
+"""How a bad stack value is told: one line, from one helper (domain/core/errors.py line), naming the file where
 known, the key as the user wrote it, the value as YAML writes it, and what is allowed; an unknown key gets a
 "did you mean" and a pointer to docs/configuration.md instead of the list of every key."""
 
@@ -10,9 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from domain import alerts, config_keys, model_table, prices, routing, scaling, slo
-from domain.errors import NOT_SHOWN, UNSET, ConfigError, line, yaml_text
-from domain.preflight import PreflightError, check_zones
+from domain.checks.preflight import PreflightError, check_zones
+from domain.core import config_keys
+from domain.core.errors import NOT_SHOWN, UNSET, ConfigError, line, yaml_text
+from domain.fit import scaling
+from domain.platform import prices
+from domain.serving import model_table, routing
+from domain.telemetry import alerts, slo
 from tests.conftest import settings_error, settings_of
 
 NS = "ray-llm-eks:"
@@ -129,7 +133,7 @@ def test_every_message_is_one_line_in_the_one_format_in_yamls_words(case):
 
 
 def test_one_helper_writes_the_line():
-    """Every module raises ConfigError (domain/errors.py), whose one function `line` writes the text: no
+    """Every module raises ConfigError (domain/core/errors.py), whose one function `line` writes the text: no
     other module spells the format out."""
     spelled = [
         str(path.relative_to(ROOT))
@@ -191,14 +195,14 @@ def test_a_nested_mapping_given_a_scalar_lists_its_fields(key, value, field):
     ],
 )
 def test_each_parser_refuses_a_scalar_as_the_stack_does(parse, key):
-    """The modules check the shape themselves too (callers other than domain/config.py): the same line."""
+    """The modules check the shape themselves too (callers other than domain/loading/config.py): the same line."""
     with pytest.raises(ConfigError) as caught:
         parse("on")
     assert str(caught.value) == str(settings_error({NS + key: "on"}))
 
 
 def test_deploy_time_refusals_use_the_same_line():
-    """What only AWS can answer (domain/preflight.py) is refused in the same one line."""
+    """What only AWS can answer (domain/checks/preflight.py) is refused in the same one line."""
 
     class Aws:
         def zones(self):

@@ -1,5 +1,5 @@
 """Every panel query of the shipped dashboards as Prometheus gets it: Grafana's variables substituted the way
-Grafana does with its default selections (domain/dashboards.py panel_queries)."""
+Grafana does with its default selections (domain/render/dashboards.py panel_queries)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 import pytest
 
 from adapters import stack
-from domain import dashboards
+from domain.render import dashboards
 from tools import exported_metrics
 
 
@@ -159,7 +159,7 @@ def test_our_own_metrics_are_listed_from_their_declarations_in_serve_ingress():
 
 
 def test_every_alert_rule_reads_a_metric_that_is_exported():
-    from domain import alerts
+    from domain.telemetry import alerts
 
     spec = alerts.render(
         alerts.RuleInputs(pd=True, namespace="ray", service_name="llm", kv_floor_bytes_per_s=1e9, local_prefill_below=1)

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from adapters import stack
-from domain import alerts, dashboards
+from domain.render import dashboards
+from domain.telemetry import alerts
 
 
 @pytest.fixture(scope="module")

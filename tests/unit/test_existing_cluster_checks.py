@@ -13,13 +13,13 @@ import pytest
 import yaml
 
 from adapters import stack
-from domain import config_keys
-from domain.cluster_checks import check_cluster, check_crd
-from domain.config import load_deploy_mode
-from domain.deploy_mode import check_kubeconfig
-from domain.errors import ConfigError
-from domain.facts import POOL_NODE_LABEL
-from domain.ray_service import ray_service_spec
+from domain.cluster.deploy_mode import check_kubeconfig
+from domain.core import config_keys
+from domain.core.errors import ConfigError
+from domain.core.facts import POOL_NODE_LABEL
+from domain.loading.config import load_deploy_mode
+from domain.platform.cluster_checks import check_cluster, check_crd
+from domain.render.ray_service import ray_service_spec
 from e2e.cluster import node_object, node_shapes
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""GCS fault tolerance (domain/gcs_ft.py) and what a change does to a running service (domain/upgrades.py),
+"""GCS fault tolerance (domain/cluster/gcs_ft.py) and what a change does to a running service (upgrades.py),
 called directly on the shipped stacks' settings."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from adapters import stack
-from domain import gcs_ft, upgrades
-from domain.errors import ConfigError
-from domain.ray_service import ZONE_LABEL, ray_service_spec, replacement_paths
+from domain.cluster import gcs_ft, upgrades
+from domain.core.errors import ConfigError
+from domain.render.ray_service import ZONE_LABEL, ray_service_spec, replacement_paths
 
 
 @pytest.fixture(scope="module")

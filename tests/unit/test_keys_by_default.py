@@ -1,5 +1,5 @@
 """Keys by default: a stack without apiKeys is refused at deploy time, the key check is off only
-where the stack says so and only in environment dev (domain/hardening.py, domain/config.py)."""
+where the stack says so and only in environment dev (domain/security/hardening.py, domain/loading/config.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 
 from adapters import stack
-from domain.config import secret_checks
-from domain.errors import ConfigError
-from domain.facts import SECRET_MARKER
-from domain.ray_service import ray_service_spec, served_document
+from domain.core.errors import ConfigError
+from domain.core.facts import SECRET_MARKER
+from domain.loading.config import secret_checks
+from domain.render.ray_service import ray_service_spec, served_document
 
 NS = "ray-llm-eks:"
 

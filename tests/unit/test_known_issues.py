@@ -9,9 +9,11 @@ from dataclasses import replace
 import pytest
 
 from adapters.stack import load_settings, stack_file
-from domain import known_issues, ray_service, serve_config
-from domain.errors import ConfigError
-from domain.known_issues import StackFacts
+from domain.checks import known_issues
+from domain.checks.known_issues import StackFacts
+from domain.core.errors import ConfigError
+from domain.render import ray_service
+from domain.serving import serve_config
 
 DLC = {"ray": "2.58.0", "vllm": "0.26.0", "nixl": "1.3.1"}
 # The shipped dev stack as the table sees it: PD, LIBFABRIC, NixlConnector, the hybrid Qwen3.5, TP 1/1.

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from domain import model_table
+from domain.serving import model_table
 from measure import kv_proof
 from measure.kv_proof import INF, KvCounters, KvShape, Sample
 

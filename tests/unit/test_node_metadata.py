@@ -8,7 +8,7 @@ import botocore.loaders
 import pulumi
 
 from components.node_metadata import LAUNCH_TEMPLATE, hop_limit_one
-from domain.facts import NODE_METADATA_OPTIONS
+from domain.core.facts import NODE_METADATA_OPTIONS
 from offline.eks_rules import managed_launch_template
 
 

@@ -1,4 +1,4 @@
-"""domain/observability.py on its own: the `observability` setting, what the monitoring takes from the
+"""domain/telemetry/observability.py on its own: the `observability` setting, what the monitoring takes from the
 nodes, and every value we hand the pinned charts and the Prometheus Operator, checked against the
 charts' own values.yaml and the operator's CRDs at the pinned versions (offline/schemas/)."""
 
@@ -13,11 +13,13 @@ import pytest
 import yaml
 
 from adapters.stackfile import ROOT
-from domain import config_keys, monitoring_release, observability, versions
-from domain.errors import ConfigError
-from domain.observability import ObservabilitySettings, load_observability
-from domain.sizing import Resources
-from domain.versions import ChartPin
+from domain.core import config_keys
+from domain.core.errors import ConfigError
+from domain.platform import versions
+from domain.platform.sizing import Resources
+from domain.platform.versions import ChartPin
+from domain.telemetry import monitoring_release, observability
+from domain.telemetry.observability import ObservabilitySettings, load_observability
 
 SCHEMAS = ROOT / "offline" / "schemas"
 STACK_CHART = ChartPin(*versions.KUBE_PROMETHEUS_STACK_CHART, config_keys.default("kubePrometheusStackVersion"))

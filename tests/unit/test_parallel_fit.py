@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from domain import model_fit, model_table, vllm_fit
-from domain.errors import ConfigError
+from domain.core.errors import ConfigError
+from domain.fit import model_fit
+from domain.serving import model_table, vllm_fit
 from tests.unit.test_first_hour_rules import LLAMA_31_8B
 from tests.unit.test_vllm_fit import QWEN35_9B_TEXT_CONFIG
 

@@ -9,12 +9,16 @@ import re
 import pytest
 
 from adapters.stackfile import ROOT, SecretValue
-from domain import aws_facts, cost, fit_prediction, model_fit, model_table, preflight, prices
-from domain.errors import ConfigError
-from domain.fit_prediction import Engine, predict
-from domain.model_fit import check_role
-from domain.model_table import GIB
-from domain.serve_config import llm_configs_by_role
+from domain.checks import preflight
+from domain.core.errors import ConfigError
+from domain.fit import model_fit
+from domain.fit.model_fit import check_role
+from domain.platform import aws_facts, prices
+from domain.serving import fit_prediction, model_table
+from domain.serving.fit_prediction import Engine, predict
+from domain.serving.model_table import GIB
+from domain.serving.serve_config import llm_configs_by_role
+from domain.stack import cost
 from tests.conftest import region_overrides, settings_error, settings_of
 
 NS = "ray-llm-eks:"
@@ -165,7 +169,7 @@ def hourly(overrides: dict | None = None, stack: str = "dev") -> cost.CostEstima
 
 
 def test_dev_cost_is_two_gpu_nodes_a_system_node_eks_and_a_nat():
-    # us-east-1 on-demand (AWS price list, domain/prices.py): g6.8xlarge 2.0144, m7i.xlarge 0.2016, EKS 0.10,
+    # us-east-1 on-demand (AWS price list, domain/platform/prices.py): g6.8xlarge 2.0144, m7i.xlarge 0.2016, EKS 0.10,
     # NAT gateway 0.045 per hour.
     reference = 2 * 2.0144 + 0.2016 + 0.10 + 0.045
     estimated = hourly()

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from adapters import stack
-from domain import alerts
+from domain.render import alert_rules
+from domain.telemetry import alerts
 from go_binaries import build
 
 TESTS_DIR = Path(__file__).resolve().parents[2] / "observability" / "rules-tests"
@@ -71,7 +72,7 @@ def test_with_selective_pd_decode_computing_local_path_prompts_is_not_an_alert(t
 @needs_promtool
 @pytest.mark.parametrize("name", ["dev", "baseline", "prod"])
 def test_every_shipped_stack_renders_rules_promtool_accepts(tmp_path, name):
-    spec = alerts.prometheus_rule_spec(stack.load_settings(stack.stack_file(name)))
+    spec = alert_rules.prometheus_rule_spec(stack.load_settings(stack.stack_file(name)))
     rules = _write_rules(tmp_path, spec)
     done = subprocess.run([promtool(), "check", "rules", str(rules)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from adapters.stackfile import _raw_string
-from domain.yaml_files import YamlSyntaxError, parse, parse_pulumi
+from domain.core.yaml_files import YamlSyntaxError, parse, parse_pulumi
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from domain import dashboards
+from domain.render import dashboards
 from tools import ray_dashboards
 
 

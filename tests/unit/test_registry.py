@@ -12,8 +12,8 @@ from typing import ClassVar
 import pytest
 
 from adapters import registry
-from domain import image_ref
-from domain.facts import IMAGE_DIGEST_PLACEHOLDER
+from domain.core.facts import IMAGE_DIGEST_PLACEHOLDER
+from domain.platform import image_ref
 
 DIGEST = "sha256:" + "5e" * 32
 TOKEN = "anonymous-pull-token"

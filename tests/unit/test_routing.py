@@ -1,4 +1,4 @@
-"""Routing per role (stack key `routing`, domain/routing.py): parsed, checked like every key, rendered
+"""Routing per role (stack key `routing`, domain/serving/routing.py): parsed, checked like every key, rendered
 into the role's `request_router_config`; the allow-list held equal to the pinned Ray's router."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from adapters.stack import load_settings, stack_file
-from domain import routing, serve_config
-from domain.errors import ConfigError
+from domain.core.errors import ConfigError
+from domain.serving import routing, serve_config
 
 NS = "ray-llm-eks:"
 

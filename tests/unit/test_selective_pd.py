@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from domain import api_keys, serve_config
-from domain.ray_service import ray_service_spec
+from domain.render.ray_service import ray_service_spec
+from domain.serving import api_keys, serve_config
 from serve_ingress import local_prefill
 from tests.conftest import settings_error, settings_of
 

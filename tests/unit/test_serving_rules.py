@@ -11,10 +11,11 @@ import pytest
 import yaml
 
 from adapters.stackfile import ROOT, SecretValue
-from domain import aws_facts, config_keys, versions
-from domain.errors import ConfigError
-from domain.ray_service import ray_service_spec
-from domain.serve_config import llm_configs_by_role
+from domain.core import config_keys
+from domain.core.errors import ConfigError
+from domain.platform import aws_facts, versions
+from domain.render.ray_service import ray_service_spec
+from domain.serving.serve_config import llm_configs_by_role
 from e2e.checks import max_model_lens
 from tests.conftest import region_overrides, settings_error, settings_of
 
@@ -55,7 +56,7 @@ def test_family_settings_follow_the_model_not_the_file():
 
 
 def test_a_serve_file_may_not_carry_family_settings(monkeypatch):
-    from domain import serve_config
+    from domain.serving import serve_config
 
     doc = _pd_file()
     doc["applications"][0]["args"]["decode_config"]["engine_kwargs"]["language_model_only"] = True
@@ -162,7 +163,7 @@ def test_every_serve_file_passes_ray_and_our_checks(name):
     from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
     from ray.serve.schema import ServeDeploySchema
 
-    from domain.serve_config import check_application, llm_configs_by_role
+    from domain.serving.serve_config import check_application, llm_configs_by_role
 
     doc = yaml.safe_load((ROOT / "serve_configs" / f"{name}.yaml").read_text())
     ServeDeploySchema.model_validate(doc)
@@ -172,7 +173,7 @@ def test_every_serve_file_passes_ray_and_our_checks(name):
 
 
 def _breaks(mutate) -> str:
-    from domain.serve_config import check_application
+    from domain.serving.serve_config import check_application
 
     doc = _pd_file()
     mutate(doc["applications"][0]["args"])
@@ -262,7 +263,7 @@ def test_region_without_an_eks_addon_registry_is_refused_naming_it(monkeypatch):
 
 def test_tensor_parallel_wider_than_the_node_names_the_gpus_per_node(monkeypatch):
     """Not "replicas.prefill = 1: at most 0": the cause is the instance's GPU count."""
-    from domain import serve_config
+    from domain.serving import serve_config
 
     doc = _pd_file()
     doc["applications"][0]["args"]["prefill_config"]["engine_kwargs"]["tensor_parallel_size"] = 2

@@ -6,7 +6,7 @@ import pytest
 from pulumi.runtime import config as runtime_config
 
 from adapters import stack
-from domain.facts import SECRET_MARKER
+from domain.core.facts import SECRET_MARKER
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The wait `destroy` runs before the EBS CSI driver goes (domain/teardown.py, adapters/teardown.py), against a
+"""The wait `destroy` runs before the EBS CSI driver goes (domain/platform/teardown.py, adapters/teardown.py), against a
 fake Kubernetes API and a fake clock."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from adapters import teardown as waits
-from domain import teardown
+from domain.platform import teardown
 
 
 def pv(name: str, storage_class: str = "gp3", policy: str = "Delete", phase: str = "Released") -> dict:

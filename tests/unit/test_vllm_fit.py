@@ -9,10 +9,12 @@ from dataclasses import replace
 
 import pytest
 
-from domain import aws_facts, fit_prediction, model_fit, model_table, vllm_fit
-from domain.errors import ConfigError
-from domain.fit_prediction import Engine, predict
-from domain.model_table import GIB, MIB
+from domain.core.errors import ConfigError
+from domain.fit import model_fit
+from domain.platform import aws_facts
+from domain.serving import fit_prediction, model_table, vllm_fit
+from domain.serving.fit_prediction import Engine, predict
+from domain.serving.model_table import GIB, MIB
 from measure import vllm_log
 
 QWEN = model_table.KNOWN_MODELS["Qwen/Qwen3.5-9B"]

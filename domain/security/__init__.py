@@ -1,0 +1,2 @@
+"""What keeps the stack closed: hardening settings, Pod Security levels, NetworkPolicies, the checks of secrets'
+contents."""

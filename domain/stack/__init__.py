@@ -1,0 +1,1 @@
+"""The stack as one typed value (Settings) and what it costs."""
