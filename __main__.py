@@ -212,7 +212,7 @@ pulumi.export("curlExample", service.curl_example)
 pulumi.export("openaiPythonExample", service.openai_example)  # after the port-forward: ... | python -
 pulumi.export("dashboardPortForwardCommand", service.dashboard_port_forward)
 pulumi.export("gcsFaultTolerance", gcs_ft.describe(settings.gcs_ft, settings.hardening.environment))
-single = [role for role, b in scaling.role_bounds(serving.serve_document).items() if b.min < 2]
+single = [role for role, view in serving.roles.items() if view.replicas.min < 2]
 pulumi.export(
     "upgradeImpact", upgrades.summary(settings.upgrade_strategy, single, karpenter_nodes, auto_mode_nodes)
 )  # make plan prints it

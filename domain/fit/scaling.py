@@ -19,8 +19,7 @@ from domain.core.facts import EFA_RESOURCE, GPU_RESOURCE, GPU_ROLES
 from domain.fit.pool_use import nodes_used
 from domain.platform import aws_facts
 from domain.platform.placement import GPU_TAINT, gpu_labels
-from domain.serving.role_view import ReplicaBounds, replica_bounds
-from domain.serving.serve_config import llm_configs_by_role
+from domain.serving.role_view import ReplicaBounds, RoleView
 from domain.stack.settings import GpuPoolSettings
 
 # Stack key `autoscaling`: {role: {...}} in the stack's spelling -> Ray Serve AutoscalingConfig field.
@@ -62,10 +61,6 @@ def parse_autoscaling(raw: Any) -> dict[str, dict]:
             config[AUTOSCALING_FIELDS[name]] = value
         configs[role] = config
     return configs
-
-
-def role_bounds(document: dict) -> dict[str, ReplicaBounds]:
-    return {role: replica_bounds(role, c) for role, c in llm_configs_by_role(document, "rendered").items()}
 
 
 def _nodes(replicas: int, bounds: ReplicaBounds, pool: GpuPoolSettings) -> int:
@@ -139,10 +134,10 @@ def check_shared_role(pools: list[GpuPoolSettings], bounds: ReplicaBounds) -> No
         )
 
 
-def reconcile_pools(pools: Mapping[str, GpuPoolSettings], document: dict) -> dict[str, GpuPoolSettings]:
-    bounds = role_bounds(document)
+def reconcile_pools(pools: Mapping[str, GpuPoolSettings], roles: Mapping[str, RoleView]) -> dict[str, GpuPoolSettings]:
+    """Each pool's node bounds from its role's replica bounds (roles: the rendered application's views)."""
     reconciled = dict(pools)
-    for role, role_bound in bounds.items():
+    for role, role_bound in ((role, view.replicas) for role, view in roles.items()):
         mine = [p for p in pools.values() if p.app_role == role]
         if len(mine) > 1:
             check_shared_role(mine, role_bound)

@@ -205,7 +205,7 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
     pools = _gpu_pools(raw, network, cluster.kubernetes_version, facts)
     serving = serving_settings(raw, region, pools, facts, obs)
     # Node bounds of autoscaling roles follow their replicas (domain/fit/scaling.py), or must agree with them.
-    pools = scaling.reconcile_pools(pools, serving.serve_document)
+    pools = scaling.reconcile_pools(pools, serving.roles)
     price_overrides = prices.price_overrides(raw.structured("prices", dict))
     hardening = load_hardening(
         raw.text,
