@@ -254,10 +254,14 @@ login:
 		mkdir -p "$(STATE_DIR)" && pulumi login "file://$(STATE_DIR)"; \
 	fi
 
+# The backend a command will use (shell text): PULUMI_BACKEND_URL, else the one logged in. `pulumi whoami
+# --verbose` prints "Backend URL: file:///..." (Pulumi CLI 3.274): everything after the label, colons included.
+BACKEND_URL = $${PULUMI_BACKEND_URL:-$$(pulumi whoami --verbose 2>/dev/null | sed -n 's/^[[:space:]]*[Bb]ackend [Uu][Rr][Ll]:[[:space:]]*//p')}
+
 # The local backend encrypts stack secrets (hfToken) with a passphrase; pulumi reads it from the
 # environment so nothing prompts mid-deploy.
 passphrase:
-	@backend="$${PULUMI_BACKEND_URL:-$$(pulumi whoami --verbose 2>/dev/null | awk -F': *' 'tolower($$1) ~ /backend url/ {print $$2}')}"; \
+	@backend="$(BACKEND_URL)"; \
 	if [[ "$$backend" == file://* ]] && [ -z "$$PULUMI_CONFIG_PASSPHRASE$$PULUMI_CONFIG_PASSPHRASE_FILE" ]; then \
 		echo "Set PULUMI_CONFIG_PASSPHRASE or PULUMI_CONFIG_PASSPHRASE_FILE first (it encrypts this stack's secrets)."; \
 		exit 1; \
@@ -284,7 +288,7 @@ model-spec: $(VENV)/.installed
 # Not where the stack turns the key check off (apiKeyCheck: false, environment dev only).
 ## stack: STACK=<stack>: log in, create or select the stack, give it a random API key (a Pulumi secret)
 stack: login passphrase
-	@backend="$${PULUMI_BACKEND_URL:-$$(pulumi whoami --verbose 2>/dev/null | awk -F': *' 'tolower($$1) ~ /backend url/ {print $$2}')}"; \
+	@backend="$(BACKEND_URL)"; \
 	if [[ "$$backend" == file://* ]]; then provider="--secrets-provider passphrase"; fi; \
 	pulumi stack select --create $$provider $(STACK)
 	@if ! error="$$(pulumi config get apiKeys --stack $(STACK) 2>&1 >/dev/null)"; then \

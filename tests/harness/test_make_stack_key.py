@@ -41,7 +41,8 @@ def fake(tmp_path):
     return tmp_path
 
 
-def _make_stack(fake: Path) -> subprocess.CompletedProcess:
+def _make_stack(fake: Path, **changes: str | None) -> subprocess.CompletedProcess:
+    """`make stack STACK=mine`; `changes`: environment variables to set (a value) or take out (None)."""
     env = {
         **os.environ,
         "PATH": f"{fake / 'bin'}:{os.environ['PATH']}",
@@ -49,6 +50,10 @@ def _make_stack(fake: Path) -> subprocess.CompletedProcess:
         "PULUMI_BACKEND_URL": f"file://{fake / 'state'}",
         "PULUMI_CONFIG_PASSPHRASE": "x",
     }
+    for name, value in changes.items():
+        env.pop(name, None)
+        if value is not None:
+            env[name] = value
     return subprocess.run(
         ["make", "--no-print-directory", "-C", str(ROOT), "stack", "STACK=mine"],
         env=env,
@@ -92,3 +97,14 @@ def test_no_key_where_the_stack_turns_the_check_off(fake):
     (fake / "apiKeyCheck").write_text("false\n")
     run = _make_stack(fake)
     assert run.returncode == 0 and not (fake / "apiKeys.stdin").exists()
+
+
+def test_the_logged_in_local_backend_is_read_from_whoami_whole(fake):
+    """Without PULUMI_BACKEND_URL the backend is the one `pulumi whoami --verbose` names ("Backend URL:
+    file:///..."): the colon inside the URL must not cut it, or the passphrase check and provider are skipped."""
+    run = _make_stack(fake, PULUMI_BACKEND_URL=None, PULUMI_CONFIG_PASSPHRASE=None, PULUMI_CONFIG_PASSPHRASE_FILE=None)
+    assert run.returncode != 0 and "Set PULUMI_CONFIG_PASSPHRASE" in run.stdout + run.stderr
+    assert not any(c.startswith("stack select") for c in _calls(fake))
+    run = _make_stack(fake, PULUMI_BACKEND_URL=None)
+    assert run.returncode == 0, run.stderr
+    assert "stack select --create --secrets-provider passphrase mine" in _calls(fake)
