@@ -616,6 +616,17 @@ def _endpoint_requires_api_key(r: Resource) -> list[str]:
 # Secrets
 
 _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_?KEY|ACCESS_KEY)", re.IGNORECASE)
+# A variable that names where a secret lies (HF_TOKEN_PATH, Hugging Face's client's): a literal path is fine when
+# it is inside a volume the container mounts from a Secret.
+_SECRET_LOCATION = re.compile(r"_(PATH|FILE)$", re.IGNORECASE)
+
+
+def _in_secret_volume(path: str, container: Mapping, spec: Mapping) -> bool:
+    secret_volumes = {v.get("name") for v in spec.get("volumes") or [] if "secret" in v}
+    return any(
+        m.get("name") in secret_volumes and path.startswith(str(m.get("mountPath", "")).rstrip("/") + "/")
+        for m in container.get("volumeMounts") or []
+    )
 
 
 def _no_plaintext_secrets(r: Resource, secrets_marked: bool) -> list[str]:
@@ -635,11 +646,15 @@ def _no_plaintext_secrets(r: Resource, secrets_marked: bool) -> list[str]:
     for where, spec in pod_specs(r):
         for container in _containers(spec):
             for env in container.get("env") or []:
-                if _SECRET_NAME.search(str(env.get("name"))) and "value" in env:
-                    found.append(
-                        f"{where}: container {container.get('name')} sets {env.get('name')} as a literal; "
-                        "use valueFrom.secretKeyRef"
-                    )
+                name = str(env.get("name"))
+                if not _SECRET_NAME.search(name) or "value" not in env:
+                    continue
+                if _SECRET_LOCATION.search(name) and _in_secret_volume(str(env["value"]), container, spec):
+                    continue
+                found.append(
+                    f"{where}: container {container.get('name')} sets {name} as a literal; use valueFrom.secretKeyRef, "
+                    "or a path inside a volume mounted from a Secret"
+                )
     return found
 
 

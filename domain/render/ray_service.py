@@ -71,8 +71,24 @@ def _resources(requests: Resources, extra: Mapping[str, int] | None = None) -> d
     return {"requests": amounts, "limits": dict(amounts)}
 
 
+# The Hugging Face token reaches the Ray containers as a file, never as an environment variable: Hugging Face's
+# client reads the file HF_TOKEN_PATH names (huggingface_hub 2.4 constants.py HF_TOKEN_PATH, utils/_auth.py
+# get_token), and Ray Serve LLM copies an HF_TOKEN variable into its engines' runtime env, which Ray keeps in the GCS
+# and shows on its dashboard (ray 2.58 llm/_internal/serve/engines/vllm/vllm_models.py ENV_VARS_TO_PROPAGATE).
+HF_TOKEN_DIR = "/etc/ray-llm-eks/hf-token"
+HF_TOKEN_VOLUME = "hf-token"
+
+
 def _token_env() -> dict:
-    return {"name": HF_TOKEN_KEY, "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY}}}
+    return {"name": "HF_TOKEN_PATH", "value": f"{HF_TOKEN_DIR}/{HF_TOKEN_KEY}"}
+
+
+def _token_volumes(with_token: bool) -> list[dict]:
+    return [{"name": HF_TOKEN_VOLUME, "secret": {"secretName": HF_TOKEN_SECRET}}] if with_token else []
+
+
+def _token_mounts(with_token: bool) -> list[dict]:
+    return [{"name": HF_TOKEN_VOLUME, "mountPath": HF_TOKEN_DIR, "readOnly": True}] if with_token else []
 
 
 def head_group(serving: ServingSettings, with_token: bool, keyed: bool, autoscales: bool) -> dict:
@@ -99,9 +115,9 @@ def head_group(serving: ServingSettings, with_token: bool, keyed: bool, autoscal
     pod = {"nodeSelector": dict(SYSTEM_LABELS), "containers": [head]}
     if not autoscales:  # no autoscaler sidecar: nothing in the pod calls the Kubernetes API
         pod["automountServiceAccountToken"] = False
-    if keyed:
-        pod["volumes"] = api_keys.volumes()
-        head["volumeMounts"] = api_keys.volume_mounts()
+    if volumes := [*_token_volumes(with_token), *(api_keys.volumes() if keyed else [])]:
+        pod["volumes"] = volumes
+        head["volumeMounts"] = [*_token_mounts(with_token), *(api_keys.volume_mounts() if keyed else [])]
     return {
         "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
         "template": {
@@ -245,6 +261,7 @@ def worker_group(
                         "volumeMounts": [
                             {"name": "dshm", "mountPath": "/dev/shm"},
                             {"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT},
+                            *_token_mounts(with_token),
                             *(api_keys.volume_mounts() if keyed else []),
                         ],
                     }
@@ -253,6 +270,7 @@ def worker_group(
                     # Shared memory for NCCL/NIXL and Ray's object store; counts against the pod's memory.
                     {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_mib(size)}Mi"}},
                     {"name": "model-cache", "hostPath": {"path": MODEL_CACHE_HOST_PATH, "type": "DirectoryOrCreate"}},
+                    *_token_volumes(with_token),
                     *(api_keys.volumes() if keyed else []),
                 ],
             },

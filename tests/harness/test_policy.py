@@ -127,6 +127,33 @@ def test_each_policy_fails_when_its_guard_is_off(dev, policy):
     assert _failed(_mutated(dev, type_, change, *name)) == {policy}
 
 
+def test_a_token_path_passes_only_inside_a_secret_volume(dev):
+    """HF_TOKEN_PATH names a file mounted from the hf-token Secret: a literal path, no secret in it. A path outside
+    the Secret's mount, or inside a volume that is no Secret, fails."""
+
+    def head(spec: dict) -> dict:
+        return _ray_spec(spec)["headGroupSpec"]["template"]["spec"]
+
+    def with_token_file(path: str, source: dict | None = None):
+        def change(spec: dict) -> None:
+            pod = head(spec)
+            pod.setdefault("volumes", []).append(
+                {"name": "hf-token", **(source or {"secret": {"secretName": "hf-token"}})}
+            )
+            container = pod["containers"][0]
+            container.setdefault("volumeMounts", []).append(
+                {"name": "hf-token", "mountPath": "/etc/t", "readOnly": True}
+            )
+            container["env"] = [{"name": "HF_TOKEN_PATH", "value": path}]
+
+        return change
+
+    assert _failed(_mutated(dev, rules.RAY_SERVICE, with_token_file("/etc/t/HF_TOKEN"))) == set()
+    assert _failed(_mutated(dev, rules.RAY_SERVICE, with_token_file("/tmp/HF_TOKEN"))) == {"no-plaintext-secrets"}
+    not_a_secret = with_token_file("/etc/t/HF_TOKEN", {"emptyDir": {}})
+    assert _failed(_mutated(dev, rules.RAY_SERVICE, not_a_secret)) == {"no-plaintext-secrets"}
+
+
 def test_a_node_launch_template_with_hop_limit_2_fails(dev):
     """pulumi-eks's own hop limit (2, under enableIMDSv2) is what the node groups' transform replaces."""
     hop_two = _mutated(dev, rules.AWS_LAUNCH_TEMPLATE, lambda p: p["metadataOptions"].update(httpPutResponseHopLimit=2))

@@ -373,10 +373,17 @@ def test_hf_token_never_appears_in_plain_text(tmp_path, capsys):
     (doc,) = [d for d in plan.manifests().values() if d.get("kind") == "Secret" and d["metadata"]["name"] == "hf-token"]
     assert doc["metadata"]["name"] == "hf-token" and doc["stringData"] == "[secret]"
     cluster = manifest(plan)["spec"]["rayClusterConfig"]
-    token = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}}
-    # The head too: building the app reads a gated model's config from the hub.
+    # A file, never an environment variable (checkov CKV_K8S_35; Ray Serve LLM would copy HF_TOKEN into its
+    # engines' runtime env, kept in the GCS). The head too: building the app reads a gated model's config from the hub.
+    path = {"name": "HF_TOKEN_PATH", "value": "/etc/ray-llm-eks/hf-token/HF_TOKEN"}
     for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
-        assert token in group["template"]["spec"]["containers"][0]["env"]
+        pod = group["template"]["spec"]
+        container = pod["containers"][0]
+        assert path in container["env"] and not any("secretKeyRef" in e.get("valueFrom", {}) for e in container["env"])
+        assert {"name": "hf-token", "secret": {"secretName": "hf-token"}} in pod["volumes"]
+        assert {"name": "hf-token", "mountPath": "/etc/ray-llm-eks/hf-token", "readOnly": True} in container[
+            "volumeMounts"
+        ]
     assert plan.depends_on(plan.one(RAY_SERVICE).urn, secret.urn)
 
 

@@ -71,7 +71,8 @@ def test_the_hugging_face_token_reaches_head_and_workers_only_when_the_stack_has
             c["name"]
             for pod in _ray_pods(spec)
             for c in pod["containers"]
-            if any(e["name"] == "HF_TOKEN" for e in c.get("env", []))
+            if any(e["name"] == "HF_TOKEN_PATH" for e in c.get("env", []))
+            and any(m["name"] == "hf-token" for m in c.get("volumeMounts", []))
         ]
 
     assert token_users(ray_service_spec(settings)) == []
