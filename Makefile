@@ -187,9 +187,9 @@ e2e: $(VENV)/.installed
 
 # A stack whose apiKeys and hfToken the real Pulumi CLI set (the e2e build's; passphrase, local backend, a
 # temporary folder), planned and checked by the policy pack as a stack after `make stack` is (e2e/cli_stack.py).
-## cli-stack: a stack whose secrets the real Pulumi CLI set, planned and policy-checked
-cli-stack: $(VENV)/.installed
-	$(BIN)/python -m e2e.cli_stack
+## cli-stack: a stack whose secrets the real Pulumi CLI set, planned and policy-checked (with checkov, as make policy)
+cli-stack: $(VENV)/.installed $(CHECKOV_VENV)/.installed
+	$(BIN)/python -m e2e.cli_stack --checkov $(CHECKOV_VENV)/bin/checkov
 
 e2e-cluster: $(VENV)/.installed
 	$(BIN)/python -m go_binaries.build etcd kube kuberay-operator

@@ -99,7 +99,7 @@ def _canonical(text: str) -> str:
     return json.dumps(json.loads(text), sort_keys=True)
 
 
-def check(cli: Path, base: str) -> str:
+def check(cli: Path, base: str, checkov: Path | None = None) -> str:
     """Set, plan and check the stack; the summary line, or Failed."""
     values = {"apiKeys": secrets.token_hex(24), "hfToken": "hf_" + secrets.token_hex(17)}
     target = ROOT / f"Pulumi.{STACK}.yaml"
@@ -116,7 +116,8 @@ def check(cli: Path, base: str) -> str:
             out = tmp / "plan"
             python = sys.executable
             shown = _run([python, "-m", "offline.plan", "--stack", STACK, "--out", str(out)], "make plan", ROOT)
-            shown += _run([python, "-m", "offline.policy_check", "--stack", STACK], "make policy", ROOT)
+            policy = [python, "-m", "offline.policy_check", "--stack", STACK]
+            shown += _run([*policy, *(["--checkov", str(checkov)] if checkov else [])], "make policy", ROOT)
             written = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
         finally:
             target.unlink(missing_ok=True)
@@ -127,19 +128,21 @@ def check(cli: Path, base: str) -> str:
     if missing:
         raise Failed(f"the plan does not say {missing[0]!r}...")
     return (f"cli-stack: {base} with apiKeys and hfToken set by {cli.parent.name} (passphrase, local backend): "
-            "planned, policy pack passed, both checks deferred to pulumi up")  # fmt: skip
+            f"planned, policy pack{' and checkov' if checkov else ''} passed, "
+            "both checks deferred to pulumi up")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stack", default="dev", help="the shipped stack whose config the CLI's stack copies")
+    parser.add_argument("--checkov", type=Path, help="checkov, run over the plan as make policy runs it")
     args = parser.parse_args(argv)
     cli = pulumi_cli()
     if not cli.is_file():
         print(f"cli-stack: no Pulumi CLI at {cli}: build it first (python -m go_binaries.build)", file=sys.stderr)
         return 2
     try:
-        print(check(cli, args.stack))
+        print(check(cli, args.stack, args.checkov))
     except (Failed, subprocess.TimeoutExpired) as err:
         print(f"cli-stack FAILED: {err}", file=sys.stderr)
         return 1
