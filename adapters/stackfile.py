@@ -83,16 +83,18 @@ def stack_names(root: Path = ROOT) -> list[str]:
 
 def _matches(declared_type: str | None, items: dict | None, value) -> bool:
     """The CLI's type check of a declared key (Pulumi CLI v3.274.1 pkg/v3 workspace/config.go
-    validateStackConfigValue, by sdk/v3 go/common/workspace/project.go ValidateConfigValue; stricter than
-    it: a quoted number or boolean is refused, see UPGRADING.md)."""
+    validateStackConfigValue, by sdk/v3 go/common/workspace/project.go ValidateConfigValue). A quoted whole
+    number or true/false passes: it is what `pulumi config set KEY VALUE` writes without `--type`, the program
+    is handed the same text either way, and the program reads it as the unquoted value."""
     if declared_type is None:
         return True
     if declared_type == "string":
         return isinstance(value, str)
     if declared_type == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
+        quoted = isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value) is not None
+        return quoted or (isinstance(value, int) and not isinstance(value, bool))
     if declared_type == "boolean":
-        return isinstance(value, bool)
+        return isinstance(value, bool) or (isinstance(value, str) and value.lower() in ("true", "false"))
     if declared_type == "array":
         return isinstance(value, list) and all(
             _matches((items or {}).get("type"), (items or {}).get("items"), v) for v in value
@@ -100,14 +102,14 @@ def _matches(declared_type: str | None, items: dict | None, value) -> bool:
     return False
 
 
-_TYPE_TEXT = {"string": "a string", "integer": "a whole number, unquoted", "boolean": "true or false, unquoted"}
+_TYPE_TEXT = {"string": "a string", "integer": "a whole number", "boolean": "true or false"}
 
 
 def _type_text(declared_type: str | None, items: dict | None) -> str:
     """What a declared type allows, in YAML's words."""
     if declared_type == "array":
         of = _type_text((items or {}).get("type"), None) if items else "a value"
-        return f"a list of {of.removeprefix('a ').removesuffix(', unquoted')}s"
+        return f"a list of {of.removeprefix('a ')}s"
     return _TYPE_TEXT.get(declared_type or "", f"a {declared_type}")
 
 

@@ -71,7 +71,7 @@ CORPUS = [
     ),
     ("yes-for-a-boolean", append("  ray-llm-eks:networkPolicies: yes\n"), ["ray-llm-eks:networkPolicies = 'yes'"]),
     ("off-for-a-boolean", append("  ray-llm-eks:apiKeyCheck: off\n"), ["ray-llm-eks:apiKeyCheck = 'off'"]),
-    ("quoted-boolean", append('  ray-llm-eks:waitForReady: "false"\n'), ["ray-llm-eks:waitForReady"]),
+    ("number-with-a-unit", append('  ray-llm-eks:clusterLogRetentionDays: "30d"\n'), ["clusterLogRetentionDays = 30d"]),
     (
         "zones-as-a-string",
         replace(

@@ -103,10 +103,10 @@ def test_the_running_program_refuses_a_key_it_does_not_read(monkeypatch):
 
 
 def test_declared_type_is_enforced_like_the_cli():
-    with pytest.raises(ConfigError, match="clusterLogRetentionDays = thirty: a whole number, unquoted"):
+    with pytest.raises(ConfigError, match="clusterLogRetentionDays = thirty: a whole number"):
         load_stack("dev", overrides={"ray-llm-eks:clusterLogRetentionDays": "thirty"})
-    with pytest.raises(ConfigError, match="clusterLogRetentionDays = '30': a whole number, unquoted"):
-        load_stack("dev", overrides={"ray-llm-eks:clusterLogRetentionDays": "30"})
+    with pytest.raises(ConfigError, match=r"clusterLogRetentionDays = '3\.5': a whole number"):
+        load_stack("dev", overrides={"ray-llm-eks:clusterLogRetentionDays": "3.5"})
     with pytest.raises(ConfigError, match=r"kubernetesVersion = 1\.35: a string \(YAML reads 1\.35 as a number: quote"):
         load_stack("dev", overrides={"ray-llm-eks:kubernetesVersion": 1.35})
     with pytest.raises(ConfigError, match="availabilityZones = us-east-1a: a list of strings"):
@@ -274,9 +274,22 @@ def test_a_yaml_1_1_no_is_text_not_false(project, capsys):
     path.write_text(path.read_text() + "  ray-llm-eks:networkPolicies: no\n")
     err = plan_fails(project, capsys)
     assert err == (
-        "error: Pulumi.dev.yaml: invalid config ray-llm-eks:networkPolicies = 'no': true or false, unquoted "
+        "error: Pulumi.dev.yaml: invalid config ray-llm-eks:networkPolicies = 'no': true or false "
         "(the Pulumi CLI reads no as the text 'no', not a boolean)\n"
     )
+
+
+def test_what_pulumi_config_set_writes_without_type_plans_as_the_unquoted_values(project):
+    """`pulumi config set maxModelLen 8192` (no --type) writes `maxModelLen: "8192"`: the program is handed the
+    same text as for an unquoted 8192, so `make plan` takes it and plans the same."""
+    path = project / "Pulumi.dev.yaml"
+    base = path.read_text()
+    path.write_text(base + '  ray-llm-eks:maxModelLen: "8192"\n  ray-llm-eks:waitForReady: "false"\n')
+    quoted = load_stack("dev", root=project).values
+    plan_cli.precheck("dev", project)
+    path.write_text(base + "  ray-llm-eks:maxModelLen: 8192\n  ray-llm-eks:waitForReady: false\n")
+    assert load_stack("dev", root=project).values == quoted
+    assert quoted["ray-llm-eks:maxModelLen"] == "8192" and quoted["ray-llm-eks:waitForReady"] == "false"
 
 
 def test_a_float_in_exponent_form_is_a_number_as_for_the_cli(project):

@@ -117,7 +117,7 @@ BAD = {
     "slo": {NS + "slo": {"ttftMs": True}},
     "modelSpec": {NS + "modelSpec": {"parameters": 9}},
     "kubernetesVersion": {NS + "kubernetesVersion": "1.20"},
-    "clusterLogRetentionDays": {NS + "clusterLogRetentionDays": "30"},
+    "clusterLogRetentionDays": {NS + "clusterLogRetentionDays": "30d"},
     "unknown key": {NS + "maxModelLenght": 4096},
 }
 # Python's spellings; a quoted '1.35' is YAML's too (the quotes keep it a string), so reprs are caught by
