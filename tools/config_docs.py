@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from adapters.stackfile import provider_namespaces
 from domain.core import config_keys
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +28,7 @@ the shipped ones.
 
 The region is `aws:region` (required; a region botocore knows). Every other key of ours is in the
 `ray-llm-eks:` namespace and listed below; a key in a namespace that neither this project nor a
-provider it uses reads (`aws`, `eks`, `kubernetes`, `pulumi`) is refused, and so is a key of ours
+provider it uses reads ({namespaces}) is refused, and so is a key of ours
 that is not in the table, so `ray-llm-ek:maxModelLen` cannot pass silently. Every value is checked
 before any resource is declared; a bad one stops with one line naming the file where known, the key,
 the value as YAML writes it and what is allowed (`Pulumi.dev.yaml: invalid config ray-llm-eks:vpcCdir:
@@ -92,7 +93,10 @@ def render() -> str:
         f"| `{key}` | {_type(entry)} | {_cell(_default(entry))} | {_cell(entry.get('description', ''))} |"
         for key, entry in config_keys.declared().items()
     ]
-    return HEADER.replace("{provider_keys}", _provider_keys()) + "\n".join(rows) + "\n"
+    # The namespaces adapters/stackfile.py admits: `pulumi` and one per provider package the program installs.
+    namespaces = ", ".join(f"`{n}`" for n in provider_namespaces(ROOT))
+    header = HEADER.replace("{provider_keys}", _provider_keys()).replace("{namespaces}", namespaces)
+    return header + "\n".join(rows) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
