@@ -81,23 +81,24 @@ def stack_names(root: Path = ROOT) -> list[str]:
     return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
 
 
-def _matches(declared_type: str | None, items: dict | None, value) -> bool:
+def _matches(declared_type: str | None, items: dict | None, value, top: bool = True) -> bool:
     """The CLI's type check of a declared key (Pulumi CLI v3.274.1 pkg/v3 workspace/config.go
     validateStackConfigValue, by sdk/v3 go/common/workspace/project.go ValidateConfigValue). A quoted whole
     number or true/false passes: it is what `pulumi config set KEY VALUE` writes without `--type`, the program
-    is handed the same text either way, and the program reads it as the unquoted value."""
+    is handed the same text either way, and the program reads it as the unquoted value. Not inside a list
+    (`top` False): the CLI hands a list over as JSON, where a quoted "42" stays a string."""
     if declared_type is None:
         return True
     if declared_type == "string":
         return isinstance(value, str)
     if declared_type == "integer":
-        quoted = isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value) is not None
+        quoted = top and isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value) is not None
         return quoted or (isinstance(value, int) and not isinstance(value, bool))
     if declared_type == "boolean":
-        return isinstance(value, bool) or (isinstance(value, str) and value.lower() in ("true", "false"))
+        return isinstance(value, bool) or (top and isinstance(value, str) and value.lower() in ("true", "false"))
     if declared_type == "array":
         return isinstance(value, list) and all(
-            _matches((items or {}).get("type"), (items or {}).get("items"), v) for v in value
+            _matches((items or {}).get("type"), (items or {}).get("items"), v, top=False) for v in value
         )
     return False
 

@@ -110,10 +110,10 @@ def port_holders(port: int) -> list[str]:
                 fields = row.split()
                 if int(fields[1].rsplit(":", 1)[1], 16) == port:
                     sockets.append((fields[9], TCP_STATES.get(int(fields[3], 16), fields[3])))
-    owners: dict[str, int] = {}
+    inodes, owners = {inode for inode, _ in sockets}, {}
     for fd in Path("/proc").glob("[0-9]*/fd/*"):
         with contextlib.suppress(OSError):
-            if (link := os.readlink(fd)).startswith("socket:[") and (inode := link[8:-1]) in dict(sockets):
+            if (link := os.readlink(fd)).startswith("socket:[") and (inode := link[8:-1]) in inodes:
                 owners[inode] = int(fd.parts[2])
     return sorted(
         f"{owners[i]} {title(owners[i])[:60]}: {state}" if i in owners else f"-: {state}" for i, state in sockets

@@ -188,10 +188,10 @@ def _restart_head(ctx: Context) -> tuple[Callable[[], bool], dict]:
     t_killed = time.monotonic()
     head = ray.nodes[0]
     # The new head serves its metrics on the old head's port where it can: its dashboard agent dies on bind
-    # ("Address already in use") while anything still holds that port. In CI the old head's own agent did, having
-    # escaped the kill (its retitling blanked the environment that named its node; node_pids now follows the
-    # parent), and a port of the ephemeral range can be taken by any outgoing connection. Where the old port stays
-    # taken, the head takes a new one and Prometheus is told, as a new pod's address would be found.
+    # ("Address already in use") while anything still holds that port, and a port of the ephemeral range can be
+    # taken by any outgoing connection. (The old head's own agent, whose retitling can blank the environment that
+    # names its node, is killed with the head: faults.node_pids follows parents.) Where the old port stays taken,
+    # the head takes a new one and Prometheus is told, as a new pod's address would be found.
     moved = None
     for attempt in (1, 2):
         faults.forget_cluster_address(head.temp_dir)  # the lost pod's /tmp went with it

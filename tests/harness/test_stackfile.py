@@ -341,3 +341,12 @@ def test_a_stack_file_without_config_says_what_is_wrong(project, capsys, text, e
     (project / "Pulumi.dev.yaml").write_text(text)
     err = plan_fails(project, capsys)
     assert expected in err and "aws:region (not set)" not in err, err
+
+
+def test_a_quoted_number_passes_alone_but_not_inside_a_list():
+    """The CLI hands a list over as JSON, where "42" stays a string; alone it is the text 42 either way."""
+    from adapters.stackfile import _matches
+
+    assert _matches("integer", None, "42") and _matches("boolean", None, "false")
+    assert not _matches("array", {"type": "integer"}, ["42"]) and _matches("array", {"type": "integer"}, [42])
+    assert not _matches("array", {"type": "boolean"}, ["true"])
