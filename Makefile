@@ -10,13 +10,13 @@ OUT ?= plan-$(STACK)
 STATE_DIR ?= $(HOME)/.pulumi-ray-llm-eks
 
 # Everything heavy we build lives outside the checkout, under one root, so a cold run can be measured with an
-# empty one. Which root is adapters/environment.py's rule (cache_dir), asked here as
+# empty one. Which root is ray_llm_eks/adapters/environment.py's rule (cache_dir), asked here as
 # the Python code asks it; the system python3 can: that module needs only the standard library.
 ifndef CACHE_DIR
-CACHE_DIR := $(shell $(PYTHON) -c 'from adapters.environment import cache_dir; print(cache_dir())')
+CACHE_DIR := $(shell $(PYTHON) -c 'from ray_llm_eks.adapters.environment import cache_dir; print(cache_dir())')
 endif
 ifeq ($(CACHE_DIR),)
-$(error $(PYTHON) did not name the cache root (adapters/environment.py cache_dir))
+$(error $(PYTHON) did not name the cache root (ray_llm_eks/adapters/environment.py cache_dir))
 endif
 
 # A venv outside the repo named by the hash of its pinned requirements, so a change of pins builds a new one:
@@ -133,7 +133,7 @@ rehearse-mistakes: $(REHEARSAL_VENV)/.installed
 smoke: $(VENV)/.installed
 	$(BIN)/python -m llmclient smoke $(URL) $(ARGS)
 
-# promtool on the alert rules (`check rules` per stack, the unit tests in observability/rules-tests/): make test
+# promtool on the alert rules (`check rules` per stack, the unit tests in ray_llm_eks/observability/rules-tests/): make test
 # runs them when promtool is there (go_binaries/build.py builds it); this target insists on it (CI, after the Go build).
 test-rules: $(VENV)/.installed
 	RAY_LLM_EKS_REQUIRE_PROMTOOL=1 $(BIN)/python -m pytest tests/unit/test_promtool.py
@@ -226,13 +226,13 @@ policy-sdk: $(VENV)/.installed $(POLICY_VENV)/.installed
 	$(BIN)/python -m offline.plan --stack $(STACK) --out $(OUT) > /dev/null
 	$(POLICY_VENV)/bin/python policy/sdk_check.py $(OUT)/resources.json
 
-# docs/configuration.md from the config-key table (domain/data/config_keys.yaml); make test fails while it is stale.
+# docs/configuration.md from the config-key table (ray_llm_eks/domain/data/config_keys.yaml); make test fails while it is stale.
 # ray_llm_eks's package schema as the component provider host infers it from the Args (tests/harness/test_package.py).
 ## docs: regenerate docs/configuration.md and the component schema
 docs: $(VENV)/.installed
 	$(BIN)/python -m tools.config_docs
 	$(BIN)/python -m offline.checkov_scan
-	$(BIN)/python -c 'import ray_llm_eks; print(ray_llm_eks.schema_text(), end="")' > ray_llm_eks/schema.json
+	$(BIN)/python -c 'from ray_llm_eks import provider; print(provider.schema_text(), end="")' > ray_llm_eks/schema.json
 
 ## plan: STACK=<stack> [OUT=dir]: the whole program offline: resources, manifests, fit, cost (no AWS)
 plan: $(VENV)/.installed
@@ -274,7 +274,7 @@ passphrase:
 check-upstream: $(VENV)/.installed
 	$(BIN)/python tools/check_upstream.py $(ARGS)
 
-# modelSpec for a model outside domain/fit/model_fit.py's table, from its config.json (a local file).
+# modelSpec for a model outside ray_llm_eks/domain/fit/model_fit.py's table, from its config.json (a local file).
 ## model-spec: CONFIG=<config.json>: a modelSpec for a model the fit table does not know
 model-spec: $(VENV)/.installed
 	@[ -n "$(CONFIG)" ] || { echo "usage: make model-spec CONFIG=path/to/config.json"; exit 2; }

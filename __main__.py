@@ -1,34 +1,34 @@
-"""ray-llm-eks: wiring only. Every box is a component in components/; see README for the picture."""
+"""ray-llm-eks: wiring only. Every box is a component in ray_llm_eks/components/; see README for the picture."""
 
 import pulumi
 
-import stack_args
-from adapters import environment, registry, stack
-from adapters.aws_answers import PulumiAwsAnswers
-from components.auto_mode import AutoModeNodePools
-from components.cluster import Cluster
-from components.cluster_autoscaler import ClusterAutoscaler
-from components.device_plugins import DevicePlugins
-from components.existing_cluster import ExistingCluster
-from components.gcs_store import GcsStore
-from components.gpu_nodes import GpuNodePool
-from components.karpenter import Karpenter
-from components.kuberay import KubeRayOperator
-from components.llm_service import LlmService
-from components.load_balancer import InternalEndpoint, LoadBalancerController
-from components.network import Network
-from components.observability import EbsCsiDriver, MonitoringStack, ServiceMonitoring
-from components.pod_identity import PodIdentityAgent
-from components.weights_access import WeightsAccess
-from domain.checks import known_issues, preflight
-from domain.cluster import gcs_ft, node_provisioning, upgrades
-from domain.core.errors import ConfigError
-from domain.core.yaml_files import YamlSyntaxError
-from domain.fit import pool_use, scaling
-from domain.loading import config
-from domain.security import secret_content
-from domain.stack import cost
-from domain.telemetry import observability
+import ray_llm_eks.stack_args
+from ray_llm_eks.adapters import environment, registry, stack
+from ray_llm_eks.adapters.aws_answers import PulumiAwsAnswers
+from ray_llm_eks.components.auto_mode import AutoModeNodePools
+from ray_llm_eks.components.cluster import Cluster
+from ray_llm_eks.components.cluster_autoscaler import ClusterAutoscaler
+from ray_llm_eks.components.device_plugins import DevicePlugins
+from ray_llm_eks.components.existing_cluster import ExistingCluster
+from ray_llm_eks.components.gcs_store import GcsStore
+from ray_llm_eks.components.gpu_nodes import GpuNodePool
+from ray_llm_eks.components.karpenter import Karpenter
+from ray_llm_eks.components.kuberay import KubeRayOperator
+from ray_llm_eks.components.llm_service import LlmService
+from ray_llm_eks.components.load_balancer import InternalEndpoint, LoadBalancerController
+from ray_llm_eks.components.network import Network
+from ray_llm_eks.components.observability import EbsCsiDriver, MonitoringStack, ServiceMonitoring
+from ray_llm_eks.components.pod_identity import PodIdentityAgent
+from ray_llm_eks.components.weights_access import WeightsAccess
+from ray_llm_eks.domain.checks import known_issues, preflight
+from ray_llm_eks.domain.cluster import gcs_ft, node_provisioning, upgrades
+from ray_llm_eks.domain.core.errors import ConfigError
+from ray_llm_eks.domain.core.yaml_files import YamlSyntaxError
+from ray_llm_eks.domain.fit import pool_use, scaling
+from ray_llm_eks.domain.loading import config
+from ray_llm_eks.domain.security import secret_content
+from ray_llm_eks.domain.stack import cost
+from ray_llm_eks.domain.telemetry import observability
 
 try:  # a bad value or an AWS refusal stops here, before any resource
     stack_config = stack.running_stack()
@@ -64,20 +64,20 @@ if mode.existing_cluster:
     # A cluster this stack did not create (docs/operations.md: existing clusters): no AWS resource at all.
     target = ExistingCluster(
         "existing-cluster",
-        stack_args.existing_cluster_args(
+        ray_llm_eks.stack_args.existing_cluster_args(
             settings, secrets.kubeconfig, offline_plan=not stack.deploying(), sealed="kubeconfig" in sealed
         ),
     )
     deferred += target.deferred
     provider, nodes = target.provider, []
 else:
-    network = Network("net", stack_args.network_args(settings))
-    cluster = Cluster("eks", stack_args.cluster_args(settings), network)
-    if settings.gcs_ft.redis:  # the head's GCS fault tolerance store (domain/cluster/gcs_ft.py)
-        store = GcsStore("gcs-store", stack_args.gcs_store_args(settings, network))
+    network = Network("net", ray_llm_eks.stack_args.network_args(settings))
+    cluster = Cluster("eks", ray_llm_eks.stack_args.cluster_args(settings), network)
+    if settings.gcs_ft.redis:  # the head's GCS fault tolerance store (ray_llm_eks/domain/cluster/gcs_ft.py)
+        store = GcsStore("gcs-store", ray_llm_eks.stack_args.gcs_store_args(settings, network))
     # With Karpenter or Auto Mode (nodeProvisioning) no GPU node group: NodePools make the GPU nodes (below).
     pools = {
-        name: GpuNodePool(name, stack_args.gpu_node_pool_args(pool), cluster, network)
+        name: GpuNodePool(name, ray_llm_eks.stack_args.gpu_node_pool_args(pool), cluster, network)
         for name, pool in settings.gpu_pools.items()
         if not settings.node_provisioning.by_node_pools
     }
@@ -91,13 +91,17 @@ for line in node_provisioning.warnings(settings.node_provisioning):  # what Auto
     pulumi.log.warn(line)
 # Auto Mode's nodes bring the NVIDIA device plugin (EKS user guide automode.adoc), and its stacks have no EFA pool.
 if mode.install_device_plugins and not auto_mode_nodes:
-    installed.append(DevicePlugins("device-plugins", stack_args.device_plugins_args(settings), on_system_nodes))
+    installed.append(
+        DevicePlugins("device-plugins", ray_llm_eks.stack_args.device_plugins_args(settings), on_system_nodes)
+    )
 karpenter_nodes = not mode.existing_cluster and settings.node_provisioning.by_karpenter
 by_node_pools = settings.node_provisioning.by_node_pools  # Karpenter or Auto Mode: no Cluster Autoscaler
 autoscaled = not mode.existing_cluster and not by_node_pools and scaling.autoscaler_needed(settings.gpu_pools)
-obs = serving.observability  # embedded and amp only on the cluster we build (domain/telemetry/observability.py)
+# embedded and amp only on the cluster we build (ray_llm_eks/domain/telemetry/observability.py)
+obs = serving.observability
 # Controllers with an AWS role (and the EBS CSI driver, Prometheus's remote write): one Pod Identity agent.
-# rocksdb's claim (GCS fault tolerance, domain/cluster/gcs_ft.py) needs the EBS CSI driver and the gp3 StorageClass too.
+# rocksdb's claim (GCS fault tolerance, ray_llm_eks/domain/cluster/gcs_ft.py) needs the EBS CSI driver and the gp3
+# StorageClass too.
 rocksdb_claim = settings.gcs_ft.rocksdb and not mode.existing_cluster
 # Weights mirrored in S3: the workers' service account reads them through Pod Identity (our cluster only).
 weights_access = bool(serving.weights_s3_uris) and not mode.existing_cluster
@@ -115,11 +119,15 @@ if (
 if karpenter_nodes:
     # Everything on the GPU nodes depends on it, so on destroy the RayService, plugins and exporters go
     # first, then its NodePools (Karpenter drains and terminates their nodes), then Karpenter.
-    karpenter = Karpenter("karpenter", stack_args.karpenter_args(settings), cluster.eks, agent, on_system_nodes)
+    karpenter = Karpenter(
+        "karpenter", ray_llm_eks.stack_args.karpenter_args(settings), cluster.eks, agent, on_system_nodes
+    )
     nodes.append(karpenter)
 if auto_mode_nodes:
     # Like Karpenter's: everything on the GPU nodes depends on it, so on destroy its NodePools go after them.
-    nodes.append(AutoModeNodePools("auto-mode", stack_args.auto_mode_args(settings), cluster.eks, on_system_nodes))
+    nodes.append(
+        AutoModeNodePools("auto-mode", ray_llm_eks.stack_args.auto_mode_args(settings), cluster.eks, on_system_nodes)
+    )
 if weights_access:  # before any worker starts (the webhook mutates pods at creation)
     installed.append(
         WeightsAccess(
@@ -128,22 +136,24 @@ if weights_access:  # before any worker starts (the webhook mutates pods at crea
     )
 if autoscaled:
     installed.append(
-        ClusterAutoscaler("cluster-autoscaler", stack_args.cluster_autoscaler_args(settings), agent, on_system_nodes)
+        ClusterAutoscaler(
+            "cluster-autoscaler", ray_llm_eks.stack_args.cluster_autoscaler_args(settings), agent, on_system_nodes
+        )
     )
 if hardening.internal_endpoint:
     controller = LoadBalancerController(
-        "lb-controller", stack_args.load_balancer_controller_args(settings, network), agent, on_system_nodes
+        "lb-controller", ray_llm_eks.stack_args.load_balancer_controller_args(settings, network), agent, on_system_nodes
     )
     installed.append(controller)
 if mode.install_kuberay:
-    installed.append(KubeRayOperator("kuberay", stack_args.kuberay_args(settings), on_system_nodes))
+    installed.append(KubeRayOperator("kuberay", ray_llm_eks.stack_args.kuberay_args(settings), on_system_nodes))
 monitoring = []
 # Prometheus's volume (in the system nodes' zone) and rocksdb's claim: the CSI driver outlives them (destroy).
 csi = None
 if (obs.in_cluster_stack and obs.mode == "embedded") or rocksdb_claim:
     csi = EbsCsiDriver(
         "ebs-csi",
-        stack_args.ebs_csi_driver_args(settings),
+        ray_llm_eks.stack_args.ebs_csi_driver_args(settings),
         agent,
         on_system_nodes,
         # rocksdb's volume is the driver's to delete: on destroy it, the StorageClass and the nodes wait for that.
@@ -156,7 +166,7 @@ if obs.in_cluster_stack:
     monitoring.append(
         MonitoringStack(
             "monitoring",
-            stack_args.monitoring_stack_args(settings, network.gpu_availability_zone),
+            ray_llm_eks.stack_args.monitoring_stack_args(settings, network.gpu_availability_zone),
             agent,
             csi,
             # node-exporter and the DCGM exporter run on every node: all of them first.
@@ -165,7 +175,7 @@ if obs.in_cluster_stack:
     )
 service = LlmService(
     "llm",
-    stack_args.llm_service_args(
+    ray_llm_eks.stack_args.llm_service_args(
         settings,
         secrets.hf_token,
         secrets.api_keys,
@@ -181,7 +191,7 @@ if obs.enabled:
     # CRDs exist (our chart's, or the existing cluster's own); removed before either on destroy.
     ServiceMonitoring(
         "service-monitoring",
-        stack_args.service_monitoring_args(settings),
+        ray_llm_eks.stack_args.service_monitoring_args(settings),
         pulumi.ResourceOptions(providers=[provider], depends_on=[service.namespace, *monitoring, *installed]),
     )
     if obs.grafana:
@@ -190,7 +200,7 @@ if hardening.internal_endpoint:
     # After the RayService, before it on destroy; the controller outlives the NLB it removes.
     endpoint = InternalEndpoint(
         "internal-endpoint",
-        stack_args.internal_endpoint_args(settings),
+        ray_llm_eks.stack_args.internal_endpoint_args(settings),
         pulumi.ResourceOptions(providers=[provider], depends_on=[service, controller]),
     )
     pulumi.export("internalEndpointUrl", endpoint.url)

@@ -1,8 +1,8 @@
 """PodSecurity admission on the namespaces the e2e stack really created, judged by e2e/checks.py.
 
 The namespaces are found on the live API server by who wrote them (the field managers the stack's state
-records), not from a list. For each: its PodSecurity labels are exactly domain/security/pod_security.py's; every pod
-in it, dry-run created again as it is (`?dryRun=All`: admission runs, nothing is stored), is admitted; and
+records), not from a list. For each: its PodSecurity labels are exactly ray_llm_eks/domain/security/pod_security.py's;
+every pod in it, dry-run created again as it is (`?dryRun=All`: admission runs, nothing is stored), is admitted; and
 where its level is not restricted, the same pods dry-run created into a copy of it enforcing the next level
 are refused by PodSecurity for the reasons pod_security.py names and no other, the reasons its own warn label
 reported pod by pod. A namespace enforcing privileged can refuse nothing: that copy is where it is shown what
@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from adapters.kube_client import KubeClient, KubeError
-from domain.security import pod_security
 from e2e.checks import (
     admission_problems,
     owned_namespaces,
@@ -25,6 +23,8 @@ from e2e.checks import (
     warned_as_refused,
 )
 from e2e.observe import wait_for, wait_for_gone
+from ray_llm_eks.adapters.kube_client import KubeClient, KubeError
+from ray_llm_eks.domain.security import pod_security
 
 FIELD_MANAGER = "__fieldManager"  # where pulumi-kubernetes keeps a resource's server-side apply field manager
 
@@ -76,12 +76,15 @@ def stack_namespaces_admit(
     known = pod_security.namespaces(serving_namespace)
     for ns in live:
         labels = psa_labels(api.get(f"/api/v1/namespaces/{ns}")["metadata"].get("labels"))
-        if not checks.expect(ns in known, f"{what}: namespace {ns} has a level in domain/security/pod_security.py"):
+        if not checks.expect(
+            ns in known, f"{what}: namespace {ns} has a level in ray_llm_eks/domain/security/pod_security.py"
+        ):
             continue
         level, needs = known[ns]
         wanted = pod_security.labels(level)
         checks.expect(labels == wanted, f"{what}: namespace {ns}'s PodSecurity labels are exactly "
-                      f"domain/security/pod_security.py's ({level})", f"live {labels}, wanted {wanted}")  # fmt: skip
+                      f"ray_llm_eks/domain/security/pod_security.py's ({level})",
+                       f"live {labels}, wanted {wanted}")  # fmt: skip
         pods = api.get(f"/api/v1/namespaces/{ns}/pods")["items"]
         own = dry_run_pods(api, ns, pods)
         refused = admission_problems(own)

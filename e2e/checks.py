@@ -7,9 +7,9 @@ import re
 
 import yaml
 
-from domain.platform.cluster_checks import parse_quantity
-from domain.security import pod_security
-from domain.serving.serve_config import llm_configs_by_role
+from ray_llm_eks.domain.platform.cluster_checks import parse_quantity
+from ray_llm_eks.domain.security import pod_security
+from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
 
 
 def _same_quantity(sent, live) -> bool:

@@ -10,7 +10,7 @@ standard input (never on a command line, never printed). The stack file it wrote
 config beside the two `secure:` values, goes into the checkout as Pulumi.<name>.yaml for `make plan` and
 `make policy` (python -m offline.plan / offline.policy_check), and is removed again whatever happens. The
 plan must pass, say that both checks wait for `pulumi up`, and show neither value anywhere; and the CLI's own
-reading of the file (`pulumi config --json`) must equal adapters/stackfile.py's, value for value.
+reading of the file (`pulumi config --json`) must equal ray_llm_eks/adapters/stackfile.py's, value for value.
 """
 
 from __future__ import annotations
@@ -25,15 +25,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from adapters.stackfile import load_stack
 from go_binaries.build import bin_dirs
+from ray_llm_eks.adapters.stackfile import load_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 STACK = "ci-cli-secrets"  # the checkout's Pulumi.<STACK>.yaml exists only while this runs
 SECRET_KEYS = ("apiKeys", "hfToken")
-DEFERRED = tuple(
-    f"deferred to deploy time: {key}: " for key in SECRET_KEYS
-)  # domain/security/secret_content.py deferred
+# ray_llm_eks/domain/security/secret_content.py deferred
+DEFERRED = tuple(f"deferred to deploy time: {key}: " for key in SECRET_KEYS)
 
 
 class Failed(RuntimeError):
@@ -74,8 +73,8 @@ def cli_stack_file(cli: Path, base: str, values: dict[str, str], tmp: Path) -> s
     listed = _run([str(cli), "config", "--stack", STACK, "--json"], "pulumi config --json", project, env)
     try:
         ours = load_stack(STACK, project).values
-    except ValueError as err:  # the CLI took the file, adapters/stackfile.py did not
-        raise Failed(f"adapters/stackfile.py refuses a stack file the CLI reads: {err}") from None
+    except ValueError as err:  # the CLI took the file, ray_llm_eks/adapters/stackfile.py did not
+        raise Failed(f"ray_llm_eks/adapters/stackfile.py refuses a stack file the CLI reads: {err}") from None
     same_reading(json.loads(listed), ours)
     for key, value in values.items():
         _run([str(cli), "config", "set", "--secret", key, "--stack", STACK, "--non-interactive"],
@@ -85,13 +84,13 @@ def cli_stack_file(cli: Path, base: str, values: dict[str, str], tmp: Path) -> s
 
 def same_reading(cli: dict, ours: dict[str, str]) -> None:
     """Every plain value as the CLI hands it to the program (`pulumi config --json`: mappings and lists as JSON
-    text) equals what adapters/stackfile.py makes of the same file; secrets are listed without a value."""
+    text) equals what ray_llm_eks/adapters/stackfile.py makes of the same file; secrets are listed without a value."""
     for key, entry in sorted(cli.items()):
         if entry.get("secret"):
             continue
         theirs, mine = entry["value"], ours.get(key)
         if mine is None or (theirs != mine and not ("objectValue" in entry and _canonical(mine) == _canonical(theirs))):
-            raise Failed(f"{key}: the Pulumi CLI reads {theirs!r}, adapters/stackfile.py {mine!r}")
+            raise Failed(f"{key}: the Pulumi CLI reads {theirs!r}, ray_llm_eks/adapters/stackfile.py {mine!r}")
 
 
 def _canonical(text: str) -> str:

@@ -1,7 +1,7 @@
 """A real Kubernetes control plane on 127.0.0.1 for the e2e: etcd, kube-apiserver, kube-scheduler,
 kube-controller-manager and the KubeRay operator, all built by go_binaries/build.py, with certificates
 generated here. Nodes are Node objects shaped from OUR instance table (labels, taints, allocatable
-after the reservations domain.platform.sizing assumes, GPU/EFA resources) whose Ready status and Lease this
+after the reservations ray_llm_eks.domain.platform.sizing assumes, GPU/EFA resources) whose Ready status and Lease this
 harness keeps fresh; no kubelet runs, so pods are bound by the real scheduler and never started
 (Ray never runs: the RayService never turns Ready). Like a kubelet, the harness confirms the
 deletion of pods on its nodes once they are marked for deletion.
@@ -25,12 +25,12 @@ from pathlib import Path
 
 import yaml
 
-from adapters.kube_client import KubeClient, KubeError
-from adapters.ports import free_port
-from domain.core.facts import EFA_RESOURCE, GPU_RESOURCE
-from domain.platform import aws_facts, sizing
-from domain.platform.placement import GPU_TAINT, SYSTEM_LABELS, gpu_labels
 from e2e.observe import crds_established, create_crds
+from ray_llm_eks.adapters.kube_client import KubeClient, KubeError
+from ray_llm_eks.adapters.ports import free_port
+from ray_llm_eks.domain.core.facts import EFA_RESOURCE, GPU_RESOURCE
+from ray_llm_eks.domain.platform import aws_facts, sizing
+from ray_llm_eks.domain.platform.placement import GPU_TAINT, SYSTEM_LABELS, gpu_labels
 
 PROMETHEUS_OPERATOR_CRDS = Path(__file__).resolve().parents[1] / "offline" / "schemas"
 
@@ -85,7 +85,8 @@ def node_shapes(system_type: str, system_count: int, pools: Mapping[str, tuple[s
 
 
 def node_object(shape: NodeShape, index: int) -> tuple[dict, dict]:
-    """(Node to create, its status): capacity from the instance table, allocatable from domain.platform.sizing."""
+    """(Node to create, its status): capacity from the instance table, allocatable from
+    ray_llm_eks.domain.platform.sizing."""
     spec = aws_facts.INSTANCE_SPECS[shape.instance_type]
     alloc = sizing.allocatable(spec)
     capacity = {"cpu": str(spec.vcpus), "memory": f"{int(spec.memory_gib * 1024)}Mi", "pods": str(spec.max_pods)}

@@ -3,11 +3,11 @@ sigs.k8s.io/karpenter, with the kwok cloud provider of the same module, built by
 removes the GPU nodes our NodePools describe, for the pods the real KubeRay operator makes of our
 RayService, bound by the real kube-scheduler.
 
-Real here: our NodePools (domain/render/karpenter.py, as the program renders them) admitted by the pinned CRDs
-(offline/schemas/), Karpenter's provisioner, scheduler simulation, registration, consolidation and
+Real here: our NodePools (ray_llm_eks/domain/render/karpenter.py, as the program renders them) admitted by the pinned
+CRDs (offline/schemas/), Karpenter's provisioner, scheduler simulation, registration, consolidation and
 termination, the KubeRay operator, the scheduler, our RayService. Stand-ins: the kwok provider's
 KWOKNodeClass for our EC2NodeClass (which is only admitted, by a server-side dry run: no EC2 here) and
-its instance types, written from OUR instance table (domain/platform/: aws_facts.py, prices from prices.py,
+its instance types, written from OUR instance table (ray_llm_eks/domain/platform/: aws_facts.py, prices from prices.py,
 spot at a stand-in fraction of on-demand). Emulated: the Ray autoscaler's patch (Ray 2.58's own code, as
 in e2e/scale_up.py), and what sigs.k8s.io/kwok's controller would do for a kwok node: the harness marks
 Karpenter's new Node Ready and keeps it so (e2e/cluster.py adopt_nodes), as it does its own nodes
@@ -22,17 +22,17 @@ import json
 import time
 from pathlib import Path
 
-from adapters.kube_client import KubeError
-from adapters.ports import free_port
-from domain.core.facts import EFA_RESOURCE, GPU_RESOURCE, POOL_NODE_LABEL
-from domain.platform import aws_facts
-from domain.platform.placement import GPU_TAINT
-from domain.platform.prices import INSTANCE_USD_PER_HOUR
-from domain.platform.subnets import private_subnet_name
-from domain.render import karpenter
-from domain.render.ray_service import ray_service_spec
 from e2e.observe import crds_established, create_crds, pods_of, ray_cluster_of, wait_for
 from e2e.scale_up import JSON_PATCH, ray_autoscaler_patch
+from ray_llm_eks.adapters.kube_client import KubeError
+from ray_llm_eks.adapters.ports import free_port
+from ray_llm_eks.domain.core.facts import EFA_RESOURCE, GPU_RESOURCE, POOL_NODE_LABEL
+from ray_llm_eks.domain.platform import aws_facts
+from ray_llm_eks.domain.platform.placement import GPU_TAINT
+from ray_llm_eks.domain.platform.prices import INSTANCE_USD_PER_HOUR
+from ray_llm_eks.domain.platform.subnets import private_subnet_name
+from ray_llm_eks.domain.render import karpenter
+from ray_llm_eks.domain.render.ray_service import ray_service_spec
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "offline" / "schemas"
 VENDORED_CRDS = ("karpenter.sh_nodepools.v1.14.1.yaml", "karpenter.k8s.aws_ec2nodeclasses.v1.14.1.yaml")
@@ -44,8 +44,8 @@ STACK_OVERRIDES = {
     "ray-llm-eks:prefillSpot": True,
     "ray-llm-eks:systemNodes": {"instanceType": "m7i.2xlarge", "minSize": 2, "desiredSize": 2, "maxSize": 3},
 }
-# Test-only: the shipped consolidateAfter (domain/render/karpenter.py CONSOLIDATE_AFTER, 10m; tests/unit) would
-# make the e2e wait ten minutes for each empty node.
+# Test-only: the shipped consolidateAfter (ray_llm_eks/domain/render/karpenter.py CONSOLIDATE_AFTER, 10m; tests/unit)
+# would make the e2e wait ten minutes for each empty node.
 E2E_CONSOLIDATE_AFTER = "15s"
 # A stand-in: kwok offerings need a price per capacity type and our price table has on-demand only.
 SPOT_FRACTION = 0.4
@@ -57,7 +57,8 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 NS = "e2e-karpenter"
 SERVICE = "kwok-pd"
 DRIFT_LABEL = "ray-llm-eks/e2e-drift"  # a template label the e2e adds: drift, as any template change is
-STAND_IN_NODE_ROLE = "e2e-stand-in-node-role"  # the component passes its node role's name (components/karpenter.py)
+# the component passes its node role's name (ray_llm_eks/components/karpenter.py)
+STAND_IN_NODE_ROLE = "e2e-stand-in-node-role"
 
 
 # -- what the harness hands Karpenter (pure) ------------------------------------------------------
@@ -67,8 +68,8 @@ def instance_types(settings, region: str) -> list[dict]:
     """The kwok provider's instance-types file (kwok/cloudprovider/helpers.go InstanceTypeOptions; offerings as
     its embedded instance_types.json writes them: Price, Available, Requirements): every type a GPU pool's
     NodePool allows, sized from our instance table, with its GPUs and, where it has EFA, one EFA device per
-    network card (what our EC2NodeClass's interfaces give, domain/render/karpenter.py network_interfaces), offered in
-    each pool's zone on-demand at our price and on spot at SPOT_FRACTION of it."""
+    network card (what our EC2NodeClass's interfaces give, ray_llm_eks/domain/render/karpenter.py network_interfaces),
+    offered in each pool's zone on-demand at our price and on spot at SPOT_FRACTION of it."""
     prices = INSTANCE_USD_PER_HOUR[region]
     zones = sorted({p.availability_zone for p in settings.gpu_pools.values()})
     names = sorted({t for p in settings.gpu_pools.values() for t in karpenter.fitting_instance_types(p)})
@@ -108,8 +109,9 @@ def instance_types(settings, region: str) -> list[dict]:
 
 
 def kwok_node_pools(settings, consolidate_after: str = E2E_CONSOLIDATE_AFTER) -> list[dict]:
-    """Our NodePools as the program renders them (domain/render/karpenter.py node_pool, spot as the stack allows),
-    each pointing at a KWOKNodeClass of the pool's name instead of its EC2NodeClass; consolidateAfter shortened."""
+    """Our NodePools as the program renders them (ray_llm_eks/domain/render/karpenter.py node_pool, spot as the stack
+    allows), each pointing at a KWOKNodeClass of the pool's name instead of its EC2NodeClass; consolidateAfter
+    shortened."""
     out = []
     for pool in settings.gpu_pools.values():
         ref = karpenter.NodeClassRef(KWOK_GROUP, KWOK_KIND, pool.name)
@@ -120,7 +122,8 @@ def kwok_node_pools(settings, consolidate_after: str = E2E_CONSOLIDATE_AFTER) ->
 
 
 def ec2_node_classes(settings) -> list[dict]:
-    """Our EC2NodeClasses (domain/render/karpenter.py ec2_node_class) with the selectors stack_args/karpenter_args gives
+    """Our EC2NodeClasses (ray_llm_eks/domain/render/karpenter.py ec2_node_class) with the selectors
+    ray_llm_eks/stack_args/karpenter_args gives
     them (not importable from here: a sibling layer) and a stand-in node role."""
     return [
         karpenter.ec2_node_class(
@@ -267,7 +270,7 @@ class KwokScaling:
         (work / "kwok-instance-types.json").write_text(json.dumps(types, indent=1))
         self.log(
             "STAND-IN for EC2: Karpenter's kwok provider with KWOKNodeClass in place of our EC2NodeClass; "
-            f"instance types from domain/platform/aws_facts.py: {[t['name'] for t in types]} with "
+            f"instance types from ray_llm_eks/domain/platform/aws_facts.py: {[t['name'] for t in types]} with "
             f"{sorted({k for t in types for k in t['resources']})}, spot at {SPOT_FRACTION} x on-demand (stand-in)"
         )
         # Leader election off (one replica, as the e2e's other controllers); ports free ones: its metrics
@@ -292,7 +295,8 @@ class KwokScaling:
         for np in pools:
             self.api.request("POST", "/apis/karpenter.sh/v1/nodepools", np)
         self.log(
-            f"our NodePools {[np['metadata']['name'] for np in pools]} applied as domain/render/karpenter.py has them, "
+            f"our NodePools {[np['metadata']['name'] for np in pools]} applied as "
+            f"ray_llm_eks/domain/render/karpenter.py has them, "
             f"nodeClassRef {KWOK_KIND}; TEST-ONLY consolidateAfter {E2E_CONSOLIDATE_AFTER} "
             f"(shipped: {karpenter.CONSOLIDATE_AFTER}, tests/unit/test_karpenter.py)"
         )

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from adapters.kube_client import KubeClient
-from domain.core.facts import POOL_NODE_LABEL
+from ray_llm_eks.adapters.kube_client import KubeClient
+from ray_llm_eks.domain.core.facts import POOL_NODE_LABEL
 
 POLL = 0.5
 

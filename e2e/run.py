@@ -42,16 +42,6 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from adapters import stack as stack_adapter  # noqa: E402
-from adapters.kube_client import KubeClient  # noqa: E402
-from components import llm_service  # noqa: E402
-from domain.cluster import gcs_ft  # noqa: E402
-from domain.core.config_keys import default  # noqa: E402
-from domain.core.facts import POOL_NODE_LABEL  # noqa: E402
-from domain.platform import cluster_checks, versions  # noqa: E402
-from domain.render.ray_service import ray_service_spec, served_document  # noqa: E402
-from domain.serving import api_keys  # noqa: E402
-from domain.telemetry import observability  # noqa: E402
 from e2e import yaml_example as yaml_run  # noqa: E402
 from e2e.admission import stack_namespaces_admit  # noqa: E402
 from e2e.checks import max_model_lens, names_failed_resource, unkept_fields  # noqa: E402
@@ -62,6 +52,16 @@ from e2e.observe import object_path, ray_cluster_of, wait_for, wait_for_gone, wa
 from e2e.scale_up import ScaleUp  # noqa: E402
 from e2e.upgrades import kill_up_while_creating, new_cluster_beside_old, pending_operations  # noqa: E402
 from go_binaries import build  # noqa: E402
+from ray_llm_eks.adapters import stack as stack_adapter  # noqa: E402
+from ray_llm_eks.adapters.kube_client import KubeClient  # noqa: E402
+from ray_llm_eks.components import llm_service  # noqa: E402
+from ray_llm_eks.domain.cluster import gcs_ft  # noqa: E402
+from ray_llm_eks.domain.core.config_keys import default  # noqa: E402
+from ray_llm_eks.domain.core.facts import POOL_NODE_LABEL  # noqa: E402
+from ray_llm_eks.domain.platform import cluster_checks, versions  # noqa: E402
+from ray_llm_eks.domain.render.ray_service import ray_service_spec, served_document  # noqa: E402
+from ray_llm_eks.domain.serving import api_keys  # noqa: E402
+from ray_llm_eks.domain.telemetry import observability  # noqa: E402
 
 STACK = "e2e"
 BASE_STACK_FILE = REPO / "Pulumi.dev.yaml"  # the seed deployment: 1 system node, prefill + decode
@@ -131,7 +131,7 @@ EXISTING_CLUSTER = {
     # The harness's API server has the Prometheus Operator's CRDs (e2e/cluster.py), as a cluster running
     # one does: our monitors, rule and dashboards go to it (no chart can be fetched here).
     "ray-llm-eks:observability": {"mode": "external"},
-    # At up the program asks ECR which digest the DLC tag names (adapters/registry.py), through pulumi-aws,
+    # At up the program asks ECR which digest the DLC tag names (ray_llm_eks/adapters/registry.py), through pulumi-aws,
     # which the e2e has neither plugin nor credentials for: the image comes pinned, as the program's own
     # error tells a stack to. The digest is made up; no kubelet here pulls it.
     "ray-llm-eks:image": f"{settings_of(BASE_STACK_FILE).serving.image}@sha256:{'e2e0' * 16}",
@@ -364,7 +364,7 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
     sent = state_input_spec(stack.stack, RAY_SERVICE)
     checks.expect(
         sent == ray_service_spec(settings_of(BASE_STACK_FILE, cfg)),
-        "the program sent the one builder's RayService spec (domain/render/ray_service.py), keyed",
+        "the program sent the one builder's RayService spec (ray_llm_eks/domain/render/ray_service.py), keyed",
     )
     live = api.get(object_path("ray.io/v1", "RayService", NS, svc))
     unkept = unkept_fields(sent, live["spec"])

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import re
 
-from domain.core.facts import EFA_RESOURCE as EFA
-from domain.core.facts import GPU_RESOURCE as GPU
-from domain.core.facts import POOL_NODE_LABEL
-from domain.fit.scaling import node_template_tags
 from e2e.cluster import node_object, node_shapes
 from e2e.observe import object_path, pods_of, wait_for, wait_scheduled
 from e2e.template_node import CAPACITY_SOURCE, template_node
+from ray_llm_eks.domain.core.facts import EFA_RESOURCE as EFA
+from ray_llm_eks.domain.core.facts import GPU_RESOURCE as GPU
+from ray_llm_eks.domain.core.facts import POOL_NODE_LABEL
+from ray_llm_eks.domain.fit.scaling import node_template_tags
 
 JSON_PATCH = "application/json-patch+json"
 NOT_SELECTED = "node(s) didn't match Pod's node affinity/selector"

@@ -21,9 +21,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from domain.fit.scaling import NODE_TEMPLATE
-from domain.platform import aws_facts
-from domain.platform.cluster_checks import parse_quantity
+from ray_llm_eks.domain.fit.scaling import NODE_TEMPLATE
+from ray_llm_eks.domain.platform import aws_facts
+from ray_llm_eks.domain.platform.cluster_checks import parse_quantity
 
 _LABEL, _TAINT, _RESOURCE = f"{NODE_TEMPLATE}/label/", f"{NODE_TEMPLATE}/taint/", f"{NODE_TEMPLATE}/resources/"
 # extractTaintsFromAsg: a value without `:<Effect>` is ignored (an unanchored match, then split at the first `:`).
@@ -31,7 +31,8 @@ _TAINT_VALUE = re.compile(r"(.*):(?:NoSchedule|NoExecute|PreferNoSchedule)")
 TEMPLATE_PODS = 110  # buildNodeFromTemplate: "TODO: get a real value."
 ARCH = "amd64"  # the autoscaler's instance table; every type in ours is x86_64
 CAPACITY_SOURCE = (
-    "capacity from domain/platform/aws_facts.py INSTANCE_SPECS, standing in for cluster-autoscaler 1.35.2's "
+    "capacity from ray_llm_eks/domain/platform/aws_facts.py INSTANCE_SPECS, standing in for cluster-autoscaler "
+    "1.35.2's "
     "ec2_instance_types.go (equal for every type we list; tools/check_autoscaler_instance_types.py)"
 )
 
@@ -51,7 +52,7 @@ def template_node(name: str, instance_type: str, tags: Mapping[str, str], region
     `label/` tags; taints from `taint/` tags. Nothing else of the pool is known to it."""
     spec = aws_facts.INSTANCE_SPECS.get(instance_type)
     if spec is None:
-        raise ValueError(f"{instance_type}: not in domain/aws_facts.INSTANCE_SPECS")
+        raise ValueError(f"{instance_type}: not in ray_llm_eks/domain/platform/aws_facts.py INSTANCE_SPECS")
     capacity = {
         "pods": str(TEMPLATE_PODS),
         "cpu": str(spec.vcpus),

@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from adapters.kube_client import KubeClient
 from e2e.observe import object_path, wait_for, wait_for_gone
+from ray_llm_eks.adapters.kube_client import KubeClient
 
 UPGRADE_NS = "e2e-upgrade"
 RAY_CLUSTERS = "/apis/ray.io/v1/namespaces/{ns}/rayclusters"

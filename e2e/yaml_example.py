@@ -24,8 +24,8 @@ from pathlib import Path
 
 import yaml
 
-from domain.serving.serve_config import llm_configs_by_role
 from e2e.observe import wait_for_gone
+from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "pd-service-yaml"

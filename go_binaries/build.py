@@ -4,8 +4,8 @@ the Pulumi Kubernetes provider and the Pulumi YAML language host, and helm (`mak
 charts with it).
 
 Everything is built from the Go module proxy into a cache OUTSIDE the repository
-(``$RAY_LLM_EKS_E2E_CACHE``, default ``e2e`` under the cache root of adapters/environment.py), one directory per
-component and version, stamped with a hash of what built it; a second run is a no-op.
+(``$RAY_LLM_EKS_E2E_CACHE``, default ``e2e`` under the cache root of ray_llm_eks/adapters/environment.py), one directory
+per component and version, stamped with a hash of what built it; a second run is a no-op.
 Go's own caches (GOMODCACHE, GOCACHE) are left where Go puts them (``go env``).
 
 The wrapper modules in go_binaries/wrappers/ are ours; the versions and why each wrapper exists
@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from adapters import environment  # stdlib only, as this module must be
+from ray_llm_eks.adapters import environment  # stdlib only, as this module must be
 
 HERE = Path(__file__).resolve().parent
 WRAPPERS = HERE / "wrappers"

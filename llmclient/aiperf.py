@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from adapters import environment
+from ray_llm_eks.adapters import environment
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS = ROOT / "llmclient" / "bench-requirements.txt"

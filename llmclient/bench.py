@@ -19,13 +19,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from adapters.botocore_facts import BotocoreFactsMissing
-from adapters.stackfile import StackFileError
-from domain.core.errors import ConfigError
 from llmclient import aiperf, core, verify
 from llmclient.metrics import MetricsError
 from measure import bench as bench_stats
 from measure import kv_proof
+from ray_llm_eks.adapters.botocore_facts import BotocoreFactsMissing
+from ray_llm_eks.adapters.stackfile import StackFileError
+from ray_llm_eks.domain.core.errors import ConfigError
 
 
 def _delta(after: bench_stats.KvFigures, before: bench_stats.KvFigures) -> bench_stats.KvFigures:
@@ -91,9 +91,9 @@ def first_model(url: str, api_key: str | None) -> str:
 
 def stack_facts(stack: str) -> dict:
     """SLO, hourly cost and PD-ness of a stack, through the one stack->Settings adapter."""
-    from adapters import stack as stack_adapter
-    from domain.serving.serve_config import PD_IMPORTS
-    from domain.stack import cost
+    from ray_llm_eks.adapters import stack as stack_adapter
+    from ray_llm_eks.domain.serving.serve_config import PD_IMPORTS
+    from ray_llm_eks.domain.stack import cost
 
     config = stack_adapter.stack_file(stack)
     settings = stack_adapter.load_settings(config)
@@ -113,7 +113,7 @@ def stack_facts(stack: str) -> dict:
 
 
 def default_facts() -> dict:
-    from domain.telemetry.slo import default
+    from ray_llm_eks.domain.telemetry.slo import default
 
     slo = default()
     return {

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from adapters.kube_client import KubeClient
-from domain.core import facts
 from measure.kv_proof import Sample
+from ray_llm_eks.adapters.kube_client import KubeClient
+from ray_llm_eks.domain.core import facts
 
 TIMEOUT = 30.0
 RAY_METRICS_PORT = facts.HEAD_PORTS["metrics"]  # every Ray pod's, not the head's only (KubeRay's default)

@@ -226,7 +226,7 @@ def expectations(doc: dict, model_spec, floor_bytes_per_s: float | None, hf_conf
     """From a serve document as deployed: its decode engine's arguments, the model's facts (`hf_config`: the
     model's config.json when it is a local directory, e.g. the rehearsal's stand-in; else the fit's table or
     the stack's modelSpec)."""
-    from domain.serving import role_view, serve_config
+    from ray_llm_eks.domain.serving import role_view, serve_config
 
     configs = serve_config.llm_configs_by_role(doc, "deployed")
     if "decode" not in configs:
@@ -249,7 +249,7 @@ def expectations(doc: dict, model_spec, floor_bytes_per_s: float | None, hf_conf
 
 def _model_facts(model_id: str, source: str, model_spec, hf_config: dict | None):
     """The served model's facts: its config.json when given (a local model), else the fit's table or modelSpec."""
-    from domain.serving import model_table
+    from ray_llm_eks.domain.serving import model_table
 
     return (
         kv_proof.spec_from_hf_config(hf_config) if hf_config else model_table.model_spec(model_id, source, model_spec)
@@ -257,8 +257,8 @@ def _model_facts(model_id: str, source: str, model_spec, hf_config: dict | None)
 
 
 def served_context(model_spec) -> Callable[[str, str], int]:
-    """The derived maximum length of a served model (domain/serving/role_view.py view_of's `max_context`): a local
-    model's config.json (the rehearsal's stand-in, --weights), else the fit's table or the stack's modelSpec."""
+    """The derived maximum length of a served model (ray_llm_eks/domain/serving/role_view.py view_of's `max_context`): a
+    local model's config.json (the rehearsal's stand-in, --weights), else the fit's table or the stack's modelSpec."""
 
     def context(model_id: str, source: str) -> int:
         return _model_facts(model_id, source, model_spec, _local_config(source) if source else None).max_context
@@ -295,7 +295,7 @@ def add_metrics_arguments(p) -> None:
 
 
 def _kube_client():
-    from adapters import kube_client
+    from ray_llm_eks.adapters import kube_client
 
     text, folder = kube_client.environment_kubeconfig()
     return kube_client.KubeClient.from_kubeconfig(text, folder)
@@ -341,12 +341,12 @@ def _local_config(source: str) -> dict | None:
 
 
 def main(args) -> int:
-    from adapters import stack
-    from adapters.botocore_facts import BotocoreFactsMissing
-    from adapters.stackfile import StackFileError
-    from domain.core.errors import ConfigError
-    from domain.render import alert_rules
     from llmclient import metrics as adapter
+    from ray_llm_eks.adapters import stack
+    from ray_llm_eks.adapters.botocore_facts import BotocoreFactsMissing
+    from ray_llm_eks.adapters.stackfile import StackFileError
+    from ray_llm_eks.domain.core.errors import ConfigError
+    from ray_llm_eks.domain.render import alert_rules
 
     try:
         settings = stack.load_settings(stack.stack_file(args.stack))

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from domain.core.errors import UNSET, ConfigError, yaml_text
 from measure import kv_proof
+from ray_llm_eks.domain.core.errors import UNSET, ConfigError, yaml_text
 
 # A load point meets the SLO when at least this share of its requests met every target: DistServe's
 # "SLO attainment" (Zhong et al., OSDI 2024, arXiv:2401.09670) is reported at 90%.

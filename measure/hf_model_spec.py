@@ -1,4 +1,4 @@
-"""`modelSpec` for a model outside domain/serving/model_table.py's table, filled from its Hugging Face
+"""`modelSpec` for a model outside ray_llm_eks/domain/serving/model_table.py's table, filled from its Hugging Face
 `config.json`, naming what must still be given by hand (tools/model_spec.py reads the files:
 
     make model-spec CONFIG=path/to/config.json      # prints the YAML to paste into Pulumi.<stack>.yaml
@@ -16,8 +16,8 @@ anything else (MoE, hybrid, multimodal towers) must be given, e.g. from the mode
 
 from __future__ import annotations
 
-from domain.serving import vllm_fit
-from domain.serving.model_table import DTYPE_BYTES, MIB
+from ray_llm_eks.domain.serving import vllm_fit
+from ray_llm_eks.domain.serving.model_table import DTYPE_BYTES, MIB
 
 DENSE_DECODERS = ("llama", "mistral", "qwen2", "qwen3")  # q/k/v/o + gate/up/down MLP + 2 norms per layer
 _ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", "attention")
@@ -124,7 +124,7 @@ def spec_from_hf_config(raw_config: dict, index: dict | None = None) -> tuple[di
         else:
             missing["stateMiBPerSequence"] = (
                 f"{linear_layers} linear-attention/SSM layers keep a per-sequence state: give its size in MiB "
-                "(see the Qwen3.5-9B row of domain/serving/model_table.py for the arithmetic)"
+                "(see the Qwen3.5-9B row of ray_llm_eks/domain/serving/model_table.py for the arithmetic)"
             )
     else:
         spec["stateMiBPerSequence"] = 0

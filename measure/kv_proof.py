@@ -18,9 +18,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from domain.serving import fit_prediction, model_table, role_view, serve_config, vllm_fit
-from domain.telemetry import ray_metrics as m
 from measure import hf_model_spec
+from ray_llm_eks.domain.serving import fit_prediction, model_table, role_view, serve_config, vllm_fit
+from ray_llm_eks.domain.telemetry import ray_metrics as m
 
 # vLLM's decode engine computes the last prompt token itself (it needs that token's logits): one token per
 # request (vllm/v1/core/sched/scheduler.py _update_waiting_for_remote_kv; hybrid models read N-1 tokens,
@@ -212,7 +212,8 @@ def spec_from_hf_config(config: Mapping) -> model_table.ModelSpec:
 
 def shape_of(model: model_table.ModelSpec, engine_kwargs: Mapping) -> KvShape:
     """The KV a request of `model` moves under these engine kwargs, from the fit's copy of vLLM's layout
-    (domain/serving/vllm_fit.py: the hybrid block grown to cover a Mamba page, the unpadded state per layer)."""
+    (ray_llm_eks/domain/serving/vllm_fit.py: the hybrid block grown to cover a Mamba page, the unpadded state per
+    layer)."""
     max_model_len = role_view.effective_max_model_len(engine_kwargs, lambda: model.max_context)
     engine = fit_prediction.Engine.from_engine_kwargs(engine_kwargs, max_model_len)
     layout = fit_prediction.layout(model, engine)
@@ -349,7 +350,8 @@ def judge(
     return v
 
 
-# selective PD's path label values (serve_ingress/local_prefill.py LOCAL, SPLIT: the pods' code, shipped apart)
+# selective PD's path label values (ray_llm_eks/serve_ingress/local_prefill.py LOCAL, SPLIT: the pods' code, shipped
+# apart)
 LOCAL_PATH, SPLIT_PATH = "local", "split"
 # Prompt tokens the decode engine computed or found in its own prefix cache (vllm/v1/metrics/stats.py).
 ON_DECODE = ("local_compute", "local_cache_hit")

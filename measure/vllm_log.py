@@ -25,8 +25,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields
 
-from domain.fit import model_fit
-from domain.serving import fit_prediction
+from ray_llm_eks.domain.fit import model_fit
+from ray_llm_eks.domain.serving import fit_prediction
 
 GIB = 1024**3
 _NUM = r"(-?[\d.]+)"

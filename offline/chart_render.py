@@ -22,8 +22,8 @@ from pathlib import Path
 
 import yaml
 
-from adapters import environment
 from go_binaries import build
+from ray_llm_eks.adapters import environment
 
 OCI = "oci://"
 # How long one `helm pull` may take: a repository that answers sends a chart of a few hundred KB in seconds;

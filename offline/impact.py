@@ -1,6 +1,6 @@
 """`make diff A=<plan dir> B=<plan dir>`: what the change from plan A to plan B does to a running service
 (served in place, replicas restarted, a new RayCluster beside the old one, the RayService replaced with a gap,
-nodes replaced), from the two plans' resources.json; the judging is domain/cluster/upgrades.py's."""
+nodes replaced), from the two plans' resources.json; the judging is ray_llm_eks/domain/cluster/upgrades.py's."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from domain.cluster import upgrades
+from ray_llm_eks.domain.cluster import upgrades
 
 
 def main(argv: list[str] | None = None) -> int:

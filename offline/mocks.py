@@ -15,8 +15,8 @@ from pulumi import ResourceOptions, ResourceTransformArgs
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime.proto import resource_pb2
 
-from adapters.stackfile import SECRET_TEXT
 from offline import eks_rules
+from ray_llm_eks.adapters.stackfile import SECRET_TEXT
 
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
@@ -184,7 +184,7 @@ HOOK_KINDS = ("before_create", "after_create", "before_update", "after_update", 
 
 def _timeouts_and_hooks(request) -> dict:
     """A registration's custom timeouts and resource hooks (by name), only where it has any: what `destroy`
-    waits for and how long (domain/platform/teardown.py)."""
+    waits for and how long (ray_llm_eks/domain/platform/teardown.py)."""
     found = {}
     timeouts = {k: v for k in ("create", "update", "delete") if (v := getattr(request.customTimeouts, k))}
     if timeouts:

@@ -1,4 +1,5 @@
-"""The stack's guardrails as plain functions over resources (standard library, PyYAML and domain/core/facts.py).
+"""The stack's guardrails as plain functions over resources (standard library, PyYAML and
+ray_llm_eks/domain/core/facts.py).
 
 The same functions run in two places: `pulumi preview --policy-pack policy` (policy/__main__.py wraps
 them in pulumi-policy's classes) and `make policy STACK=<stack>` (offline/policy_check.py feeds them
@@ -21,7 +22,7 @@ import yaml  # a dependency of the pulumi SDK itself: in the program's venv and 
 
 # The program's own names, ports and markers: one module, standard library only, importable in the
 # pack's venv (policy/__main__.py puts the repository root on sys.path).
-from domain.core.facts import (
+from ray_llm_eks.domain.core.facts import (
     DASHBOARD_PORT,
     DEV_ENVIRONMENTS,
     EFA_RESOURCE,
@@ -66,7 +67,7 @@ ZONE_REQUIREMENT = "topology.kubernetes.io/zone"  # the well-known label a NodeP
 # A NodePool's nodeClassRef group under EKS Auto Mode: its NodeClass documents no network interfaces and no
 # placement group selector (EKS user guide create-node-class), so it cannot carry a PD pool.
 AUTO_MODE_NODE_CLASS_GROUP = "eks.amazonaws.com"
-# Kubernetes' PodSecurity admission labels and levels (domain/security/pod_security.py sets them).
+# Kubernetes' PodSecurity admission labels and levels (ray_llm_eks/domain/security/pod_security.py sets them).
 POD_SECURITY = "pod-security.kubernetes.io"
 POD_SECURITY_LEVELS = ("privileged", "baseline", "restricted")
 POD_SUBNET_TAG = "kubernetes.io/role/internal-elb"  # our private subnets, where the nodes and so the pods live

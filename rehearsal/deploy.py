@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from domain.serving.serve_config import role_of
+from ray_llm_eks.domain.serving.serve_config import role_of
 from rehearsal import verify
 from rehearsal.context import Clock, RehearsalFailed
 from rehearsal.logs import fatal_logged

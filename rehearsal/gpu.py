@@ -8,9 +8,9 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from domain.platform import aws_facts
-from domain.serving import serve_config, vllm_fit
-from domain.serving.role_view import replica_bounds
+from ray_llm_eks.domain.platform import aws_facts
+from ray_llm_eks.domain.serving import serve_config, vllm_fit
+from ray_llm_eks.domain.serving.role_view import replica_bounds
 from rehearsal.substitute import CannotRehearse, LocalDocument, loopback
 
 GIB_MIB = 1024
@@ -35,26 +35,28 @@ class Emulation:
     """A smaller GPU rehearsed on this one: vLLM's budget and memory-dependent defaults become its own."""
 
     gpu: str  # e.g. "L4"
-    memory_mib: int  # per GPU, as the fit check assumes it (domain/platform/aws_facts.py, from EC2's GpuInfo)
+    memory_mib: (
+        int  # per GPU, as the fit check assumes it (ray_llm_eks/domain/platform/aws_facts.py, from EC2's GpuInfo)
+    )
     instance_type: str  # one with that GPU: what the fit check predicts for (its per-GPU figures)
 
 
 def emulation(gpu: str) -> Emulation:
-    """`--emulate L4`: the GPU model's memory from domain/platform/aws_facts.py's instance table."""
+    """`--emulate L4`: the GPU model's memory from ray_llm_eks/domain/platform/aws_facts.py's instance table."""
     known: dict[str, tuple[int, str]] = {}
     for name, spec in aws_facts.INSTANCE_SPECS.items():
         if spec.gpu_model:
             known.setdefault(spec.gpu_model, (spec.gpu_memory_mib, name))
     if gpu not in known:
         raise CannotRehearse(
-            f"--emulate {gpu}: not a GPU of domain/platform/aws_facts.py's table; one of {sorted(known)}"
+            f"--emulate {gpu}: not a GPU of ray_llm_eks/domain/platform/aws_facts.py's table; one of {sorted(known)}"
         )
     return Emulation(gpu, *known[gpu])
 
 
 def server_defaults(memory_mib: int, name: str) -> dict[str, int]:
     """What vLLM sets an unset max_num_seqs and max_num_batched_tokens to on this GPU under Ray Serve LLM
-    (domain/serving/vllm_fit.py: on a GPU of 70 GiB or more 1024 and 8192, on an L4 256 and 2048). A big GPU
+    (ray_llm_eks/domain/serving/vllm_fit.py: on a GPU of 70 GiB or more 1024 and 8192, on an L4 256 and 2048). A big GPU
     rehearsing a small one must render the small one's, or it runs a different engine."""
     return {
         "max_num_seqs": vllm_fit.default_max_num_seqs(memory_mib, name),

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import yaml
 
-from adapters import environment
-from adapters.stackfile import StackFileError
-from domain.core.errors import PROJECT, ConfigError
-from domain.serving import api_keys, model_table, role_view, serve_config
+from ray_llm_eks.adapters import environment
+from ray_llm_eks.adapters.stackfile import StackFileError
+from ray_llm_eks.domain.core.errors import PROJECT, ConfigError
+from ray_llm_eks.domain.serving import api_keys, model_table, role_view, serve_config
 from rehearsal import gpu, substitute, topology
 from rehearsal.context import say
 from rehearsal.logs import ROLE_HEADER
@@ -42,14 +42,15 @@ def stack_overrides(settings: list[str]) -> dict[str, object]:
 
 def rehearsed_settings(stack: str, settings: list[str] | None = None):
     """The stack's Settings as this run renders them: its file with the `--set` keys over it."""
-    from adapters import stack as stack_adapter  # here: a GPU machine given --spec needs no stack adapter
+    from ray_llm_eks.adapters import stack as stack_adapter  # here: a GPU machine given --spec needs no stack adapter
 
     return stack_adapter.load_settings(stack_adapter.stack_file(stack, overrides=stack_overrides(settings or [])))
 
 
 def deployed_spec(stack: str, settings: list[str] | None = None) -> dict:
-    """The RayService spec the program deploys for the stack (domain/render/ray_service.py, the one builder)."""
-    from domain.render.ray_service import ray_service_spec
+    """The RayService spec the program deploys for the stack (ray_llm_eks/domain/render/ray_service.py, the one
+    builder)."""
+    from ray_llm_eks.domain.render.ray_service import ray_service_spec
 
     return ray_service_spec(rehearsed_settings(stack, settings))
 
@@ -86,7 +87,7 @@ def rendered_document(stack: str) -> dict:
 
 
 def key_checked(doc: dict) -> bool:
-    """The document puts its apps behind the key-checking ingress (domain/serving/api_keys.py)."""
+    """The document puts its apps behind the key-checking ingress (ray_llm_eks/domain/serving/api_keys.py)."""
     return any(
         ((app.get("args") or {}).get("ingress_cls_config") or {}).get("ingress_cls") == api_keys.INGRESS_CLS
         for app in doc.get("applications") or []
@@ -95,7 +96,8 @@ def key_checked(doc: dict) -> bool:
 
 # What stands here for each ConfigMap and Secret of the key check that the pods mount.
 STAND_INS = {
-    f"ConfigMap {api_keys.CONFIG_MAP_NAME}": "here the repository's serve_ingress/, the files that ConfigMap carries",
+    f"ConfigMap {api_keys.CONFIG_MAP_NAME}": "here the repository's ray_llm_eks/serve_ingress/, the files that "
+    "ConfigMap carries",
     f"Secret {api_keys.SECRET_NAME}": "here a file with one random key made for this run, readable by this user only",
 }
 
@@ -103,11 +105,12 @@ STAND_INS = {
 def key_check_here(
     local: substitute.LocalDocument, spec: dict, keys_dir: Path
 ) -> tuple[substitute.LocalDocument, list[str]]:
-    """The key check with this machine's paths for the pods' two mounts (domain/serving/api_keys.py on_this_machine),
-    each move printed with the mount it stands for; a document without the key check is left as it is."""
+    """The key check with this machine's paths for the pods' two mounts (ray_llm_eks/domain/serving/api_keys.py
+    on_this_machine), each move printed with the mount it stands for; a document without the key check is left as it
+    is."""
     if not key_checked(local.document):
         return local, []
-    here = api_keys.on_this_machine(local.document, str(ROOT / "serve_ingress"), str(keys_dir / api_keys.KEYS_FILE))
+    here = api_keys.on_this_machine(local.document, str(api_keys.SOURCES_DIR), str(keys_dir / api_keys.KEYS_FILE))
     lines = substitute.moved_paths(local.document, here, substitute.pod_mounts(spec), STAND_INS)
     return replace(local, document=here), lines
 
@@ -163,7 +166,7 @@ def spec_of(path: Path) -> dict:
 
 
 def served_model(doc: dict) -> model_table.ModelSpec | None:
-    """The served model's row of domain/serving/model_table.py's table (None: a model of the user's)."""
+    """The served model's row of ray_llm_eks/domain/serving/model_table.py's table (None: a model of the user's)."""
     loading = next(iter(serve_config.llm_configs_by_role(doc, "rehearsal").values()))["model_loading_config"]
     return model_table.KNOWN_MODELS.get(loading.get("model_source")) or model_table.KNOWN_MODELS.get(
         loading["model_id"]
@@ -171,7 +174,8 @@ def served_model(doc: dict) -> model_table.ModelSpec | None:
 
 
 def stand_in_family(doc: dict) -> str:
-    """The stand-in for the served model's family (domain/serving/model_table.py's table), or by its layer kinds."""
+    """The stand-in for the served model's family (ray_llm_eks/domain/serving/model_table.py's table), or by its layer
+    kinds."""
     spec = served_model(doc)
     if spec is None:
         return substitute.stand_in(None, False)

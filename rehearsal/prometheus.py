@@ -1,7 +1,7 @@
 """A real Prometheus beside the rehearsal: the version kube-prometheus-stack 88.5 deploys (v3.14.0, built from
 its Go module by go_binaries/build.py), scraping the rehearsal's Ray metrics endpoints on loopback, with the
-stack's own rules (domain/telemetry/alerts.py). It is one of the rehearsal's processes (it carries the run's marker,
-so the teardown ends it)."""
+stack's own rules (ray_llm_eks/domain/telemetry/alerts.py). It is one of the rehearsal's processes (it carries the run's
+marker, so the teardown ends it)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from adapters.ports import free_port
 from go_binaries import build
+from ray_llm_eks.adapters.ports import free_port
 from rehearsal.context import RehearsalFailed
 
 # The rehearsal's Ray exports every 2 s (RAY_metrics_report_interval_ms, rehearsal/ray_cluster.py); scraping

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from adapters.ports import free_port
+from ray_llm_eks.adapters.ports import free_port
 from rehearsal.context import Clock, RehearsalFailed
 from rehearsal.processes import end_processes
 from rehearsal.verify import http_json

@@ -10,8 +10,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from domain.telemetry import ray_metrics as m
 from measure import bench, kv_proof
+from ray_llm_eks.domain.telemetry import ray_metrics as m
 
 # vLLM's prefix-cache counters through Ray, with the Serve replica's unique id as `ReplicaId`.
 QUERIES, HITS = m.PREFIX_CACHE_QUERIES, m.PREFIX_CACHE_HITS

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import yaml
 
-from adapters.ports import free_port
-from domain.serving import serve_config
 from llmclient import smoke
+from ray_llm_eks.adapters.ports import free_port
+from ray_llm_eks.domain.serving import serve_config
 from rehearsal import checks, isa_cap, substitute, topology
 from rehearsal import gpu as gpu_rules
 from rehearsal.checks import engines

@@ -11,10 +11,10 @@ import copy
 import re
 from dataclasses import dataclass
 
-from domain.serving import serve_config
+from ray_llm_eks.domain.serving import serve_config
 
-# Stand-in per model family of domain/serving/model_families.py: the same layer kinds as the real model, in a
-# class vLLM 0.26 serves as text. Qwen3.5 is registered by vLLM 0.26 only as the multimodal
+# Stand-in per model family of ray_llm_eks/domain/serving/model_families.py: the same layer kinds as the real model, in
+# a class vLLM 0.26 serves as text. Qwen3.5 is registered by vLLM 0.26 only as the multimodal
 # Qwen3_5ForConditionalGeneration; Qwen3-Next (Qwen3NextForCausalLM) has the same Gated DeltaNet +
 # gated full-attention layers, text only.
 STAND_INS = {"qwen3_5": "qwen3_next", "qwen3": "qwen3", "llama3": "llama"}
@@ -34,7 +34,7 @@ CPU_MEMORY_FRACTION = 0.1
 # keeps that core for OpenMP too when the machine has no more cores than vLLM reserves (2 for P/D,
 # utils/ompmultiprocessing.py): two spinning OpenMP threads then share one core. One thread, bound there.
 OMP_BIND = "VLLM_CPU_OMP_THREADS_BIND"
-# kv_role each side of a PD app may have (why: domain/serving/serve_config.py, PD_KV_ROLES).
+# kv_role each side of a PD app may have (why: ray_llm_eks/domain/serving/serve_config.py, PD_KV_ROLES).
 ROLES = {role: set(allowed) for role, allowed in serve_config.PD_KV_ROLES.items()}
 # Tensor parallelism on the CPU (vLLM 0.26): Ray Serve LLM runs a CPU engine with vLLM's multiprocessing executor
 # (Ray 2.58.0 ray/llm/_internal/serve/engines/vllm/vllm_models.py VLLMEngineConfig.get_initialization_kwargs),

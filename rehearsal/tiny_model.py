@@ -38,7 +38,7 @@ today? One, two, three, four, five, six, seven, eight, nine, ten. Numbers 012345
 
 
 # The stand-in's own context (config.json max_position_embeddings) where no role asks for a longer one: what an
-# engine without max_model_len runs at (domain/serving/role_view.py effective_max_model_len).
+# engine without max_model_len runs at (ray_llm_eks/domain/serving/role_view.py effective_max_model_len).
 STAND_IN_MAX_POSITIONS = 4096
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from domain.serving.role_view import replica_bounds
-from domain.serving.serve_config import llm_configs_by_role, role_of
 from llmclient import core
+from ray_llm_eks.domain.serving.role_view import replica_bounds
+from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role, role_of
 
 # vLLM 0.26's NIXL worker names its engine at start (nixl/base_worker.py, "Initializing NIXL worker %s"); Ray
 # Serve LLM makes the id unique per replica (ray/llm/.../kv_transfer/nixl.py: "<suffix>-<host>-<port>").

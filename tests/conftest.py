@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from adapters.stackfile import stack_names
+from ray_llm_eks.adapters.stackfile import stack_names
 
 if TYPE_CHECKING:
     from offline.mocks import RecordingMonitor
@@ -145,13 +145,13 @@ def copy_project(source: Path, target: Path) -> None:
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch) -> Path:
     """A copy of the project (stack files, serve files, program) that `make plan` reads instead."""
-    from domain.serving import serve_config
     from offline import plan as plan_cli
+    from ray_llm_eks.domain.serving import serve_config
 
     root = tmp_path / "project"
     copy_project(ROOT, root)
     monkeypatch.setattr(plan_cli, "ROOT", root)
-    monkeypatch.setattr(serve_config, "SERVE_CONFIG_DIR", root / "serve_configs")
+    monkeypatch.setattr(serve_config, "SERVE_CONFIG_DIR", root / "ray_llm_eks" / "serve_configs")
     return root
 
 
@@ -185,7 +185,7 @@ def settings_of(overrides: dict | None = None, stack: str = "dev"):
     """A shipped stack's Settings with overridden values (YAML-level, as in a stack file; None removes a
     key), through the one stack adapter: what the program checks before declaring anything, without
     running it. Unit tests use this; tests/plan runs the program."""
-    from adapters import stack as stack_adapter
+    from ray_llm_eks.adapters import stack as stack_adapter
 
     return stack_adapter.load_settings(stack_adapter.stack_file(stack, overrides=overrides))
 

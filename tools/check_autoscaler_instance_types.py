@@ -1,5 +1,5 @@
-"""Compare the instance table the e2e's template node uses (domain/platform/aws_facts.py INSTANCE_SPECS) with
-the Cluster Autoscaler's own (cloudprovider/aws/ec2_instance_types.go `InstanceTypes`, read by
+"""Compare the instance table the e2e's template node uses (ray_llm_eks/domain/platform/aws_facts.py INSTANCE_SPECS)
+with the Cluster Autoscaler's own (cloudprovider/aws/ec2_instance_types.go `InstanceTypes`, read by
 aws_manager.go buildNodeFromTemplate for a scale-up from zero). The Go module proxy does not serve
 k8s.io/autoscaler/cluster-autoscaler, so `make e2e` cannot read that table: this re-checks ours by
 hand at each autoscaler bump (UPGRADING.md). Exit 1 naming every difference.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from domain.platform.aws_facts import INSTANCE_SPECS
+from ray_llm_eks.domain.platform.aws_facts import INSTANCE_SPECS
 
 ENTRY = re.compile(
     r'"(?P<name>[^"]+)":\s*\{\s*InstanceType:\s*"[^"]+",\s*VCPU:\s*(?P<vcpu>\d+),\s*MemoryMb:\s*(?P<mem>\d+),'

@@ -122,7 +122,7 @@ def entry_problems(entries: list[Entry], root: Path = ROOT) -> list[str]:
 
 
 def cache_dir() -> Path:
-    from adapters import environment
+    from ray_llm_eks.adapters import environment
 
     path = environment.cache_dir() / "upstream"
     path.mkdir(parents=True, exist_ok=True)
@@ -377,7 +377,7 @@ def check_vllm_engine_args(ctx: Context) -> list[str]:
     ours = json.loads(extractor.OUT.read_text())
     if fresh == ours:
         return []
-    problems = [f"domain/data/vllm_engine_args.json differs from what {wheel} declares:"]
+    problems = [f"ray_llm_eks/domain/data/vllm_engine_args.json differs from what {wheel} declares:"]
     for key in sorted(set(fresh) | set(ours)):
         a, b = ours.get(key), fresh.get(key)
         if a == b:
@@ -395,7 +395,7 @@ def check_vllm_engine_args(ctx: Context) -> list[str]:
 
 
 def check_vllm_memory_defaults(ctx: Context) -> list[str]:
-    from domain.serving import fit_prediction
+    from ray_llm_eks.domain.serving import fit_prediction
 
     text = _vllm(ctx).read("vllm/config/cache.py")
     cls = ast.parse(python_symbol(text, "CacheConfig")).body[0]
@@ -496,7 +496,7 @@ def check_ray_serve_vllm_logging(ctx: Context) -> list[str]:
     """The worker setup hook's chain (docs/faults-and-upgrades.md): Ray's private env var keeps its name, and
     the functions that set up the hook, Serve's replica logger, Ray Serve LLM's env merge, vLLM's NIXL import
     and NIXL's logging setup are as we read them."""
-    from domain.serving import api_keys
+    from ray_llm_eks.domain.serving import api_keys
 
     ray = _ray(ctx)
     constants = ray.read("ray/_private/ray_constants.py")
@@ -504,8 +504,8 @@ def check_ray_serve_vllm_logging(ctx: Context) -> list[str]:
     problems = []
     if not named or named.group(1) != api_keys.WORKER_SETUP_HOOK_ENV:
         found = named.group(1) if named else "nothing"
-        problems.append(f"{ray}: WORKER_PROCESS_SETUP_HOOK_ENV_VAR is {found}, domain/serving/api_keys.py sets "
-                        f"{api_keys.WORKER_SETUP_HOOK_ENV}")  # fmt: skip
+        problems.append(f"{ray}: WORKER_PROCESS_SETUP_HOOK_ENV_VAR is {found}, "
+                        f"ray_llm_eks/domain/serving/api_keys.py sets {api_keys.WORKER_SETUP_HOOK_ENV}")  # fmt: skip
     ray_symbols = {
         "ray/_private/runtime_env/setup_hook.py": ["load_and_execute_setup_hook", "load_and_execute_setup_hook_module"],
         "ray/serve/_private/logging_utils.py": ["configure_component_logger", "get_component_logger_file_path"],
@@ -520,7 +520,7 @@ def check_ray_serve_vllm_logging(ctx: Context) -> list[str]:
 
 
 def check_ray_pd_rules(ctx: Context) -> list[str]:
-    from domain.serving import serve_config
+    from ray_llm_eks.domain.serving import serve_config
 
     ray = _ray(ctx)
     pd_path = "ray/llm/_internal/serve/serving_patterns/prefill_decode/builder.py"
@@ -532,7 +532,8 @@ def check_ray_pd_rules(ctx: Context) -> list[str]:
         serve_config.COLLOCATED_IMPORT: class_fields(collocated, "LLMServingArgs"),
     }
     problems = [
-        f"{app}: Ray {ray.version} takes {sorted(fields)}, domain/serving/serve_config.py APP_ARGS {sorted(ours)}"
+        f"{app}: Ray {ray.version} takes {sorted(fields)}, ray_llm_eks/domain/serving/serve_config.py APP_ARGS "
+        f"{sorted(ours)}"
         for app, fields in theirs.items()
         if fields != (ours := serve_config.APP_ARGS[app])
     ]
@@ -540,7 +541,7 @@ def check_ray_pd_rules(ctx: Context) -> list[str]:
     return problems + fingerprints("ray-pd-rules", ctx, ray, {pd_path: validators}, "python")
 
 
-# serve_ingress/selective_pd.py swaps these module names of Ray's PD builder for its decode subclasses while
+# ray_llm_eks/serve_ingress/selective_pd.py swaps these module names of Ray's PD builder for its decode subclasses while
 # build_pd_openai_app runs: that works only while the builder picks its decode class from them at call time.
 PD_BUILDER = "ray/llm/_internal/serve/serving_patterns/prefill_decode/builder.py"
 PD_SERVER = "ray/llm/_internal/serve/serving_patterns/prefill_decode/pd_server.py"
@@ -574,7 +575,9 @@ def check_ray_selective_pd(ctx: Context) -> list[str]:
     try:
         line = decode_class_line(ray.read(PD_BUILDER))
     except LookupError as err:
-        return [f"{ray}: {PD_BUILDER}: {err} (serve_ingress/selective_pd.py replaces those names: re-read it)"]
+        return [
+            f"{ray}: {PD_BUILDER}: {err} (ray_llm_eks/serve_ingress/selective_pd.py replaces those names: re-read it)"
+        ]
     symbols = {
         PD_SERVER: ["PDDecodeServer.chat", "PDDecodeServer.completions", "PDOrchestratorMixin._pd_handle_request"],
         "ray/llm/_internal/serve/core/server/llm_server.py": ["LLMServer.chat", "LLMServer.completions"],
@@ -726,10 +729,11 @@ def check_prometheus_operator_crds(ctx: Context) -> list[str]:
 
 
 def check_vllm_ray_metric_names(ctx: Context) -> list[str]:
-    """Every vLLM metric domain/telemetry/ray_metrics.py names is still declared by the pinned vLLM (as `vllm:<name>`),
-    every Serve metric by the pinned Ray, and the functions that shape them (name sanitising, a counter's
+    """Every vLLM metric ray_llm_eks/domain/telemetry/ray_metrics.py names is still declared by the pinned vLLM (as
+    `vllm:<name>`), every Serve metric by the pinned Ray, and the functions that shape them (name sanitising, a
+    counter's
     first increment, histogram sums as bucket midpoints) are the ones we read."""
-    from domain.telemetry import ray_metrics
+    from ray_llm_eks.domain.telemetry import ray_metrics
 
     vllm, ray = _vllm(ctx), _ray(ctx)
     declared = vllm.read("vllm/v1/metrics/loggers.py") + vllm.read(
@@ -738,7 +742,7 @@ def check_vllm_ray_metric_names(ctx: Context) -> list[str]:
     problems = []
     for name in ray_metrics.VLLM_NAMES:
         if f'"vllm:{name}"' not in declared:
-            problems.append(f"{vllm}: no metric vllm:{name} (domain/telemetry/ray_metrics.py)")
+            problems.append(f"{vllm}: no metric vllm:{name} (ray_llm_eks/domain/telemetry/ray_metrics.py)")
     serve = ray.read("ray/serve/_private/replica.py")
     for name in ray_metrics.SERVE_NAMES:
         if f'"{name}"' not in serve:
@@ -764,7 +768,8 @@ def check_vllm_ray_metric_names(ctx: Context) -> list[str]:
 
 
 def check_exported_metric_names(ctx: Context) -> list[str]:
-    """observability/exported-metrics.txt is what the pinned vLLM and Ray declare (tools/exported_metrics.py)."""
+    """ray_llm_eks/observability/exported-metrics.txt is what the pinned vLLM and Ray declare
+    (tools/exported_metrics.py)."""
     from tools import exported_metrics
 
     vllm, ray = _vllm(ctx), _ray(ctx)
@@ -841,7 +846,7 @@ def check_ray_dashboards(ctx: Context) -> list[str]:
 
 
 def check_ray_request_routing(ctx: Context) -> list[str]:
-    from domain.serving import routing
+    from ray_llm_eks.domain.serving import routing
 
     ray = _ray(ctx)
     router_path = "ray/llm/_internal/serve/routing_policies/prefix_aware/prefix_aware_router.py"
@@ -851,7 +856,9 @@ def check_ray_request_routing(ctx: Context) -> list[str]:
     theirs = {n: d for n, d in zip(names, defaults, strict=True) if n != "tree_actor"}
     ours = {name: default for name, (_, default) in routing.PREFIX_AFFINITY_KWARGS.items()}
     problems = (
-        [] if theirs == ours else [f"{ray}: initialize_state takes {theirs}, domain/serving/routing.py has {ours}"]
+        []
+        if theirs == ours
+        else [f"{ray}: initialize_state takes {theirs}, ray_llm_eks/domain/serving/routing.py has {ours}"]
     )
     fields = {f for f in class_fields(ray.read("ray/serve/config.py"), "RequestRouterConfig") if not f.startswith("_")}
     if fields != routing.REQUEST_ROUTER_FIELDS:
@@ -909,8 +916,8 @@ def check_aiperf_config(ctx: Context) -> list[str]:
 
 def pinned_versions() -> dict[str, set[str]]:
     """Every version of each known-issue component a stack or a rehearsal of ours runs: the DLC images'
-    (domain/platform/versions.py) and the rehearsal's pins."""
-    from domain.platform import versions
+    (ray_llm_eks/domain/platform/versions.py) and the rehearsal's pins."""
+    from ray_llm_eks.domain.platform import versions
 
     found: dict[str, set[str]] = {"ray": set(), "vllm": set(), "nixl": set()}
     for image in versions.DLC_IMAGES.values():
@@ -929,14 +936,14 @@ def known_issue_pin_problems(table, pins: dict[str, set[str]]) -> list[str]:
             if entry.fixed is not None and not entry.affects(version):
                 problems.append(
                     f"{entry.component} {version} is pinned and {entry.id} is fixed in {entry.fixed}: re-read the "
-                    "entry in domain/data/known_issues.yaml and narrow or drop it"
+                    "entry in ray_llm_eks/domain/data/known_issues.yaml and narrow or drop it"
                 )
     return problems
 
 
 def check_known_issue_pins(ctx: Context) -> list[str]:
-    from domain.checks import known_issues
-    from domain.platform import versions
+    from ray_llm_eks.domain.checks import known_issues
+    from ray_llm_eks.domain.platform import versions
 
     problems = known_issue_pin_problems(known_issues.entries(), pinned_versions())
     # The DLC's NIXL is ray[llm]'s pin (the image installs ray[default,serve,llm]): hold our table to Ray's.

@@ -1,6 +1,6 @@
 """The engine and Serve metric names the pinned vLLM and Ray export, as Prometheus sees them under Ray Serve LLM,
-read from their sources (not guessed from names): observability/exported-metrics.txt, which the dashboard test
-holds every panel to and `make check-upstream` re-derives (UPGRADING.md `exported-metric-names`).
+read from their sources (not guessed from names): ray_llm_eks/observability/exported-metrics.txt, which the dashboard
+test holds every panel to and `make check-upstream` re-derives (UPGRADING.md `exported-metric-names`).
 
 vLLM 0.26 declares each metric as `vllm:<name>` through its stat logger's `_counter_cls` / `_gauge_cls` /
 `_histogram_cls` (vllm/v1/metrics/loggers.py, the KV connectors' metrics, spec decoding, perf), or as a
@@ -8,7 +8,7 @@ name constant mapped to an Offloading{Counter,Gauge,Histogram}Metadata (KV offlo
 those classes for Ray's (vllm/v1/metrics/ray_wrappers.py RayPrometheusStatLogger), which sanitise the name
 (`vllm:x` -> `vllm_x`), and Ray adds `ray_`. Ray Serve 2.58 declares its own with ray.util.metrics
 Counter/Gauge/Histogram("serve_<name>"). Ray's Prometheus export names a counter `<name>_total` and a
-histogram `<name>_bucket`, `_sum`, `_count`. The code the pods run beside Ray's (serve_ingress/: selective
+histogram `<name>_bucket`, `_sum`, `_count`. The code the pods run beside Ray's (ray_llm_eks/serve_ingress/: selective
 PD's decode server) declares its own through ray.serve.metrics Counter/Gauge/Histogram(NAME), read the same way.
 
     .venv/bin/python -m tools.exported_metrics VLLM_SITE_PACKAGES   # rewrite the list (Ray: the .venv's)
@@ -24,14 +24,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LIST = ROOT / "observability" / "exported-metrics.txt"
+LIST = ROOT / "ray_llm_eks" / "observability" / "exported-metrics.txt"
 # Where the pinned packages declare the metrics Ray Serve LLM exports (vLLM's own API server, which Serve does
 # not run, registers others with prometheus_client directly: not exported there).
 VLLM_DIRS = ("vllm/v1/", "vllm/distributed/kv_transfer/")
 RAY_DIRS = ("ray/serve/",)
 # Ours, in this repository: any name (a metric of ours has no common prefix), so only calls of a class named
-# Counter, Gauge or Histogram count (serve_ingress/ calls nothing else of those names).
-OWN_DIRS = ("serve_ingress/",)
+# Counter, Gauge or Histogram count (ray_llm_eks/serve_ingress/ calls nothing else of those names).
+OWN_DIRS = ("ray_llm_eks/serve_ingress/",)
 OWN_PREFIX = ""
 KINDS = ("counter", "gauge", "histogram")
 SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count")}
@@ -156,7 +156,8 @@ def own_sources() -> dict[str, str]:
 def derive(
     vllm_sources: Mapping[str, str], ray_sources: Mapping[str, str], own: Mapping[str, str] | None = None
 ) -> list[str]:
-    """The list's names: vLLM's and Ray Serve's, and ours (`own`: serve_ingress/'s sources, by default read here)."""
+    """The list's names: vLLM's and Ray Serve's, and ours (`own`: ray_llm_eks/serve_ingress/'s sources, by default read
+    here)."""
     own = own_sources() if own is None else own
     return prometheus_names(declared(vllm_sources, "vllm:"), declared(ray_sources, "serve_"), declared(own, OWN_PREFIX))
 
@@ -172,7 +173,8 @@ def exported(name: str, names: Iterable[str]) -> bool:
 
 HEADER = (
     "# Engine (vLLM) and Serve metric names Ray Serve LLM exports, as Prometheus sees them, and those of our code\n"
-    "# the pods run (serve_ingress/): tools/exported_metrics.py derives them from the pinned vLLM and Ray sources\n"
+    "# the pods run (ray_llm_eks/serve_ingress/): tools/exported_metrics.py derives them from the pinned vLLM and "
+    "Ray sources\n"
     "# and ours; `make check-upstream` re-derives and compares.\n"
     "# A `*` stands for a field of an f-string name (Serve's protocol: http, grpc).\n"
 )

@@ -1,4 +1,4 @@
-"""Regenerate domain/data/vllm_engine_args.json from a vLLM wheel: engine argument names, and for each
+"""Regenerate ray_llm_eks/domain/data/vllm_engine_args.json from a vLLM wheel: engine argument names, and for each
 the value types, choices and numeric bounds vLLM itself declares. Reads the wheel's Python sources
 with `ast` only (nothing is imported, nothing runs), so the CPU build's wheel serves as well as the
 CUDA one (same Python sources).
@@ -26,7 +26,7 @@ import zipfile
 from pathlib import Path
 
 VLLM_VERSION = "0.26.0"
-OUT = Path(__file__).resolve().parent.parent / "domain" / "data" / "vllm_engine_args.json"
+OUT = Path(__file__).resolve().parent.parent / "ray_llm_eks" / "domain" / "data" / "vllm_engine_args.json"
 SCALARS = {"int": "integer", "float": "number", "bool": "boolean", "str": "string", "None": "null"}
 CONTAINERS = {
     "dict": "object",

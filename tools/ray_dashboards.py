@@ -1,4 +1,4 @@
-"""Regenerate observability/dashboards/ray-*.json: Ray's own Grafana dashboards, written by the pinned Ray
+"""Regenerate ray_llm_eks/observability/dashboards/ray-*.json: Ray's own Grafana dashboards, written by the pinned Ray
 package's generator (ray.dashboard.modules.metrics.grafana_dashboard_factory, the code the Ray head runs to
 write them into its session dir), never copied by hand, with our named patches applied on top.
 
@@ -23,11 +23,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from domain.core import config_keys
-from domain.platform import versions
+from ray_llm_eks.domain.core import config_keys
+from ray_llm_eks.domain.platform import versions
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "observability" / "dashboards"
+OUT = ROOT / "ray_llm_eks" / "observability" / "dashboards"
 # The Ray of the default image: its head writes these same dashboards; the generator is the installed package's.
 RAY_VERSION = versions.DLC_IMAGES[config_keys.default("dlcImageTag")].ray
 
@@ -69,7 +69,7 @@ PATCHES = (
         pattern=r"\bray_vllm_num_requests_swapped(\{[^}]*\})",
         replacement=r"rate(ray_vllm_num_preemptions_total\1[$interval])",
         why=(
-            "vLLM 0.26 (V1) has no swap space and exports no vllm:num_requests_swapped (observability/"
+            "vLLM 0.26 (V1) has no swap space and exports no vllm:num_requests_swapped (ray_llm_eks/observability/"
             "exported-metrics.txt); a request pushed out of the running batch is a preemption, counted by "
             "vllm:num_preemptions (v1/metrics/loggers.py PrometheusStatLogger)"
         ),

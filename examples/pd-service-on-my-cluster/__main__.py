@@ -7,12 +7,12 @@ import json
 import pulumi
 import pulumi_kubernetes as k8s
 
-from adapters.stack import load_settings
-from adapters.stackfile import StackConfig
-from components.kuberay import KubeRayOperator, KubeRayOperatorArgs
-from components.llm_service import LlmService, LlmServiceArgs
-from domain.render.ray_service import ray_service_spec
-from domain.serving.serve_config import served_model_id
+from ray_llm_eks.adapters.stack import load_settings
+from ray_llm_eks.adapters.stackfile import StackConfig
+from ray_llm_eks.components.kuberay import KubeRayOperator, KubeRayOperatorArgs
+from ray_llm_eks.components.llm_service import LlmService, LlmServiceArgs
+from ray_llm_eks.domain.render.ray_service import ray_service_spec
+from ray_llm_eks.domain.serving.serve_config import served_model_id
 
 POOL = {"instanceType": "g6.8xlarge", "minSize": 1, "desiredSize": 1, "maxSize": 1}  # my node groups' type
 KEYS = {  # as `pulumi config` hands a ray-llm-eks stack's keys over (structures as JSON)

@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 from dataclasses import asdict
 
-from domain.fit import model_fit
-from domain.serving.serve_config import role_of
 from measure import vllm_log
+from ray_llm_eks.domain.fit import model_fit
+from ray_llm_eks.domain.serving.serve_config import role_of
 from rehearsal import logs, topology, verify
 from rehearsal.checks import Check
 from rehearsal.context import Context, RehearsalFailed, say
@@ -40,17 +40,19 @@ def engine_logs(ctx: Context) -> dict[str, tuple[str, str]]:
 
 
 def fits(ctx: Context) -> tuple[dict[str, model_fit.RoleFit], str]:
-    """The fit check's prediction per role (domain/fit/model_fit.py fit_document) for the emulated GPU, or why none."""
+    """The fit check's prediction per role (ray_llm_eks/domain/fit/model_fit.py fit_document) for the emulated GPU, or
+    why none."""
     run = ctx.gpu
     if run is None or run.cpu_engines:
         return {}, "no prediction for CPU engines"
     if run.emulate is None:
         return (
             {},
-            "no prediction without --emulate (the fit predicts for a GPU of domain/platform/aws_facts.py's table)",
+            "no prediction without --emulate (the fit predicts for a GPU of "
+            "ray_llm_eks/domain/platform/aws_facts.py's table)",
         )
     if run.model is None:
-        return {}, "no prediction: the model is not in domain/serving/model_table.py's table"
+        return {}, "no prediction: the model is not in ray_llm_eks/domain/serving/model_table.py's table"
     doc = run.prediction_document
     roles = topology.expected_replicas(doc)
     return model_fit.fit_document(doc, {role: run.emulate.instance_type for role in roles}), ""
@@ -98,7 +100,7 @@ def _memory(ctx: Context) -> None:
 
 def _kv_buffers(ctx: Context) -> None:
     """Every PD engine registered its KV cache where the document says; decode found prefill compatible."""
-    from domain.serving.serve_config import llm_configs_by_role
+    from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
 
     configs = llm_configs_by_role(ctx.document, "rehearsal")
     problems, seen = [], []

@@ -7,9 +7,9 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from domain.serving.serve_config import llm_configs_by_role
 from llmclient import bench
 from measure import bench as bench_stats
+from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
 from rehearsal import cpu_threads, scale_demo, substitute, topology
 from rehearsal.checks import Check, by_flag, measure_threads
 from rehearsal.context import Context, RehearsalFailed, say

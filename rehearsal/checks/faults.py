@@ -28,10 +28,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from adapters import ports
-from adapters.ports import free_port
-from domain.serving import serve_config
 from llmclient import faultload
+from ray_llm_eks.adapters import ports
+from ray_llm_eks.adapters.ports import free_port
+from ray_llm_eks.domain.serving import serve_config
 from rehearsal import faults, topology, verify
 from rehearsal.checks import Check, by_flag, observability
 from rehearsal.context import Context, RehearsalFailed, say

@@ -23,9 +23,9 @@ import subprocess
 import sys
 import time
 
-from domain.render import alert_rules, dashboards
-from domain.serving.serve_config import llm_configs_by_role
-from domain.telemetry import alerts
+from ray_llm_eks.domain.render import alert_rules, dashboards
+from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
+from ray_llm_eks.domain.telemetry import alerts
 from rehearsal import prometheus, topology
 from rehearsal.checks import Check, by_flag
 from rehearsal.context import Context, RehearsalFailed, say

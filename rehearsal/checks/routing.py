@@ -16,12 +16,12 @@ import random
 import time
 from pathlib import Path
 
-from domain.serving import routing
-from domain.serving.role_view import role_views
-from domain.serving.serve_config import llm_configs_by_role
 from llmclient import aiperf, core, metrics
 from llmclient import verify as verify_client
 from measure import bench, kv_proof
+from ray_llm_eks.domain.serving import routing
+from ray_llm_eks.domain.serving.role_view import role_views
+from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
 from rehearsal import routers, substitute, topology, verify
 from rehearsal.checks import Check, by_flag
 from rehearsal.context import Context, RehearsalFailed, say

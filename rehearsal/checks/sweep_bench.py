@@ -12,15 +12,15 @@ import asyncio
 import json
 from pathlib import Path
 
-from domain.telemetry import slo
 from llmclient import core, metrics
 from measure import bench
+from ray_llm_eks.domain.telemetry import slo
 from rehearsal.checks import Check, by_flag
 from rehearsal.checks.quick_bench import load
 from rehearsal.context import Context, RehearsalFailed, say
 from rehearsal.routers import percentile
 
-# The ingress counts each request once, by path (serve_ingress/selective_pd.py REQUESTS_METRIC).
+# The ingress counts each request once, by path (ray_llm_eks/serve_ingress/selective_pd.py REQUESTS_METRIC).
 PATH_SERIES = "ray_selective_pd_requests_total"
 MAX_TOKENS = 128
 WARMUP = 8

@@ -1,4 +1,4 @@
-"""The API key check (serve_ingress/api_keys.py) run through a real FastAPI app, routed the way
+"""The API key check (ray_llm_eks/serve_ingress/api_keys.py) run through a real FastAPI app, routed the way
 Ray Serve LLM's make_fastapi_ingress routes OpenAiIngress's methods: a request without a key or
 with a wrong one is refused before the endpoint runs; the right key (old or new during a
 rotation) is served. The same check through Ray's real OpenAiIngress, served by Ray Serve:
@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from serve_ingress.api_keys import KeyRing, key_checked
+from ray_llm_eks.serve_ingress.api_keys import KeyRing, key_checked
 
 
 class ChatBody(BaseModel):
@@ -146,14 +146,14 @@ def test_missing_or_empty_key_file_refuses_everything(tmp_path):
     assert _call(app, "GET", "/v1/models", "x")[0] == 401
 
 
-# ---- the wiring: what the RayService gets (domain/serving/api_keys.py)
+# ---- the wiring: what the RayService gets (ray_llm_eks/domain/serving/api_keys.py)
 
 
 def test_dev_rayservice_answers_through_the_key_checked_ingress(dev):
     import yaml
     from ray.serve.schema import ServeDeploySchema
 
-    from domain.serving import api_keys
+    from ray_llm_eks.domain.serving import api_keys
 
     spec = dev.one("kubernetes:ray.io/v1:RayService").inputs["spec"]
     document = yaml.safe_load(spec["serveConfigV2"])
@@ -180,8 +180,8 @@ def test_dev_rayservice_answers_through_the_key_checked_ingress(dev):
 
 
 def test_key_file_from_the_apikeys_setting():
-    from domain.core.errors import ConfigError
-    from domain.serving.api_keys import key_file_content
+    from ray_llm_eks.domain.core.errors import ConfigError
+    from ray_llm_eks.domain.serving.api_keys import key_file_content
 
     assert key_file_content("sk-aaaaaaaaaaaaaaaa, sk-bbbbbbbbbbbbbbbb") == "sk-aaaaaaaaaaaaaaaa\nsk-bbbbbbbbbbbbbbbb\n"
     assert key_file_content(None) == ""  # no keys: every request refused
@@ -195,11 +195,11 @@ def test_key_file_from_the_apikeys_setting():
 
 
 def test_a_serve_file_with_its_own_ingress_is_refused():
-    from domain.core.errors import ConfigError
-    from domain.serving.api_keys import check_no_own_ingress
+    from ray_llm_eks.domain.core.errors import ConfigError
+    from ray_llm_eks.domain.serving.api_keys import check_no_own_ingress
 
     document = {"applications": [{"name": "llm", "args": {"ingress_cls_config": {"ingress_cls": "x:Y"}}}]}
     with pytest.raises(
         ConfigError, match=r"mine\.yaml: invalid config args\.ingress_cls_config: left out: the stack sets it"
     ):
-        check_no_own_ingress(document, "serve_configs/mine.yaml")
+        check_no_own_ingress(document, "ray_llm_eks/serve_configs/mine.yaml")

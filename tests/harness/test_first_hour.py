@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from adapters import botocore_facts
-from adapters.stackfile import ROOT
 from offline import plan as plan_cli
+from ray_llm_eks.adapters import botocore_facts
+from ray_llm_eks.adapters.stackfile import ROOT
 from tests.conftest import plan_fails
 from tests.unit.test_first_hour_rules import LLAMA_2_7B
 
@@ -33,7 +33,7 @@ def edit_stack(project: Path, stack: str = "dev", **config) -> None:
 
 def edit_pd(project: Path, role: str, **engine_kwargs) -> None:
     """Change engine_kwargs of one side of the PD serve file (kv_transfer_config fields nested)."""
-    path = project / "serve_configs" / PD
+    path = project / "ray_llm_eks" / "serve_configs" / PD
     doc = yaml.safe_load(path.read_text())
     engine = doc["applications"][0]["args"][f"{role}_config"]["engine_kwargs"]
     for key, value in engine_kwargs.items():
@@ -65,7 +65,7 @@ def edit_pd(project: Path, role: str, **engine_kwargs) -> None:
 def test_engine_argument_value_vllm_would_refuse(project, capsys, role, change, expected):
     edit_pd(project, role, **change)
     err = plan_fails(project, capsys)
-    assert f"serve_configs/{PD}: invalid config {role} engine_kwargs." in err and "vLLM 0.26.0" in err, err
+    assert f"ray_llm_eks/serve_configs/{PD}: invalid config {role} engine_kwargs." in err and "vLLM 0.26.0" in err, err
     for text in expected:
         assert text in err, err
 
@@ -76,7 +76,8 @@ def test_swapped_kv_roles_fail_the_plan(project, capsys):
     edit_pd(project, "decode", **{"kv_transfer_config.kv_role": "kv_producer"})
     err = plan_fails(project, capsys)
     assert (
-        f"serve_configs/{PD}: invalid config prefill engine_kwargs.kv_transfer_config.kv_role = kv_consumer" in err
+        f"ray_llm_eks/serve_configs/{PD}: invalid config prefill engine_kwargs.kv_transfer_config.kv_role = kv_consumer"
+        in err
     ), err
     assert "kv_producer or kv_both on the prefill side" in err, err
 
@@ -102,7 +103,7 @@ def test_stack_file_syntax_error(project, capsys):
 
 
 def test_serve_file_syntax_error(project, capsys):
-    path = project / "serve_configs" / PD
+    path = project / "ray_llm_eks" / "serve_configs" / PD
     path.write_text(path.read_text().replace("kv_role: kv_producer", "kv_role: kv_producer: x"))
     err = plan_fails(project, capsys)
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "kv_producer: x" in text)
@@ -272,7 +273,7 @@ def test_at_pulumi_up_a_serve_file_syntax_error_is_one_line(project):
 
     from offline.plan import run_program
 
-    path = project / "serve_configs" / PD
+    path = project / "ray_llm_eks" / "serve_configs" / PD
     path.write_text(path.read_text().replace("kv_role: kv_producer", "kv_role: kv_producer: x"))
     with pytest.raises(pulumi.RunError, match=rf"{PD}:\d+:\d+: invalid YAML: mapping values are not allowed here"):
         run_program("dev", offline_plan=None)
@@ -288,10 +289,11 @@ def test_front_end_arguments_are_engine_kwargs_too(project, capsys):
 def test_a_mistake_costs_under_two_seconds_of_cpu_from_a_fresh_process(project):
     """The whole `make plan` path in a new interpreter, imports included. CPU seconds, not wall: the
     figure holds whatever else the machine is doing (wall equals it on an idle machine)."""
-    serve = project / "serve_configs" / PD
+    serve = project / "ray_llm_eks" / "serve_configs" / PD
     serve.write_text(serve.read_text().replace("gpu_memory_utilization: 0.92", "gpu_memory_utilization: 1.5", 1))
     code = "import sys; from offline import plan; plan.ROOT = __import__('pathlib').Path(sys.argv[1]); "
-    code += "from domain.serving import serve_config; serve_config.SERVE_CONFIG_DIR = plan.ROOT / 'serve_configs'; "
+    code += "from ray_llm_eks.domain.serving import serve_config; "
+    code += "serve_config.SERVE_CONFIG_DIR = plan.ROOT / 'ray_llm_eks' / 'serve_configs'; "
     code += "sys.exit(plan.main(['--stack', 'dev', '--out', sys.argv[2]]))"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     argv = [sys.executable, "-c", code, str(project), str(project / "out")]

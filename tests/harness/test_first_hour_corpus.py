@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from domain.serving import serve_config
 from offline import plan as plan_cli
+from ray_llm_eks.domain.serving import serve_config
 from tests.conftest import copy_project
 
 DEV = "Pulumi.dev.yaml"
-PD = "serve_configs/pd-disaggregated.yaml"
+PD = "ray_llm_eks/serve_configs/pd-disaggregated.yaml"
 
 
 def append(text: str):
@@ -246,7 +246,7 @@ def corpus_project(tmp_path_factory):
     copy_project(plan_cli.ROOT, root)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(plan_cli, "ROOT", root)
-        patch.setattr(serve_config, "SERVE_CONFIG_DIR", root / "serve_configs")
+        patch.setattr(serve_config, "SERVE_CONFIG_DIR", root / "ray_llm_eks" / "serve_configs")
         yield root
 
 

@@ -14,7 +14,7 @@ TP = "tensor-parallel.yaml"
 
 
 def edit_tp(root: Path, **engine_kwargs) -> None:
-    path = root / "serve_configs" / TP
+    path = root / "ray_llm_eks" / "serve_configs" / TP
     doc = yaml.safe_load(path.read_text())
     doc["applications"][0]["args"]["llm_configs"][0]["engine_kwargs"].update(engine_kwargs)
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -8,7 +8,6 @@ import copy
 
 import pytest
 
-from domain.render import karpenter
 from e2e.karpenter import (
     E2E_CONSOLIDATE_AFTER,
     KWOK_NODE_LABEL,
@@ -21,6 +20,7 @@ from e2e.karpenter import (
 )
 from e2e.run import SCALING_STACK_FILE, settings_of
 from go_binaries import build
+from ray_llm_eks.domain.render import karpenter
 from tests.unit.test_karpenter import crd_validator, errors
 
 

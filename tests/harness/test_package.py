@@ -1,6 +1,6 @@
 """The components as an installable package (pyproject.toml [project]): a wheel built from the files git
 tracks, installed apart from the checkout, renders a stack's RayService and builds the components' Args
-from its own files alone (domain/data, serve_configs, serve_ingress found beside its modules); and the
+from its own files alone (ray_llm_eks/domain/data, serve_configs, serve_ingress found beside its modules); and the
 Pulumi component package (PulumiPlugin.yaml, ray_llm_eks/): its schema as Pulumi's host infers it."""
 
 from __future__ import annotations
@@ -14,41 +14,42 @@ from pathlib import Path
 
 import jsonschema
 
-from adapters import stack
-from adapters.environment import CACHE_ENV, cache_dir
-from adapters.stackfile import ROOT, load_stack, project_schema
-from domain.serving import api_keys
+from ray_llm_eks.adapters import stack
+from ray_llm_eks.adapters.environment import CACHE_ENV, cache_dir
+from ray_llm_eks.adapters.stackfile import ROOT, load_stack, project_schema
+from ray_llm_eks.domain.serving import api_keys
 from tests.conftest import copy_project
 
 # Run in the installed copy: the dev stack's values in, its Args (and where their modules came from) out.
 PROBE = """
 import json, sys
-from adapters import stack
-from adapters.stackfile import StackConfig
-from domain.serving import api_keys
-import components.llm_service, ray_llm_eks, stack_args
+from ray_llm_eks.adapters import stack
+from ray_llm_eks.adapters.stackfile import StackConfig
+from ray_llm_eks.domain.serving import api_keys
+import ray_llm_eks.components.llm_service, ray_llm_eks.stack_args
+from ray_llm_eks import provider
 from importlib.resources import files
 
 given = json.loads(sys.stdin.read())
 config = StackConfig(given["project"], given["stack"], given["values"], frozenset())
 settings = stack.load_settings(config)
-args = stack_args.llm_service_args(settings, None, None, None, [])
+args = ray_llm_eks.stack_args.llm_service_args(settings, None, None, None, [])
 print(json.dumps({
-    "module": components.llm_service.__file__,
+    "module": ray_llm_eks.components.llm_service.__file__,
     "path": sys.path,
     "spec": args.ray_service_spec,
     "model_id": args.model_id,
     "ingress": sorted(api_keys.ingress_sources()),
-    "schema": ray_llm_eks.schema() == json.loads(files("ray_llm_eks").joinpath("schema.json").read_text()),
+    "schema": provider.schema() == json.loads(files("ray_llm_eks").joinpath("schema.json").read_text()),
 }))
 """
 
 
 def _args(config) -> dict:
-    import stack_args
+    import ray_llm_eks.stack_args
 
     settings = stack.load_settings(config)
-    built = stack_args.llm_service_args(settings, None, None, None, [])
+    built = ray_llm_eks.stack_args.llm_service_args(settings, None, None, None, [])
     return asdict(built)
 
 
@@ -60,6 +61,8 @@ def test_a_wheel_installed_apart_from_the_checkout_builds_the_same_args(tmp_path
     subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(source)], check=True, cwd=tmp_path)
     (wheel,) = wheels.glob("ray_llm_eks-*.whl")
     subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True, cwd=tmp_path)
+    # One name in site-packages, so a consumer's own `components` or `domain` package cannot collide with ours.
+    assert sorted(p.name for p in target.iterdir() if not p.name.endswith(".dist-info")) == ["ray_llm_eks"]
 
     config = load_stack("dev")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -83,10 +86,10 @@ def test_a_wheel_installed_apart_from_the_checkout_builds_the_same_args(tmp_path
 def test_the_checked_in_schema_is_the_one_the_component_provider_host_infers():
     """Pulumi's own inference (the call the host makes at start), offline: an Args field changed without
     schema.json (`make docs` writes it) fails here, as a consumer's `pulumi package add` would see it."""
-    import ray_llm_eks
+    from ray_llm_eks import provider
 
-    checked_in = json.loads((Path(ray_llm_eks.__file__).parent / ray_llm_eks.SCHEMA_FILE).read_text())
-    assert ray_llm_eks.schema() == checked_in, "ray_llm_eks/schema.json is stale: `make docs` writes it"
+    checked_in = json.loads((Path(provider.__file__).parent / provider.SCHEMA_FILE).read_text())
+    assert provider.schema() == checked_in, "ray_llm_eks/schema.json is stale: `make docs` writes it"
     # What a YAML program relies on: plain inputs it may leave out, and the two it must give.
     service = checked_in["resources"]["ray-llm-eks:index:LlmService"]
     assert service["requiredInputs"] == ["modelId", "rayServiceSpec"]
@@ -97,11 +100,11 @@ def test_a_hosted_component_gets_its_inputs_as_a_dict_and_checks_them_like_the_s
     """The host passes the Args' fields as a dict (component.py map_inputs); a bad one is the stack's line."""
     import pytest
 
-    import ray_llm_eks
-    from domain.core.errors import ConfigError
+    from ray_llm_eks import provider
+    from ray_llm_eks.domain.core.errors import ConfigError
 
     with pytest.raises(ConfigError) as refused:
-        ray_llm_eks.LlmService("llm", {"ray_service_spec": {}, "model_id": "m", "namespace": "default"})
+        provider.LlmService("llm", {"ray_service_spec": {}, "model_id": "m", "namespace": "default"})
     taken = "a namespace of its own, not one of [default, kuberay-system]"
     assert str(refused.value) == f"LlmServiceArgs: invalid config namespace = default: {taken}"
 
@@ -109,7 +112,7 @@ def test_a_hosted_component_gets_its_inputs_as_a_dict_and_checks_them_like_the_s
 def _refusal(make) -> str:
     import pytest
 
-    from domain.core.errors import ConfigError
+    from ray_llm_eks.domain.core.errors import ConfigError
 
     with pytest.raises(ConfigError) as refused:
         make()
@@ -117,10 +120,10 @@ def _refusal(make) -> str:
 
 
 def test_each_args_refuses_a_bad_field_with_the_stack_keys_line():
-    """One line each, the rule the stack key of the same value has (domain/platform/field_checks.py)."""
-    from components.device_plugins import DevicePluginsArgs
-    from components.kuberay import KubeRayOperatorArgs
-    from components.llm_service import LlmServiceArgs
+    """One line each, the rule the stack key of the same value has (ray_llm_eks/domain/platform/field_checks.py)."""
+    from ray_llm_eks.components.device_plugins import DevicePluginsArgs
+    from ray_llm_eks.components.kuberay import KubeRayOperatorArgs
+    from ray_llm_eks.components.llm_service import LlmServiceArgs
 
     spec = {"rayClusterConfig": {"workerGroupSpecs": [{"groupName": "prefill"}]}}
     assert _refusal(lambda: KubeRayOperatorArgs(chart_version="latest")) == (
@@ -156,12 +159,12 @@ def test_the_yaml_example_uses_the_schema_s_components_inputs_and_outputs():
 
     import yaml
 
-    import ray_llm_eks
+    from ray_llm_eks import provider
 
     program = yaml.safe_load((ROOT / "examples" / "pd-service-yaml" / "Pulumi.yaml").read_text())
-    schema = json.loads((Path(ray_llm_eks.__file__).parent / ray_llm_eks.SCHEMA_FILE).read_text())
+    schema = json.loads((Path(provider.__file__).parent / provider.SCHEMA_FILE).read_text())
     jsonschema.validate(program, project_schema())  # a project the CLI takes (offline/schemas)
-    assert program["packages"] == {ray_llm_eks.PACKAGE: "../.."}  # the checkout, PulumiPlugin.yaml at its root
+    assert program["packages"] == {provider.PACKAGE: "../.."}  # the checkout, PulumiPlugin.yaml at its root
     components = {}
     for name, resource in program["resources"].items():
         component = schema["resources"][resource["type"]]
@@ -178,8 +181,9 @@ def test_the_yaml_example_uses_the_schema_s_components_inputs_and_outputs():
 
 
 def test_network_args_refuse_a_bad_layout_with_the_stack_keys_line():
-    """The VPC's checks are the stack keys' (domain/platform/field_checks.py); the zones default from the region."""
-    from components.network import NetworkArgs
+    """The VPC's checks are the stack keys' (ray_llm_eks/domain/platform/field_checks.py); the zones default from the
+    region."""
+    from ray_llm_eks.components.network import NetworkArgs
 
     assert _refusal(lambda: NetworkArgs("ray-llm", "us-east-1", vpc_cidr="172.17.0.0/16")) == (
         "NetworkArgs: invalid config vpc_cidr = 172.17.0.0/16: a block that does not overlap 172.17.0.0/16"
@@ -210,7 +214,7 @@ def test_network_args_refuse_a_bad_layout_with_the_stack_keys_line():
 
 
 def test_cluster_autoscaler_args_refuse_a_bad_field_with_the_stack_keys_line():
-    from components.cluster_autoscaler import ClusterAutoscalerArgs
+    from ray_llm_eks.components.cluster_autoscaler import ClusterAutoscalerArgs
 
     assert _refusal(lambda: ClusterAutoscalerArgs("ray-llm", "us-east-1", kubernetes_version="1.29")) == (
         "ClusterAutoscalerArgs: invalid config kubernetes_version = '1.29': one of ['1.34', '1.35', '1.36']"
@@ -226,7 +230,7 @@ def test_cluster_autoscaler_args_refuse_a_bad_field_with_the_stack_keys_line():
 
 
 def test_internal_endpoint_args_refuse_a_bad_field_with_the_stack_keys_line():
-    from components.load_balancer import InternalEndpointArgs
+    from ray_llm_eks.components.load_balancer import InternalEndpointArgs
 
     assert _refusal(lambda: InternalEndpointArgs(["0.0.0.0/0"])) == (
         "InternalEndpointArgs: invalid config source_ranges = 0.0.0.0/0: a network narrower than the whole internet"
@@ -250,7 +254,7 @@ def test_internal_endpoint_args_refuse_a_bad_field_with_the_stack_keys_line():
 
 
 def test_gcs_store_args_refuse_a_bad_field_with_the_stack_keys_line():
-    from components.gcs_store import GcsStoreArgs
+    from ray_llm_eks.components.gcs_store import GcsStoreArgs
 
     assert _refusal(lambda: GcsStoreArgs("ray-llm", "vpc-1", ["subnet-1"], node_type="t4g.small")) == (
         "GcsStoreArgs: invalid config node_type = t4g.small: an ElastiCache node type such as cache.t4g.small"
@@ -264,8 +268,9 @@ def test_gcs_store_args_refuse_a_bad_field_with_the_stack_keys_line():
 
 
 def test_observability_args_refuse_a_bad_field_with_the_stack_keys_line():
-    """The monitoring's checks are the `observability` key's (domain/telemetry/observability.py), one line each."""
-    from components.observability import EbsCsiDriverArgs, MonitoringStackArgs, ServiceMonitoringArgs
+    """The monitoring's checks are the `observability` key's (ray_llm_eks/domain/telemetry/observability.py), one line
+    each."""
+    from ray_llm_eks.components.observability import EbsCsiDriverArgs, MonitoringStackArgs, ServiceMonitoringArgs
 
     assert _refusal(lambda: EbsCsiDriverArgs("ray-llm", "us-east-1", kubernetes_version="1.29")) == (
         "EbsCsiDriverArgs: invalid config kubernetes_version = '1.29': one of ['1.34', '1.35', '1.36']"
@@ -299,7 +304,7 @@ def test_observability_args_refuse_a_bad_field_with_the_stack_keys_line():
 
 
 def test_load_balancer_controller_args_refuse_a_bad_field_with_the_stack_keys_line():
-    from components.load_balancer import LoadBalancerControllerArgs
+    from ray_llm_eks.components.load_balancer import LoadBalancerControllerArgs
 
     assert _refusal(lambda: LoadBalancerControllerArgs("ray-llm", "us-east-1", "vpc-1", chart_version="latest")) == (
         "LoadBalancerControllerArgs: invalid config chart_version = latest: an exact version of the"
@@ -312,7 +317,7 @@ def test_load_balancer_controller_args_refuse_a_bad_field_with_the_stack_keys_li
 
 
 def test_existing_cluster_args_refuse_a_bad_field_with_the_stack_keys_line():
-    from components.existing_cluster import ExistingClusterArgs
+    from ray_llm_eks.components.existing_cluster import ExistingClusterArgs
 
     spec = {"rayClusterConfig": {"workerGroupSpecs": [{"groupName": "decode"}]}}
     assert _refusal(lambda: ExistingClusterArgs(spec, ["decode"], kube_context=" ")) == (
@@ -330,8 +335,8 @@ def test_existing_cluster_args_refuse_a_bad_field_with_the_stack_keys_line():
 
 
 def test_cluster_and_node_group_args_refuse_a_bad_field_with_the_stack_keys_line():
-    """The cluster's and its node groups' checks are the stack keys' (domain/platform/field_checks.py)."""
-    from components.cluster import ClusterArgs, NodeGroupArgs
+    """The cluster's and its node groups' checks are the stack keys' (ray_llm_eks/domain/platform/field_checks.py)."""
+    from ray_llm_eks.components.cluster import ClusterArgs, NodeGroupArgs
 
     assert _refusal(lambda: NodeGroupArgs("m7i.xlarge", min_size=2, desired_size=1, max_size=3)) == (
         "NodeGroupArgs: invalid config desired_size = {min_size: 2, desired_size: 1, max_size: 3}:"
@@ -370,13 +375,13 @@ def test_cluster_and_node_group_args_refuse_a_bad_field_with_the_stack_keys_line
     assert cluster.kubernetes_version == "1.35" and cluster.public_access_cidrs == ("0.0.0.0/0",)
     nodes = cluster.system_nodes
     assert (nodes.instance_type, nodes.min_size, nodes.desired_size, nodes.max_size) == ("m7i.xlarge", 1, 1, 1)
-    assert nodes.disk_size_gib == 150  # domain/platform/sizing.py SYSTEM_DISK_GIB
+    assert nodes.disk_size_gib == 150  # ray_llm_eks/domain/platform/sizing.py SYSTEM_DISK_GIB
 
 
 def test_gpu_node_pool_args_refuse_a_bad_field_with_the_stack_keys_line():
-    from components.cluster import NodeGroupArgs
-    from components.gpu_nodes import GpuNodePoolArgs
-    from components.node_template_tags import NodeTemplateTagsArgs
+    from ray_llm_eks.components.cluster import NodeGroupArgs
+    from ray_llm_eks.components.gpu_nodes import GpuNodePoolArgs
+    from ray_llm_eks.components.node_template_tags import NodeTemplateTagsArgs
 
     g6 = NodeGroupArgs("g6.8xlarge", min_size=0, max_size=2)
     assert _refusal(lambda: GpuNodePoolArgs(g6, "us-east-1a")).startswith(
@@ -403,13 +408,13 @@ def test_component_inputs_take_a_whole_float_as_int():
     3600.0 and must reach LlmServiceArgs as the int 3600; 3600.5 stays refused."""
     import pytest
 
-    import ray_llm_eks
-    from components.llm_service import LlmServiceArgs
-    from domain.core.errors import ConfigError
+    from ray_llm_eks import provider
+    from ray_llm_eks.components.llm_service import LlmServiceArgs
+    from ray_llm_eks.domain.core.errors import ConfigError
 
     spec = {"rayClusterConfig": {"workerGroupSpecs": [{"groupName": "decode"}]}}
     given = {"model_id": "Qwen/Qwen3.5-9B", "ray_service_spec": spec, "api_key_check": False}
-    args = ray_llm_eks._args(LlmServiceArgs, {**given, "ready_timeout_seconds": 3600.0})
+    args = provider._args(LlmServiceArgs, {**given, "ready_timeout_seconds": 3600.0})
     assert args.ready_timeout_seconds == 3600 and type(args.ready_timeout_seconds) is int
     with pytest.raises(ConfigError):
-        ray_llm_eks._args(LlmServiceArgs, {**given, "ready_timeout_seconds": 3600.5})
+        provider._args(LlmServiceArgs, {**given, "ready_timeout_seconds": 3600.5})

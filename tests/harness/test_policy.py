@@ -12,13 +12,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from adapters.stackfile import ROOT
-from domain.core.facts import POOL_NODE_LABEL
 from offline.plan import run_program
 from offline.policy_check import main as policy_main
 from offline.policy_check import plan_resources, violations
 from policy import rules
 from policy.crossguard import resource_validator, stack_validator
+from ray_llm_eks.adapters.stackfile import ROOT
+from ray_llm_eks.domain.core.facts import POOL_NODE_LABEL
 from tests.conftest import SHIPPED_STACKS
 
 
@@ -323,15 +323,20 @@ def test_a_pd_pool_is_known_by_the_role_it_serves_not_its_name():
 
 def test_the_pack_imports_the_facts_module_with_the_standard_library_alone():
     """The pack runs in its own venv and under the Pulumi CLI from policy/: what it takes from the
-    program is domain/core/facts.py, which must import with no site-packages at all (-S) and pull in no
+    program is ray_llm_eks/domain/core/facts.py, which must import with no site-packages at all (-S) and pull in no
     other module of the program."""
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import domain.core.facts; "
-        "print(sorted(m for m in sys.modules if m == 'domain' or m.startswith(('domain.', 'yaml'))))"
+        "import sys; sys.path.insert(0, sys.argv[1]); import ray_llm_eks.domain.core.facts; "
+        "print(sorted(m for m in sys.modules if m.startswith(('ray_llm_eks', 'yaml'))))"
     )
     run = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(ROOT)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.split() == ["['domain',", "'domain.core',", "'domain.core.facts']"]
+    assert run.stdout.split() == [
+        "['ray_llm_eks',",
+        "'ray_llm_eks.domain',",
+        "'ray_llm_eks.domain.core',",
+        "'ray_llm_eks.domain.core.facts']",
+    ]
 
 
 def test_unwatched_rayservice_outside_dev_is_advised_not_blocked():

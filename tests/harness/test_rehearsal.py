@@ -15,10 +15,10 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from adapters import stack as stack_adapter
-from domain.render.ray_service import ray_service_spec, served_document
-from domain.serving import api_keys
-from domain.serving.serve_config import llm_configs_by_role, local_prefill_below
+from ray_llm_eks.adapters import stack as stack_adapter
+from ray_llm_eks.domain.render.ray_service import ray_service_spec, served_document
+from ray_llm_eks.domain.serving import api_keys
+from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role, local_prefill_below
 from rehearsal import substitute
 from rehearsal.context import Clock, Context, RehearsalFailed
 from rehearsal.logs import root_errors
@@ -55,13 +55,14 @@ def test_the_pods_mounts_become_local_paths_each_printed(tmp_path):
     here, lines = key_check_here(local, spec, tmp_path / "keys")
     env = here.document["applications"][0]["runtime_env"]["env_vars"]
     assert env == {
-        "PYTHONPATH": f"{ROOT / 'serve_ingress'}:${{PYTHONPATH}}",
+        "PYTHONPATH": f"{ROOT / 'ray_llm_eks' / 'serve_ingress'}:${{PYTHONPATH}}",
         "RAY_LLM_EKS_API_KEYS_FILE": f"{tmp_path}/keys/keys",
         "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR": "worker_setup.configure_logging_first",
     }
     configmap = (
-        f"'/opt/ray-llm-eks/python:${{PYTHONPATH}}' -> '{ROOT / 'serve_ingress'}:${{PYTHONPATH}}' "
-        "(/opt/ray-llm-eks/python is the ConfigMap api-key-ingress mount: here the repository's serve_ingress/, "
+        f"'/opt/ray-llm-eks/python:${{PYTHONPATH}}' -> '{ROOT / 'ray_llm_eks' / 'serve_ingress'}:${{PYTHONPATH}}' "
+        "(/opt/ray-llm-eks/python is the ConfigMap api-key-ingress mount: here the repository's "
+        "ray_llm_eks/serve_ingress/, "
         "the files that ConfigMap carries)"
     )
     assert lines == [
@@ -74,7 +75,7 @@ def test_the_pods_mounts_become_local_paths_each_printed(tmp_path):
         f"applications[llm].args.decode_config.runtime_env.env_vars.PYTHONPATH: {configmap}",
     ]
     args_here = json.dumps(here.document["applications"][0]["args"]).replace(
-        str(ROOT / "serve_ingress"), api_keys.MODULE_DIR
+        str(api_keys.SOURCES_DIR), api_keys.MODULE_DIR
     )
     assert json.loads(args_here) == local.document["applications"][0]["args"]  # the rest as it was
     # Only whole path components name a mount; a document without the key check is left as it is.
@@ -247,7 +248,7 @@ def test_a_failed_ray_start_is_retried_then_named_in_one_line(tmp_path):
 
 def test_free_ports_never_repeat_within_a_run(monkeypatch):
     """bind(0) may hand out a port twice; Ray refuses a start whose ports repeat."""
-    from adapters import ports
+    from ray_llm_eks.adapters import ports
 
     given = iter([41001, 41001, 41002, 41001, 41003])
 
@@ -294,7 +295,7 @@ def test_a_traceback_is_an_engine_error_at_vllms_error_levels_only(tmp_path, lev
 def test_a_later_node_draws_its_metrics_port_as_it_starts_and_the_urls_name_it(monkeypatch):
     """On one GPU the decode node starts minutes after the head: a port drawn when the cluster was planned can
     be taken by then (its dashboard agent died on bind), and the metrics endpoints must name the port it got."""
-    from adapters import ports
+    from ray_llm_eks.adapters import ports
     from rehearsal import ray_cluster
     from rehearsal.ray_cluster import Node, cluster, start_node
 
@@ -405,7 +406,7 @@ def test_a_port_is_bindable_again_only_once_its_listener_is_gone():
     """The head restart waits for its metrics port: a live listener holds it, a closed one does not."""
     import socket
 
-    from adapters.ports import bindable
+    from ray_llm_eks.adapters.ports import bindable
 
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from domain.serving.serve_config import llm_configs_by_role
+from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
 from rehearsal import gpu, prepare, run
 from rehearsal.checks import engines
 from rehearsal.context import Clock, Context, RehearsalFailed
@@ -78,7 +78,9 @@ def test_memory_dependent_defaults_follow_vllm():
     assert gpu.server_defaults(143771, "NVIDIA H200") == {"max_num_seqs": 1024, "max_num_batched_tokens": 8192}
     assert gpu.server_defaults(22888, "NVIDIA L4") == {"max_num_seqs": 256, "max_num_batched_tokens": 2048}
     assert gpu.server_defaults(81920, "NVIDIA A100-SXM4-80GB")["max_num_seqs"] == 256  # vLLM's A100 exception
-    with pytest.raises(CannotRehearse, match=r"--emulate T9: not a GPU of domain/platform/aws_facts.py's table"):
+    with pytest.raises(
+        CannotRehearse, match=r"--emulate T9: not a GPU of ray_llm_eks/domain/platform/aws_facts.py's table"
+    ):
         gpu.emulation("T9")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.environment import cache_dir
+from ray_llm_eks.adapters.environment import cache_dir
 from rehearsal import isa_cap
 from rehearsal.prepare import ROOT
 

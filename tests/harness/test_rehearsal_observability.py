@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from adapters import stack
-from domain.render import dashboards
 from go_binaries import build
+from ray_llm_eks.adapters import stack
+from ray_llm_eks.domain.render import dashboards
 from rehearsal import prometheus, substitute
 from rehearsal.checks import all_checks, observability
 from rehearsal.context import RehearsalFailed

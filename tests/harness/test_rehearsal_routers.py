@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from domain.serving import routing
 from llmclient.metrics import parse_text
 from measure import bench, kv_proof
+from ray_llm_eks.domain.serving import routing
 from rehearsal import routers
 from rehearsal.checks import routing as routing_check
 from rehearsal.substitute import LocalDocument
@@ -109,7 +109,7 @@ def test_the_table_shows_both_policies_side_by_side():
 
 
 def _local(stack: str) -> LocalDocument:
-    from adapters.stack import load_settings, stack_file
+    from ray_llm_eks.adapters.stack import load_settings, stack_file
 
     document = load_settings(stack_file(stack)).serving.serve_document
     return LocalDocument(document=document, substitutions=[], family="qwen3", hybrid=False, model_ids=["m"], pd=False)

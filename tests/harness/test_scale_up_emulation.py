@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from domain.core.facts import POOL_NODE_LABEL
-from domain.fit.scaling import NODE_TEMPLATE, node_template_tags
 from e2e.scale_up import ray_autoscaler_patch, unschedulable_counts
 from e2e.template_node import template_node
+from ray_llm_eks.domain.core.facts import POOL_NODE_LABEL
+from ray_llm_eks.domain.fit.scaling import NODE_TEMPLATE, node_template_tags
 from tests.unit.test_existing_cluster_checks import dev_settings
 
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from adapters.stackfile import PROJECT_SCHEMA, ROOT, StackFileError, load_project, load_stack, stack_names
-from domain.core import config_keys
-from domain.core.errors import ConfigError
-from domain.security.hardening import HardeningSettings, security_switches
 from offline import plan as plan_cli
 from offline.mocks import PlanMocks, RecordingMonitor
 from offline.plan import run_program
+from ray_llm_eks.adapters.stackfile import PROJECT_SCHEMA, ROOT, StackFileError, load_project, load_stack, stack_names
+from ray_llm_eks.domain.core import config_keys
+from ray_llm_eks.domain.core.errors import ConfigError
+from ray_llm_eks.domain.security.hardening import HardeningSettings, security_switches
 from tests.conftest import STACKS, copy_project, plan_fails, shipped_stacks
 
 SHARED_SCHEMAS = ROOT.parent / "shared" / "schemas"
@@ -87,7 +87,7 @@ def test_the_running_program_refuses_a_key_it_does_not_read(monkeypatch):
     """The CLI passes undeclared keys through, so the program itself refuses them at `pulumi up`."""
     from pulumi.runtime import config as runtime_config
 
-    from adapters import stack
+    from ray_llm_eks.adapters import stack
 
     runtime_config.set_all_config({"ray-llm-eks:vpcCidr": "10.0.0.0/16", "aws:profile": "work"})
     assert stack.running_stack().values == {"ray-llm-eks:vpcCidr": "10.0.0.0/16", "aws:profile": "work"}
@@ -193,9 +193,10 @@ def test_plan_command_fails_with_one_clear_message(tmp_path, capsys, monkeypatch
 
 
 def test_declared_keys_are_exactly_the_keys_the_program_reads():
-    """domain/data/config_keys.yaml, domain/loading/config.py and docs/configuration.md agree on the config keys."""
-    from adapters import botocore_facts
-    from domain.loading.config import load_deploy_mode, load_settings
+    """ray_llm_eks/domain/data/config_keys.yaml, ray_llm_eks/domain/loading/config.py and docs/configuration.md agree on
+    the config keys."""
+    from ray_llm_eks.adapters import botocore_facts
+    from ray_llm_eks.domain.loading.config import load_deploy_mode, load_settings
 
     asked: set[str] = set()
     values = load_stack("dev").values
@@ -345,7 +346,7 @@ def test_a_stack_file_without_config_says_what_is_wrong(project, capsys, text, e
 
 def test_a_quoted_number_passes_alone_but_not_inside_a_list():
     """The CLI hands a list over as JSON, where "42" stays a string; alone it is the text 42 either way."""
-    from adapters.stackfile import _matches
+    from ray_llm_eks.adapters.stackfile import _matches
 
     assert _matches("integer", None, "42") and _matches("boolean", None, "false")
     assert not _matches("array", {"type": "integer"}, ["42"]) and _matches("array", {"type": "integer"}, [42])

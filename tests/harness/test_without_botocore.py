@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters import botocore_facts
+from ray_llm_eks.adapters import botocore_facts
 
 ROOT = Path(__file__).resolve().parents[2]
 # In the child: botocore cannot be imported and has no package metadata; then what verify and bench load.
@@ -26,7 +26,7 @@ try:
     sys.exit("botocore has package metadata")
 except importlib.metadata.PackageNotFoundError:
     pass
-from adapters import stack
+from ray_llm_eks.adapters import stack
 settings = stack.load_settings(stack.stack_file("dev"))
 from llmclient import bench
 facts = bench.stack_facts("dev")

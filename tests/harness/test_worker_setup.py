@@ -1,4 +1,4 @@
-"""The serving application's worker setup hook (serve_ingress/worker_setup.py): it imports NIXL through
+"""The serving application's worker setup hook (ray_llm_eks/serve_ingress/worker_setup.py): it imports NIXL through
 vLLM's accessor before Serve's replica logger exists, and never fails the worker. The end-to-end proof
 is the rehearsal's head fault with GCS fault tolerance on (engines keep their PIDs)."""
 
@@ -12,10 +12,10 @@ import types
 
 import pytest
 
-from adapters import stack
-from domain.render.ray_service import served_document
-from domain.serving.serve_config import llm_configs_by_role
-from serve_ingress import worker_setup
+from ray_llm_eks.adapters import stack
+from ray_llm_eks.domain.render.ray_service import served_document
+from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
+from ray_llm_eks.serve_ingress import worker_setup
 
 
 def _fake_vllm(monkeypatch, on_access):

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from domain.cluster import node_provisioning
 from offline.plan import Plan, run_program
+from ray_llm_eks.domain.cluster import node_provisioning
 from tests.conftest import failing_run
 from tests.plan.test_karpenter_plan import NODE_POOL, RAY_SERVICE, RELEASE, manifest
 from tests.unit.test_karpenter import crd_validator, errors

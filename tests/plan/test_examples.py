@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from adapters.stackfile import ROOT
 from offline.plan import run_program
+from ray_llm_eks.adapters.stackfile import ROOT
 
 MY_CLUSTER = ROOT / "examples" / "pd-service-on-my-cluster"
 

@@ -9,15 +9,15 @@ from dataclasses import replace
 
 import pytest
 
-import components.existing_cluster as existing_cluster
-import stack_args
-from adapters.stackfile import SecretValue
-from domain.loading.config import load_deploy_mode
-from domain.platform.cluster_checks import ClusterMismatch
+import ray_llm_eks.components.existing_cluster as existing_cluster
+import ray_llm_eks.stack_args
 from offline import plan as plan_cli
 from offline.plan import run_program
 from offline.policy_check import plan_resources
 from policy import rules
+from ray_llm_eks.adapters.stackfile import SecretValue
+from ray_llm_eks.domain.loading.config import load_deploy_mode
+from ray_llm_eks.domain.platform.cluster_checks import ClusterMismatch
 from tests.conftest import failing_run
 from tests.unit.test_existing_cluster_checks import KUBECONFIG, FakeApi, dev_seed, rayservice_crd, seed_nodes
 
@@ -38,7 +38,9 @@ EXISTING = {
 
 def checked(settings, mode):
     """What the program hands ExistingCluster for this mode (stack_args)."""
-    return stack_args.existing_cluster_args(replace(settings, deploy_mode=mode), None, offline_plan=False, sealed=False)
+    return ray_llm_eks.stack_args.existing_cluster_args(
+        replace(settings, deploy_mode=mode), None, offline_plan=False, sealed=False
+    )
 
 
 # ---- the program

@@ -10,12 +10,12 @@ import json
 import pulumi_eks as eks
 import pytest
 
-from adapters.stackfile import load_stack
-from components.cluster import access_entry_name
-from domain.core.facts import POOL_NODE_LABEL
-from domain.platform.placement import LOCAL_NVME_ROOT
 from offline.mocks import is_placeholder
 from offline.plan import Plan, root_message, run_program
+from ray_llm_eks.adapters.stackfile import load_stack
+from ray_llm_eks.components.cluster import access_entry_name
+from ray_llm_eks.domain.core.facts import POOL_NODE_LABEL
+from ray_llm_eks.domain.platform.placement import LOCAL_NVME_ROOT
 
 CLUSTER = "eks:index:Cluster"
 MNG = "eks:index:ManagedNodeGroup"
@@ -27,7 +27,7 @@ def gpu_groups(plan: Plan):
 
 
 def is_private(subnet) -> bool:
-    """Tagged for internal load balancers (components/network.py): the private subnets."""
+    """Tagged for internal load balancers (ray_llm_eks/components/network.py): the private subnets."""
     return (subnet.inputs.get("tags") or {}).get("kubernetes.io/role/internal-elb") == "1"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from domain.cluster import gcs_ft
+from ray_llm_eks.domain.cluster import gcs_ft
 
 STORE = "aws:elasticache/replicationGroup:ReplicationGroup"
 POLICY = "kubernetes:vpcresources.k8s.aws/v1beta1:SecurityGroupPolicy"

@@ -1,11 +1,11 @@
-"""Hardened defaults (domain/security/hardening.py, domain/security/network_policies.py): what the dev plan declares,
-and the environment rule for the public API endpoint, refused before any resource exists."""
+"""Hardened defaults (ray_llm_eks/domain/security/hardening.py, ray_llm_eks/domain/security/network_policies.py): what
+the dev plan declares, and the environment rule for the public API endpoint, refused before any resource exists."""
 
 from __future__ import annotations
 
 import pytest
 
-from domain.security import pod_security
+from ray_llm_eks.domain.security import pod_security
 
 # Imported at collection, not inside a test after plans ran: importing a test module parses it (pytest's
 # assertion rewrite). Inside a test it failed once with "SystemError: AST constructor recursion depth
@@ -29,7 +29,8 @@ def test_dev_plan_declares_the_network_policies_and_the_cni_agent(dev):
         "dashboard-from-kuberay-operator",
         "default-deny-ingress",
         "egress-except-instance-metadata",
-        "metrics-from-prometheus",  # domain/telemetry/observability.py: the PodMonitors' ports, from its namespace only
+        # ray_llm_eks/domain/telemetry/observability.py: the PodMonitors' ports, from its namespace only
+        "metrics-from-prometheus",
         "ray-pods-to-ray-pods",
         "serve-port-from-load-balancer",
     ]
@@ -99,7 +100,7 @@ def test_head_token_follows_the_autoscaler():
 
 
 def test_ebs_encryption_off_in_the_region_is_refused_at_deploy_time():
-    from domain.checks import preflight
+    from ray_llm_eks.domain.checks import preflight
 
     monitor, run = aws_run(EVERYWHERE, ROOMY, ebs_encrypted=False)
     with pytest.raises(preflight.PreflightError) as caught:

@@ -11,8 +11,8 @@ import re
 import botocore.loaders
 import pytest
 
-from domain.render import karpenter
 from offline.plan import Plan, run_program
+from ray_llm_eks.domain.render import karpenter
 from tests.conftest import failing_run
 from tests.plan.test_preflight import ROOMY, aws_run
 from tests.unit.test_karpenter import crd_validator, errors

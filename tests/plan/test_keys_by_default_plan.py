@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from adapters.stackfile import SecretValue
 from offline.plan import run_program
+from ray_llm_eks.adapters.stackfile import SecretValue
 from tests.conftest import failing_run
 
 NS = "ray-llm-eks:"

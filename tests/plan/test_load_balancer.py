@@ -1,4 +1,4 @@
-"""The internal endpoint (components/load_balancer.py): an internal NLB with source ranges through the
+"""The internal endpoint (ray_llm_eks/components/load_balancer.py): an internal NLB with source ranges through the
 AWS Load Balancer Controller (Helm, EKS Pod Identity), in the graph so `destroy` removes it first."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import ipaddress
 import json
 
-from components.load_balancer import ANNOTATION, SUBNETS
 from offline.mocks import placeholder
 from offline.plan import run_program
+from ray_llm_eks.components.load_balancer import ANNOTATION, SUBNETS
 from tests.conftest import failing_run
 
 SERVICE = "kubernetes:core/v1:Service"

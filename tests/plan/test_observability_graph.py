@@ -1,4 +1,4 @@
-"""Observability in the graph (components/observability.py): what the dev plan declares, the order
+"""Observability in the graph (ray_llm_eks/components/observability.py): what the dev plan declares, the order
 `up` creates it and `destroy` removes it, and the amp, external and none modes."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import json
 import pytest
 import yaml
 
-from domain.core.facts import POOL_NODE_LABEL
-from domain.telemetry import observability
 from offline.mocks import is_placeholder
 from offline.plan import Plan, run_program
+from ray_llm_eks.domain.core.facts import POOL_NODE_LABEL
+from ray_llm_eks.domain.telemetry import observability
 from tests.conftest import failing_run
 
 NS = "ray-llm-eks:"
@@ -103,10 +103,11 @@ def test_dev_plan_holds_the_alert_rule_and_the_dashboards(dev):
 
 
 def test_the_rule_carries_the_stacks_alerts(dev):
-    """The PrometheusRule is domain/telemetry/alerts.py's spec for this stack, the NIXL alert among its alerts."""
-    from adapters import stack
-    from domain.render import alert_rules
-    from domain.telemetry import alerts
+    """The PrometheusRule is ray_llm_eks/domain/telemetry/alerts.py's spec for this stack, the NIXL alert among its
+    alerts."""
+    from ray_llm_eks.adapters import stack
+    from ray_llm_eks.domain.render import alert_rules
+    from ray_llm_eks.domain.telemetry import alerts
 
     (rule,) = dev.of_type(RULE)
     assert rule.inputs["spec"] == alert_rules.prometheus_rule_spec(stack.load_settings(stack.stack_file("dev")))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from adapters import registry, stack
-from domain.cluster import gcs_ft
-from domain.render.ray_service import ray_service_spec
 from offline.mocks import placeholder
+from ray_llm_eks.adapters import registry, stack
+from ray_llm_eks.domain.cluster import gcs_ft
+from ray_llm_eks.domain.render.ray_service import ray_service_spec
 from tests.conftest import STACKS
 
 RAY_SERVICE = "kubernetes:ray.io/v1:RayService"
@@ -15,7 +15,7 @@ RAY_SERVICE = "kubernetes:ray.io/v1:RayService"
 
 @pytest.mark.parametrize("name", STACKS)
 def test_the_program_deploys_exactly_the_one_builders_spec(plans, name):
-    # The image as the program pins it offline (adapters/registry.py: the digest placeholder).
+    # The image as the program pins it offline (ray_llm_eks/adapters/registry.py: the digest placeholder).
     settings = registry.with_pinned_image(stack.load_settings(stack.stack_file(name)), deploying=False)
     # With GCS fault tolerance through Redis, the address is the store's, known once AWS made it.
     endpoint = placeholder("aws:elasticache/replicationGroup:ReplicationGroup::gcs-store-valkey.primaryEndpointAddress")

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from adapters import stack
-from domain.fit import pool_use
 from offline.plan import run_program
+from ray_llm_eks.adapters import stack
+from ray_llm_eks.domain.fit import pool_use
 from tests.conftest import STACKS
 
 NS = "ray-llm-eks:"

@@ -10,14 +10,14 @@ import re
 import pytest
 import yaml
 
-from adapters.stackfile import SecretValue
-from domain.checks import preflight
-from domain.platform import aws_facts, prices
-from domain.serving import fit_prediction, model_table
-from domain.serving.fit_prediction import Engine
-from domain.serving.serve_config import llm_configs_by_role
 from offline.mocks import PlanMocks, RecordingMonitor
 from offline.plan import run_program
+from ray_llm_eks.adapters.stackfile import SecretValue
+from ray_llm_eks.domain.checks import preflight
+from ray_llm_eks.domain.platform import aws_facts, prices
+from ray_llm_eks.domain.serving import fit_prediction, model_table
+from ray_llm_eks.domain.serving.fit_prediction import Engine
+from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
 from tests.conftest import SHIPPED_STACKS, failing_run
 
 NS = "ray-llm-eks:"

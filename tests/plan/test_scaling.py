@@ -1,4 +1,4 @@
-"""Scaling per role across Ray Serve, KubeRay and the node groups (domain/fit/scaling.py), on the plan."""
+"""Scaling per role across Ray Serve, KubeRay and the node groups (ray_llm_eks/domain/fit/scaling.py), on the plan."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 import pytest
 import yaml
 
-from domain.core.facts import POOL_NODE_LABEL
-from domain.fit.scaling import NODE_TEMPLATE
-from domain.render.ray_service import AUTOSCALER_OWNED_WORKER_FIELDS
 from offline.plan import Plan, run_program
+from ray_llm_eks.domain.core.facts import POOL_NODE_LABEL
+from ray_llm_eks.domain.fit.scaling import NODE_TEMPLATE
+from ray_llm_eks.domain.render.ray_service import AUTOSCALER_OWNED_WORKER_FIELDS
 from tests.unit.test_scaling_rules import SECOND_DECODE_POOL
 
 NS = "ray-llm-eks:"
@@ -205,7 +205,7 @@ def test_gpu_pods_are_never_evicted_by_the_cluster_autoscaler(xpyd):
 
 
 def test_cost_range_counts_every_pool_at_min_desired_and_max(xpyd):
-    from domain.platform.prices import EBS_GP3_USD_PER_GB_MONTH, HOURS_PER_MONTH, INSTANCE_USD_PER_HOUR
+    from ray_llm_eks.domain.platform.prices import EBS_GP3_USD_PER_GB_MONTH, HOURS_PER_MONTH, INSTANCE_USD_PER_HOUR
 
     usd = xpyd.outputs["hourlyCostRangeUsd"]
     assert usd["min"] == usd["desired"] == xpyd.outputs["estimatedHourlyCostUsd"]  # xpyd starts at its minimum

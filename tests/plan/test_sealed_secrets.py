@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.stackfile import SecretValue
 from offline import plan as plan_cli
 from offline import policy_check
 from offline.plan import root_message, run_program
+from ray_llm_eks.adapters.stackfile import SecretValue
 from tests.conftest import failing_run
 
 NS = "ray-llm-eks:"

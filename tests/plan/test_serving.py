@@ -10,16 +10,23 @@ import jsonschema
 import pytest
 import yaml
 
-from adapters.stackfile import ROOT, SecretValue
-from domain.core import config_keys
-from domain.core.facts import POOL_NODE_LABEL
-from domain.platform import aws_facts, versions
-from domain.platform.placement import LOCAL_NVME_ROOT
-from domain.platform.sizing import NODE_DAEMONSETS, Resources, allocatable, gpu_node_daemonsets, system_node_room, total
-from domain.render.ray_service import MODEL_CACHE_HOST_PATH
-from domain.serving.serve_config import role_resource
-from domain.telemetry import monitoring_release, observability
 from offline.plan import Plan, run_program
+from ray_llm_eks.adapters.stackfile import ROOT, SecretValue
+from ray_llm_eks.domain.core import config_keys
+from ray_llm_eks.domain.core.facts import POOL_NODE_LABEL
+from ray_llm_eks.domain.platform import aws_facts, versions
+from ray_llm_eks.domain.platform.placement import LOCAL_NVME_ROOT
+from ray_llm_eks.domain.platform.sizing import (
+    NODE_DAEMONSETS,
+    Resources,
+    allocatable,
+    gpu_node_daemonsets,
+    system_node_room,
+    total,
+)
+from ray_llm_eks.domain.render.ray_service import MODEL_CACHE_HOST_PATH
+from ray_llm_eks.domain.serving.serve_config import role_resource
+from ray_llm_eks.domain.telemetry import monitoring_release, observability
 from tests.conftest import STACKS, failing_run, region_overrides
 
 EMBEDDED = observability.ObservabilitySettings("embedded")
@@ -49,7 +56,7 @@ def serve_doc(plan: Plan) -> dict:
 
 
 def llm_configs(plan: Plan) -> dict[str, dict]:
-    from domain.serving.serve_config import llm_configs_by_role
+    from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
 
     return llm_configs_by_role(serve_doc(plan), plan.stack)
 
@@ -58,7 +65,7 @@ def ray_checkable(config: dict) -> dict:
     """An LLM config as Ray's LLMConfig can check it in this venv: RequestRouterConfig imports the router
     class, and `ray.serve.llm` needs vLLM, so the public prefix-affinity path becomes the internal class it
     subclasses (Ray 2.58 ray/serve/llm/request_router.py). The rehearsal venv checks the real path."""
-    from domain.serving import routing
+    from ray_llm_eks.domain.serving import routing
 
     config = json.loads(json.dumps(config))
     router = config.get("deployment_config", {}).get("request_router_config")
@@ -81,8 +88,8 @@ def test_dev_has_the_three_releases_pinned(dev):
         "kuberay-operator",
         "nvidia-device-plugin",
         "aws-efa-k8s-device-plugin",
-        "aws-load-balancer-controller",  # components/load_balancer.py
-        "kube-prometheus-stack",  # components/observability.py
+        "aws-load-balancer-controller",  # ray_llm_eks/components/load_balancer.py
+        "kube-prometheus-stack",  # ray_llm_eks/components/observability.py
         "dcgm-exporter",
     }
     kuberay = releases["kuberay-operator"]
@@ -289,8 +296,8 @@ def test_head_runs_on_the_system_node_and_fits_it(plans):
     # + the head's autoscaler sidecar (500m, 512Mi) + the Cluster Autoscaler (100m, 600Mi).
     assert need == Resources(3025, 9956)
     assert need.fits_in(offered)
-    # With the embedded monitoring (domain/telemetry/observability.py system_pods): Prometheus 200m/1024Mi + its
-    # reloader 10m/50Mi, operator 100m/100Mi, kube-state-metrics 10m/190Mi, node-exporter 102m/180Mi,
+    # With the embedded monitoring (ray_llm_eks/domain/telemetry/observability.py system_pods): Prometheus 200m/1024Mi +
+    # its reloader 10m/50Mi, operator 100m/100Mi, kube-state-metrics 10m/190Mi, node-exporter 102m/180Mi,
     # Alertmanager 4m/100Mi + reloader 10m/50Mi, Grafana 100m/100Mi + 2 sidecars 50m/50Mi, EBS CSI
     # controller 70m/280Mi and node 30m/120Mi: 736m / 2294Mi more, still one m7i.xlarge.
     with_monitoring, _ = system_node_room(
@@ -388,7 +395,9 @@ def test_hf_token_never_appears_in_plain_text(tmp_path, capsys):
 
 
 def test_no_token_no_secret(dev):
-    assert [s.name for s in dev.of_type("kubernetes:core/v1:Secret")] == ["llm-api-keys"]  # domain/serving/api_keys.py
+    assert [s.name for s in dev.of_type("kubernetes:core/v1:Secret")] == [
+        "llm-api-keys"
+    ]  # ray_llm_eks/domain/serving/api_keys.py
     head = manifest(dev)["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     assert not any("secretKeyRef" in e.get("valueFrom", {}) for e in head["env"])  # only where Grafana is
 
@@ -400,7 +409,7 @@ def test_efa_workers_use_libfabric_without_huge_pages(plans):
             env = {e["name"]: e.get("value") for e in container["env"]}
             efa = "vpc.amazonaws.com/efa" in container["resources"]["requests"]
             assert ("FI_PROVIDER" in env) == efa, group["groupName"]
-            if efa:  # huge pages off rather than a hugepages-2Mi request (see domain/render/ray_service.py)
+            if efa:  # huge pages off rather than a hugepages-2Mi request (see ray_llm_eks/domain/render/ray_service.py)
                 assert env["FI_EFA_USE_HUGE_PAGE"] == "0" and env["FI_EFA_USE_DEVICE_RDMA"] == "0"
                 assert not any(k.startswith("hugepages-") for k in container["resources"]["requests"])
 

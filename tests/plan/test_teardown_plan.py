@@ -1,5 +1,6 @@
-"""What `destroy` waits for, held in the plan (domain/platform/teardown.py): with rocksdb, a resource whose before-
-delete hook waits for the CSI driver's volumes sits between the RayService (deleted before it) and the driver, its
+"""What `destroy` waits for, held in the plan (ray_llm_eks/domain/platform/teardown.py): with rocksdb, a resource whose
+before- delete hook waits for the CSI driver's volumes sits between the RayService (deleted before it) and the driver,
+its
 StorageClass and the nodes (deleted after it); with prod's pod security groups, the head's group outlives the
 SecurityGroupPolicy and the RayService and its delete retries long enough for the branch ENIs' cooldown."""
 
@@ -7,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from domain.platform import teardown
-from domain.telemetry.observability import STORAGE_CLASS
 from offline.plan import run_program
+from ray_llm_eks.domain.platform import teardown
+from ray_llm_eks.domain.telemetry.observability import STORAGE_CLASS
 
 NS = "ray-llm-eks:"
 STASH = "pulumi:index:Stash"
@@ -42,7 +43,8 @@ def test_rocksdb_plan_waits_for_the_drivers_volumes_between_the_rayservice_and_t
 
 @pytest.mark.parametrize("stack", ["dev", "prod", "baseline"])
 def test_no_wait_where_no_claim_gets_a_driver_volume(plans, stack):
-    # Prometheus's volume is in the graph (components/observability.py PrometheusVolume): nothing to wait for.
+    # Prometheus's volume is in the graph (ray_llm_eks/components/observability.py PrometheusVolume): nothing to wait
+    # for.
     assert not plans[stack].of_type(STASH)
     assert not [r for r in plans[stack].registrations if "hooks" in r.options]
 
@@ -65,7 +67,7 @@ def test_the_hook_waits_with_the_kubeconfig_its_state_keeps(monkeypatch):
 
     import pulumi
 
-    from components import observability
+    from ray_llm_eks.components import observability
 
     seen = []
     monkeypatch.setattr(

@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from adapters import stack
-from domain.core.errors import ConfigError
-from domain.render import alert_rules
-from domain.serving import serve_config
-from domain.telemetry import alerts, slo
+from ray_llm_eks.adapters import stack
+from ray_llm_eks.domain.core.errors import ConfigError
+from ray_llm_eks.domain.render import alert_rules
+from ray_llm_eks.domain.serving import serve_config
+from ray_llm_eks.domain.telemetry import alerts, slo
 
 
 def settings(name: str = "dev", **values):

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from domain.cluster import node_provisioning
-from domain.platform.placement import GPU_TAINT, ZONE_LABEL
-from domain.render import karpenter
-from domain.stack import cost
+from ray_llm_eks.domain.cluster import node_provisioning
+from ray_llm_eks.domain.platform.placement import GPU_TAINT, ZONE_LABEL
+from ray_llm_eks.domain.render import karpenter
+from ray_llm_eks.domain.stack import cost
 from tests.conftest import settings_error, settings_of
 from tests.unit.test_karpenter import crd_validator, errors
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from domain.core.errors import ConfigError
 from measure import bench, kv_proof
 from measure.kv_proof import Sample
+from ray_llm_eks.domain.core.errors import ConfigError
 
 SUMMARY = Path(__file__).resolve().parent.parent / "data" / "aiperf-0.13.0-summary.json"
 TARGET = bench.Target("http://127.0.0.1:8000/", "Qwen/Qwen3.5-9B", "Qwen/Qwen3.5-9B")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from adapters import environment
-from adapters.stackfile import ROOT
 from offline import chart_render, checkov_scan, policy_check
+from ray_llm_eks.adapters import environment
+from ray_llm_eks.adapters.stackfile import ROOT
 
 CHARTS = Path(__file__).resolve().parents[1] / "data" / "charts"
 FIXTURE = "checkov-fixture"

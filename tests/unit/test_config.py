@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from adapters import botocore_facts
-from domain.core.errors import ConfigError
-from domain.loading.config import load_settings
+from ray_llm_eks.adapters import botocore_facts
+from ray_llm_eks.domain.core.errors import ConfigError
+from ray_llm_eks.domain.loading.config import load_settings
 from tests.conftest import settings_error
 
 NS = "ray-llm-eks:"
@@ -205,7 +205,7 @@ def test_defaults_fill_what_a_stack_leaves_out():
     values = {
         "gpuPools": '{"prefill": {"instanceType": "g6.8xlarge"}, "decode": {"instanceType": "g6.12xlarge"}}',
         "gpuAmiId": "ami-0123456789abcdef0",
-        # Required in the default environment (production): domain/security/hardening.py
+        # Required in the default environment (production): ray_llm_eks/domain/security/hardening.py
         "endpointPublicAccessCidrs": '["198.51.100.0/24"]',
     }
     settings = load_settings(values.get, "qa", "eu-west-1", botocore_facts.load())

@@ -1,4 +1,4 @@
-"""domain/data/config_keys.yaml is the one table of the stack keys: each entry is well formed, the
+"""ray_llm_eks/domain/data/config_keys.yaml is the one table of the stack keys: each entry is well formed, the
 default it states is the one the program applies, and docs/configuration.md is generated from it."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from adapters import stack
-from domain.cluster.deploy_mode import EXISTING_ONLY
-from domain.core import config_keys
+from ray_llm_eks.adapters import stack
+from ray_llm_eks.domain.cluster.deploy_mode import EXISTING_ONLY
+from ray_llm_eks.domain.core import config_keys
 from tools import config_docs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def test_the_tables_default_is_what_the_program_applies(key):
 
 def test_a_default_written_in_code_as_well_is_refused():
     """A constant default lives only in the table: code that passes its own for such a key fails."""
-    from domain.loading.raw_config import RawConfig
+    from ray_llm_eks.domain.loading.raw_config import RawConfig
 
     raw = RawConfig({}.get)
     assert raw.text("natGateways") == config_keys.default("natGateways")

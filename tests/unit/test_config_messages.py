@@ -1,5 +1,5 @@
-"""How a bad stack value is told: one line, from one helper (domain/core/errors.py line), naming the file where
-known, the key as the user wrote it, the value as YAML writes it, and what is allowed; an unknown key gets a
+"""How a bad stack value is told: one line, from one helper (ray_llm_eks/domain/core/errors.py line), naming the file
+where known, the key as the user wrote it, the value as YAML writes it, and what is allowed; an unknown key gets a
 "did you mean" and a pointer to docs/configuration.md instead of the list of every key."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from domain.checks.preflight import PreflightError, check_zones
-from domain.core import config_keys
-from domain.core.errors import NOT_SHOWN, UNSET, ConfigError, line, yaml_text
-from domain.fit import scaling
-from domain.platform import prices
-from domain.serving import model_table, routing
-from domain.telemetry import alerts, slo
+from ray_llm_eks.domain.checks.preflight import PreflightError, check_zones
+from ray_llm_eks.domain.core import config_keys
+from ray_llm_eks.domain.core.errors import NOT_SHOWN, UNSET, ConfigError, line, yaml_text
+from ray_llm_eks.domain.fit import scaling
+from ray_llm_eks.domain.platform import prices
+from ray_llm_eks.domain.serving import model_table, routing
+from ray_llm_eks.domain.telemetry import alerts, slo
 from tests.conftest import settings_error, settings_of
 
 NS = "ray-llm-eks:"
@@ -26,8 +26,8 @@ ONE_LINE = re.compile(r"^(Pulumi\.\w+\.yaml: )?invalid config [\w:.\[\]-]+( = .+
 
 
 def test_the_aws_key_list_is_the_installed_providers():
-    """domain/data/provider_config_keys.yaml against pulumi-aws's own SDK (config/vars.py, generated from the
-    provider's schema) at the pinned version: a bump that adds or drops a key fails here."""
+    """ray_llm_eks/domain/data/provider_config_keys.yaml against pulumi-aws's own SDK (config/vars.py, generated from
+    the provider's schema) at the pinned version: a bump that adds or drops a key fails here."""
     entry = config_keys.provider_keys()["aws"]
     pinned = next(ln for ln in (ROOT / "requirements.txt").read_text().splitlines() if ln.startswith("pulumi-aws=="))
     sdk = importlib.metadata.distribution("pulumi_aws")
@@ -133,11 +133,11 @@ def test_every_message_is_one_line_in_the_one_format_in_yamls_words(case):
 
 
 def test_one_helper_writes_the_line():
-    """Every module raises ConfigError (domain/core/errors.py), whose one function `line` writes the text: no
-    other module spells the format out."""
+    """Every module raises ConfigError (ray_llm_eks/domain/core/errors.py), whose one function `line` writes the text:
+    no other module spells the format out."""
     spelled = [
         str(path.relative_to(ROOT))
-        for folder in ("domain", "adapters", "offline")
+        for folder in ("ray_llm_eks/domain", "ray_llm_eks/adapters", "offline")
         for path in (ROOT / folder).rglob("*.py")
         if path.name != "errors.py" and "invalid config" in path.read_text()
     ]
@@ -195,14 +195,15 @@ def test_a_nested_mapping_given_a_scalar_lists_its_fields(key, value, field):
     ],
 )
 def test_each_parser_refuses_a_scalar_as_the_stack_does(parse, key):
-    """The modules check the shape themselves too (callers other than domain/loading/config.py): the same line."""
+    """The modules check the shape themselves too (callers other than ray_llm_eks/domain/loading/config.py): the same
+    line."""
     with pytest.raises(ConfigError) as caught:
         parse("on")
     assert str(caught.value) == str(settings_error({NS + key: "on"}))
 
 
 def test_deploy_time_refusals_use_the_same_line():
-    """What only AWS can answer (domain/checks/preflight.py) is refused in the same one line."""
+    """What only AWS can answer (ray_llm_eks/domain/checks/preflight.py) is refused in the same one line."""
 
     class Aws:
         def zones(self):

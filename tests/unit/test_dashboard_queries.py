@@ -1,5 +1,5 @@
 """Every panel query of the shipped dashboards as Prometheus gets it: Grafana's variables substituted the way
-Grafana does with its default selections (domain/render/dashboards.py panel_queries)."""
+Grafana does with its default selections (ray_llm_eks/domain/render/dashboards.py panel_queries)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from adapters import stack
-from domain.render import dashboards
+from ray_llm_eks.adapters import stack
+from ray_llm_eks.domain.render import dashboards
 from tools import exported_metrics
 
 
@@ -66,7 +66,7 @@ def test_all_means_what_grafana_sends():
 
 
 # A metric name in a query: not a label (ray_io_cluster) and not part of a regular expression (ray_serve_(http|...)).
-# ray_selective_pd_: ours (serve_ingress/selective_pd.py), listed from its declaration like the others.
+# ray_selective_pd_: ours (ray_llm_eks/serve_ingress/selective_pd.py), listed from its declaration like the others.
 _ENGINE_OR_SERVE = re.compile(r"\bray_(?:vllm|serve|selective_pd)_[a-zA-Z0-9_]*\b(?![.*(])")
 
 
@@ -81,7 +81,8 @@ def unexported(boards: dict[str, dict], names: set[str]) -> list[tuple[str, str,
 
 
 def test_every_panel_queries_an_engine_or_serve_metric_the_pinned_vllm_and_ray_export(shipped):
-    """observability/exported-metrics.txt is derived from the pinned sources (`make check-upstream` re-derives it)."""
+    """ray_llm_eks/observability/exported-metrics.txt is derived from the pinned sources (`make check-upstream`
+    re-derives it)."""
     names = exported_metrics.read_list()
     assert unexported(shipped, names) == []
     assert (
@@ -148,7 +149,8 @@ def test_names_and_kinds_come_from_the_declarations():
 
 
 def test_our_own_metrics_are_listed_from_their_declarations_in_serve_ingress():
-    """serve_ingress/'s metrics are in the list as tools/exported_metrics.py reads them (a renamed one is not)."""
+    """ray_llm_eks/serve_ingress/'s metrics are in the list as tools/exported_metrics.py reads them (a renamed one is
+    not)."""
     own = exported_metrics.prometheus_names(exported_metrics.declared(exported_metrics.own_sources(), ""))
     assert own == ["ray_selective_pd_prompt_tokens_total", "ray_selective_pd_requests_total"]
     assert set(own) <= exported_metrics.read_list()
@@ -159,7 +161,7 @@ def test_our_own_metrics_are_listed_from_their_declarations_in_serve_ingress():
 
 
 def test_every_alert_rule_reads_a_metric_that_is_exported():
-    from domain.telemetry import alerts
+    from ray_llm_eks.domain.telemetry import alerts
 
     spec = alerts.render(
         alerts.RuleInputs(pd=True, namespace="ray", service_name="llm", kv_floor_bytes_per_s=1e9, local_prefill_below=1)

@@ -56,9 +56,9 @@ def test_readme_is_short_with_the_set_up_commands_near_the_top():
 
 
 def test_readme_costs_are_what_the_cost_model_computes():
-    """The README's cost table is domain/stack/cost.py's figures for each shipped stack (at desired size and
+    """The README's cost table is ray_llm_eks/domain/stack/cost.py's figures for each shipped stack (at desired size and
     with every pool at max), so a price or graph change that moves them fails here until it is updated."""
-    from domain.stack import cost
+    from ray_llm_eks.domain.stack import cost
     from tests.conftest import settings_of
 
     rows = re.findall(r"^\| `(\w+)` \| [^|]+ \| ([\d.]+) \| ([\d.]+) \|$", (ROOT / "README.md").read_text(), re.M)

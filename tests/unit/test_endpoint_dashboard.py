@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from adapters import stack
-from domain.render import dashboards
-from domain.telemetry import alerts
+from ray_llm_eks.adapters import stack
+from ray_llm_eks.domain.render import dashboards
+from ray_llm_eks.domain.telemetry import alerts
 
 
 @pytest.fixture(scope="module")

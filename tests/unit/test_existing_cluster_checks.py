@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from adapters import stack
-from domain.cluster.deploy_mode import check_kubeconfig
-from domain.core import config_keys
-from domain.core.errors import ConfigError
-from domain.core.facts import POOL_NODE_LABEL
-from domain.loading.config import load_deploy_mode
-from domain.platform.cluster_checks import check_cluster, check_crd
-from domain.render.ray_service import ray_service_spec
 from e2e.cluster import node_object, node_shapes
+from ray_llm_eks.adapters import stack
+from ray_llm_eks.domain.cluster.deploy_mode import check_kubeconfig
+from ray_llm_eks.domain.core import config_keys
+from ray_llm_eks.domain.core.errors import ConfigError
+from ray_llm_eks.domain.core.facts import POOL_NODE_LABEL
+from ray_llm_eks.domain.loading.config import load_deploy_mode
+from ray_llm_eks.domain.platform.cluster_checks import check_cluster, check_crd
+from ray_llm_eks.domain.render.ray_service import ray_service_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,8 @@ import zipfile
 
 import pytest
 
-from adapters.stackfile import ROOT
-from domain.serving import engine_args
+from ray_llm_eks.adapters.stackfile import ROOT
+from ray_llm_eks.domain.serving import engine_args
 
 # meta-llama/Llama-2-7b-hf's config.json (its published values; 6,738,415,616 parameters) and the
 # architecture fields of meta-llama/Llama-3.1-8B-Instruct's.
@@ -77,13 +77,13 @@ def test_value_problem(value, spec, bad):
     [(1, 1, 1, 1), (2, 1, 1, 2), (2, 2, 4, 1), (3, 2, 4, 2), (1, 8, 4, 2), (2, 8, 4, 4)],
 )
 def test_nodes_a_role_uses(replicas, gpus_per_replica, gpus_per_node, nodes):
-    from domain.fit.pool_use import nodes_used
+    from ray_llm_eks.domain.fit.pool_use import nodes_used
 
     assert nodes_used(replicas, gpus_per_replica, gpus_per_node) == nodes
 
 
 def test_model_spec_from_config_matches_the_table(tmp_path):
-    from domain.serving.model_table import KNOWN_MODELS
+    from ray_llm_eks.domain.serving.model_table import KNOWN_MODELS
 
     spec, missing = _spec(LLAMA_31_8B)
     known = KNOWN_MODELS["meta-llama/Llama-3.1-8B-Instruct"]

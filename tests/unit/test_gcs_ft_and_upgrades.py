@@ -1,4 +1,4 @@
-"""GCS fault tolerance (domain/cluster/gcs_ft.py) and what a change does to a running service (upgrades.py),
+"""GCS fault tolerance (ray_llm_eks/domain/cluster/gcs_ft.py) and what a change does to a running service (upgrades.py),
 called directly on the shipped stacks' settings."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from adapters import stack
-from domain.cluster import gcs_ft, upgrades
-from domain.core.errors import ConfigError
-from domain.render.ray_service import ZONE_LABEL, ray_service_spec, replacement_paths
+from ray_llm_eks.adapters import stack
+from ray_llm_eks.domain.cluster import gcs_ft, upgrades
+from ray_llm_eks.domain.core.errors import ConfigError
+from ray_llm_eks.domain.render.ray_service import ZONE_LABEL, ray_service_spec, replacement_paths
 
 
 @pytest.fixture(scope="module")

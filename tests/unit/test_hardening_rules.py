@@ -40,7 +40,7 @@ def test_bad_source_ranges_are_refused(ranges, message):
 
 
 def test_the_default_source_ranges_are_the_vpc_less_its_pod_subnets():
-    from domain.platform.subnets import outside_pod_subnets, pod_subnet_cidrs
+    from ray_llm_eks.domain.platform.subnets import outside_pod_subnets, pod_subnet_cidrs
 
     assert settings_of().hardening.endpoint_source_ranges == ("10.0.128.0/17",)
     assert outside_pod_subnets("10.0.0.0/16", pod_subnet_cidrs("10.0.0.0/16", 1)) == ["10.0.64.0/18", "10.0.128.0/17"]

@@ -1,5 +1,5 @@
-"""Karpenter's objects for our GPU pools (domain/render/karpenter.py), validated against the pinned Karpenter
-CRDs (offline/schemas/karpenter.*.v1.14.1.yaml) and checked against what our pods select,
+"""Karpenter's objects for our GPU pools (ray_llm_eks/domain/render/karpenter.py), validated against the pinned
+Karpenter CRDs (offline/schemas/karpenter.*.v1.14.1.yaml) and checked against what our pods select,
 tolerate and request. The CRDs' CEL rules (x-kubernetes-validations) are not evaluated here: only an
 API server does that."""
 
@@ -11,11 +11,11 @@ import jsonschema
 import pytest
 import yaml
 
-from adapters.stackfile import ROOT
-from domain.core.facts import EFA_RESOURCE, GPU_RESOURCE, POOL_NODE_LABEL
-from domain.platform.placement import GPU_TAINT, ZONE_LABEL
-from domain.render import karpenter
-from domain.render.ray_service import ray_service_spec
+from ray_llm_eks.adapters.stackfile import ROOT
+from ray_llm_eks.domain.core.facts import EFA_RESOURCE, GPU_RESOURCE, POOL_NODE_LABEL
+from ray_llm_eks.domain.platform.placement import GPU_TAINT, ZONE_LABEL
+from ray_llm_eks.domain.render import karpenter
+from ray_llm_eks.domain.render.ray_service import ray_service_spec
 from tests.conftest import settings_error, settings_of
 
 SCHEMAS = ROOT / "offline" / "schemas"
@@ -176,8 +176,8 @@ def test_karpenter_is_read_with_its_chart_and_spot_for_prefill():
 
 def test_the_controllers_values_are_keys_of_the_pinned_chart():
     """Every value we set is one the chart at karpenterVersion has (offline/schemas/charts/)."""
-    from components.karpenter import chart_values
-    from domain.core.config_keys import default
+    from ray_llm_eks.components.karpenter import chart_values
+    from ray_llm_eks.domain.core.config_keys import default
     from tests.unit.test_observability_settings import chart_defaults, unknown_keys
 
     values = chart_values("dev", "dev", 2)

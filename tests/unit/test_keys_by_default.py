@@ -1,5 +1,6 @@
 """Keys by default: a stack without apiKeys is refused at deploy time, the key check is off only
-where the stack says so and only in environment dev (domain/security/hardening.py, domain/loading/config.py)."""
+where the stack says so and only in environment dev (ray_llm_eks/domain/security/hardening.py,
+ray_llm_eks/domain/loading/config.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from adapters import stack
-from domain.core.errors import ConfigError
-from domain.core.facts import SECRET_MARKER
-from domain.loading.config import secret_checks
-from domain.render.ray_service import ray_service_spec, served_document
+from ray_llm_eks.adapters import stack
+from ray_llm_eks.domain.core.errors import ConfigError
+from ray_llm_eks.domain.core.facts import SECRET_MARKER
+from ray_llm_eks.domain.loading.config import secret_checks
+from ray_llm_eks.domain.render.ray_service import ray_service_spec, served_document
 
 NS = "ray-llm-eks:"
 

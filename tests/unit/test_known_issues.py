@@ -1,4 +1,4 @@
-"""The known-issues table (domain/data/known_issues.yaml): each entry hits the stack shape it names and
+"""The known-issues table (ray_llm_eks/domain/data/known_issues.yaml): each entry hits the stack shape it names and
 stops hitting when one fact of its condition goes; the shipped stacks get exactly the lines intended."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from adapters.stack import load_settings, stack_file
-from domain.checks import known_issues
-from domain.checks.known_issues import StackFacts
-from domain.core.errors import ConfigError
-from domain.render import ray_service
-from domain.serving import serve_config
+from ray_llm_eks.adapters.stack import load_settings, stack_file
+from ray_llm_eks.domain.checks import known_issues
+from ray_llm_eks.domain.checks.known_issues import StackFacts
+from ray_llm_eks.domain.core.errors import ConfigError
+from ray_llm_eks.domain.render import ray_service
+from ray_llm_eks.domain.serving import serve_config
 
 DLC = {"ray": "2.58.0", "vllm": "0.26.0", "nixl": "1.3.1"}
 # The shipped dev stack as the table sees it: PD, LIBFABRIC, NixlConnector, the hybrid Qwen3.5, TP 1/1.
@@ -121,8 +121,8 @@ def test_the_shipped_stacks_get_exactly_their_warnings():
     expected = {
         "dev": [stale],
         "prod": [stale],
-        "xpyd": [ineffective, stale],  # prefix caching on prefill (serve_configs/pd-xpyd.yaml)
-        "dp": [ineffective],  # prefix caching on its collocated replicas (serve_configs/data-parallel.yaml)
+        "xpyd": [ineffective, stale],  # prefix caching on prefill (ray_llm_eks/serve_configs/pd-xpyd.yaml)
+        "dp": [ineffective],  # prefix caching on its collocated replicas (ray_llm_eks/serve_configs/data-parallel.yaml)
         "baseline": [],
         "tp": [],
     }

@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from domain.serving import model_table
 from measure import kv_proof
 from measure.kv_proof import INF, KvCounters, KvShape, Sample
+from ray_llm_eks.domain.serving import model_table
 
 # vLLM 0.26 nixl/stats.py: bytes-per-transfer buckets 2^11, 2^13, ... 2^33; transfer-time buckets.
 BYTE_BOUNDS = [2.0 ** (10 + i) for i in range(1, 25, 2)]
@@ -227,6 +227,6 @@ def test_long_prompts_must_be_counted_on_the_split_path():
 
 
 def test_the_path_labels_are_the_ones_the_decode_replicas_count():
-    from serve_ingress import local_prefill
+    from ray_llm_eks.serve_ingress import local_prefill
 
     assert (kv_proof.LOCAL_PATH, kv_proof.SPLIT_PATH) == (local_prefill.LOCAL, local_prefill.SPLIT)

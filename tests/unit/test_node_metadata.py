@@ -7,9 +7,9 @@ import re
 import botocore.loaders
 import pulumi
 
-from components.node_metadata import LAUNCH_TEMPLATE, hop_limit_one
-from domain.core.facts import NODE_METADATA_OPTIONS
 from offline.eks_rules import managed_launch_template
+from ray_llm_eks.components.node_metadata import LAUNCH_TEMPLATE, hop_limit_one
+from ray_llm_eks.domain.core.facts import NODE_METADATA_OPTIONS
 
 
 def _args(type_: str, props: dict) -> pulumi.ResourceTransformArgs:

@@ -1,5 +1,5 @@
-"""domain/telemetry/observability.py on its own: the `observability` setting, what the monitoring takes from the
-nodes, and every value we hand the pinned charts and the Prometheus Operator, checked against the
+"""ray_llm_eks/domain/telemetry/observability.py on its own: the `observability` setting, what the monitoring takes from
+the nodes, and every value we hand the pinned charts and the Prometheus Operator, checked against the
 charts' own values.yaml and the operator's CRDs at the pinned versions (offline/schemas/)."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ import jsonschema
 import pytest
 import yaml
 
-from adapters.stackfile import ROOT
-from domain.core import config_keys
-from domain.core.errors import ConfigError
-from domain.platform import versions
-from domain.platform.sizing import Resources
-from domain.platform.versions import ChartPin
-from domain.telemetry import monitoring_release, observability
-from domain.telemetry.observability import ObservabilitySettings, load_observability
+from ray_llm_eks.adapters.stackfile import ROOT
+from ray_llm_eks.domain.core import config_keys
+from ray_llm_eks.domain.core.errors import ConfigError
+from ray_llm_eks.domain.platform import versions
+from ray_llm_eks.domain.platform.sizing import Resources
+from ray_llm_eks.domain.platform.versions import ChartPin
+from ray_llm_eks.domain.telemetry import monitoring_release, observability
+from ray_llm_eks.domain.telemetry.observability import ObservabilitySettings, load_observability
 
 SCHEMAS = ROOT / "offline" / "schemas"
 STACK_CHART = ChartPin(*versions.KUBE_PROMETHEUS_STACK_CHART, config_keys.default("kubePrometheusStackVersion"))

@@ -1,4 +1,4 @@
-"""The one builder of the RayService that deploys (domain/render/ray_service.py ray_service_spec): its
+"""The one builder of the RayService that deploys (ray_llm_eks/domain/render/ray_service.py ray_service_spec): its
 serve document is the keyed one, and every Ray pod carries what the key check needs."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from adapters import stack
-from domain.render.ray_service import ray_service_spec, served_document
-from domain.serving import api_keys, serve_config
+from ray_llm_eks.adapters import stack
+from ray_llm_eks.domain.render.ray_service import ray_service_spec, served_document
+from ray_llm_eks.domain.serving import api_keys, serve_config
 
 
 @pytest.fixture(scope="module", params=["dev", "baseline"])

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from domain.core.errors import ConfigError
-from domain.fit import model_fit
-from domain.serving import model_table, vllm_fit
+from ray_llm_eks.domain.core.errors import ConfigError
+from ray_llm_eks.domain.fit import model_fit
+from ray_llm_eks.domain.serving import model_table, vllm_fit
 from tests.unit.test_first_hour_rules import LLAMA_31_8B
 from tests.unit.test_vllm_fit import QWEN35_9B_TEXT_CONFIG
 

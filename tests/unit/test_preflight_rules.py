@@ -8,17 +8,17 @@ import re
 
 import pytest
 
-from adapters.stackfile import ROOT, SecretValue
-from domain.checks import preflight
-from domain.core.errors import ConfigError
-from domain.fit import model_fit
-from domain.fit.model_fit import check_role
-from domain.platform import aws_facts, prices
-from domain.serving import fit_prediction, model_table
-from domain.serving.fit_prediction import Engine, predict
-from domain.serving.model_table import GIB
-from domain.serving.serve_config import llm_configs_by_role
-from domain.stack import cost
+from ray_llm_eks.adapters.stackfile import ROOT, SecretValue
+from ray_llm_eks.domain.checks import preflight
+from ray_llm_eks.domain.core.errors import ConfigError
+from ray_llm_eks.domain.fit import model_fit
+from ray_llm_eks.domain.fit.model_fit import check_role
+from ray_llm_eks.domain.platform import aws_facts, prices
+from ray_llm_eks.domain.serving import fit_prediction, model_table
+from ray_llm_eks.domain.serving.fit_prediction import Engine, predict
+from ray_llm_eks.domain.serving.model_table import GIB
+from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
+from ray_llm_eks.domain.stack import cost
 from tests.conftest import region_overrides, settings_error, settings_of
 
 NS = "ray-llm-eks:"
@@ -169,8 +169,8 @@ def hourly(overrides: dict | None = None, stack: str = "dev") -> cost.CostEstima
 
 
 def test_dev_cost_is_two_gpu_nodes_a_system_node_eks_and_a_nat():
-    # us-east-1 on-demand (AWS price list, domain/platform/prices.py): g6.8xlarge 2.0144, m7i.xlarge 0.2016, EKS 0.10,
-    # NAT gateway 0.045 per hour.
+    # us-east-1 on-demand (AWS price list, ray_llm_eks/domain/platform/prices.py): g6.8xlarge 2.0144, m7i.xlarge 0.2016,
+    # EKS 0.10, NAT gateway 0.045 per hour.
     reference = 2 * 2.0144 + 0.2016 + 0.10 + 0.045
     estimated = hourly()
     assert abs(estimated.usd_per_hour - reference) / reference < 0.10

@@ -1,5 +1,5 @@
 """promtool, the one Prometheus ships, on our rules: `check rules` on every shipped stack's PrometheusRule and
-the unit tests in observability/rules-tests/ (alerts that must fire, and when they must not). promtool comes
+the unit tests in ray_llm_eks/observability/rules-tests/ (alerts that must fire, and when they must not). promtool comes
 from the Go build (go_binaries/build.py, Prometheus 3.14.0) or the PATH; without it these tests skip, saying so."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from adapters import stack
-from domain.render import alert_rules
-from domain.telemetry import alerts
 from go_binaries import build
+from ray_llm_eks.adapters import stack
+from ray_llm_eks.domain.render import alert_rules
+from ray_llm_eks.domain.telemetry import alerts
 
-TESTS_DIR = Path(__file__).resolve().parents[2] / "observability" / "rules-tests"
+TESTS_DIR = Path(__file__).resolve().parents[2] / "ray_llm_eks" / "observability" / "rules-tests"
 # What the unit tests in TESTS_DIR assume (their header says so).
 TEST_INPUTS = alerts.RuleInputs(pd=True, namespace="ray", service_name="llm-dev", kv_floor_bytes_per_s=1e9)
 

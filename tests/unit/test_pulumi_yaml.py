@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from adapters.stackfile import _raw_string
-from domain.core.yaml_files import YamlSyntaxError, parse, parse_pulumi
+from ray_llm_eks.adapters.stackfile import _raw_string
+from ray_llm_eks.domain.core.yaml_files import YamlSyntaxError, parse, parse_pulumi
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from domain.render import dashboards
+from ray_llm_eks.domain.render import dashboards
 from tools import ray_dashboards
 
 

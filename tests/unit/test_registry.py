@@ -1,4 +1,4 @@
-"""adapters/registry.py against a fake Docker Registry v2 on the loopback: the HEAD manifest request,
+"""ray_llm_eks/adapters/registry.py against a fake Docker Registry v2 on the loopback: the HEAD manifest request,
 its Bearer and Basic challenges, the digest header; and the pinning the program applies."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import ClassVar
 
 import pytest
 
-from adapters import registry
-from domain.core.facts import IMAGE_DIGEST_PLACEHOLDER
-from domain.platform import image_ref
+from ray_llm_eks.adapters import registry
+from ray_llm_eks.domain.core.facts import IMAGE_DIGEST_PLACEHOLDER
+from ray_llm_eks.domain.platform import image_ref
 
 DIGEST = "sha256:" + "5e" * 32
 TOKEN = "anonymous-pull-token"

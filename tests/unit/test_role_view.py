@@ -2,7 +2,7 @@
 
 import pytest
 
-from domain.serving.role_view import role_views
+from ray_llm_eks.domain.serving.role_view import role_views
 
 
 def _doc(engine_kwargs: dict, deployment: dict | None = None) -> dict:

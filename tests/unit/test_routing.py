@@ -1,5 +1,5 @@
-"""Routing per role (stack key `routing`, domain/serving/routing.py): parsed, checked like every key, rendered
-into the role's `request_router_config`; the allow-list held equal to the pinned Ray's router."""
+"""Routing per role (stack key `routing`, ray_llm_eks/domain/serving/routing.py): parsed, checked like every key,
+rendered into the role's `request_router_config`; the allow-list held equal to the pinned Ray's router."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from adapters.stack import load_settings, stack_file
-from domain.core.errors import ConfigError
-from domain.serving import routing, serve_config
+from ray_llm_eks.adapters.stack import load_settings, stack_file
+from ray_llm_eks.domain.core.errors import ConfigError
+from ray_llm_eks.domain.serving import routing, serve_config
 
 NS = "ray-llm-eks:"
 
@@ -70,7 +70,9 @@ def test_every_field_reaches_rays_names():
 
 def test_the_stack_replaces_a_serve_files_router():
     configs = {"collocated": {"deployment_config": {"request_router_config": {"request_router_class": "x"}}}}
-    routing.apply(configs, routing.parse({"collocated": {"policy": "powerOfTwo"}}), "serve_configs/data-parallel.yaml")
+    routing.apply(
+        configs, routing.parse({"collocated": {"policy": "powerOfTwo"}}), "ray_llm_eks/serve_configs/data-parallel.yaml"
+    )
     assert "request_router_config" not in configs["collocated"]["deployment_config"]
 
 
@@ -127,7 +129,9 @@ def test_invalid_routing_is_one_line_naming_the_key(case):
 
 
 def test_a_role_the_app_does_not_have_is_refused_through_the_stack():
-    with pytest.raises(ConfigError, match=r"routing\.prefill = prefixAffinity: a role of serve_configs/data-parallel"):
+    with pytest.raises(
+        ConfigError, match=r"routing\.prefill = prefixAffinity: a role of ray_llm_eks/serve_configs/data-parallel"
+    ):
         roles_of("dp", {NS + "routing": json.dumps({"prefill": {"policy": "prefixAffinity"}})})
 
 

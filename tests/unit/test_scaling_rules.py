@@ -1,4 +1,4 @@
-"""Scaling rules called directly (domain/fit/scaling.py through the stack adapter): bounds that must agree
+"""Scaling rules called directly (ray_llm_eks/domain/fit/scaling.py through the stack adapter): bounds that must agree
 across Ray Serve, KubeRay and the node groups, the autoscaling key, several pools for one role. What the
 program declares with them: tests/plan/test_scaling.py."""
 

@@ -1,14 +1,14 @@
-"""Selective PD: the decode replica's decision (serve_ingress/local_prefill.py, as the pods run it) and the stack
-key selectivePd, rendered into the serve config the RayService runs."""
+"""Selective PD: the decode replica's decision (ray_llm_eks/serve_ingress/local_prefill.py, as the pods run it) and the
+stack key selectivePd, rendered into the serve config the RayService runs."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
 
-from domain.render.ray_service import ray_service_spec
-from domain.serving import api_keys, serve_config
-from serve_ingress import local_prefill
+from ray_llm_eks.domain.render.ray_service import ray_service_spec
+from ray_llm_eks.domain.serving import api_keys, serve_config
+from ray_llm_eks.serve_ingress import local_prefill
 from tests.conftest import settings_error, settings_of
 
 NS = "ray-llm-eks:"
@@ -80,7 +80,7 @@ def test_selective_pd_ships_its_decode_server_with_the_ingress_code():
         (
             {NS + "selectivePd": "1024"},
             "baseline",
-            "selectivePd = 1024: off: serve_configs/collocated.yaml has no prefill",
+            "selectivePd = 1024: off: ray_llm_eks/serve_configs/collocated.yaml has no prefill",
         ),
         ({NS + "selectivePd": "1024", NS + "apiKeyCheck": False}, "dev", "off while apiKeyCheck is false"),
     ],

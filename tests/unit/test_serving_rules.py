@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from adapters.stackfile import ROOT, SecretValue
-from domain.core import config_keys
-from domain.core.errors import ConfigError
-from domain.platform import aws_facts, versions
-from domain.render.ray_service import ray_service_spec
-from domain.serving.serve_config import llm_configs_by_role
 from e2e.checks import max_model_lens
+from ray_llm_eks.adapters.stackfile import ROOT, SecretValue
+from ray_llm_eks.domain.core import config_keys
+from ray_llm_eks.domain.core.errors import ConfigError
+from ray_llm_eks.domain.platform import aws_facts, versions
+from ray_llm_eks.domain.render.ray_service import ray_service_spec
+from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
 from tests.conftest import region_overrides, settings_error, settings_of
 
 NS = "ray-llm-eks:"
@@ -56,7 +56,7 @@ def test_family_settings_follow_the_model_not_the_file():
 
 
 def test_a_serve_file_may_not_carry_family_settings(monkeypatch):
-    from domain.serving import serve_config
+    from ray_llm_eks.domain.serving import serve_config
 
     doc = _pd_file()
     doc["applications"][0]["args"]["decode_config"]["engine_kwargs"]["language_model_only"] = True
@@ -104,7 +104,7 @@ def test_dev_requirements_pin_the_images_ray():
 
 
 def test_vllm_argument_list_is_for_the_images_vllm():
-    data = json.loads((ROOT / "domain" / "data" / "vllm_engine_args.json").read_text())
+    data = json.loads((ROOT / "ray_llm_eks" / "domain" / "data" / "vllm_engine_args.json").read_text())
     assert data["vllm_version"] == versions.DLC_IMAGES[config_keys.default("dlcImageTag")].vllm
     assert "vllm" in data["source"] and len(data["engine_args"]) > 100
     assert {"max_model_len", "tensor_parallel_size", "gpu_memory_utilization", "kv_transfer_config"} <= set(
@@ -113,7 +113,7 @@ def test_vllm_argument_list_is_for_the_images_vllm():
 
 
 SERVING_INVALID = {
-    "unknown serve config": ({NS + "serveConfig": "pd"}, "serveConfig", "serve_configs/"),
+    "unknown serve config": ({NS + "serveConfig": "pd"}, "serveConfig", "ray_llm_eks/serve_configs/"),
     "region without DLC registry": (
         region_overrides("us-gov-west-1"),
         "aws:region",
@@ -155,17 +155,17 @@ def test_invalid_serving_value_is_refused_naming_key_and_rule(case):
 
 
 def _pd_file() -> dict:
-    return yaml.safe_load((ROOT / "serve_configs" / "pd-disaggregated.yaml").read_text())
+    return yaml.safe_load((ROOT / "ray_llm_eks" / "serve_configs" / "pd-disaggregated.yaml").read_text())
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "serve_configs").glob("*.yaml")))
+@pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "ray_llm_eks" / "serve_configs").glob("*.yaml")))
 def test_every_serve_file_passes_ray_and_our_checks(name):
     from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
     from ray.serve.schema import ServeDeploySchema
 
-    from domain.serving.serve_config import check_application, llm_configs_by_role
+    from ray_llm_eks.domain.serving.serve_config import check_application, llm_configs_by_role
 
-    doc = yaml.safe_load((ROOT / "serve_configs" / f"{name}.yaml").read_text())
+    doc = yaml.safe_load((ROOT / "ray_llm_eks" / "serve_configs" / f"{name}.yaml").read_text())
     ServeDeploySchema.model_validate(doc)
     check_application(doc, name, "0.26.0")
     for config in llm_configs_by_role(doc, name).values():
@@ -173,7 +173,7 @@ def test_every_serve_file_passes_ray_and_our_checks(name):
 
 
 def _breaks(mutate) -> str:
-    from domain.serving.serve_config import check_application
+    from ray_llm_eks.domain.serving.serve_config import check_application
 
     doc = _pd_file()
     mutate(doc["applications"][0]["args"])
@@ -230,7 +230,7 @@ def test_stack_overrides_reach_the_rendered_config():
 
 
 def test_serve_files_are_plain_data():
-    files = sorted(p.name for p in (ROOT / "serve_configs").iterdir())
+    files = sorted(p.name for p in (ROOT / "ray_llm_eks" / "serve_configs").iterdir())
     assert files == [
         "collocated.yaml",
         "data-parallel.yaml",
@@ -239,7 +239,7 @@ def test_serve_files_are_plain_data():
         "tensor-parallel.yaml",
     ]
     for name in files:
-        assert Path(ROOT / "serve_configs" / name).read_text().count("import_path") == 1
+        assert Path(ROOT / "ray_llm_eks" / "serve_configs" / name).read_text().count("import_path") == 1
 
 
 @pytest.mark.parametrize(
@@ -263,7 +263,7 @@ def test_region_without_an_eks_addon_registry_is_refused_naming_it(monkeypatch):
 
 def test_tensor_parallel_wider_than_the_node_names_the_gpus_per_node(monkeypatch):
     """Not "replicas.prefill = 1: at most 0": the cause is the instance's GPU count."""
-    from domain.serving import serve_config
+    from ray_llm_eks.domain.serving import serve_config
 
     doc = _pd_file()
     doc["applications"][0]["args"]["prefill_config"]["engine_kwargs"]["tensor_parallel_size"] = 2

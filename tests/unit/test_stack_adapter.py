@@ -1,12 +1,13 @@
-"""adapters/stack.py: what the running program reads from Pulumi's config, and what reaches domain/."""
+"""ray_llm_eks/adapters/stack.py: what the running program reads from Pulumi's config, and what reaches
+ray_llm_eks/domain/."""
 
 from __future__ import annotations
 
 import pytest
 from pulumi.runtime import config as runtime_config
 
-from adapters import stack
-from domain.core.facts import SECRET_MARKER
+from ray_llm_eks.adapters import stack
+from ray_llm_eks.domain.core.facts import SECRET_MARKER
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def test_the_running_stack_holds_no_secret_in_plain_text(engine_config):
 def test_a_secret_given_in_plain_text_reaches_domain_as_the_marker_only(monkeypatch):
     """A test's SecretValue is handed to the program in plain text (as the CLI decrypts it); Settings
     still sees only that it is set."""
-    from adapters.stackfile import SecretValue
+    from ray_llm_eks.adapters.stackfile import SecretValue
 
     config = stack.stack_file("dev", overrides={"ray-llm-eks:hfToken": SecretValue("hf_plain")})
     assert config.values["ray-llm-eks:hfToken"] == "hf_plain"

@@ -1,12 +1,13 @@
-"""The wait `destroy` runs before the EBS CSI driver goes (domain/platform/teardown.py, adapters/teardown.py), against a
+"""The wait `destroy` runs before the EBS CSI driver goes (ray_llm_eks/domain/platform/teardown.py,
+ray_llm_eks/adapters/teardown.py), against a
 fake Kubernetes API and a fake clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from adapters import teardown as waits
-from domain.platform import teardown
+from ray_llm_eks.adapters import teardown as waits
+from ray_llm_eks.domain.platform import teardown
 
 
 def pv(name: str, storage_class: str = "gp3", policy: str = "Delete", phase: str = "Released") -> dict:

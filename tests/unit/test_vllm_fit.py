@@ -9,13 +9,13 @@ from dataclasses import replace
 
 import pytest
 
-from domain.core.errors import ConfigError
-from domain.fit import model_fit
-from domain.platform import aws_facts
-from domain.serving import fit_prediction, model_table, vllm_fit
-from domain.serving.fit_prediction import Engine, predict
-from domain.serving.model_table import GIB, MIB
 from measure import vllm_log
+from ray_llm_eks.domain.core.errors import ConfigError
+from ray_llm_eks.domain.fit import model_fit
+from ray_llm_eks.domain.platform import aws_facts
+from ray_llm_eks.domain.serving import fit_prediction, model_table, vllm_fit
+from ray_llm_eks.domain.serving.fit_prediction import Engine, predict
+from ray_llm_eks.domain.serving.model_table import GIB, MIB
 
 QWEN = model_table.KNOWN_MODELS["Qwen/Qwen3.5-9B"]
 LLAMA_ID = "meta-llama/Llama-3.1-8B-Instruct"

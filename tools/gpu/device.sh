@@ -85,7 +85,7 @@ go)
   last=$((pieces - 1))
   cp ".whl/p$last/wheels.tar.part$last" "$W/"
   rm -rf "$KIT" && mkdir -p "$KIT/repo" && cp -r .whl/kit "$KIT/kit"
-  # No botocore here: make verify and the bench read the facts the CPU side cached (adapters/botocore_facts.py).
+  # No botocore here: make verify and the bench read the facts the CPU side cached (ray_llm_eks/adapters/botocore_facts.py).
   mkdir -p "$RAY_LLM_EKS_CACHE" && cp .whl/kit/botocore-facts-*.json "$RAY_LLM_EKS_CACHE/"
   tar --exclude=./.whl --exclude=./.git -cf - . | tar -xf - -C "$KIT/repo"
   parts=$(for i in $(seq 0 "$last"); do echo "$W/wheels.tar.part$i"; done)

@@ -1,3 +1,0 @@
-"""The domain of ray-llm-eks, free of Pulumi: stack settings and their checks, AWS facts, sizing,
-model fit, cost, the serve-config renderer and the RayService manifest. Every entry point (the
-Pulumi program, `make plan`, the rehearsals) imports it; `components/` only turns it into resources."""

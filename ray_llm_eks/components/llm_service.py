@@ -1,0 +1,296 @@
+"""LlmService: the namespace, the Hugging Face token Secret and the RayService that serves the model
+behind one OpenAI-compatible endpoint, on any cluster that runs the KubeRay operator.
+
+No `from __future__ import annotations` here: Pulumi's component provider host reads the Args' and the
+component's annotations as types (pulumi/provider/experimental/analyzer.py, inspect.get_annotations)."""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from ray_llm_eks.components.args import fill_defaults
+from ray_llm_eks.components.network_policies import NamespaceNetworkPolicies
+from ray_llm_eks.domain.cluster import gcs_ft
+from ray_llm_eks.domain.core.config_keys import default
+from ray_llm_eks.domain.core.errors import ConfigError
+from ray_llm_eks.domain.core.facts import ENVIRONMENT_ANNOTATION, HEAD_PORTS, SERVE_PORT
+from ray_llm_eks.domain.platform.field_checks import (
+    check_environment,
+    check_namespace,
+    check_ready_timeout,
+    check_service_name,
+)
+from ray_llm_eks.domain.render.ray_service import (
+    HF_TOKEN_KEY,
+    HF_TOKEN_SECRET,
+    replacement_paths,
+    worker_groups_annotation,
+)
+from ray_llm_eks.domain.security import pod_security, secret_content
+from ray_llm_eks.domain.serving import api_keys
+
+ARGS = "LlmServiceArgs"  # names the Args in a bad field's line (ray_llm_eks/domain/core/errors.py line())
+
+
+def named_service_accounts(spec: Mapping[str, Any]) -> list[str]:
+    """The service accounts the worker templates name (the weights' reader, ray_llm_eks/domain/render/ray_service.py):
+    the component creates them. The head names none (KubeRay gives it its autoscaler's, or the namespace's default)."""
+    groups = spec.get("rayClusterConfig", {}).get("workerGroupSpecs") or []
+    return sorted({n for g in groups if (n := g.get("template", {}).get("spec", {}).get("serviceAccountName"))})
+
+
+@dataclass(frozen=True)
+class LlmServiceArgs:
+    """What the PD LLM service deploys: a RayService spec (ray_llm_eks.domain.render.ray_service.ray_service_spec
+    renders one from a stack) and the objects around it in its namespace."""
+
+    ray_service_spec: Mapping[str, Any]
+    """The RayService's spec: serveConfigV2, rayClusterConfig (its workerGroupSpecs), upgradeStrategy."""
+    model_id: str
+    """The served model's id, as clients name it (the serve config's model_loading_config.model_id)."""
+    namespace: str | None = default("namespace")
+    """The RayService's namespace, created by the component (a DNS label, not default, kube-* or the operator's)."""
+    service_name: str | None = default("serviceName")
+    """The RayService's name (a DNS-1035 label of at most 47 characters)."""
+    environment: str | None = default("environment")
+    """The environment annotation the policy pack reads (a RayService without the key check only in dev)."""
+    api_key_check: bool | None = default("apiKeyCheck")
+    """Deploy the key-checking ingress's code and the keys Secret (the spec must run that ingress)."""
+    network_policies: Sequence[Mapping[str, Any]] | None = ()
+    """NetworkPolicy manifests for the namespace (ray_llm_eks.domain.security.network_policies renders them), before any
+    Ray pod."""
+    wait_for_ready: bool | None = True
+    """Wait until the RayService is Ready; false: return once the object is accepted (CI deploys)."""
+    ready_timeout_seconds: int | None = default("serviceReadyTimeoutSeconds")
+    """How long to wait for Ready (600 to 14400: image pull, weight download, engine start)."""
+    hf_token: pulumi.Input[str] | None = None
+    """The Hugging Face token (a secret), put in the Secret the spec's pods read; none: no Secret."""
+    api_keys: pulumi.Input[str] | None = None
+    """The endpoint's API keys (a secret, comma- or newline-separated) for the key-checking ingress."""
+    redis_address: pulumi.Input[str] | None = None
+    """The GCS fault tolerance store's address (rediss://host:port), in place of the spec's placeholder."""
+    redis_password: pulumi.Input[str] | None = None
+    """That store's AUTH token (a secret): the Secret gcsFaultToleranceOptions.redisPassword refers to."""
+    head_security_group_ids: Sequence[pulumi.Input[str]] | None = ()
+    """Security groups for the Ray head pod (a SecurityGroupPolicy), with the GCS store only."""
+    sealed_secrets: Sequence[str] | None = ()
+    """Secrets (hfToken, apiKeys) an offline plan cannot read (`secure:` values): their content checks wait for
+    `pulumi up`."""
+
+    def __post_init__(self) -> None:
+        fill_defaults(self)
+        check_namespace("namespace", self.namespace, ARGS)
+        check_service_name("service_name", self.service_name, ARGS)
+        check_environment("environment", self.environment, ARGS)
+        check_ready_timeout("ready_timeout_seconds", self.ready_timeout_seconds, ARGS)
+        if not isinstance(self.model_id, str) or not self.model_id:
+            raise ConfigError("model_id", self.model_id, "the served model's id, a non-empty string", ARGS)
+        groups = (
+            self.ray_service_spec.get("rayClusterConfig", {}).get("workerGroupSpecs")
+            if isinstance(self.ray_service_spec, Mapping)
+            else None
+        )
+        if not groups:
+            raise ConfigError(
+                "ray_service_spec",
+                self.ray_service_spec,
+                "a RayService spec with rayClusterConfig.workerGroupSpecs "
+                "(ray_llm_eks.domain.render.ray_service.ray_service_spec)",
+                ARGS,
+            )
+        if (self.redis_address is None) != (self.redis_password is None):
+            raise ConfigError(
+                "redis_password" if self.redis_password is None else "redis_address",
+                None,
+                "set together with redis_address / redis_password (the GCS store's address and AUTH token)",
+                ARGS,
+            )
+
+
+def ready_annotations(timeout_seconds: int, wait_for_ready: bool) -> dict[str, str]:
+    """What pulumi-kubernetes waits for on the RayService (its await annotations)."""
+    if not wait_for_ready:
+        return {"pulumi.com/skipAwait": "true"}  # stack setting waitForReady: false (CI deploys)
+    return {
+        "pulumi.com/waitFor": "condition=Ready",
+        # First start: image pull, weight download, engine start (docs/operations.md: what a start costs).
+        "pulumi.com/timeoutSeconds": str(timeout_seconds),
+    }
+
+
+class LlmService(pulumi.ComponentResource):
+    """Finishes only when the RayService reports Ready, i.e. when the endpoint really serves (unless
+    wait_for_ready is false). The RayService is the Args' spec as given."""
+
+    TYPE = "ray-llm-eks:llm_service:LlmService"  # the shipped program's resources keep their URNs
+
+    base_url: str
+    """The OpenAI-compatible endpoint inside the cluster."""
+    port_forward: str
+    """The kubectl command that forwards the serve port to localhost."""
+    dashboard_port_forward: str
+    """The kubectl command that forwards the Ray dashboard to localhost."""
+    curl_example: str
+    """A curl request to the forwarded endpoint."""
+    openai_example: str
+    """A Python program that calls the forwarded endpoint with the openai client."""
+
+    def __init__(self, name: str, args: LlmServiceArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(self.TYPE, name, None, opts)
+        ns, svc = args.namespace, args.service_name
+        child = pulumi.ResourceOptions(parent=self)
+        self.namespace = namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=ns, labels=pod_security.labels(pod_security.SERVING)),
+            opts=child,
+        )
+        waits_for = [namespace]
+        sealed = set(args.sealed_secrets)
+
+        def checked(value: pulumi.Input[str], check, key: str) -> pulumi.Output[str]:
+            """`value` through its content check (ray_llm_eks/domain/security/secret_content.py), unless sealed: a
+            `secure:` value offline, whose check waits for `pulumi up` (the plan's deferred line says so)."""
+            value = pulumi.Output.from_input(value)
+            return value if key in sealed else value.apply(check)
+
+        if args.network_policies:  # before any Ray pod exists
+            waits_for.append(
+                NamespaceNetworkPolicies(
+                    f"{name}-network-policies",
+                    [dict(doc) for doc in args.network_policies],
+                    pulumi.ResourceOptions(parent=self, depends_on=[namespace]),
+                )
+            )
+        if args.hf_token is not None:
+            waits_for.append(
+                k8s.core.v1.Secret(
+                    f"{name}-hf-token",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(name=HF_TOKEN_SECRET, namespace=namespace.metadata.name),
+                    type="Opaque",
+                    string_data={
+                        HF_TOKEN_KEY: pulumi.Output.secret(checked(args.hf_token, secret_content.hf_token, "hfToken"))
+                    },
+                    opts=child,
+                )
+            )
+        if args.api_key_check:
+            # The key-checking ingress (ray_llm_eks/domain/serving/api_keys.py): its code, and the keys as a file.
+            waits_for.append(
+                k8s.core.v1.ConfigMap(
+                    f"{name}-api-key-ingress",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(
+                        name=api_keys.CONFIG_MAP_NAME, namespace=namespace.metadata.name
+                    ),
+                    data=api_keys.ingress_sources(args.ray_service_spec.get("serveConfigV2", "")),
+                    opts=child,
+                )
+            )
+            keys = args.api_keys if args.api_keys is not None else ""
+            key_file = checked(keys, api_keys.key_file_content, "apiKeys")
+            waits_for.append(
+                k8s.core.v1.Secret(
+                    f"{name}-api-keys",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(name=api_keys.SECRET_NAME, namespace=namespace.metadata.name),
+                    type="Opaque",
+                    string_data={api_keys.KEYS_FILE: pulumi.Output.secret(key_file)},
+                    opts=child,
+                )
+            )
+
+        for account in named_service_accounts(args.ray_service_spec):  # before the pods that run under them
+            waits_for.append(
+                k8s.core.v1.ServiceAccount(
+                    f"{name}-{account}",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(name=account, namespace=namespace.metadata.name),
+                    automount_service_account_token=False,  # its pods call AWS (Pod Identity), not Kubernetes
+                    opts=child,
+                )
+            )
+
+        spec = dict(args.ray_service_spec)  # the store's address is a placeholder until AWS names it
+        deployed_spec: pulumi.Input[dict] = spec
+        if args.redis_address is not None:
+            # The AUTH token for the head (gcsFaultToleranceOptions.redisPassword), and the head pod's own
+            # security group, the only one the store admits (ray_llm_eks/components/gcs_store.py says why).
+            waits_for.append(
+                k8s.core.v1.Secret(
+                    f"{name}-gcs-redis-auth",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(name=gcs_ft.REDIS_SECRET, namespace=namespace.metadata.name),
+                    type="Opaque",
+                    string_data={gcs_ft.REDIS_SECRET_KEY: pulumi.Output.secret(args.redis_password)},
+                    opts=child,
+                )
+            )
+            waits_for.append(
+                k8s.apiextensions.CustomResource(
+                    f"{name}-head-security-groups",
+                    api_version="vpcresources.k8s.aws/v1beta1",
+                    kind="SecurityGroupPolicy",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(name="ray-head", namespace=namespace.metadata.name),
+                    spec={
+                        "podSelector": {"matchLabels": dict(gcs_ft.HEAD_SELECTOR)},
+                        "securityGroups": {"groupIds": list(args.head_security_group_ids)},
+                    },
+                    opts=child,
+                )
+            )
+            deployed_spec = pulumi.Output.from_input(args.redis_address).apply(
+                lambda address: gcs_ft.with_redis_address(spec, address)
+            )
+        # upgradeStrategy None (ray_llm_eks/domain/cluster/upgrades.py): KubeRay applies no cluster change to a running
+        # cluster, so the program replaces the RayService; NewCluster: KubeRay makes the second cluster itself.
+        replaces = spec.get("upgradeStrategy", {}).get("type") == "None"
+        self.ray_service = k8s.apiextensions.CustomResource(
+            f"{name}-rayservice",
+            api_version="ray.io/v1",
+            kind="RayService",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=svc,
+                namespace=ns,
+                annotations={
+                    **ready_annotations(args.ready_timeout_seconds, args.wait_for_ready),
+                    **worker_groups_annotation(spec),
+                    # The policy pack allows a RayService without the key check only in a dev environment.
+                    ENVIRONMENT_ANNOTATION: args.environment,
+                    # The KubeRay operator writes the whole RayService back when it adds its finalizer
+                    # (rayservice_controller.go, r.Update), so it co-owns our fields; our spec wins.
+                    "pulumi.com/patchForce": "true",
+                },
+            ),
+            spec=deployed_spec,
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=waits_for,
+                # Cluster changes need the GPUs of the running cluster: delete it first, then create.
+                # Worker bounds too: KubeRay never passes them to a running cluster
+                # (ray_llm_eks/domain/render/ray_service.py).
+                replace_on_changes=replacement_paths(spec) if replaces else None,
+                delete_before_replace=replaces,
+            ),
+        )
+
+        self.base_url = f"http://{svc}-serve-svc.{ns}.svc.cluster.local:{SERVE_PORT}/v1"
+        self.port_forward = f"kubectl -n {ns} port-forward svc/{svc}-serve-svc {SERVE_PORT}:{SERVE_PORT}"
+        self.dashboard_port_forward = (
+            f"kubectl -n {ns} port-forward svc/{svc}-head-svc {HEAD_PORTS['dashboard']}:{HEAD_PORTS['dashboard']}"
+        )
+        model_id = args.model_id
+        self.curl_example = (
+            f"curl -s http://localhost:{SERVE_PORT}/v1/chat/completions -H 'Content-Type: application/json' "
+            '-H "Authorization: Bearer $OPENAI_API_KEY" '
+            f'-d \'{{"model": "{model_id}", "messages": [{{"role": "user", "content": "Hello!"}}], "max_tokens": 64}}\''
+        )
+        # The ingress checks the key (ray_llm_eks/domain/serving/api_keys.py): the client sends one of the stack's
+        # apiKeys.
+        self.openai_example = (
+            "import os\n\nfrom openai import OpenAI\n\n"
+            f'client = OpenAI(base_url="http://localhost:{SERVE_PORT}/v1", api_key=os.environ["OPENAI_API_KEY"])\n'
+            "reply = client.chat.completions.create(\n"
+            f'    model="{model_id}", messages=[{{"role": "user", "content": "Hello!"}}], max_tokens=64\n'
+            ")\n"
+            "print(reply.choices[0].message.content)\n"
+        )
+        self.register_outputs({"openaiBaseUrl": self.base_url})

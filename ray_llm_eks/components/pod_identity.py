@@ -1,0 +1,100 @@
+"""EKS Pod Identity, shared by the controllers that need an AWS role (Cluster Autoscaler, AWS Load
+Balancer Controller): the agent add-on, which EKS allows once per cluster, and the role + association
+each controller's service account gets."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from ray_llm_eks.components.helm import helm_release
+from ray_llm_eks.domain.platform import versions
+from ray_llm_eks.domain.platform.versions import ChartPin
+
+POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
+
+
+class PodIdentityAgent(pulumi.ComponentResource):
+    """The eks-pod-identity-agent add-on: one per cluster, so every controller waits for this one."""
+
+    def __init__(self, name: str, cluster_name: str, kubernetes_version: str, opts: pulumi.ResourceOptions):
+        super().__init__("ray-llm-eks:pod_identity:PodIdentityAgent", name, None, opts)
+        self.addon = default_version_addon(
+            name,
+            cluster_name,
+            versions.POD_IDENTITY_AGENT_ADDON,
+            kubernetes_version,
+            pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({})
+
+
+def default_version_addon(
+    name: str, cluster_name: str, addon: str, kubernetes_version: str, opts: pulumi.ResourceOptions, **args
+) -> aws.eks.Addon:
+    """An EKS add-on at EKS's default version for the cluster's minor (ray_llm_eks/domain/platform/versions.py says why
+    not a table); `args`: the add-on's other inputs."""
+    default = aws.eks.get_addon_version_output(
+        addon_name=addon, kubernetes_version=kubernetes_version, most_recent=False
+    )
+    return aws.eks.Addon(
+        name, cluster_name=cluster_name, addon_name=addon, addon_version=default.version, opts=opts, **args
+    )
+
+
+def pod_identity_role(name: str, parent: pulumi.Resource) -> aws.iam.Role:
+    """A role only EKS Pod Identity can assume (it tags the session with the pod's identity)."""
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": POD_IDENTITY_PRINCIPAL},
+                "Action": ["sts:AssumeRole", "sts:TagSession"],
+            }
+        ],
+    }
+    return aws.iam.Role(name, assume_role_policy=json.dumps(trust), opts=pulumi.ResourceOptions(parent=parent))
+
+
+@dataclass(frozen=True)
+class ControllerRelease:
+    """A controller's chart and the AWS role its service account (namespace, name) gets."""
+
+    release: str
+    pin: ChartPin
+    values: dict
+    service_account: tuple[str, str]
+
+
+def release_with_role(
+    name: str,
+    controller: ControllerRelease,
+    cluster_name: str,
+    role: aws.iam.Role,
+    policies: list[pulumi.Resource],
+    agent: pulumi.Resource,
+    parent: pulumi.Resource,
+) -> k8s.helm.v3.Release:
+    """The association of the role with the service account (once its policies are attached), then
+    the release: credentials exist before the pod asks for them; on destroy the pod goes first."""
+    namespace, account = controller.service_account
+    association = aws.eks.PodIdentityAssociation(
+        f"{name}-pod-identity",
+        cluster_name=cluster_name,
+        namespace=namespace,
+        service_account=account,
+        role_arn=role.arn,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=policies),
+    )
+    return helm_release(
+        controller.release,
+        controller.pin,
+        namespace,
+        controller.values,
+        pulumi.ResourceOptions(parent=parent, depends_on=[agent, association]),
+    )

@@ -1,0 +1,298 @@
+"""Stack configuration: read once into frozen dataclasses and validated before any resource exists.
+
+Every key lives in the `ray-llm-eks:` namespace and is listed in ray_llm_eks/domain/data/config_keys.yaml
+(ray_llm_eks/domain/core/config_keys.py refuses any other). Scalars are typed keys; node pools are structured values
+that this module checks itself, unknown fields included. Any bad value raises ConfigError naming the
+key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from ray_llm_eks.domain.checks import known_issues
+from ray_llm_eks.domain.cluster import gcs_ft, node_provisioning, upgrades
+from ray_llm_eks.domain.cluster.deploy_mode import DeployMode, parse_deploy_mode
+from ray_llm_eks.domain.core.errors import UNSET, ConfigError, yaml_text
+from ray_llm_eks.domain.fit import roles, scaling
+from ray_llm_eks.domain.loading.raw_config import MAPPINGS, POOL_FIELDS, Getter, RawConfig, check_fields
+from ray_llm_eks.domain.loading.serving_config import chart_pin, serving_settings
+from ray_llm_eks.domain.platform import aws_facts, field_checks, prices, sizing, subnets, versions
+from ray_llm_eks.domain.platform.aws_facts import BotocoreFacts
+from ray_llm_eks.domain.render import alert_rules
+from ray_llm_eks.domain.security.hardening import load_hardening, switched_off
+from ray_llm_eks.domain.serving import model_table, serve_config
+from ray_llm_eks.domain.stack.settings import (
+    AmiPin,
+    ClusterSettings,
+    GpuPoolSettings,
+    NetworkSettings,
+    NodePoolSettings,
+    Settings,
+)
+from ray_llm_eks.domain.telemetry import alerts, monitoring_release, observability, slo
+from ray_llm_eks.domain.telemetry.observability import ObservabilitySettings
+
+
+def _node_pool(key: str, raw: Any, default_disk: int, facts: BotocoreFacts) -> NodePoolSettings:
+    raw = check_fields(key, raw, POOL_FIELDS, required=("instanceType",))
+    low, desired, high = field_checks.node_sizes(raw.get("minSize"), raw.get("desiredSize"), raw.get("maxSize"))
+    pool = NodePoolSettings(
+        instance_type=raw["instanceType"],
+        min_size=low,
+        desired_size=desired,
+        max_size=high,
+        disk_size_gib=raw.get("diskSizeGiB", default_disk),
+    )
+    field_checks.check_instance_type(f"{key}.instanceType", pool.instance_type, facts)
+    sizes = {"minSize": pool.min_size, "desiredSize": pool.desired_size, "maxSize": pool.max_size}
+    field_checks.check_node_group(key, sizes, ("diskSizeGiB", pool.disk_size_gib), prefix=f"{key}.")
+    return pool
+
+
+# ---------------------------------------------------------------------------------------------
+# The settings, key by key
+
+
+def _network(raw: RawConfig, region: str, cluster_name: str) -> NetworkSettings:
+    vpc = field_checks.check_vpc_cidr("vpcCidr", raw.text("vpcCidr"))
+    azs = raw.structured("availabilityZones", list, [f"{region}a", f"{region}b"])
+    zones = field_checks.check_availability_zones("availabilityZones", azs, region)
+    gpu_az = field_checks.check_gpu_availability_zone(
+        "gpuAvailabilityZone", raw.text("gpuAvailabilityZone", azs[0]), zones
+    )
+    nat = field_checks.check_nat_gateways("natGateways", raw.text("natGateways"))
+    return NetworkSettings(cluster_name, vpc, zones, gpu_az, nat)
+
+
+def _kubernetes_version(raw: RawConfig) -> str:
+    """A version EKS offers; whether its standard support has ended is a deploy-time check
+    (preflight.check_kubernetes_support), since it depends on whether the cluster exists already."""
+    return field_checks.check_kubernetes_version("kubernetesVersion", raw.text("kubernetesVersion"))
+
+
+def _cluster_admins(raw: RawConfig, region: str, facts: BotocoreFacts) -> tuple[str, ...]:
+    """IAM principals that get cluster-admin access entries (teammates, CI). The identity that runs
+    the first `up` is admin already (pulumi-eks bootstrapClusterCreatorAdminPermissions) and must not
+    be listed again: EKS refuses a second access entry for it (checked at deploy time)."""
+    arns = raw.structured("clusterAdmins", list)
+    return field_checks.check_principal_arns("clusterAdmins", arns, facts.region_partition(region))
+
+
+def _cluster(
+    raw: RawConfig, name: str, region: str, vpc_cidr: str, facts: BotocoreFacts, obs: ObservabilitySettings
+) -> ClusterSettings:
+    public_cidrs = field_checks.check_public_access_cidrs(
+        "endpointPublicAccessCidrs", raw.structured("endpointPublicAccessCidrs", list)
+    )
+    service = field_checks.check_service_cidr("serviceCidr", raw.text("serviceCidr"))
+    if ipaddress.IPv4Network(service).overlaps(ipaddress.IPv4Network(vpc_cidr)):
+        raise ConfigError("serviceCidr", service, f"a block that does not overlap vpcCidr {vpc_cidr}")
+    log_types = field_checks.check_log_types(
+        "clusterLogTypes", raw.structured("clusterLogTypes", list), facts.eks_log_types
+    )
+    retention = field_checks.check_log_retention(
+        "clusterLogRetentionDays", raw.integer("clusterLogRetentionDays"), facts.log_retention_days
+    )
+    system = _node_pool(
+        "systemNodes",
+        raw.structured("systemNodes", dict),
+        # the Ray head pulls the serving image: ray_llm_eks/domain/platform/sizing.py
+        default_disk=sizing.SYSTEM_DISK_GIB,
+        facts=facts,
+    )
+    field_checks.check_system_disk("systemNodes.diskSizeGiB", system.disk_size_gib)
+    _system_node_fits(system, obs)
+    return ClusterSettings(
+        name=name,
+        kubernetes_version=_kubernetes_version(raw),
+        admin_principal_arns=_cluster_admins(raw, region, facts),
+        public_access_cidrs=public_cidrs,
+        service_cidr=service,
+        log_types=log_types,
+        log_retention_days=retention,
+        system_nodes=system,
+    )
+
+
+def _system_node_fits(system: NodePoolSettings, obs: ObservabilitySettings) -> None:
+    """The Ray head, CoreDNS, the operator and our monitoring share one system node. An instance type
+    outside our table is checked at deploy time instead (preflight.check_system_node)."""
+    spec = aws_facts.INSTANCE_SPECS.get(system.instance_type)
+    if spec is None:
+        return
+    monitoring = monitoring_release.system_pods(obs)
+    need, offered = sizing.system_node_room(spec, monitoring)
+    if not need.fits_in(offered):
+        roomy = next(
+            t
+            for t in ("m7i.xlarge", "m7i.2xlarge", "m7i.4xlarge", "m7i.8xlarge")
+            if need.fits_in(sizing.allocatable(aws_facts.INSTANCE_SPECS[t]))
+        )
+        raise ConfigError(
+            "systemNodes.instanceType",
+            system.instance_type,
+            f"a type with room for the Ray head and system pods{' and the monitoring' if monitoring else ''}: they "
+            f"need {need.cpu_m}m CPU / {need.memory_mib} MiB, one {system.instance_type} offers {offered.cpu_m}m / "
+            f"{offered.memory_mib} MiB (e.g. {roomy})",
+        )
+
+
+def _ami_pin(raw: RawConfig) -> AmiPin:
+    release, ami_id = raw.text("gpuAmiReleaseVersion"), raw.text("gpuAmiId")
+    field_checks.check_ami_pin(("gpuAmiReleaseVersion", "gpuAmiId"), release, ami_id)
+    return AmiPin(release_version=release, ami_id=ami_id)
+
+
+def _gpu_pools(
+    raw: RawConfig, network: NetworkSettings, version: str, facts: BotocoreFacts
+) -> dict[str, GpuPoolSettings]:
+    pools_raw = raw.structured("gpuPools", dict)
+    if not pools_raw:
+        raise ConfigError("gpuPools", pools_raw, MAPPINGS["gpuPools"])
+    ami = _ami_pin(raw)
+    pools = {}
+    for name, pool_raw in pools_raw.items():
+        serves = roles.pool_serves(name, pool_raw)
+        sizes = {k: v for k, v in pool_raw.items() if k != "serves"}
+        nodes = _node_pool(f"gpuPools.{name}", sizes, default_disk=sizing.GPU_DISK_GIB, facts=facts)
+        pool = GpuPoolSettings(name, nodes, network.gpu_availability_zone, version, ami, serves, frozenset(pool_raw))
+        field_checks.check_gpu_instance_type(
+            f"gpuPools.{name}.instanceType", nodes.instance_type, facts, need_efa=pool.efa
+        )
+        pools[name] = pool
+    return pools
+
+
+def load_deploy_mode(get: Getter) -> DeployMode:
+    """The deploy mode alone (ray_llm_eks/domain/cluster/deploy_mode.py), its keys read as load_settings reads them."""
+    return parse_deploy_mode(get, RawConfig(get).boolean)
+
+
+def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFacts) -> Settings:
+    """Build and check the whole Settings from raw stack values (`get(key)` -> str or None; a secret
+    key's value is only a marker: Settings records whether it is set, never what it is) and
+    botocore's facts. ray_llm_eks/adapters/stack.py is the one caller outside tests."""
+    raw = RawConfig(get)
+    if region is None or facts.region_partition(region) is None:
+        raise ConfigError(
+            "aws:region",
+            UNSET if region is None else region,
+            f"an AWS region botocore knows, e.g. {facts.known_regions()[:4]}",
+        )
+    if facts.ec2_service_principal(region) is None:
+        raise ConfigError(
+            "aws:region",
+            region,
+            "a region of a partition whose EC2 service principal we know "
+            f"{yaml_text(sorted(aws_facts.EC2_SERVICE_PRINCIPAL))} "
+            f"(the node role's trust policy); {region} is in {facts.region_partition(region)}",
+        )
+
+    name = field_checks.check_cluster_name("clusterName", raw.text("clusterName", f"ray-llm-{stack}"))
+    mode = parse_deploy_mode(get, raw.boolean)
+
+    network = _network(raw, region, name)
+    obs = observability.load_observability(
+        raw.structured("observability", dict),
+        existing_cluster=mode.existing_cluster,
+        stack_chart=chart_pin(raw, "kubePrometheusStackVersion", versions.KUBE_PROMETHEUS_STACK_CHART),
+        dcgm_chart=chart_pin(raw, "dcgmExporterVersion", versions.DCGM_EXPORTER_CHART),
+    )
+    cluster = _cluster(raw, name, region, network.vpc_cidr, facts, obs)
+    pools = _gpu_pools(raw, network, cluster.kubernetes_version, facts)
+    serving = serving_settings(raw, region, pools, facts, obs)
+    # Node bounds of autoscaling roles follow their replicas (ray_llm_eks/domain/fit/scaling.py), or must agree with
+    # them.
+    pools = scaling.reconcile_pools(pools, serving.roles)
+    price_overrides = prices.price_overrides(raw.structured("prices", dict))
+    hardening = load_hardening(
+        raw.text,
+        lambda key: raw.structured(key, list),
+        raw.boolean,
+        public_cidrs_set=raw.is_set("endpointPublicAccessCidrs"),
+        public_cidrs=cluster.public_access_cidrs,
+        vpc_cidr=network.vpc_cidr,
+        load_balancer_subnets=subnets.load_balancer_subnets(
+            network.cluster_name, network.vpc_cidr, network.availability_zones
+        ),
+        pod_subnets=()
+        if mode.existing_cluster
+        else tuple(subnets.pod_subnet_cidrs(network.vpc_cidr, len(network.availability_zones))),
+    )
+    if mode.existing_cluster:  # the internal NLB needs the AWS Load Balancer Controller, only on the cluster we build
+        hardening = replace(hardening, internal_endpoint=False)
+    if not hardening.api_key_check and serving.serve_document["applications"][0]["import_path"] == (
+        serve_config.SELECTIVE_PD_IMPORT
+    ):
+        # Its decode server reaches the pods with the key-checking ingress's code
+        # (ray_llm_eks/domain/serving/api_keys.py).
+        raise ConfigError("selectivePd", raw.text("selectivePd"), "off while apiKeyCheck is false")
+    settings = Settings(
+        region=region,
+        stack=stack,
+        network=network,
+        cluster=cluster,
+        gpu_pools=pools,
+        serving=serving,
+        prices=price_overrides,
+        hardening=hardening,
+        slo=slo.parse(raw.structured("slo", dict)),
+        alerts=alerts.load(raw.structured("alerts", dict), serving.roles, alert_rules.pool_types(pools)),
+        hf_token_set=get("hfToken") is not None,
+        api_keys_set=get("apiKeys") is not None,
+        deploy_mode=mode,
+        **_resilience(raw, hardening.environment, pools, mode.existing_cluster),
+        node_provisioning=node_provisioning.parse(
+            raw.text("nodeProvisioning"),
+            raw.boolean("prefillSpot"),
+            chart_pin(raw, "karpenterVersion", versions.KARPENTER_CHART),
+            cluster.name,
+        ),
+    )
+    node_provisioning.check_pools(settings.node_provisioning, [n for n, p in pools.items() if p.efa])
+    known_issues.refuse(settings)  # upstream bugs the stack would hit (ray_llm_eks/domain/data/known_issues.yaml)
+    return settings
+
+
+def _resilience(raw: RawConfig, environment: str, pools: Mapping[str, GpuPoolSettings], existing_cluster: bool) -> dict:
+    """GCS fault tolerance as the deploy mode allows it, the upgrade strategy (ray_llm_eks/domain/cluster/: gcs_ft,
+    upgrades)."""
+    ft = gcs_ft.parse(raw.text("gcsFaultTolerance"), raw.text("gcsRedisNodeType"), raw.integer("gcsRedisReplicas"),
+                      environment)  # fmt: skip
+    ft = gcs_ft.for_mode(ft, existing_cluster)
+    sizes = {role: (p.nodes.desired_size, p.nodes.max_size) for role, p in pools.items()}
+    return {"gcs_ft": ft, "upgrade_strategy": upgrades.strategy(raw.text("upgradeStrategy"), sizes)}
+
+
+def secret_checks(settings: Settings, deploying: bool) -> list[str]:
+    """What the stack's secrets decide before deploying: a gated model without hfToken is refused, and
+    so is an endpoint that checks keys but has none (every request would get 401 on GPUs paid for);
+    while only planning, both are warnings. Returns the warnings, then a line per security switch turned off."""
+    warnings = []
+    refusals = []
+    gated = model_table.gated_models(settings.serving.serve_document)
+    if not settings.hf_token_set and gated:
+        refusals.append(
+            ConfigError("hfToken", UNSET, f"set it (pulumi config set --secret hfToken hf_...): {gated[0]} is gated")
+        )
+    if settings.hardening.api_key_check and not settings.api_keys_set:
+        refusals.append(
+            ConfigError(
+                "apiKeys",
+                UNSET,
+                "set it: `make stack` generates a random key, or pulumi config set --secret apiKeys "
+                '"$(openssl rand -hex 24)"; without one every request gets 401 (docs/security.md)',
+            )
+        )
+    for error in refusals:
+        if deploying:
+            raise error
+        # Not yet set is the normal state of a stack before `make stack`: a warning that says so, not a refusal.
+        warnings.append(
+            f"{error.key} is not set yet: {error.allowed}; `make plan` goes on without it, `pulumi up` will refuse"
+        )
+    return warnings + switched_off(settings.hardening, settings.api_keys_set)

@@ -1,0 +1,181 @@
+"""The serving section of the stack: the image and the versions it holds, the model and its overrides, the
+serve config rendered for the pools and fitted to them, the charts the serving path installs. One step of
+ray_llm_eks/domain/loading/config.py's load_settings, after the pools are resolved."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from ray_llm_eks.domain.core import config_keys
+from ray_llm_eks.domain.core.errors import UNSET, ConfigError, yaml_text
+from ray_llm_eks.domain.core.facts import GPU_ROLES
+from ray_llm_eks.domain.fit import model_fit, roles, scaling
+from ray_llm_eks.domain.loading.raw_config import MAPPINGS, RawConfig
+from ray_llm_eks.domain.platform import field_checks, image_ref, versions
+from ray_llm_eks.domain.platform.aws_facts import BotocoreFacts
+from ray_llm_eks.domain.serving import api_keys, model_table, serve_config
+from ray_llm_eks.domain.serving.routing import route_roles
+from ray_llm_eks.domain.stack.settings import ChartPin, GpuPoolSettings, ServingSettings
+from ray_llm_eks.domain.telemetry.observability import ObservabilitySettings
+
+
+def chart_pin(raw: RawConfig, key: str, source: tuple[str, str]) -> ChartPin:
+    """A chart from its (repository, name) in ray_llm_eks/domain/platform/versions.py, at the stack's version (its
+    default is the table's)."""
+    version = field_checks.check_chart_version(key, raw.text(key), source[1], config_keys.default(key))
+    return ChartPin(source[0], source[1], version)
+
+
+def _image(raw: RawConfig, region: str, facts: BotocoreFacts) -> tuple[str, dict[str, str]]:
+    """Image and the versions it holds (component -> version: Ray only for your own image, whose
+    engine_kwargs are then checked by vLLM only). The AWS Ray LLM DLC by default, its versions from a table."""
+    image, ray_version = raw.text("image"), raw.text("rayVersion")
+    if image is not None or ray_version is not None:
+        if image is None or ray_version is None:
+            missing = "image" if image is None else "rayVersion"
+            raise ConfigError(
+                missing, UNSET, "set image and rayVersion together: rayVersion must equal the image's Ray"
+            )
+        pinned = re.fullmatch(image_ref.PINNED_REFERENCE, image)
+        if not pinned or not (pinned.group(1) or pinned.group(2)) or image.endswith(":latest"):
+            raise ConfigError(
+                "image", image, "an image pinned to an exact tag, a sha256 digest or both (tag@sha256:..., not :latest)"
+            )
+        if not re.fullmatch(r"\d+\.\d+\.\d+", ray_version):
+            raise ConfigError("rayVersion", ray_version, "an exact Ray version such as 2.58.0")
+        return image, {"ray": ray_version}
+    tag = raw.text("dlcImageTag")
+    if tag not in versions.DLC_IMAGES:
+        raise ConfigError(
+            "dlcImageTag", tag, f"a DLC tag whose Ray version we know: {yaml_text(sorted(versions.DLC_IMAGES))}"
+        )
+    account = versions.DLC_ACCOUNTS.get(region)
+    if account is None:
+        raise ConfigError(
+            "aws:region",
+            region,
+            f"a region with an AWS Deep Learning Containers registry {yaml_text(sorted(versions.DLC_ACCOUNTS))}, "
+            "or set image and rayVersion to an image you host",
+        )
+    dlc = versions.DLC_IMAGES[tag]
+    registry = f"{account}.dkr.ecr.{region}.{facts.partition_dns_suffix(region)}"
+    return f"{registry}/{versions.DLC_REPOSITORY}:{tag}", dlc.components()
+
+
+def _serve_overrides(raw: RawConfig) -> serve_config.ServeOverrides:
+    model_id, model_source = raw.text("modelId"), raw.text("modelSource")
+    for key, value in (("modelId", model_id), ("modelSource", model_source)):
+        if value is not None and not re.fullmatch(r"[\w][\w./:-]*", value):
+            raise ConfigError(key, value, "a model id or source such as Qwen/Qwen3.5-9B (no spaces)")
+    if model_source is not None and "://" in model_source:
+        _s3_uri("modelSource", model_source)
+    max_len = raw.integer("maxModelLen")
+    if max_len is not None and not 16 <= max_len <= 10_000_000:
+        raise ConfigError("maxModelLen", max_len, "a context length in tokens, 16 or more")
+    replicas = raw.structured("replicas", dict) or {}
+    for role, count in replicas.items():
+        if role not in GPU_ROLES:
+            raise ConfigError(f"replicas.{role}", count, MAPPINGS["replicas"])
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ConfigError(f"replicas.{role}", count, "a whole number of replicas, 1 or more")
+    autoscaling = scaling.parse_autoscaling(raw.structured("autoscaling", dict) or {})
+    for role in autoscaling:
+        if role not in GPU_ROLES:
+            raise ConfigError(f"autoscaling.{role}", autoscaling[role], f"a pool role from {yaml_text(GPU_ROLES)}")
+    kv_buffer_device = raw.text("kvBufferDevice")
+    if kv_buffer_device not in serve_config.KV_BUFFER_DEVICES:
+        raise ConfigError("kvBufferDevice", kv_buffer_device, f"one of {yaml_text(serve_config.KV_BUFFER_DEVICES)}")
+    return serve_config.ServeOverrides(
+        model_id, model_source, max_len, replicas, autoscaling, kv_buffer_device, _selective_pd(raw.text("selectivePd"))
+    )
+
+
+def _selective_pd(value: str) -> int | None:
+    """selectivePd: `off` (None), or the prompt length in tokens below which decode prefills itself."""
+    if value == "off":
+        return None
+    if not re.fullmatch(r"[1-9][0-9]{0,7}", value):
+        raise ConfigError("selectivePd", value, "off, or a prompt length in tokens (a whole number, 1 or more)")
+    return int(value)
+
+
+# S3 bucket naming rules (3-63 of a-z 0-9 . -, starting and ending with a letter or digit).
+_S3_URI = re.compile(r"s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/(?P<prefix>[^\s]*))?")
+
+
+def _s3_uri(key: str, uri: str) -> str:
+    """Weights mirrored to S3: Ray Serve LLM 2.58 downloads a `s3://` model_source as a bucket mirror
+    (vllm_models.py from_llm_config: CloudMirrorConfig); the nodes get read access to that prefix."""
+    if not _S3_URI.fullmatch(uri):
+        raise ConfigError(key, uri, "a Hugging Face repo id (org/name) or s3://<bucket>/<prefix> of the weights")
+    return uri
+
+
+def _without_max_num_seqs(document: dict) -> set[str]:
+    configs = serve_config.llm_configs_by_role(document, "rendered")
+    return {role for role, c in configs.items() if "max_num_seqs" not in (c.get("engine_kwargs") or {})}
+
+
+def serving_settings(
+    raw: RawConfig, region: str, pools: Mapping[str, GpuPoolSettings], facts: BotocoreFacts, obs: ObservabilitySettings
+) -> ServingSettings:
+    image, held = _image(raw, region, facts)
+    ray_version, vllm_version = held["ray"], held.get("vllm")
+    name = raw.text("serveConfig")
+    shapes = roles.role_shapes(pools)
+    spec_raw = raw.structured("modelSpec", dict)
+    own_spec = model_table.spec_from_config(spec_raw) if spec_raw is not None else None
+    model_facts = lambda model_id, source: model_table.model_spec(model_id, source, own_spec)  # noqa: E731
+    document = serve_config.render(name, _serve_overrides(raw), shapes, vllm_version, model_facts)
+    route_roles(serve_config.llm_configs_by_role(document, name), raw.structured("routing", dict), name, model_facts)
+    api_keys.check_no_own_ingress(document, f"ray_llm_eks/serve_configs/{name}.yaml")
+    efa_roles = {p.app_role for p in pools.values() if p.efa}
+    # max_num_seqs derived where the fit renders it; every pool of a role must fit the role's engine.
+    pool_types = [(p.app_role, p.nodes.instance_type) for p in pools.values()]
+    seqs = model_fit.parse_max_num_seqs(raw.text("maxNumSeqs"))
+    unset = set() if seqs is not None else _without_max_num_seqs(document)
+    document, fit = model_fit.fit_serving(document, pool_types, efa_roles, own_spec, seqs)
+
+    sources = {
+        role: (c.get("model_loading_config") or {}).get("model_source") or ""
+        for role, c in serve_config.llm_configs_by_role(document, "rendered").items()
+    }
+    weights_s3 = tuple(
+        sorted({_s3_uri(f"serveConfig {role} model_source", u) for role, u in sources.items() if "://" in u})
+    )
+
+    service_name = field_checks.check_service_name("serviceName", raw.text("serviceName"))
+    namespace = field_checks.check_namespace("namespace", raw.text("namespace"))
+    timeout = field_checks.check_ready_timeout("serviceReadyTimeoutSeconds", raw.integer("serviceReadyTimeoutSeconds"))
+    efa_registry = facts.eks_addon_registry(region)
+    if efa_registry is None and any(p.efa for p in pools.values()):
+        raise ConfigError(
+            "aws:region",
+            region,
+            "a region with an Amazon EKS add-on image registry "
+            "(ray_llm_eks/domain/platform/aws_facts.py EKS_ADDON_REGISTRY_ACCOUNTS): the "
+            "EFA device plugin image is pulled from there",
+        )
+    return ServingSettings(
+        observability=obs,
+        serve_document=document,
+        fit=fit,
+        max_num_seqs_derived=frozenset(unset - _without_max_num_seqs(document)),
+        model_spec=own_spec,
+        namespace=namespace,
+        service_name=service_name,
+        image=image,
+        ray_version=ray_version,
+        kuberay=chart_pin(raw, "kuberayVersion", versions.KUBERAY_CHART),
+        nvidia_plugin=chart_pin(raw, "nvidiaDevicePluginVersion", versions.NVIDIA_PLUGIN_CHART),
+        efa_plugin=chart_pin(raw, "efaDevicePluginVersion", versions.EFA_PLUGIN_CHART),
+        cluster_autoscaler=chart_pin(raw, "clusterAutoscalerVersion", versions.CLUSTER_AUTOSCALER_CHART),
+        lb_controller=chart_pin(raw, "loadBalancerControllerVersion", versions.LB_CONTROLLER_CHART),
+        privileged_workers=raw.boolean("privilegedWorkers"),
+        ready_timeout_seconds=timeout,
+        weights_s3_uris=weights_s3,
+        efa_plugin_image=f"{efa_registry}/{versions.EFA_PLUGIN_IMAGE_REPOSITORY}" if efa_registry else None,
+        serve_config=name,
+        versions=held,
+    )

@@ -1,0 +1,126 @@
+"""The API key check of the serving endpoint, wired into the RayService (ray_llm_eks/domain/render/ray_service.py, the
+one builder of the spec): Ray Serve LLM's ingress is replaced by ray_llm_eks/serve_ingress/api_key_ingress.py
+(`ingress_cls_config`), whose code reaches every Ray pod as a ConfigMap and whose keys come from a
+Kubernetes Secret mounted as a file (rotation without restarts: ray_llm_eks/serve_ingress/api_keys.py)."""
+
+from __future__ import annotations
+
+import copy
+
+import yaml
+
+from ray_llm_eks.domain.core import packaged
+from ray_llm_eks.domain.core.errors import NOT_SHOWN, ConfigError, in_serve_config
+from ray_llm_eks.domain.core.facts import KEY_CHECKED_INGRESS
+from ray_llm_eks.domain.serving import serve_config
+
+INGRESS_CLS = KEY_CHECKED_INGRESS
+SOURCES_DIR = packaged.ROOT / "serve_ingress"
+SHIPPED_MODULES = ("api_keys.py", "api_key_ingress.py", "worker_setup.py")  # flat modules on the pods' PYTHONPATH
+SELECTIVE_PD_MODULES = ("local_prefill.py", "selective_pd.py")  # shipped too where the app is selective PD
+# What ray.init makes of runtime_env `worker_process_setup_hook: "module.function"` (Ray 2.58
+# ray/_private/runtime_env/setup_hook.py export_setup_func_module); a Serve application's runtime_env is not
+# converted so, hence the env var itself (ray/_private/ray_constants.py WORKER_PROCESS_SETUP_HOOK_ENV_VAR, read
+# by ray/_private/workers/default_worker.py before the worker runs any task or actor).
+WORKER_SETUP_HOOK_ENV = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
+# ray_llm_eks/serve_ingress/worker_setup.py: why it must run first
+WORKER_SETUP_HOOK = "worker_setup.configure_logging_first"
+MODULE_DIR = "/opt/ray-llm-eks/python"
+KEYS_DIR = "/etc/ray-llm-eks/api-keys"
+KEYS_FILE = "keys"  # the Secret's key: one API key per line
+KEYS_FILE_ENV = "RAY_LLM_EKS_API_KEYS_FILE"  # read by ray_llm_eks/serve_ingress/api_keys.py KeyRing
+SECRET_NAME = "api-keys"
+CONFIG_MAP_NAME = "api-key-ingress"
+MIN_KEY_LENGTH = 16
+
+
+def ingress_sources(serve_config_text: str = "") -> dict[str, str]:
+    """The ConfigMap's data: the modules as they are in ray_llm_eks/serve_ingress/ (the key check and the worker setup
+    hook), and selective PD's decode server where the serve config (serveConfigV2's text) runs it."""
+    document = yaml.safe_load(serve_config_text) or {}
+    selective = any(
+        a.get("import_path") == serve_config.SELECTIVE_PD_IMPORT for a in document.get("applications") or []
+    )
+    names = SHIPPED_MODULES + (SELECTIVE_PD_MODULES if selective else ())
+    return {name: packaged.read_text(SOURCES_DIR / name) for name in names}
+
+
+def check_no_own_ingress(document: dict, where: str) -> None:
+    """The stack sets the ingress class itself; a serve file that sets one would lose the key check."""
+    for app in document.get("applications") or []:
+        if "ingress_cls_config" in (app.get("args") or {}):
+            raise in_serve_config(
+                where,
+                "args.ingress_cls_config",
+                NOT_SHOWN,
+                "left out: the stack sets it (the API key check, ray_llm_eks/domain/serving/api_keys.py)",
+            )
+
+
+def with_key_check(document: dict) -> dict:
+    """The serve document with every application behind the key-checking ingress. Ray expands
+    `${PYTHONPATH}` in runtime_env env_vars from the raylet's environment (Ray 2.58
+    ray/_private/utils.py update_envs), so the image's own PYTHONPATH, whatever it is, is kept."""
+    return on_this_machine(document, MODULE_DIR, f"{KEYS_DIR}/{KEYS_FILE}")
+
+
+def on_this_machine(document: dict, module_dir: str, keys_file: str) -> dict:
+    """`with_key_check` with the ingress code in `module_dir` and the keys in `keys_file` instead of
+    the pods' mounts: what a rehearsal on this machine serves. A document that is already keyed
+    only has its two paths moved."""
+    checked = copy.deepcopy(document)
+    for app in checked.get("applications") or []:
+        app.setdefault("args", {})["ingress_cls_config"] = {"ingress_cls": INGRESS_CLS}
+        _run_shipped_code(app, module_dir)[KEYS_FILE_ENV] = keys_file
+    # Ray Serve LLM gives an engine replica its LLM config's runtime_env in place of the application's
+    # (Ray 2.58 llm/_internal/serve/core/server/llm_server.py LLMServer.get_deployment_options, a shallow
+    # merge: the config's env_vars replace the app's), so each LLM config carries the hook itself.
+    for config in serve_config.llm_configs_by_role(checked, "serveConfig").values():
+        _run_shipped_code(config, module_dir)
+    return checked
+
+
+def _run_shipped_code(holder: dict, module_dir: str) -> dict:
+    """The env_vars of `holder`'s runtime_env, with the shipped modules importable and the worker setup
+    hook set: the env_vars mapping, for more."""
+    runtime_env = holder.setdefault("runtime_env", {})
+    # The field as well: an engine process inherits the env var, and vLLM's Ray executor calls ray.init there
+    # with the replica's runtime_env, which must name the same hook (Ray 2.58 setup_hook.py
+    # _check_setup_hook_consistency); Ray Serve LLM would put its own no-op hook in the field otherwise
+    # (llm_server.py LLMServer.get_deployment_options, ENABLE_WORKER_PROCESS_SETUP_HOOK).
+    runtime_env["worker_process_setup_hook"] = WORKER_SETUP_HOOK
+    env = runtime_env.setdefault("env_vars", {})
+    env["PYTHONPATH"] = f"{module_dir}:${{PYTHONPATH}}"
+    env[WORKER_SETUP_HOOK_ENV] = WORKER_SETUP_HOOK
+    return env
+
+
+def volumes() -> list[dict]:
+    """The pod volumes of the key check: the keys (Secret) and the ingress code (ConfigMap)."""
+    return [
+        {"name": "api-keys", "secret": {"secretName": SECRET_NAME}},
+        {"name": "api-key-ingress", "configMap": {"name": CONFIG_MAP_NAME}},
+    ]
+
+
+def volume_mounts() -> list[dict]:
+    """Both read-only in every Ray container: the ingress replicas may run on any Ray node."""
+    return [
+        {"name": "api-keys", "mountPath": KEYS_DIR, "readOnly": True},
+        {"name": "api-key-ingress", "mountPath": MODULE_DIR, "readOnly": True},
+    ]
+
+
+def key_file_content(raw: str | None) -> str:
+    """The Secret's file from the `apiKeys` secret: keys separated by commas, spaces or newlines.
+    Runs on the decrypted value (inside an Output), so a bad key fails `pulumi up` before the
+    Secret exists; the message never shows a key."""
+    keys = [k for k in (raw or "").replace(",", " ").split() if k]
+    short = sum(len(k) < MIN_KEY_LENGTH for k in keys)
+    if short:
+        raise ConfigError(
+            "apiKeys",
+            "[secret]",
+            f"{short} key(s) shorter than {MIN_KEY_LENGTH} characters (e.g. openssl rand -hex 24)",
+        )
+    return "".join(f"{k}\n" for k in keys)

@@ -1,0 +1,102 @@
+"""One typed view of each role of a rendered serve application: the model it serves, its engine
+arguments, its replica bounds, the GPUs one replica takes and the context length vLLM will run it at.
+Built once from the document; every reader asks the view instead of the nested dicts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from ray_llm_eks.domain.core.errors import ConfigError
+from ray_llm_eks.domain.serving.serve_config import gpus_per_replica, llm_configs_by_role, model_of
+
+# Ray Serve 2.58 AutoscalingConfig defaults (ray/serve/config.py): min_replicas 1, max_replicas 1.
+SERVE_DEFAULT_MIN, SERVE_DEFAULT_MAX = 1, 1
+# max_model_len -1 ("auto"): vLLM 0.26 starts from the model's derived length and then shrinks it to the
+# longest context the KV cache holds (config/model.py _get_and_verify_max_len, then the engine's auto-fit).
+AUTO_MAX_MODEL_LEN = -1
+
+
+def effective_max_model_len(engine_kwargs: Mapping, max_context: Callable[[], int]) -> int:
+    """The context vLLM 0.26 runs an engine at, before any auto-fit: max_model_len when set, else (unset, or
+    -1) the model's derived length, which `max_context()` gives (vllm/config/model.py _get_and_verify_max_len:
+    `if max_model_len is None or max_model_len == -1: max_model_len = int(derived_max_model_len)`, the smallest
+    of config.json's max_position_embeddings and its kin, model_arch_config_convertor.py
+    derive_max_model_len_and_key)."""
+    value = engine_kwargs.get("max_model_len")
+    return max_context() if value is None or value == AUTO_MAX_MODEL_LEN else int(value)
+
+
+@dataclass(frozen=True)
+class ReplicaBounds:
+    """Replicas of one role's LLM deployment (fixed: min == initial == max)."""
+
+    min: int
+    initial: int
+    max: int
+    autoscales: bool
+    gpus_per_replica: int
+    where: str  # how the message names the replica side
+
+
+def replica_bounds(role: str, config: Mapping) -> ReplicaBounds:
+    gpus = gpus_per_replica(config.get("engine_kwargs") or {})
+    deployment = config.get("deployment_config") or {}
+    auto = deployment.get("autoscaling_config")
+    if auto is None:
+        n = deployment.get("num_replicas", 1)
+        return ReplicaBounds(n, n, n, False, gpus, f"{role} num_replicas = {n}")
+    low, high = auto.get("min_replicas", SERVE_DEFAULT_MIN), auto.get("max_replicas", SERVE_DEFAULT_MAX)
+    initial = auto.get("initial_replicas", low)
+    if not low <= initial <= high:
+        raise ConfigError(
+            f"autoscaling.{role}",
+            {"minReplicas": low, "initialReplicas": initial, "maxReplicas": high},
+            "minReplicas <= initialReplicas <= maxReplicas (Ray Serve refuses otherwise)",
+        )
+    where = f"{role} autoscaling min_replicas {low} .. max_replicas {high}"
+    return ReplicaBounds(low, initial, high, True, gpus, where)
+
+
+@dataclass(frozen=True)
+class RoleView:
+    """One role's LLM config as the engines will run it."""
+
+    role: str
+    model_id: str  # what clients name the model
+    model_source: str  # what vLLM loads (model_id when the config leaves model_source out)
+    engine_kwargs: Mapping[str, Any]  # read-only
+    tensor_parallel: int
+    pipeline_parallel: int
+    replicas: ReplicaBounds
+    max_model_len: int  # effective_max_model_len: the engine's context
+    max_model_len_auto: bool  # -1: vLLM shrinks max_model_len to what the KV cache holds at start
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel
+
+
+def view_of(role: str, config: Mapping, max_context: Callable[[str, str], int]) -> RoleView:
+    """`max_context(model_id, model_source)`: the model's derived maximum length (the fit's table, a
+    modelSpec, or the config.json of a local model)."""
+    model_id, source = model_of(config)
+    engine = config.get("engine_kwargs") or {}
+    return RoleView(
+        role=role,
+        model_id=model_id,
+        model_source=source,
+        engine_kwargs=MappingProxyType(dict(engine)),
+        tensor_parallel=int(engine.get("tensor_parallel_size", 1)),
+        pipeline_parallel=int(engine.get("pipeline_parallel_size", 1)),
+        replicas=replica_bounds(role, config),
+        max_model_len=effective_max_model_len(engine, lambda: max_context(model_id, source)),
+        max_model_len_auto=engine.get("max_model_len") == AUTO_MAX_MODEL_LEN,
+    )
+
+
+def role_views(document: dict, where: str, max_context: Callable[[str, str], int]) -> dict[str, RoleView]:
+    """The view of every role of a rendered serve document, keyed by role."""
+    return {role: view_of(role, c, max_context) for role, c in llm_configs_by_role(document, where).items()}

@@ -1,0 +1,88 @@
+"""The components other Pulumi programs consume through `pulumi package add` (PulumiPlugin.yaml), from
+Pulumi YAML, TypeScript, Go, .NET or Java: the PD LLM service on a cluster that already has the KubeRay
+operator, the operator, and the device plugins; each takes plain inputs (its Args), so a YAML program can
+give them. The component provider host (Pulumi SDK 3.272, pulumi/provider/experimental) hosts every
+ComponentResource class this module defines and infers the schema from their Args (schema.json holds it).
+
+Left out: Network's inputs are plain (NetworkArgs), but what it gives, the subnets by zone, are objects
+Cluster and GpuNodePool read in-process; those two take typed Args too (ClusterArgs, GpuNodePoolArgs) beside
+other components' objects, GcsStore hands an AUTH token to LlmService in-process, ExistingCluster hands out
+a provider (a resource, not an output a YAML program can use). A consumer of those uses the Python package.
+
+The provider constructs a component with its inputs as a dict keyed by the Args' field names
+(pulumi/provider/experimental/component.py, map_inputs); each class here turns it into the Args, which
+checks it, and registers under `ray-llm-eks:index:<Name>`, the one module the host serves (its
+validate_resource_type). The shipped program's components keep their own type tokens."""
+
+import dataclasses
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import pulumi
+from pulumi.provider.experimental.component import ComponentProvider
+
+from ray_llm_eks.components import device_plugins, kuberay, llm_service
+from ray_llm_eks.components.device_plugins import DevicePluginsArgs
+from ray_llm_eks.components.kuberay import KubeRayOperatorArgs
+from ray_llm_eks.components.llm_service import LlmServiceArgs
+
+PACKAGE = "ray-llm-eks"  # pyproject.toml [project] name; pulumi.run.plugin hosts this module by it
+VERSION = "0.1.0"  # pyproject.toml [project] version
+SCHEMA_FILE = "schema.json"  # beside this file: the schema the host infers, checked in
+
+
+def _args(kind: type, given: Any) -> Any:
+    if isinstance(given, kind):
+        return given
+    # The annotations are text (`from __future__ import annotations`), some naming types imported for checking only.
+    ints = {f.name for f in dataclasses.fields(kind) if "int" in re.split(r"[^\w.]+", str(f.type))}
+    return kind(**{k: _whole(v) if k in ints else v for k, v in dict(given).items()})
+
+
+def _whole(value: Any) -> Any:
+    """An integer input arrives as a float: the engine's wire carries every number as a double
+    (google.protobuf.Struct number_value), so YAML's `3600` reaches the provider as 3600.0."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+class LlmService(llm_service.LlmService):
+    """The PD LLM service (a RayService, its namespace, Secrets and NetworkPolicies) on a cluster that runs
+    the KubeRay operator."""
+
+    TYPE = f"{PACKAGE}:index:LlmService"
+
+    def __init__(self, name: str, args: LlmServiceArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(name, _args(LlmServiceArgs, args), opts)
+
+
+class KubeRayOperator(kuberay.KubeRayOperator):
+    """The KubeRay operator from its Helm chart, in kuberay-system."""
+
+    TYPE = f"{PACKAGE}:index:KubeRayOperator"
+
+    def __init__(self, name: str, args: KubeRayOperatorArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(name, _args(KubeRayOperatorArgs, args), opts)
+
+
+class DevicePlugins(device_plugins.DevicePlugins):
+    """The NVIDIA and AWS EFA device plugins, on GPU nodes."""
+
+    TYPE = f"{PACKAGE}:index:DevicePlugins"
+
+    def __init__(self, name: str, args: DevicePluginsArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(name, _args(DevicePluginsArgs, args), opts)
+
+
+HOSTED = (LlmService, KubeRayOperator, DevicePlugins)
+
+
+def schema() -> Mapping[str, Any]:
+    """The package schema as the component provider host infers it (the same call it makes at start)."""
+    return json.loads(ComponentProvider(list(HOSTED), PACKAGE, None, VERSION).schema)
+
+
+def schema_text() -> str:
+    """schema.json's text (`make docs` writes it)."""
+    return json.dumps(schema(), indent=2, sort_keys=True) + "\n"
