@@ -49,7 +49,7 @@ def test_the_tables_default_is_what_the_program_applies(key):
 
 def test_a_default_written_in_code_as_well_is_refused():
     """A constant default lives only in the table: code that passes its own for such a key fails."""
-    from ray_llm_eks.domain.loading.raw_config import RawConfig
+    from ray_llm_eks.domain.core.raw_config import RawConfig
 
     raw = RawConfig({}.get)
     assert raw.text("natGateways") == config_keys.default("natGateways")

@@ -19,7 +19,7 @@ from ray_llm_eks.domain.platform import versions
 from ray_llm_eks.domain.platform.sizing import Resources
 from ray_llm_eks.domain.platform.versions import ChartPin
 from ray_llm_eks.domain.telemetry import monitoring_release, observability
-from ray_llm_eks.domain.telemetry.observability import ObservabilitySettings, load_observability
+from ray_llm_eks.domain.telemetry.observability import ObservabilitySettings, parse
 
 SCHEMAS = ROOT / "offline" / "schemas"
 STACK_CHART = ChartPin(*versions.KUBE_PROMETHEUS_STACK_CHART, config_keys.default("kubePrometheusStackVersion"))
@@ -28,7 +28,7 @@ EMBEDDED = ObservabilitySettings("embedded", stack_chart=STACK_CHART, dcgm_chart
 
 
 def load(raw, existing_cluster: bool = False) -> ObservabilitySettings:
-    return load_observability(raw, existing_cluster, STACK_CHART, DCGM_CHART)
+    return parse(raw, existing_cluster, STACK_CHART, DCGM_CHART)
 
 
 # ---- the setting

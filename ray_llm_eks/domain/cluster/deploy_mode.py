@@ -15,7 +15,6 @@ Keys (all in the ray-llm-eks namespace, listed in ray_llm_eks/domain/data/config
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import yaml
@@ -23,6 +22,7 @@ import yaml
 from ray_llm_eks.domain.core.config_keys import default
 from ray_llm_eks.domain.core.errors import ConfigError, yaml_text
 from ray_llm_eks.domain.core.facts import KUBERAY_NAMESPACE, SECRET_MARKER
+from ray_llm_eks.domain.core.raw_config import RawConfig
 from ray_llm_eks.domain.platform.field_checks import check_kube_context, check_kuberay_namespace
 
 EXISTING_ONLY = ("kubeconfig", "kubeContext", "installKubeRay", "installDevicePlugins", "kuberayNamespace")
@@ -46,34 +46,32 @@ class DeployMode:
         return self.kuberay_namespace or KUBERAY_NAMESPACE
 
 
-def parse_deploy_mode(get: Callable[[str], str | None], boolean: Callable[[str], bool]) -> DeployMode:
-    """`get(key)` -> raw string or None (a secret key reads as SECRET_MARKER: its presence is enough);
-    `boolean(key)`: the stack's boolean reader (ray_llm_eks/domain/loading/config.py), the table's default where
-    unset."""
-    existing = boolean("existingCluster")
+def load(raw: RawConfig) -> DeployMode:
+    """The stack's deploy-mode keys (a secret key, kubeconfig, reads as SECRET_MARKER: its presence is enough)."""
+    existing = raw.boolean("existingCluster")
     if not existing:
         for key in EXISTING_ONLY:
-            if get(key) is not None:
+            if raw.given(key) is not None:
                 raise ConfigError(
-                    key, get(key) if key != "kubeconfig" else SECRET_MARKER, "only with existingCluster: true"
+                    key, raw.given(key) if key != "kubeconfig" else SECRET_MARKER, "only with existingCluster: true"
                 )
-    elif get("nodeProvisioning") not in (None, default("nodeProvisioning")):
+    elif raw.given("nodeProvisioning") not in (None, default("nodeProvisioning")):
         # The stack makes no node on a cluster it did not build.
         raise ConfigError(
             "nodeProvisioning",
-            get("nodeProvisioning"),
+            raw.given("nodeProvisioning"),
             f"{default('nodeProvisioning')} or unset with existingCluster: true",
         )
-    context = check_kube_context("kubeContext", get("kubeContext"))
-    install_kuberay = boolean("installKubeRay")
-    operator_namespace = check_kuberay_namespace("kuberayNamespace", get("kuberayNamespace"), install_kuberay)
+    context = check_kube_context("kubeContext", raw.given("kubeContext"))
+    install_kuberay = raw.boolean("installKubeRay")
+    operator_namespace = check_kuberay_namespace("kuberayNamespace", raw.given("kuberayNamespace"), install_kuberay)
     return DeployMode(
         existing_cluster=existing,
         install_kuberay=install_kuberay,
-        install_device_plugins=boolean("installDevicePlugins"),
-        wait_for_ready=boolean("waitForReady"),
+        install_device_plugins=raw.boolean("installDevicePlugins"),
+        wait_for_ready=raw.boolean("waitForReady"),
         kube_context=context,
-        kubeconfig_configured=get("kubeconfig") is not None,
+        kubeconfig_configured=raw.given("kubeconfig") is not None,
         kuberay_namespace=operator_namespace,
     )
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from ray_llm_eks.domain.core.config_keys import default
 from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.core.facts import DEV_ENVIRONMENTS
+from ray_llm_eks.domain.core.raw_config import RawConfig
 from ray_llm_eks.domain.platform.field_checks import check_redis_node_type, check_redis_replicas
 from ray_llm_eks.domain.telemetry.observability import STORAGE_CLASS
 
@@ -73,6 +74,14 @@ def default_backend(environment: str) -> str:
     """dev: off. A dev stack has one replica per role and nobody paged: a lost head costs a model reload
     (minutes, docs/measurements.md), cheaper than a Redis kept running. Elsewhere: redis."""
     return "off" if environment in DEV_ENVIRONMENTS else "redis"
+
+
+def load(raw: RawConfig, environment: str, existing_cluster: bool) -> GcsFt:
+    """The stack's `gcsFaultTolerance`, `gcsRedisNodeType` and `gcsRedisReplicas`, as the deploy mode allows them."""
+    chosen = parse(
+        raw.text("gcsFaultTolerance"), raw.text("gcsRedisNodeType"), raw.integer("gcsRedisReplicas"), environment
+    )
+    return for_mode(chosen, existing_cluster)
 
 
 def parse(backend: str | None, node_type: str, replicas: int, environment: str) -> GcsFt:

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from ray_llm_eks.domain.core.config_keys import default
 from ray_llm_eks.domain.core.errors import ConfigError, yaml_text
 from ray_llm_eks.domain.core.facts import PD_ROLES
-from ray_llm_eks.domain.platform.versions import ChartPin
+from ray_llm_eks.domain.core.raw_config import RawConfig
+from ray_llm_eks.domain.platform.field_checks import chart_pin
+from ray_llm_eks.domain.platform.versions import KARPENTER_CHART, ChartPin
 
 MANAGED_NODE_GROUPS, KARPENTER, AUTO_MODE = "managedNodeGroups", "karpenter", "autoMode"
 MODES = (MANAGED_NODE_GROUPS, KARPENTER, AUTO_MODE)
@@ -46,6 +48,12 @@ class NodeProvisioning:
 # Karpenter's interruption queue is named after the cluster; SQS takes names of up to 80 characters
 # (botocore sqs CreateQueue QueueName).
 QUEUE_NAME_MAX = 80
+
+
+def load(raw: RawConfig, cluster_name: str) -> NodeProvisioning:
+    """The stack's `nodeProvisioning`, `prefillSpot` and `karpenterVersion`."""
+    karpenter = chart_pin(raw, "karpenterVersion", KARPENTER_CHART)
+    return parse(raw.text("nodeProvisioning"), raw.boolean("prefillSpot"), karpenter, cluster_name)
 
 
 def parse(mode: str, prefill_spot: bool, karpenter: ChartPin, cluster_name: str) -> NodeProvisioning:

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ray_llm_eks.domain.core.errors import ConfigError
+from ray_llm_eks.domain.core.raw_config import RawConfig
 
 STRATEGIES = ("None", "NewCluster")
 IN_PLACE = "served in place"
@@ -39,6 +40,11 @@ OTHER = "no effect on serving"
 LIGHTWEIGHT = ("num_replicas", "autoscaling_config", "user_config", "max_ongoing_requests", "graceful_shutdown")
 # ManagedNodeGroup inputs EKS changes without replacing instances.
 NODE_GROUP_IN_PLACE = ("scalingConfig", "labels", "taints", "tags", "updateConfig")
+
+
+def load(raw: RawConfig, pools: Mapping[str, tuple[int, int]]) -> str:
+    """The stack's `upgradeStrategy`, against the pools' (desiredSize, maxSize) by role."""
+    return strategy(raw.text("upgradeStrategy"), pools)
 
 
 def strategy(requested: str | None, pools: Mapping[str, tuple[int, int]]) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 from ray_llm_eks.domain.core.errors import UNSET, ConfigError, mapping_of, unknown_field, yaml_text
 from ray_llm_eks.domain.core.facts import EFA_RESOURCE, GPU_RESOURCE, GPU_ROLES
+from ray_llm_eks.domain.core.raw_config import RawConfig
 from ray_llm_eks.domain.fit.pool_use import nodes_used
 from ray_llm_eks.domain.platform import aws_facts
 from ray_llm_eks.domain.platform.placement import GPU_TAINT, gpu_labels
@@ -39,6 +40,11 @@ SHAPE = mapping_of(AUTOSCALING_FIELDS, by=f"roles {yaml_text(GPU_ROLES)}")
 # tolerate these or ask for GPUs/EFA.
 NODE_TEMPLATE = "k8s.io/cluster-autoscaler/node-template"
 EFFECT_K8S = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
+
+
+def load(raw: RawConfig) -> dict[str, dict]:
+    """The stack's `autoscaling` section (unset: no role autoscales)."""
+    return parse_autoscaling(raw.mapping("autoscaling", SHAPE) or {})
 
 
 def parse_autoscaling(raw: Any) -> dict[str, dict]:

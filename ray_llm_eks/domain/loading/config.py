@@ -1,29 +1,32 @@
 """Stack configuration: read once into frozen dataclasses and validated before any resource exists.
 
 Every key lives in the `ray-llm-eks:` namespace and is listed in ray_llm_eks/domain/data/config_keys.yaml
-(ray_llm_eks/domain/core/config_keys.py refuses any other). Scalars are typed keys; node pools are structured values
-that this module checks itself, unknown fields included. Any bad value raises ConfigError naming the
-key, the value and what is allowed.
+(ray_llm_eks/domain/core/config_keys.py refuses any other). Each section is read by one function of one
+signature, `load(raw, ...)`: the stack's values (RawConfig) first, then what the sections before it settled;
+load_settings calls them in order, one forward pass, and is the one place that lists them. The network, the
+cluster and the node pools are read here. Any bad value raises ConfigError naming the key, the value and
+what is allowed.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from ray_llm_eks.domain.checks import known_issues
-from ray_llm_eks.domain.cluster import gcs_ft, node_provisioning, upgrades
-from ray_llm_eks.domain.cluster.deploy_mode import DeployMode, parse_deploy_mode
-from ray_llm_eks.domain.core.errors import UNSET, ConfigError, yaml_text
+from ray_llm_eks.domain.cluster import deploy_mode, gcs_ft, node_provisioning, upgrades
+from ray_llm_eks.domain.cluster.deploy_mode import DeployMode
+from ray_llm_eks.domain.core.errors import UNSET, ConfigError, mapping_of, yaml_text
+from ray_llm_eks.domain.core.facts import GPU_ROLES
+from ray_llm_eks.domain.core.raw_config import Getter, RawConfig, check_fields
 from ray_llm_eks.domain.fit import roles, scaling
-from ray_llm_eks.domain.loading.raw_config import MAPPINGS, POOL_FIELDS, Getter, RawConfig, check_fields
-from ray_llm_eks.domain.loading.serving_config import chart_pin, serving_settings
-from ray_llm_eks.domain.platform import aws_facts, field_checks, prices, sizing, subnets, versions
+from ray_llm_eks.domain.loading.serving_config import serving_settings
+from ray_llm_eks.domain.platform import aws_facts, field_checks, prices, sizing, subnets
 from ray_llm_eks.domain.platform.aws_facts import BotocoreFacts
 from ray_llm_eks.domain.render import alert_rules
-from ray_llm_eks.domain.security.hardening import load_hardening, switched_off
+from ray_llm_eks.domain.security import hardening as hardening_section
+from ray_llm_eks.domain.security.hardening import switched_off
 from ray_llm_eks.domain.serving import model_table, serve_config
 from ray_llm_eks.domain.stack.settings import (
     AmiPin,
@@ -35,6 +38,11 @@ from ray_llm_eks.domain.stack.settings import (
 )
 from ray_llm_eks.domain.telemetry import alerts, monitoring_release, observability, slo
 from ray_llm_eks.domain.telemetry.observability import ObservabilitySettings
+
+POOL_FIELDS = {"instanceType": str, "minSize": int, "desiredSize": int, "maxSize": int, "diskSizeGiB": int}
+GPU_POOLS_SHAPE = mapping_of(
+    [*POOL_FIELDS, "serves"], by=f"pool names (roles {yaml_text(GPU_ROLES)}, or any name with `serves: <role>`)"
+)
 
 
 def _node_pool(key: str, raw: Any, default_disk: int, facts: BotocoreFacts) -> NodePoolSettings:
@@ -59,7 +67,7 @@ def _node_pool(key: str, raw: Any, default_disk: int, facts: BotocoreFacts) -> N
 
 def _network(raw: RawConfig, region: str, cluster_name: str) -> NetworkSettings:
     vpc = field_checks.check_vpc_cidr("vpcCidr", raw.text("vpcCidr"))
-    azs = raw.structured("availabilityZones", list, [f"{region}a", f"{region}b"])
+    azs = raw.listing("availabilityZones", [f"{region}a", f"{region}b"])
     zones = field_checks.check_availability_zones("availabilityZones", azs, region)
     gpu_az = field_checks.check_gpu_availability_zone(
         "gpuAvailabilityZone", raw.text("gpuAvailabilityZone", azs[0]), zones
@@ -78,7 +86,7 @@ def _cluster_admins(raw: RawConfig, region: str, facts: BotocoreFacts) -> tuple[
     """IAM principals that get cluster-admin access entries (teammates, CI). The identity that runs
     the first `up` is admin already (pulumi-eks bootstrapClusterCreatorAdminPermissions) and must not
     be listed again: EKS refuses a second access entry for it (checked at deploy time)."""
-    arns = raw.structured("clusterAdmins", list)
+    arns = raw.listing("clusterAdmins")
     return field_checks.check_principal_arns("clusterAdmins", arns, facts.region_partition(region))
 
 
@@ -86,20 +94,18 @@ def _cluster(
     raw: RawConfig, name: str, region: str, vpc_cidr: str, facts: BotocoreFacts, obs: ObservabilitySettings
 ) -> ClusterSettings:
     public_cidrs = field_checks.check_public_access_cidrs(
-        "endpointPublicAccessCidrs", raw.structured("endpointPublicAccessCidrs", list)
+        "endpointPublicAccessCidrs", raw.listing("endpointPublicAccessCidrs")
     )
     service = field_checks.check_service_cidr("serviceCidr", raw.text("serviceCidr"))
     if ipaddress.IPv4Network(service).overlaps(ipaddress.IPv4Network(vpc_cidr)):
         raise ConfigError("serviceCidr", service, f"a block that does not overlap vpcCidr {vpc_cidr}")
-    log_types = field_checks.check_log_types(
-        "clusterLogTypes", raw.structured("clusterLogTypes", list), facts.eks_log_types
-    )
+    log_types = field_checks.check_log_types("clusterLogTypes", raw.listing("clusterLogTypes"), facts.eks_log_types)
     retention = field_checks.check_log_retention(
         "clusterLogRetentionDays", raw.integer("clusterLogRetentionDays"), facts.log_retention_days
     )
     system = _node_pool(
         "systemNodes",
-        raw.structured("systemNodes", dict),
+        raw.mapping("systemNodes", mapping_of(POOL_FIELDS)),
         # the Ray head pulls the serving image: ray_llm_eks/domain/platform/sizing.py
         default_disk=sizing.SYSTEM_DISK_GIB,
         facts=facts,
@@ -150,9 +156,9 @@ def _ami_pin(raw: RawConfig) -> AmiPin:
 def _gpu_pools(
     raw: RawConfig, network: NetworkSettings, version: str, facts: BotocoreFacts
 ) -> dict[str, GpuPoolSettings]:
-    pools_raw = raw.structured("gpuPools", dict)
+    pools_raw = raw.mapping("gpuPools", GPU_POOLS_SHAPE)
     if not pools_raw:
-        raise ConfigError("gpuPools", pools_raw, MAPPINGS["gpuPools"])
+        raise ConfigError("gpuPools", pools_raw, GPU_POOLS_SHAPE)
     ami = _ami_pin(raw)
     pools = {}
     for name, pool_raw in pools_raw.items():
@@ -169,7 +175,7 @@ def _gpu_pools(
 
 def load_deploy_mode(get: Getter) -> DeployMode:
     """The deploy mode alone (ray_llm_eks/domain/cluster/deploy_mode.py), its keys read as load_settings reads them."""
-    return parse_deploy_mode(get, RawConfig(get).boolean)
+    return deploy_mode.load(RawConfig(get))
 
 
 def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFacts) -> Settings:
@@ -193,27 +199,18 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         )
 
     name = field_checks.check_cluster_name("clusterName", raw.text("clusterName", f"ray-llm-{stack}"))
-    mode = parse_deploy_mode(get, raw.boolean)
+    mode = deploy_mode.load(raw)
 
     network = _network(raw, region, name)
-    obs = observability.load_observability(
-        raw.structured("observability", dict),
-        existing_cluster=mode.existing_cluster,
-        stack_chart=chart_pin(raw, "kubePrometheusStackVersion", versions.KUBE_PROMETHEUS_STACK_CHART),
-        dcgm_chart=chart_pin(raw, "dcgmExporterVersion", versions.DCGM_EXPORTER_CHART),
-    )
+    obs = observability.load(raw, existing_cluster=mode.existing_cluster)
     cluster = _cluster(raw, name, region, network.vpc_cidr, facts, obs)
     pools = _gpu_pools(raw, network, cluster.kubernetes_version, facts)
     serving = serving_settings(raw, region, pools, facts, obs)
     # Node bounds of autoscaling roles follow their replicas (ray_llm_eks/domain/fit/scaling.py), or must agree with
     # them.
     pools = scaling.reconcile_pools(pools, serving.roles)
-    price_overrides = prices.price_overrides(raw.structured("prices", dict))
-    hardening = load_hardening(
-        raw.text,
-        lambda key: raw.structured(key, list),
-        raw.boolean,
-        public_cidrs_set=raw.is_set("endpointPublicAccessCidrs"),
+    hardening = hardening_section.load(
+        raw,
         public_cidrs=cluster.public_access_cidrs,
         vpc_cidr=network.vpc_cidr,
         load_balancer_subnets=subnets.load_balancer_subnets(
@@ -222,9 +219,8 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         pod_subnets=()
         if mode.existing_cluster
         else tuple(subnets.pod_subnet_cidrs(network.vpc_cidr, len(network.availability_zones))),
+        existing_cluster=mode.existing_cluster,
     )
-    if mode.existing_cluster:  # the internal NLB needs the AWS Load Balancer Controller, only on the cluster we build
-        hardening = replace(hardening, internal_endpoint=False)
     if not hardening.api_key_check and serving.serve_document["applications"][0]["import_path"] == (
         serve_config.SELECTIVE_PD_IMPORT
     ):
@@ -238,20 +234,15 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         cluster=cluster,
         gpu_pools=pools,
         serving=serving,
-        prices=price_overrides,
+        prices=prices.load(raw),
         hardening=hardening,
-        slo=slo.parse(raw.structured("slo", dict)),
-        alerts=alerts.load(raw.structured("alerts", dict), serving.roles, alert_rules.pool_types(pools)),
+        slo=slo.load(raw),
+        alerts=alerts.load(raw, serving.roles, alert_rules.pool_types(pools)),
         hf_token_set=get("hfToken") is not None,
         api_keys_set=get("apiKeys") is not None,
         deploy_mode=mode,
         **_resilience(raw, hardening.environment, pools, mode.existing_cluster),
-        node_provisioning=node_provisioning.parse(
-            raw.text("nodeProvisioning"),
-            raw.boolean("prefillSpot"),
-            chart_pin(raw, "karpenterVersion", versions.KARPENTER_CHART),
-            cluster.name,
-        ),
+        node_provisioning=node_provisioning.load(raw, cluster.name),
     )
     node_provisioning.check_pools(settings.node_provisioning, [n for n, p in pools.items() if p.efa])
     known_issues.refuse(settings)  # upstream bugs the stack would hit (ray_llm_eks/domain/data/known_issues.yaml)
@@ -261,11 +252,8 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
 def _resilience(raw: RawConfig, environment: str, pools: Mapping[str, GpuPoolSettings], existing_cluster: bool) -> dict:
     """GCS fault tolerance as the deploy mode allows it, the upgrade strategy (ray_llm_eks/domain/cluster/: gcs_ft,
     upgrades)."""
-    ft = gcs_ft.parse(raw.text("gcsFaultTolerance"), raw.text("gcsRedisNodeType"), raw.integer("gcsRedisReplicas"),
-                      environment)  # fmt: skip
-    ft = gcs_ft.for_mode(ft, existing_cluster)
     sizes = {role: (p.nodes.desired_size, p.nodes.max_size) for role, p in pools.items()}
-    return {"gcs_ft": ft, "upgrade_strategy": upgrades.strategy(raw.text("upgradeStrategy"), sizes)}
+    return {"gcs_ft": gcs_ft.load(raw, environment, existing_cluster), "upgrade_strategy": upgrades.load(raw, sizes)}
 
 
 def secret_checks(settings: Settings, deploying: bool) -> list[str]:

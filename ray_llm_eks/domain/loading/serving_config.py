@@ -7,24 +7,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ray_llm_eks.domain.core import config_keys
 from ray_llm_eks.domain.core.errors import UNSET, ConfigError, yaml_text
 from ray_llm_eks.domain.core.facts import GPU_ROLES
+from ray_llm_eks.domain.core.raw_config import RawConfig
 from ray_llm_eks.domain.fit import model_fit, roles, scaling
-from ray_llm_eks.domain.loading.raw_config import MAPPINGS, RawConfig
 from ray_llm_eks.domain.platform import field_checks, image_ref, versions
 from ray_llm_eks.domain.platform.aws_facts import BotocoreFacts
-from ray_llm_eks.domain.serving import api_keys, model_table, serve_config
-from ray_llm_eks.domain.serving.routing import route_roles
-from ray_llm_eks.domain.stack.settings import ChartPin, GpuPoolSettings, ServingSettings
+from ray_llm_eks.domain.serving import api_keys, model_table, routing, serve_config
+from ray_llm_eks.domain.stack.settings import GpuPoolSettings, ServingSettings
 from ray_llm_eks.domain.telemetry.observability import ObservabilitySettings
-
-
-def chart_pin(raw: RawConfig, key: str, source: tuple[str, str]) -> ChartPin:
-    """A chart from its (repository, name) in ray_llm_eks/domain/platform/versions.py, at the stack's version (its
-    default is the table's)."""
-    version = field_checks.check_chart_version(key, raw.text(key), source[1], config_keys.default(key))
-    return ChartPin(source[0], source[1], version)
 
 
 def _image(raw: RawConfig, region: str, facts: BotocoreFacts) -> tuple[str, dict[str, str]]:
@@ -63,6 +54,9 @@ def _image(raw: RawConfig, region: str, facts: BotocoreFacts) -> tuple[str, dict
     return f"{registry}/{versions.DLC_REPOSITORY}:{tag}", dlc.components()
 
 
+REPLICAS_SHAPE = f"a mapping of roles {yaml_text(GPU_ROLES)} to whole numbers of replicas"
+
+
 def _serve_overrides(raw: RawConfig) -> serve_config.ServeOverrides:
     model_id, model_source = raw.text("modelId"), raw.text("modelSource")
     for key, value in (("modelId", model_id), ("modelSource", model_source)):
@@ -73,13 +67,13 @@ def _serve_overrides(raw: RawConfig) -> serve_config.ServeOverrides:
     max_len = raw.integer("maxModelLen")
     if max_len is not None and not 16 <= max_len <= 10_000_000:
         raise ConfigError("maxModelLen", max_len, "a context length in tokens, 16 or more")
-    replicas = raw.structured("replicas", dict) or {}
+    replicas = raw.mapping("replicas", REPLICAS_SHAPE) or {}
     for role, count in replicas.items():
         if role not in GPU_ROLES:
-            raise ConfigError(f"replicas.{role}", count, MAPPINGS["replicas"])
+            raise ConfigError(f"replicas.{role}", count, REPLICAS_SHAPE)
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise ConfigError(f"replicas.{role}", count, "a whole number of replicas, 1 or more")
-    autoscaling = scaling.parse_autoscaling(raw.structured("autoscaling", dict) or {})
+    autoscaling = scaling.load(raw)
     for role in autoscaling:
         if role not in GPU_ROLES:
             raise ConfigError(f"autoscaling.{role}", autoscaling[role], f"a pool role from {yaml_text(GPU_ROLES)}")
@@ -124,11 +118,10 @@ def serving_settings(
     ray_version, vllm_version = held["ray"], held.get("vllm")
     name = raw.text("serveConfig")
     shapes = roles.role_shapes(pools)
-    spec_raw = raw.structured("modelSpec", dict)
-    own_spec = model_table.spec_from_config(spec_raw) if spec_raw is not None else None
+    own_spec = model_table.load(raw)
     model_facts = lambda model_id, source: model_table.model_spec(model_id, source, own_spec)  # noqa: E731
     document = serve_config.render(name, _serve_overrides(raw), shapes, vllm_version, model_facts)
-    route_roles(serve_config.llm_configs_by_role(document, name), raw.structured("routing", dict), name, model_facts)
+    routing.load(raw, serve_config.llm_configs_by_role(document, name), name, model_facts)
     api_keys.check_no_own_ingress(document, f"ray_llm_eks/serve_configs/{name}.yaml")
     efa_roles = {p.app_role for p in pools.values() if p.efa}
     # max_num_seqs derived where the fit renders it; every pool of a role must fit the role's engine.
@@ -167,11 +160,11 @@ def serving_settings(
         service_name=service_name,
         image=image,
         ray_version=ray_version,
-        kuberay=chart_pin(raw, "kuberayVersion", versions.KUBERAY_CHART),
-        nvidia_plugin=chart_pin(raw, "nvidiaDevicePluginVersion", versions.NVIDIA_PLUGIN_CHART),
-        efa_plugin=chart_pin(raw, "efaDevicePluginVersion", versions.EFA_PLUGIN_CHART),
-        cluster_autoscaler=chart_pin(raw, "clusterAutoscalerVersion", versions.CLUSTER_AUTOSCALER_CHART),
-        lb_controller=chart_pin(raw, "loadBalancerControllerVersion", versions.LB_CONTROLLER_CHART),
+        kuberay=field_checks.chart_pin(raw, "kuberayVersion", versions.KUBERAY_CHART),
+        nvidia_plugin=field_checks.chart_pin(raw, "nvidiaDevicePluginVersion", versions.NVIDIA_PLUGIN_CHART),
+        efa_plugin=field_checks.chart_pin(raw, "efaDevicePluginVersion", versions.EFA_PLUGIN_CHART),
+        cluster_autoscaler=field_checks.chart_pin(raw, "clusterAutoscalerVersion", versions.CLUSTER_AUTOSCALER_CHART),
+        lb_controller=field_checks.chart_pin(raw, "loadBalancerControllerVersion", versions.LB_CONTROLLER_CHART),
         privileged_workers=raw.boolean("privilegedWorkers"),
         ready_timeout_seconds=timeout,
         weights_s3_uris=weights_s3,

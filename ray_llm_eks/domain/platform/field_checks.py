@@ -9,11 +9,13 @@ import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 
+from ray_llm_eks.domain.core import config_keys
 from ray_llm_eks.domain.core.errors import UNSET, ConfigError, yaml_text
 from ray_llm_eks.domain.core.facts import ENVIRONMENTS, EXACT_CHART_VERSION, KUBERAY_NAMESPACE, NAT_MODES
+from ray_llm_eks.domain.core.raw_config import RawConfig
 from ray_llm_eks.domain.platform import aws_facts, sizing
 from ray_llm_eks.domain.platform.aws_facts import BotocoreFacts
-from ray_llm_eks.domain.platform.versions import KUBERNETES_VERSIONS
+from ray_llm_eks.domain.platform.versions import KUBERNETES_VERSIONS, ChartPin
 
 # Exist already / belong to the operator: the service creates its own.
 TAKEN_NAMESPACES = ("default", KUBERAY_NAMESPACE)
@@ -48,6 +50,13 @@ def check_chart_version(key: str, version: str, chart: str, example: str, file: 
     if not isinstance(version, str) or not re.fullmatch(EXACT_CHART_VERSION, version):
         raise ConfigError(key, version, f"an exact version of the {chart} chart, such as {example}", file)
     return version
+
+
+def chart_pin(raw: RawConfig, key: str, source: tuple[str, str]) -> ChartPin:
+    """A chart from its (repository, name) in ray_llm_eks/domain/platform/versions.py, at the stack's version (its
+    default is the table's)."""
+    version = check_chart_version(key, raw.text(key), source[1], config_keys.default(key))
+    return ChartPin(source[0], source[1], version)
 
 
 def check_one_of(key: str, value, allowed: Sequence, file: str | None = None, what: str = ""):

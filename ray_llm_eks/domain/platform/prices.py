@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ray_llm_eks.domain.core.errors import ConfigError, mapping_of, unknown_field
+from ray_llm_eks.domain.core.raw_config import RawConfig
 
 HOURS_PER_MONTH = 730  # AWS's convention for monthly prices
 
@@ -170,6 +171,11 @@ _SCALARS = {
 
 _MAPPINGS = ("instances", "autoModeFees")  # instance type -> USD per hour
 SHAPE = mapping_of({*_MAPPINGS, *_SCALARS})
+
+
+def load(raw: RawConfig) -> PriceOverrides:
+    """The stack's `prices` section."""
+    return price_overrides(raw.mapping("prices", SHAPE))
 
 
 def price_overrides(raw: Mapping | None) -> PriceOverrides:

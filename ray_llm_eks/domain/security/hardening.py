@@ -6,12 +6,12 @@ under other names)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from ray_llm_eks.domain.core.config_keys import declared, default
 from ray_llm_eks.domain.core.errors import UNSET, ConfigError, yaml_text
 from ray_llm_eks.domain.core.facts import DEV_ENVIRONMENTS, PROJECT
+from ray_llm_eks.domain.core.raw_config import RawConfig
 from ray_llm_eks.domain.platform.field_checks import check_endpoint_source_ranges, check_environment
 from ray_llm_eks.domain.platform.subnets import outside_pod_subnets
 
@@ -41,23 +41,22 @@ class HardeningSettings:
         return self.environment in DEV_ENVIRONMENTS
 
 
-def load_hardening(
-    text: Callable[[str], str | None],
-    structured_list: Callable[[str], list | None],
-    flag: Callable[[str], bool],
-    public_cidrs_set: bool,
+def load(
+    raw: RawConfig,
     public_cidrs: tuple[str, ...],
     vpc_cidr: str,
     load_balancer_subnets: dict[str, str],
     pod_subnets: tuple[str, ...] = (),
+    existing_cluster: bool = False,
 ) -> HardeningSettings:
-    """Check the switches; outside a dev-like environment the public API endpoint must be limited to
-    networks the stack lists (and the machine running `pulumi up` must be inside them). `text`,
-    `structured_list` and `flag` read a key as the stack sets it, or its default. `pod_subnets`: the
-    VPC's subnets where pods get addresses, none where the VPC is not the stack's (existing cluster)."""
-    environment = check_environment("environment", text("environment"))
+    """The stack's security switches; outside a dev-like environment the public API endpoint must be limited to
+    networks the stack lists (and the machine running `pulumi up` must be inside them). `pod_subnets`: the
+    VPC's subnets where pods get addresses, none where the VPC is not the stack's (existing cluster), where
+    there is no internal endpoint either: its NLB needs the AWS Load Balancer Controller, installed only on the
+    cluster the stack builds."""
+    environment = check_environment("environment", raw.text("environment"))
     if environment not in DEV_ENVIRONMENTS:
-        if not public_cidrs_set:
+        if not raw.is_set("endpointPublicAccessCidrs"):
             raise ConfigError(
                 "endpointPublicAccessCidrs",
                 UNSET,
@@ -72,15 +71,15 @@ def load_hardening(
                 f"not open to the whole internet in environment {environment} "
                 f"(allowed only in {yaml_text(DEV_ENVIRONMENTS)})",
             )
-    namespaces = structured_list("serveClientNamespaces")
+    namespaces = raw.listing("serveClientNamespaces")
     for namespace in namespaces:
         if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
             raise ConfigError("serveClientNamespaces", namespace, "Kubernetes namespace names (DNS-1123 labels)")
-    ranges = structured_list("endpointSourceRanges")
+    ranges = raw.listing("endpointSourceRanges")
     # No pod address; never empty: LB controller v3.5.0 opens an NLB with none to 0.0.0.0/0 (model_build_managed_sg.go)
     ranges = outside_pod_subnets(vpc_cidr, list(pod_subnets)) if ranges is None else ranges
     ranges = check_endpoint_source_ranges("endpointSourceRanges", ranges, pod_subnets=pod_subnets)
-    api_key_check = flag("apiKeyCheck")
+    api_key_check = raw.boolean("apiKeyCheck")
     if not api_key_check and environment not in DEV_ENVIRONMENTS:
         raise ConfigError(
             "apiKeyCheck",
@@ -90,13 +89,13 @@ def load_hardening(
         )
     return HardeningSettings(
         environment,
-        flag("networkPolicies"),
+        raw.boolean("networkPolicies"),
         tuple(namespaces),
-        internal_endpoint=flag("internalEndpoint"),
+        internal_endpoint=raw.boolean("internalEndpoint") and not existing_cluster,
         endpoint_source_ranges=tuple(ranges),
         pod_subnets=tuple(pod_subnets),
         load_balancer_subnets=tuple(load_balancer_subnets.items()),
-        require_ebs_encryption=flag("requireEbsEncryption"),
+        require_ebs_encryption=raw.boolean("requireEbsEncryption"),
         api_key_check=api_key_check,
     )
 

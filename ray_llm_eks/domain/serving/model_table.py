@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from ray_llm_eks.domain.core.errors import UNSET, ConfigError, did_you_mean, mapping_of, unknown_field, yaml_text
+from ray_llm_eks.domain.core.raw_config import RawConfig
 from ray_llm_eks.domain.serving import vllm_fit
 from ray_llm_eks.domain.serving.model_families import FAMILIES, ModelFamily
 from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role, model_of
@@ -196,6 +197,12 @@ _SPEC_FIELDS = {
 # linear_num_value_heads), required with tensor_parallel_size > 1.
 _OPTIONAL_SPEC_FIELDS = {"linearLayers": int, "attentionHeads": int, "linearKeyHeads": int, "linearValueHeads": int}
 SPEC_SHAPE = mapping_of({**_SPEC_FIELDS, **_OPTIONAL_SPEC_FIELDS})
+
+
+def load(raw: RawConfig) -> ModelSpec | None:
+    """The stack's `modelSpec` section (unset: the table knows the model)."""
+    given = raw.mapping("modelSpec", SPEC_SHAPE)
+    return None if given is None else spec_from_config(given)
 
 
 def spec_from_config(raw: Mapping) -> ModelSpec:

@@ -29,6 +29,7 @@ from ray_llm_eks.domain.core.errors import (
     unknown_field,
     yaml_text,
 )
+from ray_llm_eks.domain.core.raw_config import RawConfig
 
 KEY = "routing"
 
@@ -270,10 +271,10 @@ def apply(
             deployment["request_router_config"] = router
 
 
-def route_roles(
-    configs_by_role: Mapping[str, dict], raw: Any, serve_file: str, model_facts: Callable[[str, str], Any]
+def load(
+    raw: RawConfig, configs_by_role: Mapping[str, dict], serve_file: str, model_facts: Callable[[str, str], Any]
 ) -> None:
-    """The stack's `routing` value, checked and written into the application's LLM configs (by role).
+    """The stack's `routing` section, checked and written into the application's LLM configs (by role).
     `model_facts(model_id, model_source).hybrid` answers from the model table
     (ray_llm_eks/domain/serving/model_table.py)."""
 
@@ -282,7 +283,7 @@ def route_roles(
         model_id = loading.get("model_id", "")
         return bool(model_facts(model_id, loading.get("model_source") or model_id).hybrid)
 
-    apply(configs_by_role, parse(raw), f"ray_llm_eks/serve_configs/{serve_file}.yaml", hybrid)
+    apply(configs_by_role, parse(raw.mapping(KEY, SHAPE)), f"ray_llm_eks/serve_configs/{serve_file}.yaml", hybrid)
 
 
 def role_policy(config: Mapping) -> str:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ray_llm_eks.domain.core import config_keys, facts
 from ray_llm_eks.domain.core.errors import UNSET, ConfigError, mapping_of
+from ray_llm_eks.domain.core.raw_config import RawConfig
 from ray_llm_eks.domain.platform import aws_facts
 from ray_llm_eks.domain.serving import serve_config
 from ray_llm_eks.domain.serving.fit_prediction import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
@@ -91,12 +92,10 @@ def default() -> AlertThresholds:
     return parse(None)
 
 
-def load(
-    raw: Mapping[str, Any] | None, roles: Mapping[str, RoleView], instance_types: Mapping[str, str]
-) -> AlertThresholds:
+def load(raw: RawConfig, roles: Mapping[str, RoleView], instance_types: Mapping[str, str]) -> AlertThresholds:
     """The stack's `alerts`, checked against the engines it renders (`roles`) and the instance types of
     the pools that run each role (`instance_types`: role -> type)."""
-    thresholds = parse(raw)
+    thresholds = parse(raw.mapping(KEY, SHAPE))
     check_against_engines(
         thresholds,
         {

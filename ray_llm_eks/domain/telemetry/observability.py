@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from ray_llm_eks.domain.core.errors import ConfigError, kind_text, mapping_of, unknown_field
 from ray_llm_eks.domain.core.facts import HEAD_METRICS_PORTS
-from ray_llm_eks.domain.platform.field_checks import check_label_value, check_one_of
+from ray_llm_eks.domain.core.raw_config import RawConfig
+from ray_llm_eks.domain.platform.field_checks import chart_pin, check_label_value, check_one_of
+from ray_llm_eks.domain.platform.versions import DCGM_EXPORTER_CHART, KUBE_PROMETHEUS_STACK_CHART
 
 if TYPE_CHECKING:
     from ray_llm_eks.domain.platform.versions import ChartPin
@@ -104,7 +106,7 @@ def storage_need_gib(retention_days: int, series: int = SERIES_BUDGET) -> float:
 class ObservabilitySettings:
     """The stack's `observability` mapping, checked, plus the charts' pins (their own keys)."""
 
-    mode: str = "none"  # Settings built without a stack have none; a stack's default is in load_observability
+    mode: str = "none"  # Settings built without a stack have none; a stack's default is in parse
     retention_days: int = DEFAULT_RETENTION_DAYS
     storage_gib: int = DEFAULT_STORAGE_GIB
     grafana_iframe_host: str = f"http://127.0.0.1:{GRAFANA_LOCAL_PORT}"
@@ -173,15 +175,24 @@ _FIELDS: Mapping[str, type] = {
 _EMBEDDED_ONLY = ("retentionDays", "storageGiB", "grafanaIframeHost", "grafanaAnonymous")
 _EXTERNAL_ONLY = ("prometheusRelease", "prometheusNamespace")
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+KEY = "observability"
 SHAPE = mapping_of(_FIELDS)
 
 
-def load_observability(
-    raw: Any, existing_cluster: bool, stack_chart: ChartPin, dcgm_chart: ChartPin
-) -> ObservabilitySettings:
+def load(raw: RawConfig, existing_cluster: bool) -> ObservabilitySettings:
+    """The stack's `observability` section and the two charts it installs."""
+    return parse(
+        raw.mapping(KEY, SHAPE),
+        existing_cluster,
+        stack_chart=chart_pin(raw, "kubePrometheusStackVersion", KUBE_PROMETHEUS_STACK_CHART),
+        dcgm_chart=chart_pin(raw, "dcgmExporterVersion", DCGM_EXPORTER_CHART),
+    )
+
+
+def parse(raw: Any, existing_cluster: bool, stack_chart: ChartPin, dcgm_chart: ChartPin) -> ObservabilitySettings:
     """The `observability` mapping (None: unset). Embedded by default on a cluster this stack creates,
     none on an existing one (it may run a monitoring stack of its own: `external` adds ours to it)."""
-    key = "observability"
+    key = KEY
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ConfigError(key, raw, SHAPE)

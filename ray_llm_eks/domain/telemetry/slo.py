@@ -9,6 +9,7 @@ from typing import Any
 
 from ray_llm_eks.domain.core import config_keys
 from ray_llm_eks.domain.core.errors import ConfigError, mapping_of
+from ray_llm_eks.domain.core.raw_config import RawConfig
 
 KEY = "slo"
 
@@ -44,6 +45,11 @@ def parse(raw: Mapping[str, Any] | None) -> Slo:
             raise ConfigError(f"{KEY}.{name}", value, "a whole number of milliseconds above 0")
         values[_FIELDS[name]] = value
     return Slo(**values)
+
+
+def load(raw: RawConfig) -> Slo:
+    """The stack's `slo` section."""
+    return parse(raw.mapping(KEY, SHAPE))
 
 
 def default() -> Slo:

@@ -1,6 +1,7 @@
 """The stack's raw values as Pulumi hands them to a program (strings; JSON for arrays and objects), read with
-their types: one reader for every section's parser. An unset key reads as its default from
-ray_llm_eks/domain/data/config_keys.yaml, or as one the caller computes where the default depends on other keys."""
+their types: the one reader every config section's `load(raw, ...)` takes, so each section reads its own keys.
+An unset key reads as its default from ray_llm_eks/domain/data/config_keys.yaml, or as one the caller computes
+where the default depends on other keys."""
 
 from __future__ import annotations
 
@@ -9,12 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ray_llm_eks.domain.core import config_keys
-from ray_llm_eks.domain.core.errors import UNSET, ConfigError, kind_text, mapping_of, unknown_field, yaml_text
-from ray_llm_eks.domain.core.facts import GPU_ROLES
-from ray_llm_eks.domain.fit import scaling
-from ray_llm_eks.domain.platform import prices
-from ray_llm_eks.domain.serving import model_table, routing
-from ray_llm_eks.domain.telemetry import alerts, observability, slo
+from ray_llm_eks.domain.core.errors import UNSET, ConfigError, kind_text, mapping_of, unknown_field
 
 Getter = Callable[[str], "str | None"]
 
@@ -42,6 +38,10 @@ class RawConfig:
     def is_set(self, key: str) -> bool:
         return self._get(key) is not None
 
+    def given(self, key: str) -> str | None:
+        """The text as the stack sets it, no default (a secret key reads as a marker: set or not)."""
+        return self._get(key)
+
     def text(self, key: str, computed: Any = _TABLE) -> str | None:
         value = self._get(key)
         return _fallback(key, computed) if value is None else value
@@ -63,7 +63,15 @@ class RawConfig:
             raise ConfigError(key, value, "true or false")
         return value.lower() == "true"
 
-    def structured(self, key: str, kind: type, computed: Any = _TABLE) -> Any:
+    def mapping(self, key: str, shape: str, computed: Any = _TABLE) -> Any:
+        """A structured key that holds a mapping; `shape` says what it holds, for the line refusing another kind
+        (the section that reads the key owns it)."""
+        return self._structured(key, dict, shape, computed)
+
+    def listing(self, key: str, computed: Any = _TABLE) -> Any:
+        return self._structured(key, list, "a list", computed)
+
+    def _structured(self, key: str, kind: type, shape: str, computed: Any) -> Any:
         value = self._get(key)
         if value is None:
             return _fallback(key, computed)
@@ -72,7 +80,7 @@ class RawConfig:
         except json.JSONDecodeError:
             parsed = value
         if not isinstance(parsed, kind):
-            raise ConfigError(key, parsed, MAPPINGS[key] if kind is dict else "a list")
+            raise ConfigError(key, parsed, shape)
         return parsed
 
 
@@ -90,22 +98,3 @@ def check_fields(key: str, raw: Any, allowed: Mapping[str, type], required: tupl
         if name not in raw:
             raise ConfigError(f"{key}.{name}", UNSET, f"required: {mapping_of(allowed)}")
     return raw
-
-
-POOL_FIELDS = {"instanceType": str, "minSize": int, "desiredSize": int, "maxSize": int, "diskSizeGiB": int}
-# What each mapping-valued key holds, for the line that refuses a value of another kind (from the module that
-# parses the key).
-MAPPINGS = {
-    "systemNodes": mapping_of(POOL_FIELDS),
-    "gpuPools": mapping_of(
-        [*POOL_FIELDS, "serves"], by=f"pool names (roles {yaml_text(GPU_ROLES)}, or any name with `serves: <role>`)"
-    ),
-    "replicas": f"a mapping of roles {yaml_text(GPU_ROLES)} to whole numbers of replicas",
-    "autoscaling": scaling.SHAPE,
-    "routing": routing.SHAPE,
-    "observability": observability.SHAPE,
-    "modelSpec": model_table.SPEC_SHAPE,
-    "prices": prices.SHAPE,
-    "slo": slo.SHAPE,
-    "alerts": alerts.SHAPE,
-}
