@@ -136,7 +136,7 @@ smoke: $(VENV)/.installed
 # promtool on the alert rules (`check rules` per stack, the unit tests in ray_llm_eks/observability/rules-tests/): make test
 # runs them when promtool is there (go_binaries/build.py builds it); this target insists on it (CI, after the Go build).
 test-rules: $(VENV)/.installed
-	RAY_LLM_EKS_REQUIRE_PROMTOOL=1 $(BIN)/python -m pytest tests/unit/test_promtool.py
+	RAY_LLM_EKS_REQUIRE_PROMTOOL=1 $(BIN)/python -m pytest tests/unit/domain/telemetry/test_promtool.py
 
 # Prove that every request's KV moves from prefill to decode over NIXL (docs/observability.md): long-prompt
 # requests to URL, the engines' own counters read from ARGS: --prometheus URL, --metrics-url URL or --kube
@@ -227,7 +227,7 @@ policy-sdk: $(VENV)/.installed $(POLICY_VENV)/.installed
 	$(POLICY_VENV)/bin/python policy/sdk_check.py $(OUT)/resources.json
 
 # docs/configuration.md from the config-key table (ray_llm_eks/domain/data/config_keys.yaml); make test fails while it is stale.
-# ray_llm_eks's package schema as the component provider host infers it from the Args (tests/harness/test_package.py).
+# ray_llm_eks's package schema as the component provider host infers it from the Args (tests/harness/project/test_package.py).
 ## docs: regenerate docs/configuration.md and the component schema
 docs: $(VENV)/.installed
 	$(BIN)/python -m tools.config_docs

@@ -1,5 +1,5 @@
 """How the e2e judges what it read back, as functions of plain values, so each judgement can be shown
-to fail on a broken input (tests/harness/test_e2e_checks.py) without a cluster."""
+to fail on a broken input (tests/harness/e2e/test_e2e_checks.py) without a cluster."""
 
 from __future__ import annotations
 

@@ -298,7 +298,7 @@ class KwokScaling:
             f"our NodePools {[np['metadata']['name'] for np in pools]} applied as "
             f"ray_llm_eks/domain/render/karpenter.py has them, "
             f"nodeClassRef {KWOK_KIND}; TEST-ONLY consolidateAfter {E2E_CONSOLIDATE_AFTER} "
-            f"(shipped: {karpenter.CONSOLIDATE_AFTER}, tests/unit/test_karpenter.py)"
+            f"(shipped: {karpenter.CONSOLIDATE_AFTER}, tests/unit/domain/cluster/test_karpenter.py)"
         )
 
         def ready() -> bool:

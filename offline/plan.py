@@ -330,6 +330,9 @@ def run_program(
     logger = logging.getLogger(f"{__name__}.{id(warnings)}")
     logger.propagate = False
     logger.addHandler(warnings)
+    # set_mocks registers the root stack on the current loop; an asyncio.run before this one (a caller's, or a
+    # test's) leaves none current (asyncio.run ends with set_event_loop(None)).
+    _ensure_event_loop()
     with _without_source_positions():  # from set_mocks on, which registers the root stack
         pulumi_settings.ROOT.set(None)  # a fresh root stack per run
         pulumi.runtime.set_mocks(

@@ -64,6 +64,23 @@ def _layer(path: Path) -> str | None:
     return parts[0] if len(parts) > 1 and parts[0] in LAYERS else None
 
 
+# Within a layer a test file sits in the folder of the code it tests, named as in the repository: a folder of the
+# package (domain/fit for ray_llm_eks/domain/fit) or a top-level one (rehearsal, offline); project/ holds the
+# tests of the repository as a whole (its docs, its comments, the package it builds).
+WHOLE_REPOSITORY = "project"
+
+
+def _misplaced(path: Path) -> str | None:
+    """Why a test file's folder names no code of the repository (None when it does)."""
+    parts = path.relative_to(Path(__file__).parent).parts
+    within = Path(*parts[1:-1]) if len(parts) > 2 else None
+    if within is None:
+        return f"{path.name}: directly in tests/{parts[0]}; put it in the folder of the code it tests"
+    if within == Path(WHOLE_REPOSITORY) or (ROOT / "ray_llm_eks" / within).is_dir() or (ROOT / within).is_dir():
+        return None
+    return f"tests/{Path(*parts)}: {within}/ is no folder of ray_llm_eks/ or of the repository (or {WHOLE_REPOSITORY}/)"
+
+
 def _program_calls(path: Path) -> set[str]:
     """The program runners a test module imports or calls."""
     found = set()
@@ -81,6 +98,7 @@ def pytest_collection_modifyitems(config, items) -> None:
     """Mark each test with its layer; a unit test that would run the program is a collection error."""
     wrong: dict[str, set[str]] = {}
     unplaced: set[str] = set()
+    misplaced: set[str] = set()
     calls: dict[Path, set[str]] = {}
     for item in items:
         path = Path(str(item.fspath))
@@ -89,6 +107,8 @@ def pytest_collection_modifyitems(config, items) -> None:
             unplaced.add(path.name)
             continue
         item.add_marker(getattr(pytest.mark, layer))
+        if why := _misplaced(path):
+            misplaced.add(why)
         if layer == "unit":
             if path not in calls:
                 calls[path] = _program_calls(path)
@@ -97,6 +117,8 @@ def pytest_collection_modifyitems(config, items) -> None:
                 wrong.setdefault(item.nodeid, set()).update(runs)
     if unplaced:
         raise pytest.UsageError(f"a test file belongs in tests/unit, tests/plan or tests/harness: {sorted(unplaced)}")
+    if misplaced:
+        raise pytest.UsageError(f"a test file mirrors the code it tests: {'; '.join(sorted(misplaced))}")
     if wrong:
         listed = "; ".join(f"{node}: {sorted(names)}" for node, names in sorted(wrong.items()))
         raise pytest.UsageError(f"unit tests call the domain directly; move these to tests/plan: {listed}")
@@ -157,7 +179,7 @@ def project(tmp_path: Path, monkeypatch) -> Path:
 
 def plan_fails(project: Path, capsys, stack: str = "dev") -> str:
     """Run `make plan` on the copy; it must fail with exactly one line, writing nothing. (How little CPU a
-    mistake costs is measured in a fresh process in tests/harness/test_first_hour.py, as CPU time: wall time
+    mistake costs is measured in a fresh process in tests/harness/offline/test_first_hour.py, as CPU time: wall time
     moves with the machine.)"""
     from offline import plan as plan_cli
 

@@ -1,5 +1,5 @@
 """`make docs`: docs/configuration.md, generated from ray_llm_eks/domain/data/config_keys.yaml (each key's type,
-default and description). tests/unit/test_configuration_docs.py fails when the page is stale."""
+default and description). tests/unit/domain/core/test_config_keys_table.py fails when the page is stale."""
 
 from __future__ import annotations
 

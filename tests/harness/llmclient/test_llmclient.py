@@ -1,0 +1,443 @@
+"""The endpoint client (make smoke, make bench) against a local OpenAI-like streaming server on loopback:
+good answers, HTTP errors, stalls, malformed events; `make bench` up to its load generator."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmclient import core, smoke
+from llmclient.__main__ import main
+from tests.conftest import ROOT
+
+MODEL = "test/model"
+
+
+class Handler(BaseHTTPRequestHandler):
+    mode = "ok"  # set per test through the server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _json(self, code: int, body: dict):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _refused(self) -> bool:
+        """The key check of a keyed endpoint (server.key set); server.key_check False: any key passes."""
+        key = self.server.key
+        if key is None or (self.server.key_check is False and self.headers.get("Authorization")):
+            return False
+        if self.headers.get("Authorization") == f"Bearer {key}":
+            return False
+        if self.command == "POST":
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self._json(401, {"error": {"message": "Missing or invalid API key", "code": "invalid_api_key"}})
+        return True
+
+    def do_GET(self):
+        if self.path != "/metrics" and self._refused():
+            return None
+        if self.path == "/v1/models":
+            return self._json(200, {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "x"}]})
+        if self.path == "/metrics":
+            n = self.server.requests
+            # One NIXL transfer per request, or (mode "kv_broken") one failed transfer each and no bytes.
+            moved, failed = (0, n) if self.server.mode == "kv_broken" else (n, 0)
+            text = (
+                f'ray_serve_deployment_request_counter_total{{deployment="PDPrefillServer:m",route="/"}} {n}\n'
+                f'ray_serve_deployment_request_counter_total{{deployment="PDDecodeServer:m",route="/"}} {n}\n'
+                f'ray_serve_deployment_request_counter_total{{deployment="OpenAiIngress",route="/"}} {n}\n'
+                f'ray_vllm_nixl_bytes_transferred_bucket{{WorkerId="d",le="+Inf"}} {moved}\n'
+                f'ray_vllm_nixl_num_failed_transfers_total{{WorkerId="d"}} {failed}\n'
+                + "".join(f'ray_selective_pd_requests_total{{path="{p}"}} {c}\n' for p, c in self.server.paths.items())
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(text)))
+            self.end_headers()
+            self.wfile.write(text)
+            return None
+        return self._json(404, {"error": {"message": "no such route"}})
+
+    def _chunk(self, payload: str):
+        data = f"data: {payload}\n\n".encode()
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def do_POST(self):
+        if self._refused():
+            return None
+        length = int(self.headers.get("Content-Length", 0))
+        request = json.loads(self.rfile.read(length))
+        mode = self.server.mode
+        self.server.requests += 1
+        if mode == "selective":  # a selective PD ingress: prompts over 100 words go through prefill
+            words_in = len(request["messages"][-1]["content"].split())
+            path = "split" if words_in > 100 else "local"
+            self.server.paths[path] = self.server.paths.get(path, 0) + 1
+        too_long = mode == "long500" and len(request["messages"][-1]["content"].split()) > 600
+        if mode == "http500" or too_long:
+            return self._json(500, {"error": {"message": "engine exploded", "type": "InternalServerError"}})
+        words = ["Hello", " there", "!", " How", " are", " you", "?"][: request.get("max_tokens", 7)]
+        if not request.get("stream"):
+            return self._json(
+                200,
+                {
+                    "id": "c1",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": MODEL,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": "".join(words)},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 5, "completion_tokens": len(words), "total_tokens": 5 + len(words)},
+                },
+            )
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        base = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": MODEL}
+        for i, word in enumerate(words):
+            if mode == "stall" and i == 2:
+                time.sleep(3)  # longer than the client's stall timeout
+            if mode == "malformed" and i == 1:
+                self._chunk("{this is not json")
+                continue
+            choice = {"index": 0, "delta": {"content": word}, "finish_reason": None}
+            self._chunk(json.dumps({**base, "choices": [choice]}))
+            time.sleep(0.01)
+        if mode != "no_finish":
+            self._chunk(json.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+        # server.tokenizer: count 1.25 tokens a word of the last message and 12 for the chat template.
+        prompt = int(1.25 * len(request["messages"][-1]["content"].split())) + 12 if self.server.tokenizer else 5
+        usage = {"prompt_tokens": prompt, "completion_tokens": len(words), "total_tokens": prompt + len(words)}
+        self._chunk(json.dumps({**base, "choices": [], "usage": usage}))
+        self._chunk("[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+        return None
+
+
+@pytest.fixture(autouse=True)
+def _leave_an_event_loop():
+    """asyncio.run() leaves the main thread without a loop; the Pulumi tests after these need one."""
+    yield
+    asyncio.set_event_loop(asyncio.new_event_loop())
+
+
+class QuietServer(ThreadingHTTPServer):
+    """A client that gives up (a timeout on a loaded machine) leaves its handler writing to a closed socket:
+    socketserver prints that traceback to stderr, which the tests read as the program's own output."""
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+@pytest.fixture
+def server():
+    httpd = QuietServer(("127.0.0.1", 0), Handler)
+    httpd.mode = "ok"
+    httpd.requests = 0
+    httpd.paths, httpd.tokenizer = {}, False
+    httpd.key, httpd.key_check = None, True
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def url(httpd) -> str:
+    return f"http://127.0.0.1:{httpd.server_address[1]}"
+
+
+def test_api_base_accepts_both_forms():
+    assert core.api_base("http://h:8000") == "http://h:8000/v1"
+    assert core.api_base("http://h:8000/v1/") == "http://h:8000/v1"
+
+
+def test_smoke_passes_and_shows_prefill_and_decode(server):
+    result = asyncio.run(smoke.run(url(server), metrics_url=f"{url(server)}/metrics", expect_pd=True))
+    assert result.model == MODEL
+    assert result.answer == "Hello there! How are you?"
+    assert result.streamed == "Hello there! How are you?"
+    assert result.ttft is not None and result.ttft > 0
+    assert result.pd_evidence["prefill"] >= 2 and result.pd_evidence["decode"] >= 2
+    assert "KV moved over NIXL: 2 transfer(s) for 2 requests, none failed" in result.lines
+
+
+def test_smoke_expecting_pd_fails_when_the_kv_did_not_move(server, monkeypatch):
+    # Both sides served and answered 200, as vLLM does when decode's KV read fails on a hybrid model.
+    server.mode = "kv_broken"
+    monkeypatch.setattr(smoke, "METRICS_WAIT", 2.0)
+    with pytest.raises(smoke.SmokeError, match="the KV did not move for every request: 0 NIXL transfer"):
+        asyncio.run(smoke.run(url(server), metrics_url=f"{url(server)}/metrics", expect_pd=True))
+
+
+def test_smoke_with_a_key_proves_no_key_and_a_wrong_key_are_refused(server):
+    server.key = "sk-right-key-0123456789"
+    result = asyncio.run(smoke.run(url(server), api_key=server.key))
+    assert result.lines[0] == (
+        "API key: no key -> 401, wrong key -> 401, no key, chat -> 401, wrong key, chat -> 401, right key -> 200"
+    )
+    with pytest.raises(smoke.SmokeError, match=r"API key check: right key -> HTTP 401, expected 200"):
+        asyncio.run(smoke.run(url(server), api_key="sk-not-the-key-0123456"))
+
+
+def test_smoke_fails_on_an_endpoint_that_takes_any_key(server):
+    server.key, server.key_check = "sk-right-key-0123456789", False
+    with pytest.raises(smoke.SmokeError) as failed:
+        asyncio.run(smoke.run(url(server), api_key=server.key))
+    assert "wrong key -> HTTP 200, expected 401" in str(failed.value)
+    assert "wrong key, chat -> HTTP 200, expected 401" in str(failed.value)
+    assert "no key -> 401" in str(failed.value)  # no key at all is still refused by this one
+
+
+def test_requests_are_summed_over_the_metrics_of_every_ray_node(server):
+    server.requests = 3
+    one = core.deployment_requests(f"{url(server)}/metrics")
+    assert one == {"PDPrefillServer:m": 3.0, "PDDecodeServer:m": 3.0, "OpenAiIngress": 3.0}
+    both = core.deployment_requests(",".join([f"{url(server)}/metrics"] * 2))  # two nodes' endpoints
+    assert both == {name: 2 * count for name, count in one.items()}
+
+
+def test_smoke_cli_fails_on_an_http_error(server, capsys):
+    server.mode = "http500"
+    assert main(["smoke", url(server), "--timeout", "5"]) == 1
+    assert "HTTP 500" in capsys.readouterr().err
+
+
+async def _stream(server, timeout: float, deadline: float):
+    async with core.client(url(server), timeout=timeout) as api:
+        return await core.stream_chat(api, MODEL, [{"role": "user", "content": "hi"}], 7, deadline=deadline)
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [("stall", "timed out"), ("malformed", ""), ("no_finish", "without a finish_reason"), ("http500", "HTTP 500")],
+)
+def test_a_bad_stream_is_an_error_not_a_hang(server, mode, expected):
+    """The stall lasts 3 s and then the stream goes on: only the client's 1 s stall timeout makes it an
+    error, so the error itself shows the timeout fired (no wall-clock bound needed)."""
+    server.mode = mode
+    result = asyncio.run(_stream(server, timeout=1.0, deadline=10.0))
+    assert not result.ok
+    assert expected in result.error
+
+
+def test_the_deadline_bounds_a_slow_stream(server):
+    server.mode = "stall"
+    result = asyncio.run(_stream(server, timeout=10.0, deadline=1.0))  # the stall alone would not trip
+    assert not result.ok and result.error == "deadline exceeded"
+
+
+def test_bench_refuses_a_short_sweep_in_one_line(server, tmp_path, capsys):
+    assert main(["bench", url(server), "--out", str(tmp_path), "--sweep", "concurrency:1,2,4"]) == 2
+    err = capsys.readouterr().err
+    assert "at least 4 distinct increasing load points" in err and err.count("\n") == 1
+
+
+def test_bench_writes_the_generators_config_without_the_key(server, tmp_path, monkeypatch, capsys):
+    """Up to the load generator itself (its venv is absent here: the message says how to get it)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value")
+    monkeypatch.setenv("RAY_LLM_EKS_BENCH_VENV", str(tmp_path / "no-venv"))
+    assert main(["bench", url(server), "--out", str(tmp_path / "run"), "--tokenizer", "gpt2"]) == 1
+    assert "make bench-venv" in capsys.readouterr().err
+    written = (tmp_path / "run" / "concurrency-1" / "aiperf.yaml").read_text()
+    assert "sk-secret-value" not in written and "${OPENAI_API_KEY}" in written
+    assert f"model: {MODEL}" in written  # the first model the endpoint lists
+
+
+TOKENIZER_FAILURE = ROOT / "tests" / "data" / "aiperf-0.13.0-tokenizer-failure.log"
+
+
+def fake_aiperf(venv: Path) -> None:
+    """An AIPerf that fails as AIPerf 0.13.0 does on a tokenizer it cannot load: the traceback (stderr) and the
+    panel (stdout) of common/tokenizer_validator.py _prefetch_tokenizers, for the tokenizer its config names,
+    then exit 1. The log is what that code prints: the panel rendered by the wheel's own
+    tokenizer_display.display_tokenizer_validation_error, the error text transformers 5.24.0 raises."""
+    script = venv / "bin" / "aiperf"
+    script.parent.mkdir(parents=True)
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import sys, yaml\n"
+        "config = yaml.safe_load(open(sys.argv[sys.argv.index('--config') + 1]))\n"
+        f"log = open({str(TOKENIZER_FAILURE)!r}).read()\n"
+        "log = log.replace('acme-llama', config['benchmark']['tokenizer']['name'])\n"
+        "traceback, panel = log.split('\\n\\n\u256d', 1)\n"
+        "sys.stderr.write(traceback + '\\n')\n"
+        "sys.stdout.write('\u256d' + panel)\n"
+        "sys.exit(1)\n"
+    )
+    script.chmod(0o755)
+
+
+def test_bench_says_which_tokenizer_aiperf_could_not_load_and_the_way_out(server, tmp_path, monkeypatch, capsys):
+    """A model served under its own name: AIPerf cannot load a tokenizer of that name; the one line says so."""
+    fake_aiperf(tmp_path / "venv")
+    monkeypatch.setenv("RAY_LLM_EKS_BENCH_VENV", str(tmp_path / "venv"))
+    assert main(["bench", url(server), "--out", str(tmp_path / "run"), "--model", "acme-llama"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no reason logged" not in err
+    assert err.startswith(
+        "bench FAILED: AIPerf exited 1: AIPerf could not load the tokenizer 'acme-llama' (OSError: acme-llama is not "
+        "a local folder and is not a valid model identifier listed on 'https://huggingface.co/models'): pass "
+        "--tokenizer with the served model's Hugging Face id or a local directory of its tokenizer files"
+    )
+
+
+def test_bench_with_a_stack_takes_the_tokenizer_from_its_model_source(server, tmp_path, monkeypatch, capsys):
+    """A stack that serves Qwen/Qwen3.5-9B under its own name: the tokenizer is the model source's."""
+    from ray_llm_eks.adapters import stack as stack_adapter
+
+    own_name = {"ray-llm-eks:modelId": "acme-llama", "ray-llm-eks:modelSource": "Qwen/Qwen3.5-9B"}
+    stack_file = stack_adapter.stack_file
+    monkeypatch.setattr(stack_adapter, "stack_file", lambda stack: stack_file(stack, overrides=own_name))
+    monkeypatch.setenv("RAY_LLM_EKS_BENCH_VENV", str(tmp_path / "no-venv"))
+    out = tmp_path / "run"
+    assert main(["bench", url(server), "--out", str(out), "--model", "acme-llama", "--stack", "dev"]) == 1
+    assert "tokenizer Qwen/Qwen3.5-9B from stack dev's model source" in capsys.readouterr().out
+    written = yaml.safe_load((out / "concurrency-1" / "aiperf.yaml").read_text())["benchmark"]
+    assert (written["model"], written["tokenizer"]["name"]) == ("acme-llama", "Qwen/Qwen3.5-9B")
+
+
+def test_compare_needs_two_runs(tmp_path):
+    with pytest.raises(SystemExit):
+        main(["compare", str(tmp_path / "a.json"), "--out", str(tmp_path / "c.png")])
+
+
+def test_the_rehearsals_quick_bench_measures_through_the_same_client(server, tmp_path):
+    """rehearsal.checks.quick_bench (what a GPU machine without the bench venv runs), against this server."""
+    import argparse
+
+    from rehearsal.checks import quick_bench
+    from rehearsal.context import Clock, Context, RehearsalFailed
+
+    args = argparse.Namespace(quick_bench=tmp_path / "quick.json")
+    ctx = Context(args, {}, url(server), None, MODEL, False, "", list, [], tmp_path, "r", Clock(), "llm")
+    quick_bench.QUICK_BENCH.run(ctx)  # CPU engines: 8 requests, 2 at a time
+    figures = json.loads(args.quick_bench.read_text())
+    assert (figures["requests"], figures["failed"], figures["output_tokens"]) == (8, 0, 8 * 7)
+    assert figures["ttft_ms"][str(50)] > 0 and figures["itl_ms"][str(95)] >= figures["itl_ms"][str(50)] > 0
+    assert ctx.timeline[0].startswith("quick bench: 8 requests, 2 at a time, prompt ~5.0 tokens, 32 out: TTFT")
+    assert quick_bench.percentile([5.0, 1.0, 3.0, 2.0], 50) == 2.0 and quick_bench.percentile([], 95) is None
+    server.mode = "http500"  # every request fails: named in one line
+    with pytest.raises(RehearsalFailed, match=r"quick bench: 8 requests failed; first: HTTP 500"):
+        quick_bench.QUICK_BENCH.run(ctx)
+
+
+def test_the_sweep_bench_reports_goodput_and_the_path_of_each_point(server, tmp_path):
+    """rehearsal.checks.sweep_bench against this server playing a selective PD app: each point's figures, the
+    path its requests took (from the ingress's counter, before and after the point), and failures named."""
+    import argparse
+
+    from rehearsal.checks import sweep_bench
+    from rehearsal.context import Clock, Context, RehearsalFailed
+
+    server.mode, server.tokenizer = "selective", True
+    args = argparse.Namespace(sweep_bench=tmp_path / "sweep.json", sweep_prompts=(50, 500), sweep_concurrency=(1, 8))
+    ctx = Context(args, {}, url(server), None, MODEL, True, "", lambda: [f"{url(server)}/metrics"], [], tmp_path, "r",
+                  Clock(), "llm")  # fmt: skip
+    sweep_bench.SWEEP_BENCH.run(ctx)
+    result = json.loads(args.sweep_bench.read_text())
+    assert result["slo"] == {"ttft_ms": 2000, "tpot_ms": 100}
+    shapes = [(p["prompt_tokens"], p["concurrency"], p["requests"]) for p in result["points"]]
+    assert shapes == [(50, 1, 8), (50, 8, 16), (500, 1, 8), (500, 8, 16)]
+    # Calibrated on this server's "tokenizer": 50 tokens -> 30 words, 500 -> 390; each point's prompts made that many
+    assert result["calibration"] == [[100, 12 + int(1.25 * 105)], [500, 12 + int(1.25 * 505)]]
+    assert [p["prompt_tokens_mean"] for p in result["points"]] == [50.0, 50.0, 500.0, 500.0]
+    # 30 words take the local path, 390 the split one (so did the warm-up and the 500-word calibration)
+    assert [p["paths"] for p in result["points"]] == [
+        {"local": 8.0, "split": 0.0},
+        {"local": 16.0, "split": 0.0},
+        {"local": 0.0, "split": 8.0},
+        {"local": 0.0, "split": 16.0},
+    ]
+    first = result["points"][0]
+    assert first["failed"] == 0 and first["meets_slo"] and first["good_fraction"] == 1.0
+    assert first["goodput_rps"] > 0 and first["tpot_ms"]["p95"] >= first["tpot_ms"]["p50"] > 0
+    server.mode = "stall"  # a 3 s gap in every answer: TPOT over 100 ms, so no request is good
+    args.sweep_prompts, args.sweep_concurrency = (50,), (8,)
+    sweep_bench.SWEEP_BENCH.run(ctx)
+    point = json.loads(args.sweep_bench.read_text())["points"][0]
+    assert (point["good_fraction"], point["meets_slo"], point["goodput_rps"]) == (0.0, False, 0.0)
+    server.mode = "http500"
+    with pytest.raises(RehearsalFailed, match=r"sweep bench: the calibration request of 100 words failed: HTTP 500"):
+        sweep_bench.SWEEP_BENCH.run(ctx)
+    server.mode, args.sweep_prompts = "long500", (1000,)  # only the point's prompts are over 600 words
+    with pytest.raises(RehearsalFailed, match=r"sweep bench: 16 requests failed; first: HTTP 500"):
+        sweep_bench.SWEEP_BENCH.run(ctx)
+
+
+def test_every_openai_client_is_closed_inside_its_event_loop():
+    """An AsyncOpenAI client left to the garbage collector after asyncio.run closed its loop prints "Event loop
+    is closed" tracebacks: every client of llmclient.core.client is opened by `async with`, which closes it
+    while its loop still runs."""
+    root = ROOT
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=root, capture_output=True, text=True, check=True)
+    opened = [
+        f"{path}:{n}"
+        for path in tracked.stdout.split()
+        if (root / path).exists() and path != "llmclient/core.py"
+        for n, line in enumerate((root / path).read_text().splitlines(), 1)
+        if re.search(r"\bcore\.client\(|\bAsyncOpenAI\(", line) and not re.search(r"\basync with core\.client\(", line)
+    ]
+    assert opened == []
+
+
+def test_bench_without_an_endpoint_is_one_line(tmp_path, capsys):
+    """Nothing listens: the bench says so in one line before it starts AIPerf, and exits 1."""
+    from ray_llm_eks.adapters.ports import free_port
+
+    assert main(["bench", f"http://127.0.0.1:{free_port()}", "--out", str(tmp_path / "b")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bench FAILED: list models at http://127.0.0.1:"), err
+    assert "Connection error" in err[0] and "Traceback" not in err[0]
+
+
+def test_verify_waits_for_the_transfers_of_split_prompts_only_under_selective_pd():
+    from llmclient import verify
+    from measure import kv_proof
+
+    shape = kv_proof.KvShape(512, 0, 256, hybrid=False)
+    before = kv_proof.KvCounters(bytes_buckets={kv_proof.INF: 2}, decode_tokens={"local_compute": 10}, paths={})
+    # A short prompt (25 tokens) served on decode: no transfer, its tokens computed there, counted local.
+    now = kv_proof.KvCounters(
+        bytes_buckets={kv_proof.INF: 2}, decode_tokens={"local_compute": 35}, paths={"local": 1.0}
+    )
+    assert verify.split([25, 3000], 28) == [3000] and verify.split([25], None) == [25]
+    assert verify.settled(before, now, [25], shape, local_below=28)
+    assert not verify.settled(before, now, [25], shape)  # without selective PD it waits for a transfer
+    counted_later = kv_proof.KvCounters(bytes_buckets={kv_proof.INF: 2}, decode_tokens={"local_compute": 35})
+    assert not verify.settled(before, counted_later, [25], shape, local_below=28)
+
+
+def test_verify_reads_selective_pds_threshold_from_the_served_config():
+    from llmclient import verify
+    from ray_llm_eks.adapters import stack as stack_adapter
+
+    on = stack_adapter.load_settings(stack_adapter.stack_file("dev", overrides={"ray-llm-eks:selectivePd": "28"}))
+    off = stack_adapter.load_settings(stack_adapter.stack_file("dev"))
+    assert verify.expectations(on.serving.serve_document, None, None).local_below == 28
+    assert verify.expectations(off.serving.serve_document, None, None).local_below is None
