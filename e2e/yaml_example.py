@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from e2e.observe import wait_for_gone
-from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
+from ray_llm_eks.domain.serving.role_view import role_views
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "pd-service-yaml"
@@ -98,8 +98,7 @@ def run(work: Path, env: dict[str, str], api, spec: dict, model: str, log, check
 
 
 def served_models(serve_config_v2: str) -> set[str]:
-    configs = llm_configs_by_role(yaml.safe_load(serve_config_v2), "serveConfigV2")
-    return {c["model_loading_config"]["model_id"] for c in configs.values()}
+    return {view.model_id for view in role_views(yaml.safe_load(serve_config_v2), "serveConfigV2").values()}
 
 
 def _yaml_bin() -> list[Path]:

@@ -167,10 +167,8 @@ def spec_of(path: Path) -> dict:
 
 def served_model(doc: dict) -> model_table.ModelSpec | None:
     """The served model's row of ray_llm_eks/domain/serving/model_table.py's table (None: a model of the user's)."""
-    loading = next(iter(serve_config.llm_configs_by_role(doc, "rehearsal").values()))["model_loading_config"]
-    return model_table.KNOWN_MODELS.get(loading.get("model_source")) or model_table.KNOWN_MODELS.get(
-        loading["model_id"]
-    )
+    view = next(iter(role_view.role_views(doc, "rehearsal").values()))
+    return model_table.KNOWN_MODELS.get(view.model_source) or model_table.KNOWN_MODELS.get(view.model_id)
 
 
 def stand_in_family(doc: dict) -> str:
@@ -243,9 +241,7 @@ def _weights(args, rendered: dict, device: str) -> tuple[str | None, str]:
         return str(args.weights.resolve()), "a local copy of the weights (--weights)"
     if not args.random_weights:
         return None, ""
-    model_id = next(iter(serve_config.llm_configs_by_role(rendered, "rehearsal").values()))["model_loading_config"][
-        "model_id"
-    ]
+    model_id = next(iter(role_view.role_views(rendered, "rehearsal").values())).model_id
     config = args.model_config or ROOT / "rehearsal" / "model_configs" / f"{model_id.replace('/', '--')}.json"
     if not config.exists():
         raise substitute.CannotRehearse(

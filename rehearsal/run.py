@@ -29,7 +29,7 @@ import yaml
 
 from llmclient import smoke
 from ray_llm_eks.adapters.ports import free_port
-from ray_llm_eks.domain.serving import serve_config
+from ray_llm_eks.domain.serving.role_view import role_views
 from rehearsal import checks, isa_cap, substitute, topology
 from rehearsal import gpu as gpu_rules
 from rehearsal.checks import engines
@@ -325,8 +325,7 @@ def max_num_seqs_line(doc: dict) -> str:
     nowhere: only "Defaulting max_num_seqs to %d for %s usage context." at DEBUG when unset
     (engine/arg_utils.py EngineArgs._set_default_max_num_seqs_and_batched_tokens_args), and the Mamba refusal
     (config/compilation.py) when an engine does not start."""
-    seqs = {role: (config.get("engine_kwargs") or {}).get("max_num_seqs")
-            for role, config in serve_config.llm_configs_by_role(doc, "rehearsal").items()}  # fmt: skip
+    seqs = {role: view.engine_kwargs.get("max_num_seqs") for role, view in role_views(doc, "rehearsal").items()}
     each = ", ".join(f"{role} {n}" if n is not None else f"{role} unset (vLLM's default)" for role, n in seqs.items())
     return f"max_num_seqs per engine: {each} (from the deployed serve config: vLLM 0.26 logs no line with it)"
 

@@ -9,8 +9,8 @@ import re
 from collections import Counter
 
 from llmclient import core
-from ray_llm_eks.domain.serving.role_view import replica_bounds
-from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role, role_of
+from ray_llm_eks.domain.serving.role_view import role_views
+from ray_llm_eks.domain.serving.serve_config import role_of
 
 # vLLM 0.26's NIXL worker names its engine at start (nixl/base_worker.py, "Initializing NIXL worker %s"); Ray
 # Serve LLM makes the id unique per replica (ray/llm/.../kv_transfer/nixl.py: "<suffix>-<host>-<port>").
@@ -22,9 +22,9 @@ KV_READ = re.compile(r"Remote agent (\S+) available, calling _read_blocks")
 def expected_replicas(doc: dict) -> dict[str, int]:
     """role -> replicas at start, from the serve config as deployed (several collocated models add up)."""
     expected: dict[str, int] = {}
-    for role, config in llm_configs_by_role(doc, "rehearsal").items():
+    for role, view in role_views(doc, "rehearsal").items():
         key = role.split("-")[0]
-        expected[key] = expected.get(key, 0) + replica_bounds(role, config).initial
+        expected[key] = expected.get(key, 0) + view.replicas.initial
     return expected
 
 
@@ -121,10 +121,7 @@ _TP_RANK = re.compile(r"::Worker\S*_TP(\d+)\b")
 
 def tensor_parallel_size(doc: dict) -> int:
     """The largest tensor_parallel_size among the LLM configs (1: no tensor parallelism)."""
-    return max(
-        int((c.get("engine_kwargs") or {}).get("tensor_parallel_size", 1))
-        for c in llm_configs_by_role(doc, "rehearsal").values()
-    )
+    return max(view.tensor_parallel for view in role_views(doc, "rehearsal").values())
 
 
 def rank_seconds(process_seconds: dict[str, float]) -> dict[int, float]:
@@ -163,9 +160,7 @@ def logical_cpus(doc: dict, extra: dict[str, int] | None = None, floor: int = 8)
     asks 1 CPU for each replica actor merged with one CPU bundle per TP rank (ray/llm/_internal/serve/core/
     server/llm_server.py get_deployment_options), plus the ingress and one to spare. `extra`: more replicas."""
     need = 2
-    for role, config in llm_configs_by_role(doc, "rehearsal").items():
-        key = role.split("-")[0]
-        tp = int((config.get("engine_kwargs") or {}).get("tensor_parallel_size", 1))
-        replicas = replica_bounds(role, config).initial + (extra or {}).get(key, 0)
-        need += replicas * (1 + tp)
+    for role, view in role_views(doc, "rehearsal").items():
+        replicas = view.replicas.initial + (extra or {}).get(role.split("-")[0], 0)
+        need += replicas * (1 + view.tensor_parallel)
     return max(floor, need)

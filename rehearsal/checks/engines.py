@@ -100,12 +100,12 @@ def _memory(ctx: Context) -> None:
 
 def _kv_buffers(ctx: Context) -> None:
     """Every PD engine registered its KV cache where the document says; decode found prefill compatible."""
-    from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
+    from ray_llm_eks.domain.serving.role_view import role_views
 
-    configs = llm_configs_by_role(ctx.document, "rehearsal")
+    views = role_views(ctx.document, "rehearsal")
     problems, seen = [], []
     for role in ("prefill", "decode"):
-        want = configs[role]["engine_kwargs"]["kv_transfer_config"].get("kv_buffer_device", "cuda")
+        want = views[role].engine_kwargs["kv_transfer_config"].get("kv_buffer_device", "cuda")
         for replica in ctx.running.get(role, []):
             who = f"{role}/{replica['replica_id']}"
             text = verify.replica_log(ctx.log_dirs, replica)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from llmclient import bench
 from measure import bench as bench_stats
-from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
+from ray_llm_eks.domain.serving.role_view import role_views
 from rehearsal import cpu_threads, scale_demo, substitute, topology
 from rehearsal.checks import Check, by_flag, measure_threads
 from rehearsal.context import Context, RehearsalFailed, say
@@ -51,10 +51,10 @@ def _bench_options(parser: argparse.ArgumentParser) -> None:
 
 def _bench(ctx: Context) -> None:
     """`make bench` against the rehearsal: the stack's SLO and cost, the engines' KV figures, a small sweep."""
-    tokenizer = next(iter(llm_configs_by_role(ctx.document, "rehearsal").values()))["model_loading_config"]
+    tokenizer = next(iter(role_views(ctx.document, "rehearsal").values())).model_source
     args = bench.bench_arguments(
         [ctx.url, "--out", str(ctx.args.bench), "--stack", ctx.args.stack, "--label", f"{ctx.args.stack} (CPU)"]
-        + ["--model", ctx.model, "--tokenizer", tokenizer["model_source"], "--isl", "128", "--osl", "32"]
+        + ["--model", ctx.model, "--tokenizer", tokenizer, "--isl", "128", "--osl", "32"]
         + ["--requests", "16", "--seconds", "60", "--warmup-requests", "2", "--note", CPU_NOTE]
         + [arg for url in ctx.metrics_urls for arg in ("--metrics-url", url)]
     )

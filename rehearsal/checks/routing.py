@@ -65,8 +65,8 @@ def _options(parser: argparse.ArgumentParser) -> None:
 def routed_role(document: dict) -> str | None:
     """The role whose router is compared: the first of collocated, prefill that starts with 2+ replicas."""
     starts = topology.expected_replicas(document)
-    configs = llm_configs_by_role(document, "rehearsal")
-    return next((r for r in routing.ROUTABLE_ROLES if r in configs and starts.get(r, 0) >= 2), None)
+    views = role_views(document, "rehearsal")
+    return next((r for r in routing.ROUTABLE_ROLES if r in views and starts.get(r, 0) >= 2), None)
 
 
 def _prepare(local: substitute.LocalDocument, args: argparse.Namespace) -> list[str]:
@@ -128,7 +128,7 @@ def _late_probes(ctx: Context) -> int:
 
 def _phase(ctx: Context, policy: str, seed: int, deployment: str, out: Path) -> routers.Phase:
     role = ctx.args.compare_routers_role
-    tokenizer = llm_configs_by_role(ctx.document, "rehearsal")[role]["model_loading_config"]["model_source"]
+    tokenizer = role_views(ctx.document, "rehearsal")[role].model_source
     workload = bench.Workload(
         "multiturn", isl=USER_TOKENS, osl=ANSWER_TOKENS, turns=TURNS, context_tokens=CONTEXT
     )  # fmt: skip
@@ -283,8 +283,8 @@ SHARED_SHARE, TAIL_WORDS = 0.5, 12
 
 def _prefill_caches_prefixes(ctx: Context) -> bool:
     """PD whose prefill engines were asked for a prefix cache (hybrid models keep it off unless asked)."""
-    prefill = llm_configs_by_role(ctx.document, "rehearsal").get("prefill") or {}
-    return ctx.pd and bool((prefill.get("engine_kwargs") or {}).get("enable_prefix_caching"))
+    prefill = role_views(ctx.document, "rehearsal").get("prefill")
+    return ctx.pd and prefill is not None and bool(prefill.engine_kwargs.get("enable_prefix_caching"))
 
 
 def _kv_and_prefix(ctx: Context) -> tuple[kv_proof.KvCounters, dict[str, tuple[float, float]]]:

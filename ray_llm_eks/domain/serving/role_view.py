@@ -19,14 +19,16 @@ SERVE_DEFAULT_MIN, SERVE_DEFAULT_MAX = 1, 1
 AUTO_MAX_MODEL_LEN = -1
 
 
-def effective_max_model_len(engine_kwargs: Mapping, max_context: Callable[[], int]) -> int:
+def effective_max_model_len(engine_kwargs: Mapping, max_context: Callable[[], int] | None) -> int | None:
     """The context vLLM 0.26 runs an engine at, before any auto-fit: max_model_len when set, else (unset, or
     -1) the model's derived length, which `max_context()` gives (vllm/config/model.py _get_and_verify_max_len:
     `if max_model_len is None or max_model_len == -1: max_model_len = int(derived_max_model_len)`, the smallest
     of config.json's max_position_embeddings and its kin, model_arch_config_convertor.py
     derive_max_model_len_and_key)."""
     value = engine_kwargs.get("max_model_len")
-    return max_context() if value is None or value == AUTO_MAX_MODEL_LEN else int(value)
+    if value is None or value == AUTO_MAX_MODEL_LEN:
+        return None if max_context is None else max_context()
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,9 @@ class RoleView:
     tensor_parallel: int
     pipeline_parallel: int
     replicas: ReplicaBounds
-    max_model_len: int  # effective_max_model_len: the engine's context
+    # effective_max_model_len: the engine's context; None where the engine leaves it to the model and the
+    # reader gave no way to look the model's length up (it asked for the view without `max_context`)
+    max_model_len: int | None
     max_model_len_auto: bool  # -1: vLLM shrinks max_model_len to what the KV cache holds at start
 
     @property
@@ -79,11 +83,13 @@ class RoleView:
         return self.tensor_parallel * self.pipeline_parallel
 
 
-def view_of(role: str, config: Mapping, max_context: Callable[[str, str], int]) -> RoleView:
+def view_of(role: str, config: Mapping, max_context: Callable[[str, str], int] | None = None) -> RoleView:
     """`max_context(model_id, model_source)`: the model's derived maximum length (the fit's table, a
-    modelSpec, or the config.json of a local model)."""
+    modelSpec, or the config.json of a local model); a reader that never asks for the context length leaves it
+    out."""
     model_id, source = model_of(config)
     engine = config.get("engine_kwargs") or {}
+    context = None if max_context is None else lambda: max_context(model_id, source)
     return RoleView(
         role=role,
         model_id=model_id,
@@ -92,11 +98,12 @@ def view_of(role: str, config: Mapping, max_context: Callable[[str, str], int]) 
         tensor_parallel=int(engine.get("tensor_parallel_size", 1)),
         pipeline_parallel=int(engine.get("pipeline_parallel_size", 1)),
         replicas=replica_bounds(role, config),
-        max_model_len=effective_max_model_len(engine, lambda: max_context(model_id, source)),
+        max_model_len=effective_max_model_len(engine, context),
         max_model_len_auto=engine.get("max_model_len") == AUTO_MAX_MODEL_LEN,
     )
 
 
-def role_views(document: dict, where: str, max_context: Callable[[str, str], int]) -> dict[str, RoleView]:
-    """The view of every role of a rendered serve document, keyed by role."""
+def role_views(document: dict, where: str, max_context: Callable[[str, str], int] | None = None) -> dict[str, RoleView]:
+    """The view of every role of a rendered serve document, keyed by role (`where` names the document in the
+    error a malformed one raises)."""
     return {role: view_of(role, c, max_context) for role, c in llm_configs_by_role(document, where).items()}

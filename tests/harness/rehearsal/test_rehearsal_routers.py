@@ -139,6 +139,19 @@ def test_prepare_refuses_a_stack_without_two_replicas_of_a_routed_role():
         routing_check._prepare(_local("dev"), argparse.Namespace())
 
 
+def test_prefix_over_nixl_runs_only_where_pd_prefill_asks_for_a_prefix_cache():
+    from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
+
+    def runs(document: dict, pd: bool) -> bool:
+        return routing_check._prefill_caches_prefixes(argparse.Namespace(document=document, pd=pd))
+
+    document = _local("dev").document
+    assert not runs(document, pd=True)  # dev's prefill leaves prefix caching to vLLM's default for its model
+    llm_configs_by_role(document, "t")["prefill"]["engine_kwargs"]["enable_prefix_caching"] = True
+    assert runs(document, pd=True) and not runs(document, pd=False)
+    assert not runs(_local("baseline").document, pd=False)  # collocated: no prefill role
+
+
 def test_prefix_over_nixl_needs_a_hit_every_read_and_no_recompute():
     before = kv_proof.KvCounters(bytes_buckets={float("inf"): 10.0}, decode_tokens={"local_compute": 5.0})
     after = kv_proof.KvCounters(bytes_buckets={float("inf"): 13.0}, decode_tokens={"local_compute": 8.0})

@@ -41,3 +41,10 @@ def test_view_fields():
     assert (view.replicas.min, view.replicas.initial, view.replicas.max, view.replicas.autoscales) == (1, 1, 4, True)
     with pytest.raises(TypeError):
         view.engine_kwargs["max_model_len"] = 1  # read-only
+
+
+@pytest.mark.parametrize(("given", "read"), [(None, None), (-1, None), (4096, 4096)])
+def test_a_reader_without_the_models_length_reads_only_a_set_max_model_len(given, read):
+    engine = {} if given is None else {"max_model_len": given}
+    view = role_views(_doc(engine), "t")["collocated"]
+    assert (view.max_model_len, view.model_id, view.replicas.initial) == (read, "m", 2)
