@@ -20,7 +20,6 @@ from ray_llm_eks.components.network import Network
 from ray_llm_eks.components.node_metadata import hop_limit_one
 from ray_llm_eks.domain.core import config_keys
 from ray_llm_eks.domain.core.config_keys import default
-from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.core.facts import ENVIRONMENT_TAG
 from ray_llm_eks.domain.platform import sizing
 from ray_llm_eks.domain.platform.field_checks import (
@@ -34,6 +33,7 @@ from ray_llm_eks.domain.platform.field_checks import (
     check_node_group,
     check_principal_arns,
     check_public_access_cidrs,
+    check_region,
     check_service_cidr,
     check_system_disk,
     node_sizes,
@@ -161,9 +161,7 @@ class ClusterArgs:
         facts = botocore_facts.load()
         check_cluster_name("name", self.name, ARGS)
         check_kubernetes_version("kubernetes_version", self.kubernetes_version, ARGS)
-        partition = facts.region_partition(self.region)
-        if partition is None:
-            raise ConfigError("region", self.region, "an AWS region botocore knows", ARGS)
+        partition = facts.region_partition(check_region("region", self.region, facts, ARGS))
         admins = check_principal_arns("admin_principal_arns", self.admin_principal_arns, partition, ARGS)
         object.__setattr__(self, "admin_principal_arns", admins)
         public = check_public_access_cidrs("public_access_cidrs", self.public_access_cidrs, ARGS)

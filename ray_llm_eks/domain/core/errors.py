@@ -62,12 +62,16 @@ def kind_text(kind: type) -> str:
 
 def did_you_mean(word: str, choices: Iterable[str] | Mapping[str, str]) -> str:
     """` did you mean <closest>?` or nothing; a mapping's keys are compared and its values shown (short
-    names compared, full keys shown). The standard library's difflib (Ratcliff-Obershelp ratio, cutoff 0.6)
-    catches the usual slips, a swapped, missing or extra letter, among a few dozen names: no library is
-    needed for that."""
+    names compared, full keys shown). Names equally close are all offered (us-est-1: us-east-1 or us-west-1).
+    The standard library's difflib (Ratcliff-Obershelp ratio, cutoff 0.6) catches the usual slips, a swapped,
+    missing or extra letter, among a few hundred names: no library is needed for that."""
     shown = choices if isinstance(choices, Mapping) else {c: c for c in choices}
-    close = difflib.get_close_matches(word, list(shown), n=1)
-    return f" did you mean {shown[close[0]]}?" if close else ""
+    close = difflib.get_close_matches(word, list(shown), n=3)
+    if not close:
+        return ""
+    ratio = {name: difflib.SequenceMatcher(None, word, name).ratio() for name in close}
+    best = sorted(shown[name] for name in close if ratio[name] == ratio[close[0]])
+    return f" did you mean {' or '.join(best)}?"
 
 
 def line(key: str, value: Any, allowed: str, file: str | None = None) -> str:

@@ -183,12 +183,7 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
     key's value is only a marker: Settings records whether it is set, never what it is) and
     botocore's facts. ray_llm_eks/adapters/stack.py is the one caller outside tests."""
     raw = RawConfig(get)
-    if region is None or facts.region_partition(region) is None:
-        raise ConfigError(
-            "aws:region",
-            UNSET if region is None else region,
-            f"an AWS region botocore knows, e.g. {facts.known_regions()[:4]}",
-        )
+    region = field_checks.check_region("aws:region", region, facts)
     if facts.ec2_service_principal(region) is None:
         raise ConfigError(
             "aws:region",

@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from ray_llm_eks.domain.core import config_keys
-from ray_llm_eks.domain.core.errors import UNSET, ConfigError, yaml_text
+from ray_llm_eks.domain.core.errors import UNSET, ConfigError, did_you_mean, yaml_text
 from ray_llm_eks.domain.core.facts import ENVIRONMENTS, EXACT_CHART_VERSION, KUBERAY_NAMESPACE, NAT_MODES
 from ray_llm_eks.domain.core.raw_config import RawConfig
 from ray_llm_eks.domain.platform import aws_facts, sizing
@@ -206,7 +206,20 @@ def check_instance_type(key: str, value: str, facts: BotocoreFacts, file: str | 
     if not isinstance(value, str) or not aws_facts.INSTANCE_TYPE_PATTERN.match(value):
         raise ConfigError(key, value, "an EC2 instance type such as g6.8xlarge (family.size)", file)
     if value not in facts.ec2_instance_types:
-        raise ConfigError(key, value, "an instance type the EC2 API knows (botocore's InstanceType list)", file)
+        known = "an instance type the EC2 API knows (botocore's InstanceType list)"
+        slip = did_you_mean(value, facts.ec2_instance_types)
+        raise ConfigError(key, value, f"{known};{slip}" if slip else known, file)
+    return value
+
+
+def check_region(key: str, value: str | None, facts: BotocoreFacts, file: str | None = None) -> str:
+    """A region of a partition botocore knows (its endpoints file): the partition names the node role's
+    trust and the ARNs."""
+    if not isinstance(value, str) or facts.region_partition(value) is None:
+        regions = facts.known_regions()
+        slip = did_you_mean(value, regions) if isinstance(value, str) else ""
+        allowed = f"an AWS region botocore knows ({len(regions)}, e.g. us-east-1, eu-west-1)"
+        raise ConfigError(key, UNSET if value is None else value, f"{allowed};{slip}" if slip else allowed, file)
     return value
 
 

@@ -219,7 +219,7 @@ def check_request_router_config(where: str, config: Any) -> None:
                 f".request_router_kwargs.{name}",
                 NOT_SHOWN,
                 f"not an argument of {cls.rpartition('.')[2].rpartition(':')[2]}.initialize_state;"
-                f"{did_you_mean(name, allowed)} arguments: {yaml_text(sorted(allowed))}",
+                f"{did_you_mean(name, list(allowed))} arguments: {yaml_text(sorted(allowed))}",
             )
         kind = allowed[name][0]
         ok = isinstance(value, kind) if kind is bool else isinstance(value, int if kind is int else (int, float))

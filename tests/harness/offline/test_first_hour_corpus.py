@@ -141,7 +141,11 @@ CORPUS = [
     ("hf-token-in-plain-text", append("  ray-llm-eks:hfToken: hf_abc\n"), ["ray-llm-eks:hfToken", "--secret"]),
     ("existing-cluster-keys-alone", append("  ray-llm-eks:installKubeRay: false\n"), ["ray-llm-eks:installKubeRay"]),
     # ---- region and instance mistakes
-    ("region-typo", replace("aws:region: us-east-1", "aws:region: us-east1"), ["aws:region = us-east1"]),
+    (
+        "region-typo",
+        replace("aws:region: us-east-1", "aws:region: us-east1"),
+        ["aws:region = us-east1", "did you mean us-east-1?"],
+    ),
     (
         "zone-of-another-region",
         replace("ray-llm-eks:gpuAvailabilityZone: us-east-1a", "ray-llm-eks:gpuAvailabilityZone: us-west-2a"),
@@ -158,7 +162,7 @@ CORPUS = [
             "      instanceType: g6.8xlarge\n      minSize: 1\n      desiredSize: 1\n      maxSize: 1\n    decode",
             "      instanceType: g6.8xlarg\n      minSize: 1\n      desiredSize: 1\n      maxSize: 1\n    decode",
         ),
-        ["gpuPools.prefill.instanceType = g6.8xlarg"],
+        ["gpuPools.prefill.instanceType = g6.8xlarg", "did you mean g6.8xlarge?"],
     ),
     (
         "cpu-instance-for-gpu-pool",

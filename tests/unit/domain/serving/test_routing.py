@@ -140,7 +140,7 @@ SERVE_FILE_INVALID = {
     "kv-aware": ({"request_router_class": "ray.serve.llm.request_router.KVAwareRouter"}, "KVTokenTracker"),
     "kwarg typo": (
         {"request_router_class": routing.PREFIX_AFFINITY_CLASS, "request_router_kwargs": {"imbalance_threshold": 2}},
-        "initialize_state",
+        "initialize_state; did you mean imbalanced_threshold?",
     ),
     "kwarg of the wrong type": (
         {"request_router_class": routing.PREFIX_AFFINITY_CLASS, "request_router_kwargs": {"do_eviction": "yes"}},
