@@ -274,7 +274,7 @@ passphrase:
 check-upstream: $(VENV)/.installed
 	$(BIN)/python tools/check_upstream.py $(ARGS)
 
-# modelSpec for a model outside ray_llm_eks/domain/fit/model_fit.py's table, from its config.json (a local file).
+# modelSpec for a model outside the fit's table (ray_llm_eks/domain/serving/model_table.py KNOWN_MODELS), from its config.json (a local file).
 ## model-spec: CONFIG=<config.json>: a modelSpec for a model the fit table does not know
 model-spec: $(VENV)/.installed
 	@[ -n "$(CONFIG)" ] || { echo "usage: make model-spec CONFIG=path/to/config.json"; exit 2; }

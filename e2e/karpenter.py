@@ -123,8 +123,8 @@ def kwok_node_pools(settings, consolidate_after: str = E2E_CONSOLIDATE_AFTER) ->
 
 def ec2_node_classes(settings) -> list[dict]:
     """Our EC2NodeClasses (ray_llm_eks/domain/render/karpenter.py ec2_node_class) with the selectors
-    ray_llm_eks/stack_args/karpenter_args gives
-    them (not importable from here: a sibling layer) and a stand-in node role."""
+    ray_llm_eks.stack_args.karpenter_args gives them (not importable from here: a sibling layer) and a
+    stand-in node role."""
     return [
         karpenter.ec2_node_class(
             pool,

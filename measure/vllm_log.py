@@ -50,8 +50,8 @@ _PATTERNS: dict[str, re.Pattern] = {
         r"blocks\.|Free memory on device .*? is less than desired GPU memory utilization \([^)]*\))"
     ),
 }
-# Where vLLM 0.26.0 logs each line, and literal pieces of its format string there: tools/check_upstream.py
-# finds them in the pinned wheel (UPGRADING.md, vllm-kv-cache-fit).
+# Where vLLM 0.26.0 logs each line, and literal pieces of its format string there: `make check-upstream`
+# finds them in the pinned wheel (tools/upstream/checks_vllm.py; UPGRADING.md, vllm-kv-cache-fit).
 LOGGED_BY: dict[str, tuple[str, tuple[str, ...]]] = {
     "weights": ("vllm/v1/worker/gpu_model_runner.py", ("Model loading took %s GiB memory and %.6f seconds",)),
     "kv_cache": ("vllm/v1/worker/gpu_worker.py", ("Available KV cache memory: %s GiB",)),

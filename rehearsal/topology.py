@@ -20,12 +20,8 @@ KV_READ = re.compile(r"Remote agent (\S+) available, calling _read_blocks")
 
 
 def expected_replicas(doc: dict) -> dict[str, int]:
-    """role -> replicas at start, from the serve config as deployed (several collocated models add up)."""
-    expected: dict[str, int] = {}
-    for role, view in role_views(doc, "rehearsal").items():
-        key = role.split("-")[0]
-        expected[key] = expected.get(key, 0) + view.replicas.initial
-    return expected
+    """role -> replicas at start, from the serve config as deployed (one model per stack: a role is one config)."""
+    return {role: view.replicas.initial for role, view in role_views(doc, "rehearsal").items()}
 
 
 def running_replicas(application: dict) -> dict[str, list[dict]]:
@@ -161,6 +157,6 @@ def logical_cpus(doc: dict, extra: dict[str, int] | None = None, floor: int = 8)
     server/llm_server.py get_deployment_options), plus the ingress and one to spare. `extra`: more replicas."""
     need = 2
     for role, view in role_views(doc, "rehearsal").items():
-        replicas = view.replicas.initial + (extra or {}).get(role.split("-")[0], 0)
+        replicas = view.replicas.initial + (extra or {}).get(role, 0)
         need += replicas * (1 + view.tensor_parallel)
     return max(floor, need)

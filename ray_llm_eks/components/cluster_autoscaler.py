@@ -10,10 +10,16 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from ray_llm_eks.adapters import botocore_facts
 from ray_llm_eks.components.args import fill_defaults
 from ray_llm_eks.components.pod_identity import ControllerRelease, pod_identity_role, release_with_role
 from ray_llm_eks.domain.core.config_keys import default
-from ray_llm_eks.domain.platform.field_checks import check_chart_version, check_cluster_name, check_kubernetes_version
+from ray_llm_eks.domain.platform.field_checks import (
+    check_chart_version,
+    check_cluster_name,
+    check_kubernetes_version,
+    check_region,
+)
 from ray_llm_eks.domain.platform.placement import SYSTEM_LABELS
 from ray_llm_eks.domain.platform.sizing import CLUSTER_AUTOSCALER_REQUESTS
 from ray_llm_eks.domain.platform.versions import CLUSTER_AUTOSCALER_CHART, CLUSTER_AUTOSCALER_IMAGE_TAGS, ChartPin
@@ -40,6 +46,7 @@ class ClusterAutoscalerArgs:
     def __post_init__(self) -> None:
         fill_defaults(self)
         check_cluster_name("cluster_name", self.cluster_name, ARGS)
+        check_region("region", self.region, botocore_facts.load(), ARGS)
         check_kubernetes_version("kubernetes_version", self.kubernetes_version, ARGS)
         chart = CLUSTER_AUTOSCALER_CHART[1]
         check_chart_version("chart_version", self.chart_version, chart, default("clusterAutoscalerVersion"), ARGS)

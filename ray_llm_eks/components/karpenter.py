@@ -25,7 +25,7 @@ from ray_llm_eks.components.cluster import NodeRole
 from ray_llm_eks.components.observability import custom_object
 from ray_llm_eks.components.pod_identity import ControllerRelease, pod_identity_role, release_with_role
 from ray_llm_eks.domain.core.config_keys import default
-from ray_llm_eks.domain.platform.field_checks import check_chart_version, check_cluster_name
+from ray_llm_eks.domain.platform.field_checks import check_chart_version, check_cluster_name, check_region
 from ray_llm_eks.domain.platform.placement import SYSTEM_LABELS
 from ray_llm_eks.domain.platform.sizing import KARPENTER_REQUESTS
 from ray_llm_eks.domain.platform.versions import KARPENTER_CHART, ChartPin
@@ -70,6 +70,7 @@ class KarpenterArgs:
     def __post_init__(self) -> None:
         fill_defaults(self)
         check_cluster_name("cluster_name", self.cluster_name, ARGS)
+        check_region("region", self.region, botocore_facts.load(), ARGS)
         check_chart_version("chart_version", self.chart_version, KARPENTER_CHART[1], default("karpenterVersion"), ARGS)
 
 

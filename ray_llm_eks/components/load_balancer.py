@@ -25,6 +25,7 @@ from ray_llm_eks.domain.platform.field_checks import (
     check_cluster_name,
     check_endpoint_source_ranges,
     check_namespace,
+    check_region,
     check_service_name,
 )
 from ray_llm_eks.domain.platform.placement import SYSTEM_LABELS
@@ -101,6 +102,7 @@ class LoadBalancerControllerArgs:
     def __post_init__(self) -> None:
         fill_defaults(self)
         check_cluster_name("cluster_name", self.cluster_name, CONTROLLER_ARGS)
+        check_region("region", self.region, botocore_facts.load(), CONTROLLER_ARGS)
         check_chart_version(
             "chart_version",
             self.chart_version,

@@ -17,6 +17,7 @@ from ray_llm_eks.domain.platform.field_checks import (
     check_cluster_name,
     check_gpu_availability_zone,
     check_nat_gateways,
+    check_region,
     check_vpc_cidr,
 )
 from ray_llm_eks.domain.platform.subnets import private_subnet_name, public_subnet_name, subnet_cidrs
@@ -44,6 +45,7 @@ class NetworkArgs:
     def __post_init__(self) -> None:
         fill_defaults(self)
         check_cluster_name("cluster_name", self.cluster_name, ARGS)
+        check_region("region", self.region, botocore_facts.load(), ARGS)
         zones = self.availability_zones
         if zones is None:
             zones = [f"{self.region}a", f"{self.region}b"]

@@ -32,6 +32,7 @@ from ray_llm_eks.domain.platform.field_checks import (
     check_label_value,
     check_namespace,
     check_one_of,
+    check_region,
 )
 from ray_llm_eks.domain.platform.versions import DCGM_EXPORTER_CHART, KUBE_PROMETHEUS_STACK_CHART, ChartPin
 from ray_llm_eks.domain.security import pod_security
@@ -54,6 +55,7 @@ class EbsCsiDriverArgs:
     def __post_init__(self) -> None:
         fill_defaults(self)
         check_cluster_name("cluster_name", self.cluster_name, EBS_ARGS)
+        check_region("region", self.region, botocore_facts.load(), EBS_ARGS)
         check_kubernetes_version("kubernetes_version", self.kubernetes_version, EBS_ARGS)
 
 

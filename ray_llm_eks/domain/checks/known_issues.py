@@ -20,6 +20,7 @@ from ray_llm_eks.domain.core import packaged
 from ray_llm_eks.domain.core.errors import ConfigError, yaml_text
 from ray_llm_eks.domain.core.facts import POOL_NODE_LABEL
 from ray_llm_eks.domain.serving import model_table, serve_config
+from ray_llm_eks.domain.serving.role_view import role_views
 
 TABLE = packaged.DATA / "known_issues.yaml"
 DECISIONS = ("refuse", "warn")
@@ -176,9 +177,7 @@ def facts_of(document: dict, model_spec, spec: Mapping, pool_roles: Mapping[str,
     """The facts of a rendered serve document (`model_spec`: the stack's modelSpec or None) and its RayService
     spec."""
     configs = serve_config.llm_configs_by_role(document, "rendered")
-    first = next(iter(configs.values()))
-    loading = first.get("model_loading_config") or {}
-    model = model_table.model_spec(loading.get("model_id", ""), loading.get("model_source") or "", model_spec)
+    model = model_table.model_spec(*serve_config.model_of(next(iter(configs.values()))), model_spec)
     from ray_llm_eks.domain.serving.routing import (
         prefix_cache_on,  # here: routing's own imports reach config-time modules
     )
@@ -191,7 +190,7 @@ def facts_of(document: dict, model_spec, spec: Mapping, pool_roles: Mapping[str,
         transfer = (config.get("engine_kwargs") or {}).get("kv_transfer_config") or {}
         connectors.add(transfer.get("kv_connector", ""))
         backends |= set((transfer.get("kv_connector_extra_config") or {}).get("backends") or [DEFAULT_BACKEND])
-    tp = {r: int((configs[r].get("engine_kwargs") or {}).get("tensor_parallel_size", 1)) for r in configs}
+    tp = {role: view.tensor_parallel for role, view in role_views(document, "rendered").items()}
     return StackFacts(
         pd=True,
         kv_backends=frozenset(backends),

@@ -62,7 +62,8 @@ def kind_text(kind: type) -> str:
 
 def did_you_mean(word: str, choices: Iterable[str] | Mapping[str, str]) -> str:
     """` did you mean <closest>?` or nothing; a mapping's keys are compared and its values shown (short
-    names compared, full keys shown). Names equally close are all offered (us-est-1: us-east-1 or us-west-1).
+    names compared, full keys shown). Up to three names equally close are offered (us-est-1: us-east-1 or
+    us-west-1).
     The standard library's difflib (Ratcliff-Obershelp ratio, cutoff 0.6) catches the usual slips, a swapped,
     missing or extra letter, among a few hundred names: no library is needed for that."""
     shown = choices if isinstance(choices, Mapping) else {c: c for c in choices}

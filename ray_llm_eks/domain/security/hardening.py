@@ -46,8 +46,8 @@ def load(
     public_cidrs: tuple[str, ...],
     vpc_cidr: str,
     load_balancer_subnets: dict[str, str],
-    pod_subnets: tuple[str, ...] = (),
-    existing_cluster: bool = False,
+    pod_subnets: tuple[str, ...],
+    existing_cluster: bool,
 ) -> HardeningSettings:
     """The stack's security switches; outside a dev-like environment the public API endpoint must be limited to
     networks the stack lists (and the machine running `pulumi up` must be inside them). `pod_subnets`: the

@@ -82,8 +82,8 @@ PD_REQUIRED = (
     SERVE_REPLICA_QUERIES,
 )
 
-# The upstream names behind them: vLLM's `vllm:<name>` and Ray Serve's metric names (tools/check_upstream.py
-# finds each in the pinned sources).
+# The upstream names behind them: vLLM's `vllm:<name>` and Ray Serve's metric names (`make check-upstream`,
+# tools/upstream/checks_observability.py, finds each in the pinned sources).
 _VLLM = (NIXL_BYTES, NIXL_XFER_TIME, *NIXL_FAILURE_COUNTERS, PROMPT_TOKENS, PROMPT_TOKENS_BY_SOURCE, GENERATION_TOKENS,
          REQUEST_SUCCESS, TTFT, ITL, E2E_LATENCY, REQUESTS_WAITING, REQUESTS_RUNNING, KV_CACHE_USAGE,
          PREFIX_CACHE_QUERIES, PREFIX_CACHE_HITS)  # fmt: skip

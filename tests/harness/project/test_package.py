@@ -418,3 +418,28 @@ def test_component_inputs_take_a_whole_float_as_int():
     assert args.ready_timeout_seconds == 3600 and type(args.ready_timeout_seconds) is int
     with pytest.raises(ConfigError):
         provider._args(LlmServiceArgs, {**given, "ready_timeout_seconds": 3600.5})
+
+
+def test_every_args_with_a_region_refuses_one_botocore_does_not_know():
+    """Each Args naming a region checks it by the stack key's rule (field_checks.check_region): the partition it
+    gives names policies and trust, so an unknown one must not reach an ARN."""
+    from ray_llm_eks.components.cluster import ClusterArgs
+    from ray_llm_eks.components.cluster_autoscaler import ClusterAutoscalerArgs
+    from ray_llm_eks.components.karpenter import KarpenterArgs
+    from ray_llm_eks.components.load_balancer import LoadBalancerControllerArgs
+    from ray_llm_eks.components.network import NetworkArgs
+    from ray_llm_eks.components.observability import EbsCsiDriverArgs
+
+    made = {
+        "ClusterArgs": lambda region: ClusterArgs("ray-llm", region),
+        "ClusterAutoscalerArgs": lambda region: ClusterAutoscalerArgs("ray-llm", region),
+        "KarpenterArgs": lambda region: KarpenterArgs("ray-llm", region, [], []),
+        "LoadBalancerControllerArgs": lambda region: LoadBalancerControllerArgs("ray-llm", region, "vpc-1"),
+        "NetworkArgs": lambda region: NetworkArgs("ray-llm", region),
+        "EbsCsiDriverArgs": lambda region: EbsCsiDriverArgs("ray-llm", region),
+    }
+    for name, make in made.items():
+        line = _refusal(lambda make=make: make("us-est-1"))
+        assert line.startswith(f"{name}: invalid config region = us-est-1: an AWS region botocore knows ("), line
+        assert line.endswith("; did you mean us-east-1 or us-west-1?"), line
+        assert make("eu-west-1").region == "eu-west-1"

@@ -348,7 +348,7 @@ def test_rayservice_depends_on_operator_plugins_and_all_pools(plans):
         service = plan.one(RAY_SERVICE).urn
         for release in plan.of_type(RELEASE):
             if release.name in ("kube-prometheus-stack", "dcgm-exporter"):
-                continue  # watches the RayService; neither waits for the other (tests/unit/test_observability_plan.py)
+                continue  # watches the RayService; neither waits for the other
             assert plan.depends_on(service, release.urn), release.name
         for group in plan.of_type(MNG):
             assert plan.depends_on(service, group.urn), group.name

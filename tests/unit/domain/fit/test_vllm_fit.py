@@ -308,7 +308,7 @@ def test_a_log_without_memory_lines_disagrees():
     ],
 )
 def test_the_parser_reads_vllms_own_format_strings(kind, values):
-    """Each format string vLLM 0.26 logs (tools/check_upstream.py finds them in the wheel), filled in
+    """Each format string vLLM 0.26 logs (`make check-upstream` finds them in the wheel), filled in
     as vLLM fills it, is read back."""
     _, (fmt, *_) = vllm_log.LOGGED_BY[kind]
     (engine,) = vllm_log.parse(f"INFO 12-01 14:21:39 [x.py:1] {fmt % values}\n")

@@ -1,5 +1,5 @@
 """Our dashboard, "the endpoint at a glance", rendered per stack, and the set of dashboards a stack ships.
-Whether its queries answer on a real Prometheus is the rehearsal's check (rehearsal/checks/prometheus.py)."""
+Whether its queries answer on a real Prometheus is the rehearsal's check (rehearsal/checks/observability.py)."""
 
 from __future__ import annotations
 
