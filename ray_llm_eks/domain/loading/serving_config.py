@@ -14,6 +14,7 @@ from ray_llm_eks.domain.fit import model_fit, roles, scaling
 from ray_llm_eks.domain.platform import field_checks, image_ref, versions
 from ray_llm_eks.domain.platform.aws_facts import BotocoreFacts
 from ray_llm_eks.domain.serving import api_keys, model_table, routing, serve_config
+from ray_llm_eks.domain.serving.role_view import role_views
 from ray_llm_eks.domain.stack.settings import GpuPoolSettings, ServingSettings
 from ray_llm_eks.domain.telemetry.observability import ObservabilitySettings
 
@@ -107,8 +108,7 @@ def _s3_uri(key: str, uri: str) -> str:
 
 
 def _without_max_num_seqs(document: dict) -> set[str]:
-    configs = serve_config.llm_configs_by_role(document, "rendered")
-    return {role for role, c in configs.items() if "max_num_seqs" not in (c.get("engine_kwargs") or {})}
+    return {role for role, view in role_views(document, "rendered").items() if "max_num_seqs" not in view.engine_kwargs}
 
 
 def serving_settings(
@@ -130,10 +130,7 @@ def serving_settings(
     unset = set() if seqs is not None else _without_max_num_seqs(document)
     document, fit = model_fit.fit_serving(document, pool_types, efa_roles, own_spec, seqs)
 
-    sources = {
-        role: (c.get("model_loading_config") or {}).get("model_source") or ""
-        for role, c in serve_config.llm_configs_by_role(document, "rendered").items()
-    }
+    sources = {role: view.model_source for role, view in role_views(document, "rendered").items()}
     weights_s3 = tuple(
         sorted({_s3_uri(f"serveConfig {role} model_source", u) for role, u in sources.items() if "://" in u})
     )

@@ -217,3 +217,17 @@ def test_defaults_fill_what_a_stack_leaves_out():
     decode = settings.gpu_pools["decode"]
     assert (decode.nodes.min_size, decode.nodes.desired_size, decode.nodes.max_size) == (1, 1, 1)
     assert decode.ami.ami_id == "ami-0123456789abcdef0" and decode.ami.release_version is None
+
+
+def test_max_num_seqs_is_recorded_as_derived_only_where_the_fit_wrote_it():
+    """A role whose max_num_seqs neither the stack nor the serve file set gets one from the fit: the idle-GPU
+    advice may derive it again for another tensor parallel size (fit/pool_use.py); one the stack set stays."""
+    from ray_llm_eks.adapters.stack import load_settings as load_stack_settings
+    from ray_llm_eks.adapters.stack import stack_file
+
+    def derived(stack: str, **overrides) -> set[str]:
+        return set(load_stack_settings(stack_file(stack, overrides=overrides or None)).serving.max_num_seqs_derived)
+
+    assert derived("baseline") == {"collocated"}
+    assert derived("dev") == {"prefill", "decode"}
+    assert derived("dev", maxNumSeqs="8") == set()
