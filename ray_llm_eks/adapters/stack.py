@@ -64,7 +64,13 @@ def load_settings(config_: StackConfig) -> Settings:
     """The stack's Settings: every key known, every value checked (ConfigError on the first bad one)."""
     config_keys.refuse_unknown(sorted(config_.values))
     get = _getter(config_)
-    return config.load_settings(get, config_.stack, get("aws:region"), botocore_facts.load())
+    try:
+        return config.load_settings(get, config_.stack, get("aws:region"), botocore_facts.load())
+    except ConfigError as err:
+        if err.file is not None or config_.file is None:
+            raise
+        # A stack value's line names the file it was read from, as the stack file reader's own lines do.
+        raise ConfigError(err.key, err.value, err.allowed, config_.file) from None
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,9 @@ class StackConfig:
     stack: str
     values: dict[str, str]  # full key (namespace:name) -> raw string, as the CLI hands it over
     secret_keys: frozenset[str]
+    # The stack file the values were read from, for the line refusing one (None where the engine handed them
+    # over: at `pulumi up` a value may come from an ESC environment or the CLI's --config-file, not the file)
+    file: str | None = None
 
 
 def _shown(path: Path) -> str:
@@ -255,4 +258,4 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
     if missing:
         short = sorted(missing)[0]
         raise ConfigError(short, UNSET, "required: Pulumi.yaml declares it without a default", path.name)
-    return StackConfig(name, stack, values, frozenset(secrets))
+    return StackConfig(name, stack, values, frozenset(secrets), path.name)

@@ -50,3 +50,20 @@ def test_a_secret_given_in_plain_text_reaches_domain_as_the_marker_only(monkeypa
     monkeypatch.setattr(stack.config, "load_settings", spy)
     settings = stack.load_settings(config)
     assert asked == {"hfToken": SECRET_MARKER} and settings.hf_token_set
+
+
+def test_a_bad_value_read_from_a_stack_file_names_the_file_and_one_handed_over_does_not():
+    """make plan reads Pulumi.<stack>.yaml and names it in every line; at `pulumi up` the engine hands the values
+    over (maybe from an ESC environment, not the file), so the line names the key alone."""
+    from dataclasses import replace
+
+    from ray_llm_eks.adapters import stack as stack_adapter
+    from ray_llm_eks.domain.core.errors import ConfigError
+
+    read = stack_adapter.stack_file("dev", overrides={"ray-llm-eks:systemNodes": {"instanceType": "m7i.xlarg"}})
+    for config, prefix in ((read, "Pulumi.dev.yaml: "), (replace(read, file=None), "")):
+        with pytest.raises(ConfigError) as refused:
+            stack_adapter.load_settings(config)
+        assert str(refused.value).startswith(
+            f"{prefix}invalid config ray-llm-eks:systemNodes.instanceType = m7i.xlarg: an instance type"
+        ), str(refused.value)

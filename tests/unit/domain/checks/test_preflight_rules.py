@@ -104,7 +104,8 @@ def test_a_stack_asking_256_sequences_of_qwen35_on_an_l4_fails_in_one_line():
     message = str(error)
     assert isinstance(error, ConfigError) and "\n" not in message
     assert message.startswith(
-        "invalid config ray-llm-eks:maxNumSeqs = 256: prefill engine_kwargs.max_num_seqs: Qwen/Qwen3.5-9B does not fit"
+        "Pulumi.dev.yaml: invalid config ray-llm-eks:maxNumSeqs = 256: prefill engine_kwargs.max_num_seqs: "
+        "Qwen/Qwen3.5-9B does not fit"
     )
     assert "vLLM 0.26.0 would refuse to start: 'max_num_seqs (256) exceeds available Mamba cache blocks (72)" in message
     error = settings_error({NS + "maxNumSeqs": 0})

@@ -164,7 +164,7 @@ def test_every_mapping_key_is_listed_here():
 @pytest.mark.parametrize("key", sorted(MAPPINGS))
 def test_a_mapping_key_given_a_scalar_lists_what_it_holds(key):
     message = str(settings_error({NS + key: "on"}))
-    assert message.startswith(f"invalid config {NS}{key} = 'on': a mapping "), message
+    assert message.startswith(f"Pulumi.dev.yaml: invalid config {NS}{key} = 'on': a mapping "), message
     assert [name for name in MAPPINGS[key] if name not in message] == [], message
 
 
@@ -194,10 +194,10 @@ def test_a_nested_mapping_given_a_scalar_lists_its_fields(key, value, field):
 )
 def test_each_parser_refuses_a_scalar_as_the_stack_does(parse, key):
     """The modules check the shape themselves too (callers other than ray_llm_eks/domain/loading/config.py): the same
-    line."""
+    line, less the stack file's name, which only the stack adapter knows."""
     with pytest.raises(ConfigError) as caught:
         parse("on")
-    assert str(caught.value) == str(settings_error({NS + key: "on"}))
+    assert f"Pulumi.dev.yaml: {caught.value}" == str(settings_error({NS + key: "on"}))
 
 
 def test_deploy_time_refusals_use_the_same_line():

@@ -31,7 +31,7 @@ def test_the_check_may_be_off_only_in_environment_dev(environment):
     with pytest.raises(ConfigError) as error:
         _settings(environment=environment, endpointPublicAccessCidrs=["203.0.113.0/24"], apiKeyCheck=False)
     assert str(error.value).startswith(
-        f"invalid config ray-llm-eks:apiKeyCheck = false: true in environment {environment}"
+        f"Pulumi.dev.yaml: invalid config ray-llm-eks:apiKeyCheck = false: true in environment {environment}"
     )
     assert "allowed only in [dev]" in str(error.value)
 

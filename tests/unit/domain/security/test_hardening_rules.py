@@ -50,7 +50,8 @@ def test_the_default_source_ranges_are_the_vpc_less_its_pod_subnets():
 def test_a_source_range_overlapping_a_pod_subnet_is_refused_naming_what_is_allowed():
     error = settings_error({"ray-llm-eks:endpointSourceRanges": ["10.0.64.0/24"]})
     assert str(error) == (
-        "invalid config ray-llm-eks:endpointSourceRanges = 10.0.64.0/24: CIDR blocks outside the pod subnets "
+        "Pulumi.dev.yaml: invalid config ray-llm-eks:endpointSourceRanges = 10.0.64.0/24: CIDR blocks outside the "
+        "pod subnets "
         "[10.0.0.0/18, 10.0.64.0/18] (pods get in through serveClientNamespaces)"
     )
 

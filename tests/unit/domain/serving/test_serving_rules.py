@@ -39,7 +39,7 @@ def test_head_needs_room_on_the_system_node():
 def test_cpu_kv_buffer_is_refused_for_hybrid_models_and_allowed_otherwise():
     error = settings_error({NS + "kvBufferDevice": "cpu"})
     assert isinstance(error, ConfigError)
-    assert str(error).startswith("invalid config ray-llm-eks:kvBufferDevice = cpu: cuda for a hybrid")
+    assert str(error).startswith("Pulumi.dev.yaml: invalid config ray-llm-eks:kvBufferDevice = cpu: cuda for a hybrid")
     assert "[conv, ssm]" in str(error)
     llama = {NS + "modelId": "meta-llama/Llama-3.1-8B-Instruct", NS + "hfToken": SecretValue("t")}
     for config in llm_configs({**llama, NS + "kvBufferDevice": "cpu"}).values():
@@ -270,6 +270,7 @@ def test_tensor_parallel_wider_than_the_node_names_the_gpus_per_node(monkeypatch
     monkeypatch.setattr(serve_config, "load_serve_file", lambda name: doc)
     error = settings_error({})
     assert str(error) == (
-        "invalid config ray-llm-eks:gpuPools.prefill.instanceType = g6.8xlarge: an instance with >= 2 GPUs for "
+        "Pulumi.dev.yaml: invalid config ray-llm-eks:gpuPools.prefill.instanceType = g6.8xlarge: an instance with "
+        ">= 2 GPUs for "
         "tensor_parallel_size 2 (prefill); g6.8xlarge has 1 (tensor parallelism does not cross nodes here)"
     )
