@@ -177,7 +177,9 @@ def facts_of(document: dict, model_spec, spec: Mapping, pool_roles: Mapping[str,
     """The facts of a rendered serve document (`model_spec`: the stack's modelSpec or None) and its RayService
     spec."""
     configs = serve_config.llm_configs_by_role(document, "rendered")
-    model = model_table.model_spec(*serve_config.model_of(next(iter(configs.values()))), model_spec)
+    views = role_views(document, "rendered")
+    first = next(iter(views.values()))
+    model = model_table.model_spec(first.model_id, first.model_source, model_spec)
     from ray_llm_eks.domain.serving.routing import (
         prefix_cache_on,  # here: routing's own imports reach config-time modules
     )
@@ -190,7 +192,7 @@ def facts_of(document: dict, model_spec, spec: Mapping, pool_roles: Mapping[str,
         transfer = (config.get("engine_kwargs") or {}).get("kv_transfer_config") or {}
         connectors.add(transfer.get("kv_connector", ""))
         backends |= set((transfer.get("kv_connector_extra_config") or {}).get("backends") or [DEFAULT_BACKEND])
-    tp = {role: view.tensor_parallel for role, view in role_views(document, "rendered").items()}
+    tp = {role: view.tensor_parallel for role, view in views.items()}
     return StackFacts(
         pd=True,
         kv_backends=frozenset(backends),

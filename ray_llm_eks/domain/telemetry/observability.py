@@ -192,20 +192,19 @@ def load(raw: RawConfig, existing_cluster: bool) -> ObservabilitySettings:
 def parse(raw: Any, existing_cluster: bool, stack_chart: ChartPin, dcgm_chart: ChartPin) -> ObservabilitySettings:
     """The `observability` mapping (None: unset). Embedded by default on a cluster this stack creates,
     none on an existing one (it may run a monitoring stack of its own: `external` adds ours to it)."""
-    key = KEY
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
-        raise ConfigError(key, raw, SHAPE)
+        raise ConfigError(KEY, raw, SHAPE)
     for name, value in raw.items():
         kind = _FIELDS.get(name)
         if kind is None:
-            raise unknown_field(key, name, value, _FIELDS)
+            raise unknown_field(KEY, name, value, _FIELDS)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ConfigError(f"{key}.{name}", value, kind_text(kind))
-    mode = check_one_of(f"{key}.mode", raw.get("mode", "none" if existing_cluster else "embedded"), MODES)
+            raise ConfigError(f"{KEY}.{name}", value, kind_text(kind))
+    mode = check_one_of(f"{KEY}.mode", raw.get("mode", "none" if existing_cluster else "embedded"), MODES)
     if existing_cluster and mode in IN_CLUSTER_STACK:
         raise ConfigError(
-            f"{key}.mode",
+            f"{KEY}.mode",
             mode,
             "external or none on an existing cluster (embedded and amp install kube-prometheus-stack and its "
             "storage into the cluster this stack creates; external adds our monitors to the cluster's own "
@@ -213,10 +212,10 @@ def parse(raw: Any, existing_cluster: bool, stack_chart: ChartPin, dcgm_chart: C
         )
     for name in _EMBEDDED_ONLY:
         if name in raw and mode != "embedded":
-            raise ConfigError(f"{key}.{name}", raw[name], "only with mode embedded (our own Prometheus and Grafana)")
+            raise ConfigError(f"{KEY}.{name}", raw[name], "only with mode embedded (our own Prometheus and Grafana)")
     for name in _EXTERNAL_ONLY:
         if name in raw and mode != "external":
-            raise ConfigError(f"{key}.{name}", raw[name], "only with mode external (the cluster's own Prometheus)")
+            raise ConfigError(f"{KEY}.{name}", raw[name], "only with mode external (the cluster's own Prometheus)")
     settings = ObservabilitySettings(
         mode=mode,
         retention_days=raw.get("retentionDays", ObservabilitySettings.retention_days),
@@ -228,17 +227,17 @@ def parse(raw: Any, existing_cluster: bool, stack_chart: ChartPin, dcgm_chart: C
         stack_chart=stack_chart,
         dcgm_chart=dcgm_chart,
     )
-    check_retention_days(f"{key}.retentionDays", settings.retention_days)
-    check_storage_gib(f"{key}.storageGiB", settings.storage_gib, settings.retention_days)
+    check_retention_days(f"{KEY}.retentionDays", settings.retention_days)
+    check_storage_gib(f"{KEY}.storageGiB", settings.storage_gib, settings.retention_days)
     if not re.fullmatch(r"https?://[^\s/]+(/[^\s]*)?", settings.grafana_iframe_host):
         raise ConfigError(
-            f"{key}.grafanaIframeHost",
+            f"{KEY}.grafanaIframeHost",
             settings.grafana_iframe_host,
             "the URL your browser reaches Grafana at, with http:// or https:// (Ray's dashboard embeds its panels)",
         )
-    check_label_value(f"{key}.prometheusRelease", settings.prometheus_release)
+    check_label_value(f"{KEY}.prometheusRelease", settings.prometheus_release)
     if not _NAMESPACE.fullmatch(settings.prometheus_namespace):
-        raise ConfigError(f"{key}.prometheusNamespace", settings.prometheus_namespace, "a namespace (DNS-1123 label)")
+        raise ConfigError(f"{KEY}.prometheusNamespace", settings.prometheus_namespace, "a namespace (DNS-1123 label)")
     return settings
 
 
