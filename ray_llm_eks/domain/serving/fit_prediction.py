@@ -42,6 +42,12 @@ CUDA_CONTEXT_GIB = 0.5
 # their unit. Checks and the derived max_num_seqs use the low end: what fits, fits within it.
 KV_TOLERANCE_GIB = 0.10
 WEIGHTS_TOLERANCE_GIB = 0.05
+# A derived max_num_seqs leaves this much of the predicted KV cache unused: the margin against a runtime reserve
+# larger than the one the prediction was fitted to. The same engine arguments at the same budget on one H100 got
+# 77 Mamba blocks under plain `vllm serve` and 83-84 under Ray (issue of 2026-12-07, main 75f0e19): 0.11 GiB
+# apart, beyond the tolerance above; a real L4's reserve is unmeasured. 0.25 GiB is 15 blocks of Qwen3.5-9B's
+# 16.5 MiB on an L4, twice the spread seen.
+START_MARGIN_GIB = 0.25
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,11 @@ class Prediction:
         return self.layout.num_blocks(self.kv_cache - self.tolerance)
 
     @property
+    def num_blocks_with_margin(self) -> int:
+        """The blocks a derived max_num_seqs may use: the prediction less START_MARGIN_GIB of KV cache."""
+        return self.layout.num_blocks(self.kv_cache - max(self.tolerance, START_MARGIN_GIB * GIB))
+
+    @property
     def blocks_per_request(self) -> int:
         return self.layout.blocks_per_request(self.max_model_len)
 
@@ -185,7 +196,19 @@ class Prediction:
             f"budget {gib_text(self.budget)} = weights {gib_text(self.weights)} + runtime {gib_text(self.reserve)} "
             f"(max_num_seqs {self.max_num_seqs}, {self._mode}) + KV cache "
             f"{gib_text(self.kv_cache)} -> {block}: {self.kv_tokens:,} tokens, {self.concurrency:.2f}x concurrency "
-            f"at {self.max_model_len:,} tokens (+-{gib_text(self.tolerance)} KV, {kind})"
+            f"at {self.max_model_len:,} tokens (+-{gib_text(self.tolerance)} KV, {kind}){self._margin_text()}"
+        )
+
+    def _margin_text(self) -> str:
+        """Where vLLM refuses max_num_seqs above the blocks: how many blocks stand between the two."""
+        if not self.mamba_check:
+            return ""
+        spare = self.num_blocks - self.max_num_seqs
+        if spare < 0:
+            return f"; max_num_seqs {self.max_num_seqs} is {-spare} above the {self.num_blocks} Mamba blocks"
+        return (
+            f"; {spare} of the {self.num_blocks} Mamba blocks ({gib_text(spare * self.layout.bytes_per_block)}) "
+            "above max_num_seqs: the margin against a larger runtime reserve"
         )
 
 
@@ -259,11 +282,11 @@ def predict(model: ModelSpec, engine: Engine, gpu: aws_facts.InstanceSpec) -> Pr
 
 
 def largest_max_num_seqs(model: ModelSpec, engine: Engine, gpu: aws_facts.InstanceSpec) -> int:
-    """The fixed point: the largest s (up to vLLM's default for the GPU) with s <= blocks(s) at the low
-    end of the tolerance, where blocks(s) shrinks as the reserve grows with s; 0 if none."""
+    """The fixed point: the largest s (up to vLLM's default for the GPU) with s <= blocks(s) less the start
+    margin (START_MARGIN_GIB), where blocks(s) shrinks as the reserve grows with s; 0 if none."""
     cap = engine.on(gpu).max_num_seqs if engine.max_num_seqs is None else engine.max_num_seqs
     for seqs in range(cap, 0, -1):
-        if seqs <= predict(model, replace(engine, max_num_seqs=seqs), gpu).num_blocks_low:
+        if seqs <= predict(model, replace(engine, max_num_seqs=seqs), gpu).num_blocks_with_margin:
             return seqs
     return 0
 

@@ -54,6 +54,7 @@ def test_dev_renders_the_largest_max_num_seqs_and_plan_prints_the_fit(plans):
     for role in ("prefill", "decode"):
         line = next(line for line in summary.splitlines() if line.strip().startswith(f"{role} (g6.8xlarge"))
         assert f"max_num_seqs {seqs}" in line and re.search(r"[\d,]+ tokens, [\d.]+x concurrency at 4,096 tokens", line)
+        assert re.search(r"; \d+ of the \d+ Mamba blocks \([\d.]+ GiB\) above max_num_seqs: the margin", line)
 
 
 def test_a_stack_asking_64_sequences_gets_them():
