@@ -16,6 +16,8 @@ anything else (MoE, hybrid, multimodal towers) must be given, e.g. from the mode
 
 from __future__ import annotations
 
+import copy
+
 from ray_llm_eks.domain.serving import vllm_fit
 from ray_llm_eks.domain.serving.model_table import DTYPE_BYTES, MIB
 
@@ -27,6 +29,17 @@ _DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "fp16": "float16", "bf1
 def text_config(config: dict) -> dict:
     """Multimodal configs keep the language model's numbers under text_config."""
     return {**config, **config["text_config"]} if isinstance(config.get("text_config"), dict) else config
+
+
+def with_layers(config: dict, layers: int) -> dict:
+    """A copy of the config whose language model keeps its first `layers` layers (their kinds in the model's
+    order): a few-layer variant of the same architecture."""
+    trimmed = copy.deepcopy(config)
+    text = trimmed["text_config"] if isinstance(trimmed.get("text_config"), dict) else trimmed
+    text["num_hidden_layers"] = layers
+    if "layer_types" in text:
+        text["layer_types"] = text["layer_types"][:layers]
+    return trimmed
 
 
 def _weight_dtype(config: dict) -> tuple[str | None, str]:

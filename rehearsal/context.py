@@ -72,6 +72,12 @@ class Context:
     t_smoke: float | None = None  # clock seconds when the smoke passed
     results: dict[str, Any] = field(default_factory=dict)  # check name -> what it found
     timeline: list[str] = field(default_factory=list)  # lines a check adds to the closing timeline
+    # The hops of each request since the last call, where a proxy of ours times them (plain vLLM's pd_proxy):
+    # dicts of seconds since the request arrived (rehearsal/pd_proxy.py Hops); None under Ray.
+    hops: Callable[[], list[dict]] | None = None
+    # Each engine role's metric samples now, where the engines are not Ray's (plain vLLM: role -> its engines'
+    # samples of the names asked); None under Ray (the Ray nodes' endpoints, roles from Serve's labels).
+    role_metrics: Callable[[list[str]], dict[str, list]] | None = None
 
     @property
     def cpu_engines(self) -> bool:

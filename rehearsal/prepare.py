@@ -5,6 +5,7 @@ out on the GPUs and find the weights (GPU). Nothing runs yet."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import secrets
@@ -38,6 +39,21 @@ def stack_overrides(settings: list[str]) -> dict[str, object]:
             raise substitute.CannotRehearse(f"--set {setting}: KEY=VALUE, e.g. --set selectivePd=28")
         overrides[key if ":" in key else f"{PROJECT}:{key}"] = value
     return overrides
+
+
+def engine_env(doc: dict, settings: list[str]) -> list[str]:
+    """`--engine-env KEY=VALUE` (repeatable): an environment variable for every LLM engine of this run, set in each
+    LLM config's runtime_env (what a stack's serve file would set); the lines saying so."""
+    lines = []
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise substitute.CannotRehearse(f"--engine-env {setting}: KEY=VALUE, e.g. --engine-env UCX_LOG_LEVEL=info")
+        for role, config in serve_config.llm_configs_by_role(doc, "rehearsal").items():
+            env = config.setdefault("runtime_env", {}).setdefault("env_vars", {})
+            lines.append(f"{role}.runtime_env.env_vars.{key}: {env.get(key)!r} -> {value!r} (--engine-env)")
+            env[key] = value
+    return lines
 
 
 def rehearsed_settings(stack: str, settings: list[str] | None = None):
@@ -249,11 +265,31 @@ def _weights(args, rendered: dict, device: str) -> tuple[str | None, str]:
             "config.json)"
         )
     out = CACHE / "gpu-models" / f"{model_id.replace('/', '--')}-random"
+    layers = getattr(args, "layers", None)
+    if layers:
+        config = few_layers(config, layers, CACHE / "gpu-models")
+        out = out.with_name(f"{out.name}-{layers}-layers")
     subprocess.run(
         [sys.executable, str(ROOT / "rehearsal" / "gpu_model.py"), str(config), str(out), device], check=True
     )
     arch = (yaml.safe_load(config.read_text()).get("architectures") or ["?"])[0]
-    return str(out), f"random bf16 weights of the real {arch}, built here from {config.name} (--random-weights)"
+    depth = f", its first {layers} layers only (--layers: a mechanism run, not the model's figures)" if layers else ""
+    return str(out), f"random bf16 weights of the real {arch}, built here from {config.name} (--random-weights){depth}"
+
+
+def few_layers(config_path: Path, layers: int, folder: Path) -> Path:
+    """The model's config.json with its first `layers` layers only (their kinds as the model orders them: Qwen3.5's
+    first 8 are 6 Gated DeltaNet and 2 full attention, as in the whole model), written into `folder`."""
+    from measure.hf_model_spec import text_config, with_layers
+
+    config = json.loads(config_path.read_text())
+    depth = int(text_config(config).get("num_hidden_layers", 0))
+    if not 1 <= layers <= depth:
+        raise substitute.CannotRehearse(f"--layers {layers}: between 1 and {depth}")
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f"{config_path.stem}-{layers}-layers.json"
+    out.write_text(json.dumps(with_layers(config, layers), indent=2) + "\n")
+    return out
 
 
 def _gpu(args, rendered: dict, port: int) -> tuple[substitute.LocalDocument, GpuRun, list[str]]:
@@ -282,7 +318,9 @@ def _gpu(args, rendered: dict, port: int) -> tuple[substitute.LocalDocument, Gpu
         lines += [f"CPU engines (--cpu-engines: this layout, rehearsed on the CPU): {line}"
                   for line in cpu_local.substitutions]  # fmt: skip
         local = cpu_local
-    return local, GpuRun(here, emulate, nodes, model, args.cpu_engines, weights is None, predicted), lines
+    # A few-layer variant is not the table's model: its memory lines have no prediction to meet.
+    fitted = None if getattr(args, "layers", None) else model
+    return local, GpuRun(here, emulate, nodes, fitted, args.cpu_engines, weights is None, predicted), lines
 
 
 def _prediction_document(rendered: dict, deployed: dict) -> dict:
@@ -334,6 +372,8 @@ def prepare(args, checks, port: int) -> Prepared | None:
     if local.pd:
         say(f"  - process env: VLLM_LOGGING_CONFIG_PATH (vLLM's format, plus DEBUG for {topology.PULL_WORKER_LOGGER}"
             ": it names the prefill engine of each KV read)")  # fmt: skip
+    for line in engine_env(local.document, getattr(args, "engine_env", None) or []):
+        say(f"  - {line}")
     for mutation in args.mutate:
         say(f"  ! {substitute.mutate(local.document, mutation)}")
     for check in checks:

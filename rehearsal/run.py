@@ -30,7 +30,7 @@ import yaml
 from llmclient import smoke
 from ray_llm_eks.adapters.ports import free_port
 from ray_llm_eks.domain.serving.role_view import role_views
-from rehearsal import checks, isa_cap, substitute, topology
+from rehearsal import checks, isa_cap, plain_vllm, substitute, topology
 from rehearsal import gpu as gpu_rules
 from rehearsal.checks import engines
 from rehearsal.context import Clock, Context, RehearsalFailed, say
@@ -61,6 +61,10 @@ def parser_for(all_checks: list[checks.Check]) -> argparse.ArgumentParser:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a stack key for this run only, over the stack file's (repeatable)")  # fmt: skip
     parser.add_argument("--spec", type=Path, help="the RayService spec or manifest to rehearse (default: rendered)")
+    parser.add_argument("--engine-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="an environment variable for every LLM engine (repeatable)")  # fmt: skip
+    parser.add_argument("--serve-with", choices=("ray", "vllm"), default="ray", help="vllm: the same engines as "
+                        "plain `vllm serve` processes behind a minimal proxy (rehearsal/plain_vllm.py)")  # fmt: skip
     parser.add_argument("--save-logs", type=Path, metavar="DIR", help="Ray's logs as a .tar.gz there, at the end")
     parser.add_argument("--keep-ray-logs", action="store_true", help="keep Ray's logs after a run that passes "
                         "too (a failed run always keeps them, and names where)")  # fmt: skip
@@ -69,6 +73,12 @@ def parser_for(all_checks: list[checks.Check]) -> argparse.ArgumentParser:
     gpu.add_argument("--random-weights", action="store_true", help="the real architecture, random weights, built here")
     gpu.add_argument("--model-config", type=Path, help="config.json for --random-weights (default: rehearsal/model_"
                      "configs/<model id>.json)")  # fmt: skip
+    gpu.add_argument(
+        "--layers",
+        type=int,
+        help="--random-weights with the model's first N layers only (a mechanism "
+        "run that starts in a minute: the layer kinds and widths stay, the figures are not the model's)",
+    )
     gpu.add_argument("--emulate", metavar="GPU", help="rehearse a smaller GPU (e.g. L4): its budget and defaults")
     gpu.add_argument("--cpu-engines", action="store_true", help="dry run of the GPU layout with CPU engines")
     checks.add_options(parser, all_checks)
@@ -182,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     clock.mark("serve config rendered and substituted; " + ("stand-in model" if local.family in substitute.FAMILY_TEXT
                and (prepared.gpu is None or prepared.gpu.cpu_engines) else "weights") + " ready")  # fmt: skip
+    if args.serve_with == "vllm":
+        return plain_vllm.run(args, prepared, chosen, clock, run_id, run_dir, env)
     if prepared.gpu is None:
         ray = cluster(cpu_nodes(doc, chosen, args, run_id, run_dir), run_id, env)
     else:

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from llmclient import core, metrics
-from measure import bench
+from measure import bench, kv_proof, pd_hops
 from ray_llm_eks.domain.telemetry import slo
 from rehearsal.checks import Check, by_flag
 from rehearsal.checks.quick_bench import load
@@ -43,6 +43,8 @@ def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep-bench", type=Path, metavar="FILE", help="load points saved to FILE (JSON)")
     parser.add_argument("--sweep-prompts", type=lambda t: _numbers(t, int), default=(256, 1000, 3500),
                         metavar="TOKENS,...", help="prompt lengths of the sweep (default 256,1000,3500)")  # fmt: skip
+    parser.add_argument("--sweep-max-tokens", type=int, default=MAX_TOKENS, metavar="N",
+                        help=f"output tokens per request (default {MAX_TOKENS}, with ignore_eos)")  # fmt: skip
     parser.add_argument("--sweep-concurrency", type=lambda t: _numbers(t, int), default=(1, 4, 16),
                         metavar="N,...", help="requests in flight per point (default 1,4,16)")  # fmt: skip
 
@@ -109,10 +111,30 @@ def _paths(ctx: Context) -> dict[str, float]:
     return counts
 
 
+def _role_samples(ctx: Context) -> dict[str, list]:
+    """Each engine role's samples of the hop histograms now (measure/pd_hops.py): the plain engines' own, or the
+    Ray nodes' endpoints grouped by the role Serve's labels give each worker."""
+    names = pd_hops.series()
+    try:
+        if ctx.role_metrics is not None:
+            return ctx.role_metrics(names)
+        samples = metrics.scrape(ctx.metrics_urls, [*names, kv_proof.m.SERVE_REPLICA_QUERIES])
+    except metrics.MetricsError as exc:  # the figures are extra: the point stands without them
+        say(f"    (engine histograms not read: {exc})")
+        return {}
+    roles = kv_proof.engine_roles(samples)
+    by_role: dict[str, list] = {}
+    for sample in samples:
+        if role := roles.get(sample.labels.get("WorkerId", "")):
+            by_role.setdefault(role, []).append(sample)
+    return by_role
+
+
 def _run(ctx: Context) -> None:
     target = slo.default()
     say(f"  sweep: SLO TTFT {target.ttft_ms} ms, TPOT {target.tpot_ms} ms (the slo key's defaults)")
-    warm = {"concurrency": 4, "prompt_words": 492, "max_tokens": MAX_TOKENS}
+    max_tokens = ctx.args.sweep_max_tokens
+    warm = {"concurrency": 4, "prompt_words": 492, "max_tokens": max_tokens}
     warmed, _ = asyncio.run(load(ctx, warm, 20_000, WARMUP))
     say(f"  sweep warm-up: {sum(r.ok for r in warmed)} of {len(warmed)} requests succeeded")
     calibration = _calibrate(ctx)
@@ -121,9 +143,11 @@ def _run(ctx: Context) -> None:
     for tokens in ctx.args.sweep_prompts:
         words = words_for(tokens, calibration)
         for concurrency in ctx.args.sweep_concurrency:
-            shape = {"concurrency": concurrency, "prompt_words": words, "max_tokens": MAX_TOKENS}
+            shape = {"concurrency": concurrency, "prompt_words": words, "max_tokens": max_tokens}
             count = max(8, 2 * concurrency)
-            before = _paths(ctx)
+            before, engines_before = _paths(ctx), _role_samples(ctx)
+            if ctx.hops is not None:
+                ctx.hops()  # forget the requests before this point
             results, seconds = asyncio.run(load(ctx, shape, first, count))
             first += count
             after = _paths(ctx)
@@ -131,12 +155,17 @@ def _run(ctx: Context) -> None:
             figures.update(prompt_tokens=tokens, concurrency=concurrency)
             if after:
                 figures["paths"] = {p: after[p] - before.get(p, 0.0) for p in sorted(after)}
+            # Where each request's time went: the engines' own histograms, and the proxy's hops where it has them.
+            figures["engines"] = pd_hops.engine_means(engines_before, _role_samples(ctx))
+            if ctx.hops is not None:
+                figures["hops"] = pd_hops.hop_percentiles(ctx.hops())
             points.append(figures)
             say(f"  sweep {tokens:>5} tokens x {concurrency:>3} in flight: TTFT p50/p95 {figures['ttft_ms']['p50']}/"
                 f"{figures['ttft_ms']['p95']} ms, TPOT p50/p95 {figures['tpot_ms']['p50']}/{figures['tpot_ms']['p95']}"
                 f" ms, {figures['output_tokens_per_s']} tok/s, goodput {figures['goodput_rps']} req/s"
                 f"{' paths ' + str(figures['paths']) if after else ''}")  # fmt: skip
-    result = {"slo": {"ttft_ms": target.ttft_ms, "tpot_ms": target.tpot_ms}, "max_tokens": MAX_TOKENS,
+            say(f"    where the time went: {_where(figures)}")
+    result = {"slo": {"ttft_ms": target.ttft_ms, "tpot_ms": target.tpot_ms}, "max_tokens": max_tokens,
               "attainment": bench.ATTAINMENT, "calibration": calibration, "points": points}  # fmt: skip
     ctx.args.sweep_bench.write_text(json.dumps(result, indent=2) + "\n")
     ctx.results["sweep bench"] = result
@@ -145,6 +174,19 @@ def _run(ctx: Context) -> None:
     ctx.timeline.append(line)
     if failed := [p for p in points if p["failed"]]:
         raise RehearsalFailed(f"sweep bench: {failed[0]['failed']} requests failed; first: {failed[0]['first_error']}")
+
+
+def _where(figures: dict) -> str:
+    """One line of a point's hop figures: each role's mean queue and KV transfer time, the proxy's hop p50s."""
+    parts = []
+    for role, got in sorted(figures.get("engines", {}).items()):
+        shown = [f"{name} {got[name]['mean']}{' ms' if name in pd_hops.SECONDS else ''}" for name in
+                 ("queue", "prefill", "kv_transfer", "kv_bytes", "kv_descriptors") if name in got]  # fmt: skip
+        if shown:
+            parts.append(f"{role}: " + ", ".join(shown))
+    for hop, q in figures.get("hops", {}).items():
+        parts.append(f"{hop} p50 {q['p50']} ms")
+    return "; ".join(parts) or "no engine histograms read"
 
 
 SWEEP_BENCH = Check("sweep bench", _run, selected=by_flag("sweep_bench"), options=_options)

@@ -7,7 +7,8 @@
 #                                 into /tmp/site, copy the repository to /tmp/kit, start the rehearsal(s) detached
 #                                 (setsid: they outlive the call), then wait like `poll`
 #   tools/gpu/device.sh poll      wait for them (printing their new lines) until done or WAIT seconds, then copy
-#                                 the results to $OUT: rehearsal-<n>.log, bench-<n>.json, ray-logs-<n>.tar.gz
+#                                 the results to $OUT: results.tar.gz (rehearsal-<n>.log, bench and sweep JSON,
+#                                 plain engines' logs), ray-logs-<n>.tar.gz where small, gpu.txt
 #
 # RUNS: rehearsal arguments, one run per line, run one after the other (default: the dev stack's PD app with
 # random weights of the real model at the L4's budget, compile and CUDA graphs on, then a bench).
@@ -26,21 +27,18 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 DEFAULT_RUNS="--stack dev --spec $KIT/kit/dev.rayservice.json --random-weights --emulate L4 --quick-bench $RES/bench-1.json"
 
 harvest() {
-  n=0
-  for log in "$RES"/rehearsal-*.log; do
-    [ -f "$log" ] || continue
-    n=$((n + 1))
-    cp "$log" "$OUT/" 2>/dev/null
-  done
-  cp "$RES"/bench-*.json "$RES"/install.log "$OUT/" 2>/dev/null
+  # One archive of what the runs wrote (the device returns 8 files at most): their logs, the benches' JSON, the
+  # plain engines' logs, and each run's Ray logs where small; the GPU's memory beside it.
+  (cd "$RES" && shopt -s nullglob && files=(rehearsal-*.log bench-*.json sweep-*.json install*.log logs-*/vllm-*.log) \
+    && [ ${#files[@]} -gt 0 ] && tar -czf "$OUT/results.tar.gz" "${files[@]}")
   for logs in "$RES"/logs-*/ray-logs.tar.gz; do
     [ -f "$logs" ] || continue
     name="ray-$(basename "$(dirname "$logs")").tar.gz"
-    if [ "$(stat -c %s "$logs")" -lt 16000000 ]; then cp "$logs" "$OUT/$name"; else
-      echo "$name is over 16 MB: left in $(dirname "$logs") on the machine" >> "$OUT/install.log"
+    if [ "$(stat -c %s "$logs")" -lt 12000000 ]; then cp "$logs" "$OUT/$name"; else
+      echo "$name is over 12 MB: left in $(dirname "$logs") on the machine" >> "$OUT/gpu.txt"
     fi
   done
-  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader >> "$OUT/gpu.txt" 2>&1
   cat "$RES/STATE" 2>/dev/null >> "$OUT/gpu.txt"
   ls -la "$OUT"
 }
@@ -77,6 +75,8 @@ stage)
       nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
       python3 -c "import sys, torch; print(sys.version.split()[0], 'torch', torch.__version__, torch.version.cuda)"
       ls /sys/class/infiniband 2>/dev/null || echo "no RDMA devices"
+      # UCX serves a NIXL READ over cuda_ipc only where NVML reports active NVLinks (its ENABLE_GET_ZCOPY=auto).
+      echo "nvlink: $(nvidia-smi nvlink -s 2>&1 | head -3 | tr '\n' ' ')"
     } 2>&1 | tee "$OUT/probe.txt"
   fi
   ;;

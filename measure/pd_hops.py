@@ -1,0 +1,101 @@
+"""Where a prefill/decode request's time goes, per load point: the engines' own histograms (vLLM 0.26's request and
+NIXL metrics) read before and after the point, and, where a proxy of ours times them, each request's hops. Plain
+data in, figures out; the sweep bench (rehearsal/checks/sweep_bench.py) gathers the readings.
+
+Which hop grows with the requests in flight is where they queue: decode's queue time holds its wait for the KV
+(vLLM records a request's SCHEDULED event only once its remote KV has arrived: v1/core/sched/scheduler.py), and
+the NIXL transfer time runs from the read's post until the engine saw it done (nixl/stats.py), so transfers that
+wait for each other show there. Under Ray the histograms' sums are bucket midpoints (measure/kv_proof.py): their
+means are approximate, their growth is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from measure.kv_proof import Sample
+
+# vLLM 0.26's histograms as `vllm serve` exports them (v1/metrics/loggers.py, kv_connector/v1/nixl/stats.py);
+# Ray Serve LLM exports each as ray_vllm_<name> (vllm/v1/metrics/ray_wrappers.py: ':' -> '_', Ray's prefix).
+HISTOGRAMS = {
+    "queue": "vllm:request_queue_time_seconds",  # arrival -> running (decode: includes the KV wait)
+    "prefill": "vllm:request_prefill_time_seconds",
+    "ttft": "vllm:time_to_first_token_seconds",
+    "e2e": "vllm:e2e_request_latency_seconds",
+    "kv_transfer": "vllm:nixl_xfer_time_seconds",  # post -> done, per transfer (decode reads)
+    "kv_post": "vllm:nixl_post_time_seconds",
+    "kv_bytes": "vllm:nixl_bytes_transferred",
+    "kv_descriptors": "vllm:nixl_num_descriptors",
+}
+# Figures in seconds shown in ms; the others as they are.
+SECONDS = {"queue", "prefill", "ttft", "e2e", "kv_transfer", "kv_post"}
+
+
+def ray_name(name: str) -> str:
+    return "ray_" + name.replace(":", "_")
+
+
+def series() -> list[str]:
+    """Every series `engine_means` reads, in both namings."""
+    return [f"{base}_{part}" for name in HISTOGRAMS.values() for base in (name, ray_name(name)) for part in
+            ("sum", "count")]  # fmt: skip
+
+
+def _totals(samples: Iterable[Sample]) -> dict[str, tuple[float, float]]:
+    """figure -> (sum, count) over every engine's samples."""
+    by_name = {f"{n}_{part}": (figure, part) for figure, name in HISTOGRAMS.items() for n in (name, ray_name(name))
+               for part in ("sum", "count")}  # fmt: skip
+    totals: dict[str, list[float]] = {}
+    for s in samples:
+        if s.name in by_name:
+            figure, part = by_name[s.name]
+            totals.setdefault(figure, [0.0, 0.0])[0 if part == "sum" else 1] += s.value
+    return {figure: (v[0], v[1]) for figure, v in totals.items()}
+
+
+def engine_means(
+    before: Mapping[str, Iterable[Sample]], after: Mapping[str, Iterable[Sample]]
+) -> dict[str, dict[str, dict[str, float]]]:
+    """role -> figure -> {"mean": per event between the readings (ms for times), "count": events}: the events that
+    happened between `before` and `after` (each a role's samples)."""
+    means: dict[str, dict[str, dict[str, float]]] = {}
+    for role, samples in after.items():
+        then, now = _totals(before.get(role, ())), _totals(samples)
+        for figure, (total, count) in now.items():
+            old_total, old_count = then.get(figure, (0.0, 0.0))
+            events = count - old_count
+            if events <= 0:
+                continue
+            mean = (total - old_total) / events
+            means.setdefault(role, {})[figure] = {
+                "mean": round(mean * 1000, 2) if figure in SECONDS else round(mean, 1),
+                "count": events,
+            }
+    return means
+
+
+HOPS = (
+    ("prefill", "prefill_sent", "prefill_answered"),  # prefill's whole answer: its queue, compute, the return
+    ("decode_first_byte", "decode_sent", "decode_first_byte"),  # decode: the KV read, the first token
+    ("total", None, "decode_first_byte"),  # the proxy's own TTFT
+)
+
+
+def hop_percentiles(hops: Iterable[Mapping], quantiles: tuple[int, ...] = (50, 95)) -> dict[str, dict[str, float]]:
+    """hop -> {"p50": ms, ...} over the requests that reached both of its ends."""
+    rows = list(hops)
+    figures: dict[str, dict[str, float]] = {}
+    for name, start, end in HOPS:
+        spans = sorted(
+            (r[end] - (r[start] if start else 0.0)) for r in rows if r.get(end) is not None and
+            (start is None or r.get(start) is not None)
+        )  # fmt: skip
+        if spans:
+            figures[name] = {f"p{q}": round(_quantile(spans, q) * 1000, 1) for q in quantiles}
+    return figures
+
+
+def _quantile(ordered: list[float], q: int) -> float:
+    """The nearest-rank percentile of an ordered list."""
+    rank = max(1, -(-q * len(ordered) // 100))
+    return ordered[min(rank, len(ordered)) - 1]

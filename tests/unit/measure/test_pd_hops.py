@@ -1,0 +1,49 @@
+"""Where a PD request's time goes (measure/pd_hops.py): the engines' histogram means between two readings, in both
+namings (plain `vllm serve`, Ray's), and the proxy's hop percentiles."""
+
+from __future__ import annotations
+
+from measure import pd_hops
+from measure.kv_proof import Sample
+
+
+def hist(name: str, total: float, count: float, ray: bool = False) -> list[Sample]:
+    base = pd_hops.ray_name(name) if ray else name
+    return [Sample(f"{base}_sum", {}, total), Sample(f"{base}_count", {}, count)]
+
+
+def test_the_means_are_of_the_events_between_the_readings_per_role_in_either_naming():
+    before = {"decode": hist("vllm:nixl_xfer_time_seconds", 1.0, 10) + hist("vllm:nixl_bytes_transferred", 5e8, 10)}
+    after = {
+        "decode": hist("vllm:nixl_xfer_time_seconds", 3.0, 14) + hist("vllm:nixl_bytes_transferred", 7.8e8, 14),
+        "prefill": hist("vllm:request_queue_time_seconds", 0.4, 4, ray=True),
+    }
+    means = pd_hops.engine_means(before, after)
+    assert means["decode"]["kv_transfer"] == {"mean": 500.0, "count": 4}  # 2 s over 4 transfers, in ms
+    assert means["decode"]["kv_bytes"] == {"mean": 7e7, "count": 4}
+    assert means["prefill"]["queue"] == {"mean": 100.0, "count": 4}  # all new: no reading before
+
+
+def test_a_histogram_without_new_events_is_left_out():
+    same = {"decode": hist("vllm:request_queue_time_seconds", 2.0, 5)}
+    assert pd_hops.engine_means(same, same) == {}
+
+
+def test_series_names_every_histogram_in_both_namings():
+    names = pd_hops.series()
+    assert "vllm:nixl_xfer_time_seconds_sum" in names and "ray_vllm_nixl_xfer_time_seconds_count" in names
+    assert len(names) == 4 * len(pd_hops.HISTOGRAMS)
+
+
+def test_hop_percentiles_span_each_hop_of_the_requests_that_reached_it():
+    rows = [
+        {"prefill_sent": 0.0, "prefill_answered": 0.1, "decode_sent": 0.1, "decode_first_byte": 0.3},
+        {"prefill_sent": 0.0, "prefill_answered": 0.2, "decode_sent": 0.2, "decode_first_byte": 0.6},
+        {"prefill_sent": 0.0, "prefill_answered": 0.5, "decode_sent": None, "decode_first_byte": None},  # failed
+    ]
+    got = pd_hops.hop_percentiles(rows)
+    assert got["prefill"] == {"p50": 200.0, "p95": 500.0}
+    assert got["decode_first_byte"] == {"p50": 200.0, "p95": 400.0}
+    assert got["total"] == {"p50": 300.0, "p95": 600.0}
+    collocated = [{"prefill_sent": None, "decode_sent": 0.0, "decode_first_byte": 0.05}]
+    assert set(pd_hops.hop_percentiles(collocated)) == {"decode_first_byte", "total"}
