@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -103,18 +105,42 @@ def kube_dashboard(client: KubeClient, namespace: str, head_service: str) -> Fet
     return fetch
 
 
-def replica_logs(fetch: Fetch, app: str) -> dict[str, str]:
-    """deployment -> what its replicas' processes (and the engine processes they spawned) wrote, through Ray's
-    state API (/api/v0/logs/file by actor id, stdout and stderr)."""
+def replica_logs(fetch: Fetch, app: str, log_dirs: Iterable[Path] = (), tries: int = 3) -> dict[str, str]:
+    """deployment -> what its replicas' processes (and the engine processes they spawned) wrote. From `log_dirs`
+    (Ray's session log directories on this machine: a rehearsal's) where given, else through Ray's state API
+    (/api/v0/logs/file by actor id, stdout and stderr), each file asked up to `tries` times: the API reads a whole
+    file within its own timeout, which a loaded machine can miss. A file that cannot be read raises MetricsError
+    naming it: a missing log must not read as an engine that logged nothing."""
     status = json.loads(fetch("/api/serve/applications/"))
     deployments = ((status.get("applications") or {}).get(app) or {}).get("deployments") or {}
+    folders = list(log_dirs)
     logs: dict[str, str] = {}
     for name, deployment in deployments.items():
         for replica in deployment.get("replicas") or []:
-            for suffix in ("out", "err"):
-                query = urllib.parse.urlencode({"actor_id": replica["actor_id"], "suffix": suffix, "lines": -1})
-                try:
-                    logs[name] = logs.get(name, "") + fetch(f"/api/v0/logs/file?{query}")
-                except (MetricsError, RuntimeError):
-                    continue
+            text = local_replica_log(folders, replica) if folders else _api_replica_log(fetch, replica, tries)
+            logs[name] = logs.get(name, "") + text
     return logs
+
+
+def local_replica_log(log_dirs: Iterable[Path], replica: Mapping) -> str:
+    """A replica's log files in Ray's session log directories on this machine: its process and the engine processes
+    it spawned share its stdout and stderr (logs/worker-<worker_id>-<job>-<pid>.out/.err)."""
+    worker, pid = replica.get("worker_id"), replica.get("pid")
+    paths = {p for d in log_dirs for p in [*Path(d).glob(f"worker-{worker}-*"), *Path(d).glob(f"worker-*-{pid}.*")]}
+    return "\n".join(p.read_text(errors="replace") for p in sorted(paths) if p.suffix in {".out", ".err"})
+
+
+def _api_replica_log(fetch: Fetch, replica: Mapping, tries: int) -> str:
+    text = ""
+    for suffix in ("out", "err"):
+        query = urllib.parse.urlencode({"actor_id": replica["actor_id"], "suffix": suffix, "lines": -1})
+        for attempt in range(tries):
+            try:
+                text += fetch(f"/api/v0/logs/file?{query}")
+                break
+            except (MetricsError, RuntimeError) as exc:
+                if attempt == tries - 1:
+                    who = replica.get("replica_id")
+                    raise MetricsError(f"the {suffix} log of replica {who} not read: {exc}") from None
+                time.sleep(2.0 * (attempt + 1))
+    return text

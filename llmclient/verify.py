@@ -281,6 +281,14 @@ def add_arguments(p) -> None:
     p.add_argument("--stack", required=True, help="the stack deployed at URL (what to expect)")
     add_metrics_arguments(p)
     p.add_argument("--dashboard", help="the Ray dashboard's URL, to read the engines' NIXL backend from their logs")
+    p.add_argument(
+        "--log-dir",
+        action="append",
+        type=Path,
+        default=[],
+        help="Ray's session log directory on this "
+        "machine (repeatable; with --dashboard): the engines' logs read from their files, not the API",
+    )
     p.add_argument("--served-config", type=Path, help="the serve config as deployed (default: the stack's)")
     p.add_argument("--requests", type=int, default=3)
     p.add_argument("--floor-gbps", type=float, help="KV throughput floor in GB/s (default: the stack's alert floor)")
@@ -331,7 +339,7 @@ def sources_from(args, settings, app: str) -> Sources:
         logs = lambda: adapter.replica_logs(fetch, app)  # noqa: E731
     if args.dashboard:
         fetch = adapter.dashboard(args.dashboard)
-        logs = lambda: adapter.replica_logs(fetch, app)  # noqa: E731
+        logs = lambda: adapter.replica_logs(fetch, app, args.log_dir)  # noqa: E731
     return Sources(read_metrics, logs, args.wait)
 
 

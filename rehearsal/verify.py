@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from llmclient import core
+from llmclient import core, metrics
 from rehearsal import logs, topology
 
 PROMPT = [{"role": "user", "content": "Count from one to ten."}]
@@ -84,11 +84,8 @@ async def serve_every_replica(
 
 
 def replica_log(log_dir: Path | Sequence[Path], replica: dict) -> str:
-    """What a replica's process and the engine processes it spawned wrote (they inherit its stdout/stderr:
-    Ray's logs/worker-<worker_id>-<job>-<pid>.out/.err)."""
-    worker, pid = replica.get("worker_id"), replica.get("pid")
-    paths = {p for d in logs.dirs(log_dir) for p in [*d.glob(f"worker-{worker}-*"), *d.glob(f"worker-*-{pid}.*")]}
-    return "\n".join(p.read_text(errors="replace") for p in sorted(paths) if p.suffix in {".out", ".err"})
+    """What a replica's process and the engine processes it spawned wrote (llmclient/metrics.py local_replica_log)."""
+    return metrics.local_replica_log(logs.dirs(log_dir), replica)
 
 
 def kv_sources(

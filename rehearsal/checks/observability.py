@@ -109,6 +109,9 @@ def _verify_command(ctx: Context) -> list[str]:
     command = [sys.executable, "-m", "llmclient", "verify", ctx.url, "--stack", ctx.args.stack]
     command += ["--served-config", str(ctx.run_dir / "serve-config.yaml"), "--dashboard", ctx.dashboard]
     command += ["--floor-gbps", str(REHEARSAL_FLOOR_GBPS), "--wait", "60"]
+    # The engines' logs from their files here: the dashboard's log API reads a whole file within its own timeout,
+    # which a loaded machine missed (the backend then read as none logged).
+    command += [x for d in ctx.log_dirs for x in ("--log-dir", str(d))]
     if url := ctx.results.get("prometheus"):
         return [*command, "--prometheus", url]
     return [*command, *(x for u in ctx.metrics_urls for x in ("--metrics-url", u))]

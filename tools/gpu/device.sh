@@ -10,8 +10,8 @@
 #                                 the results to $OUT: results.tar.gz (rehearsal-<n>.log, bench and sweep JSON,
 #                                 plain engines' logs), ray-logs-<n>.tar.gz where small, gpu.txt
 #
-# RUNS: rehearsal arguments, one run per line, run one after the other (default: the dev stack's PD app with
-# random weights of the real model at the L4's budget, compile and CUDA graphs on, then a bench).
+# RUNS (or the file .whl/kit/runs): rehearsal arguments, one run per line, run one after the other (default: the dev
+# stack's PD app with random weights of the real model at the L4's budget, compile and CUDA graphs on, then a bench).
 # WAIT: seconds this call may wait (default 540: a call may run 600). The machine goes back 30 s after a call
 # returns unless another comes, and the detached run with it: send the next `poll` as soon as one returns.
 set -u
@@ -99,6 +99,7 @@ go)
     python3 -c "import vllm, ray, nixl; from ray.serve.llm import build_pd_openai_app; print('vllm', vllm.__version__, 'ray', ray.__version__)"
     echo "[$(el) s] imports checked"
   } 2>&1 | tee "$RES/install.log"
+  if [ -z "${RUNS:-}" ] && [ -f .whl/kit/runs ]; then RUNS=$(cat .whl/kit/runs); fi
   printf '%s\n' "${RUNS:-$DEFAULT_RUNS}" > "$RES/runs"
   cat > "$RES/driver.sh" <<EOF
 #!/usr/bin/env bash
