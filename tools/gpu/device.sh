@@ -11,7 +11,8 @@
 #                                 plain engines' logs), ray-logs-<n>.tar.gz where small, gpu.txt
 #
 # RUNS (or the file .whl/kit/runs): rehearsal arguments, one run per line, run one after the other (default: the dev
-# stack's PD app with random weights of the real model at the L4's budget, compile and CUDA graphs on, then a bench).
+# stack's PD app with random weights of the real model at the L4's budget, compile and CUDA graphs on, then a bench);
+# a line `cmd:COMMAND` runs COMMAND in the repository instead (e.g. cmd:python3 -m rehearsal.nixl_probe).
 # WAIT: seconds this call may wait (default 540: a call may run 600). The machine goes back 30 s after a call
 # returns unless another comes, and the detached run with it: send the next `poll` as soon as one returns.
 set -u
@@ -109,7 +110,10 @@ while IFS= read -r args; do
   [ -n "\$args" ] || continue
   n=\$((n + 1))
   echo "run \$n: \$args" > $RES/STATE
-  python3 -m rehearsal.run --target gpu --save-logs $RES/logs-\$n \$args > $RES/rehearsal-\$n.log 2>&1 < /dev/null
+  case "\$args" in
+  cmd:*) bash -c "\${args#cmd:}" > $RES/rehearsal-\$n.log 2>&1 < /dev/null ;;
+  *) python3 -m rehearsal.run --target gpu --save-logs $RES/logs-\$n \$args > $RES/rehearsal-\$n.log 2>&1 < /dev/null ;;
+  esac
   echo "run \$n exit \$?" >> $RES/rehearsal-\$n.log
 done < $RES/runs
 echo "ALL DONE (\$n runs)" > $RES/STATE

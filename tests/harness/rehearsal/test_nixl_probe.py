@@ -1,0 +1,28 @@
+"""The NIXL READ probe (rehearsal/nixl_probe.py) for real, in host memory on this CPU (the rehearsal venv's nixl):
+two processes, READs one at a time and all at once, the data arrived, the figures it reports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.harness.rehearsal.test_rehearsal_isa import REHEARSAL_VENV
+
+
+@pytest.mark.skipif(
+    not (REHEARSAL_VENV / ".installed").exists(), reason=f"no rehearsal venv at {REHEARSAL_VENV} (make rehearsal-venv)"
+)
+def test_reads_between_two_processes_arrive_and_say_how_they_queue():
+    done = subprocess.run(
+        [str(REHEARSAL_VENV / "bin" / "python"), "-m", "rehearsal.nixl_probe", "--device", "cpu", "--mib", "2",
+         "--descriptors", "8", "--transfers", "3"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-500:] + done.stderr[-1500:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["data_arrived"] is True
+    assert result["transfers"] == 3 and result["one_at_a_time_gb_per_s"] > 0 and result["all_at_once_ms"] > 0
+    assert 0 < result["queueing_factor"] <= 3 * 2, result  # never worse than one after another, with slack
