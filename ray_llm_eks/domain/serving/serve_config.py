@@ -287,25 +287,6 @@ def _kv_buffer(config: dict, role: str, where: str, device: str, model: ModelFac
     kv_transfer["kv_buffer_device"] = value
 
 
-# vLLM 0.26's NixlConnector is its pull connector: decode READs the KV from prefill (nixl/connector.py). UCX serves
-# a READ between two processes' GPU memory over cuda_ipc only where NVML reports active NVLinks: its
-# CUDA_IPC_ENABLE_GET_ZCOPY defaults to `auto` (uct_cuda_ipc_iface_get_max_get_zcopy), which turns GET off on a GPU
-# without them (an L4, an H100 PCIe, one GPU shared by both roles), and the READ falls back to software emulation
-# over TCP, every request's transfer queued on one UCX worker (NIXL 1.3.1; its PR #2208 turns GET on there).
-# WRITEs are unaffected. Only NIXL's UCX backend reads it: harmless where the roles use LIBFABRIC.
-UCX_READS = {"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "on"}
-
-
-def _nixl_reads(config: dict) -> None:
-    """Both PD roles read and serve KV over cuda_ipc when they share a host without NVLink (a setting of the
-    serve file's own wins)."""
-    if config["engine_kwargs"].get("kv_transfer_config") is None:
-        return
-    env = config.setdefault("runtime_env", {}).setdefault("env_vars", {})
-    for key, value in UCX_READS.items():
-        env.setdefault(key, value)
-
-
 def render(
     name: str,
     overrides: ServeOverrides,
@@ -370,7 +351,6 @@ def render(
         model = model_facts(*model_of(config))
         _apply_family(config, role, where, model)
         _kv_buffer(config, role, where, overrides.kv_buffer_device, model)
-        _nixl_reads(config)
         if pool.gpu_model is not None:  # the pool resource pins the role either way
             config["accelerator_type"] = pool.gpu_model
         # One bundle per GPU worker, each asking for this pool's custom resource: Ray can never

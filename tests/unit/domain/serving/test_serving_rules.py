@@ -16,7 +16,6 @@ from ray_llm_eks.domain.core import config_keys
 from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.platform import aws_facts, versions
 from ray_llm_eks.domain.render.ray_service import ray_service_spec
-from ray_llm_eks.domain.serving import serve_config
 from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
 from tests.conftest import region_overrides, settings_error, settings_of
 
@@ -53,26 +52,7 @@ def test_family_settings_follow_the_model_not_the_file():
     for config in llm_configs(llama).values():
         engine = config["engine_kwargs"]
         assert not {"language_model_only", "reasoning_parser", "default_chat_template_kwargs"} & set(engine)
-        assert config["runtime_env"]["env_vars"] == serve_config.UCX_READS  # the connector's, not the family's
-
-
-def test_every_pd_role_reads_kv_over_cuda_ipc_without_nvlink_and_a_files_own_value_wins(monkeypatch):
-    """vLLM 0.26's NixlConnector READs the KV; UCX serves a READ over cuda_ipc only with NVLinks unless told to:
-    without it, decode's reads of every request went over emulated TCP, one after the other."""
-    for config in llm_configs({}).values():
-        assert config["runtime_env"]["env_vars"]["UCX_CUDA_IPC_ENABLE_GET_ZCOPY"] == "on"
-    original = serve_config.load_serve_file
-
-    def own_value(name):
-        doc = original(name)
-        env = doc["applications"][0]["args"]["decode_config"].setdefault("runtime_env", {}).setdefault("env_vars", {})
-        env["UCX_CUDA_IPC_ENABLE_GET_ZCOPY"] = "auto"
-        return doc
-
-    monkeypatch.setattr(serve_config, "load_serve_file", own_value)
-    configs = llm_configs({})
-    assert configs["decode"]["runtime_env"]["env_vars"]["UCX_CUDA_IPC_ENABLE_GET_ZCOPY"] == "auto"
-    assert configs["prefill"]["runtime_env"]["env_vars"]["UCX_CUDA_IPC_ENABLE_GET_ZCOPY"] == "on"
+        assert "runtime_env" not in config
 
 
 def test_a_serve_file_may_not_carry_family_settings(monkeypatch):
