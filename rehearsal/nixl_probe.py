@@ -62,7 +62,7 @@ def _wait_all(agent, handles: list, timeout: float) -> None:
             raise RuntimeError(f"{len(pending)} NIXL transfers still running after {timeout:.0f} s")
 
 
-def probe(device: str, mib: float, descriptors: int, transfers: int, timeout: float = 300.0) -> dict:
+def probe(device: str, mib: float, descriptors: int, transfers: int, timeout: float = 300.0, op: str = "READ") -> dict:
     from nixl._api import nixl_agent, nixl_agent_config
 
     size = int(mib * MIB)
@@ -82,7 +82,9 @@ def probe(device: str, mib: float, descriptors: int, transfers: int, timeout: fl
         local.zero_()
         agent.register_memory(local)
         regions = [local[i * size : (i + 1) * size] for i in range(transfers)]
-        handles = [agent.initialize_xfer("READ", agent.get_xfer_descs(_pieces(r, descriptors)), remote_descs, remote)
+        if op == "WRITE":  # the push connector's way: prefill writes into decode's blocks
+            local.fill_(1)
+        handles = [agent.initialize_xfer(op, agent.get_xfer_descs(_pieces(r, descriptors)), remote_descs, remote)
                    for r in regions]  # fmt: skip
         # The first READ of a new peer connects (UCX's wire-up): once, before timing.
         agent.transfer(handles[0])
@@ -98,10 +100,11 @@ def probe(device: str, mib: float, descriptors: int, transfers: int, timeout: fl
             agent.transfer(handle)
         _wait_all(agent, handles, timeout)
         together = time.monotonic() - start
-        moved = bool(int(local.min().item()) == 1)
+        moved = bool(int(local.min().item()) == 1)  # a WRITE's arrival is the target's to see: not checked here
         serial = sum(one)
         return {
             "device": device,
+            "op": op,
             "mib_per_transfer": mib,
             "descriptors_per_transfer": descriptors,
             "transfers": transfers,
@@ -125,9 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mib", type=float, default=66.0)
     parser.add_argument("--descriptors", type=int, default=104)
     parser.add_argument("--transfers", type=int, default=16)
+    parser.add_argument("--op", default="READ", choices=("READ", "WRITE"), help="READ: the pull connector's (default)")
     args = parser.parse_args(argv)
     try:
-        result = probe(args.device, args.mib, args.descriptors, args.transfers)
+        result = probe(args.device, args.mib, args.descriptors, args.transfers, op=args.op)
     except (RuntimeError, ImportError, OSError) as exc:
         print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
         return 1
