@@ -62,9 +62,13 @@ def test_verify_is_the_users_command_against_the_rehearsal(tmp_path):
         dashboard="http://127.0.0.1:8265",
         results={"prometheus": "http://127.0.0.1:9090"},
         metrics_urls=["http://127.0.0.1:1/metrics"],
+        log_dirs=[tmp_path / "head", tmp_path / "decode"],
     )
     command = observability._verify_command(ctx)
     assert command[1:5] == ["-m", "llmclient", "verify", "http://127.0.0.1:8000"]
+    # The engines' logs from their files, every Ray node's (not through the dashboard's log API).
+    flags = [command[i + 1] for i, x in enumerate(command) if x == "--log-dir"]
+    assert flags == [str(tmp_path / "head"), str(tmp_path / "decode")]
     assert command[-2:] == ["--prometheus", "http://127.0.0.1:9090"]
     assert ["--served-config", str(tmp_path / "serve-config.yaml")] == command[7:9]
     ctx.results = {}
