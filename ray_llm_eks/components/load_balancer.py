@@ -30,44 +30,15 @@ from ray_llm_eks.domain.platform.field_checks import (
 )
 from ray_llm_eks.domain.platform.placement import SYSTEM_LABELS
 from ray_llm_eks.domain.platform.versions import LB_CONTROLLER_CHART, ChartPin
+from ray_llm_eks.domain.security import load_balancer_policy
 
 SERVICE_ACCOUNT = "aws-load-balancer-controller"
 NAMESPACE = "kube-system"
 # KubeRay labels a pod whose Serve proxy is healthy with it (ray-operator v1.7.0 utils/constant.go
 # RayClusterServingServiceLabelKey), as its own <name>-serve-svc selects.
 SERVE_POD_SELECTOR = {"ray.io/is-ray-node": "yes", "ray.io/serve": "true"}
-# The controller's own tag on what it creates (security groups, load balancers): it may change only those.
-CONTROLLER_TAG = "elbv2.k8s.aws/cluster"
 ANNOTATION = "service.beta.kubernetes.io/aws-load-balancer"  # the prefix of the controller's Service annotations
 SUBNETS = f"{ANNOTATION}-subnets"
-
-
-def controller_security_group_policy() -> dict:
-    """What ElasticLoadBalancingFullAccess lacks for an NLB with a security group: create the
-    group, tag it, edit and delete only groups the controller tagged."""
-    owned = {"Null": {f"aws:ResourceTag/{CONTROLLER_TAG}": "false"}}
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Effect": "Allow",
-                "Action": ["ec2:CreateSecurityGroup", "ec2:DescribeAvailabilityZones", "ec2:DescribeTags"],
-                "Resource": "*",
-            },
-            {"Effect": "Allow", "Action": ["ec2:CreateTags"], "Resource": "arn:*:ec2:*:*:security-group/*"},
-            {
-                "Effect": "Allow",
-                "Action": [
-                    "ec2:AuthorizeSecurityGroupIngress",
-                    "ec2:RevokeSecurityGroupIngress",
-                    "ec2:DeleteSecurityGroup",
-                    "ec2:DeleteTags",
-                ],
-                "Resource": "*",
-                "Condition": owned,
-            },
-        ],
-    }
 
 
 def controller_values(cluster_name: str, region: str, vpc_id: pulumi.Input[str]) -> dict:
@@ -128,16 +99,11 @@ class LoadBalancerController(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         partition = botocore_facts.load().region_partition(region)
         self.role = pod_identity_role(f"{name}-role", self)
-        attachment = aws.iam.RolePolicyAttachment(
-            f"{name}-elb",
+        # The controller's own published policy, scoped to this cluster (domain/security/load_balancer_policy.py).
+        policy = aws.iam.RolePolicy(
+            f"{name}-policy",
             role=self.role.name,
-            policy_arn=f"arn:{partition}:iam::aws:policy/ElasticLoadBalancingFullAccess",
-            opts=child,
-        )
-        groups = aws.iam.RolePolicy(
-            f"{name}-security-groups",
-            role=self.role.name,
-            policy=json.dumps(controller_security_group_policy()),
+            policy=json.dumps(load_balancer_policy.controller_policy(partition, cluster_name)),
             opts=child,
         )
         self.release = release_with_role(
@@ -150,7 +116,7 @@ class LoadBalancerController(pulumi.ComponentResource):
             ),
             cluster_name,
             self.role,
-            [attachment, groups],
+            [policy],
             agent,
             self,
         )

@@ -151,3 +151,20 @@ def test_one_pod_identity_agent_serves_both_controllers(plans):
     releases = {r.name: r for r in xpyd.of_type("kubernetes:helm.sh/v3:Release")}
     for name in ("cluster-autoscaler", "aws-load-balancer-controller"):
         assert xpyd.depends_on(releases[name].urn, agent.urn), name
+
+
+def test_the_controller_role_holds_its_published_policy_scoped_to_this_cluster(dev):
+    """No ElasticLoadBalancingFullAccess, no tag writes without a condition: the controller's own policy, each
+    cluster-tag condition naming this stack's cluster (ray_llm_eks/domain/security/load_balancer_policy.py)."""
+    attached = [r.inputs["policyArn"] for r in dev.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")]
+    assert not [arn for arn in attached if "ElasticLoadBalancing" in arn]
+    (policy,) = [r for r in dev.of_type("aws:iam/rolePolicy:RolePolicy") if r.name.startswith("lb-controller")]
+    statements = json.loads(policy.inputs["policy"])["Statement"]
+    create_tags = [s for s in statements if "ec2:CreateTags" in s["Action"]]
+    assert create_tags and all("Condition" in s for s in create_tags)
+    tag_keys = ("aws:RequestTag/elbv2.k8s.aws/cluster", "aws:ResourceTag/elbv2.k8s.aws/cluster")
+    conditions = [s.get("Condition", {}) for s in statements]
+    named = [c["StringEquals"][k] for c in conditions for k in tag_keys if k in c.get("StringEquals", {})]
+    assert named and set(named) == {"ray-llm-dev"}
+    assert not [c for c in conditions for k in tag_keys if c.get("Null", {}).get(k) == "false"]  # no "any cluster"
+    assert policy.name == "lb-controller-policy"
