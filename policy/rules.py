@@ -20,8 +20,9 @@ from typing import Any
 
 import yaml  # a dependency of the pulumi SDK itself: in the program's venv and the pack's
 
-# The program's own names, ports and markers: one module, standard library only, importable in the
-# pack's venv (policy/__main__.py puts the repository root on sys.path).
+# The program's own names, ports and markers, and how wide public ranges may be: standard library only,
+# importable in the pack's venv (policy/__main__.py puts the repository root on sys.path).
+from ray_llm_eks.domain.core import address_ranges
 from ray_llm_eks.domain.core.facts import (
     DASHBOARD_PORT,
     DEV_ENVIRONMENTS,
@@ -325,9 +326,11 @@ def _api_endpoint(r: Resource) -> list[str]:
         return [
             f"the public API endpoint needs publicAccessCidrs outside {list(DEV_ENVIRONMENTS)} (EKS opens it to all)"
         ]
-    opened = _open_cidr(cidrs)
-    if opened:
-        return [f"the public API endpoint is open to {opened} in environment {environment!r}: list your networks"]
+    if address_ranges.too_wide(cidrs):
+        return [
+            f"the public API endpoint is open to {list(cidrs)} ({address_ranges.reach(cidrs):,} addresses, more than "
+            f"one /8) in environment {environment!r}: list your networks"
+        ]
     return []
 
 

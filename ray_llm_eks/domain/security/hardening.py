@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ray_llm_eks.domain.core import address_ranges
 from ray_llm_eks.domain.core.config_keys import declared, default
 from ray_llm_eks.domain.core.errors import UNSET, ConfigError, yaml_text
 from ray_llm_eks.domain.core.facts import DEV_ENVIRONMENTS, PROJECT
@@ -63,12 +64,13 @@ def load(
                 f"required in environment {environment}: the networks (CIDRs) that may reach the Kubernetes API, "
                 "including the machine that runs `pulumi up`",
             )
-        opened = [c for c in public_cidrs if c.endswith("/0")]
-        if opened:
+        if address_ranges.too_wide(public_cidrs):
             raise ConfigError(
                 "endpointPublicAccessCidrs",
-                opened,
-                f"not open to the whole internet in environment {environment} "
+                list(public_cidrs),
+                f"your own networks in environment {environment}: together at most "
+                f"{address_ranges.WIDEST_PUBLIC_ADDRESSES:,} addresses (one /8; these reach "
+                f"{address_ranges.reach(public_cidrs):,}); wider, in one block or several, is the internet "
                 f"(allowed only in {yaml_text(DEV_ENVIRONMENTS)})",
             )
     namespaces = raw.listing("serveClientNamespaces")
@@ -79,6 +81,14 @@ def load(
     # No pod address; never empty: LB controller v3.5.0 opens an NLB with none to 0.0.0.0/0 (model_build_managed_sg.go)
     ranges = outside_pod_subnets(vpc_cidr, list(pod_subnets)) if ranges is None else ranges
     ranges = check_endpoint_source_ranges("endpointSourceRanges", ranges, pod_subnets=pod_subnets)
+    network_policies = raw.boolean("networkPolicies")
+    if not network_policies and environment not in DEV_ENVIRONMENTS:
+        raise ConfigError(
+            "networkPolicies",
+            False,
+            f"true in environment {environment}: without them any pod of the cluster reaches the Ray head, its "
+            f"dashboard and the GCS (false is allowed only in {yaml_text(DEV_ENVIRONMENTS)})",
+        )
     api_key_check = raw.boolean("apiKeyCheck")
     if not api_key_check and environment not in DEV_ENVIRONMENTS:
         raise ConfigError(
@@ -89,7 +99,7 @@ def load(
         )
     return HardeningSettings(
         environment,
-        raw.boolean("networkPolicies"),
+        network_policies,
         tuple(namespaces),
         internal_endpoint=raw.boolean("internalEndpoint") and not existing_cluster,
         endpoint_source_ranges=tuple(ranges),
