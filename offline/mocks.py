@@ -259,6 +259,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     "ignoreChanges": list(request.ignoreChanges),
                     "protect": request.protect,
                     "additionalSecretOutputs": list(request.additionalSecretOutputs),
+                    # Only where set: what `destroy` leaves in the cloud (ray_llm_eks/domain/platform/teardown.py).
+                    **({"retainOnDelete": True} if request.retainOnDelete else {}),
                     **_aliases(request, response.urn),
                     **_timeouts_and_hooks(request),
                 },

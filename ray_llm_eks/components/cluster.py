@@ -155,6 +155,9 @@ class ClusterArgs:
     ray_llm_eks/components/gcs_store.py)."""
     auto_mode: bool | None = False
     """EKS Auto Mode makes the GPU nodes (config key nodeProvisioning autoMode); the system node group stays."""
+    keep_data: bool | None = False
+    """Protect the EKS cluster and its secrets key (Pulumi refuses to delete or replace them) and keep the
+    control plane's log group when the stack is destroyed: outside dev (ray_llm_eks/domain/platform/teardown.py)."""
 
     def __post_init__(self) -> None:
         fill_defaults(self)
@@ -260,19 +263,21 @@ class Cluster(pulumi.ComponentResource):
 
         # EKS creates /aws/eks/<name>/cluster itself when logging is on and never deletes it;
         # declared here first, it has a retention period and `destroy` removes it.
+        # Kept by `destroy` where the stack keeps data (an audit reads it after the cluster is gone).
         self.log_group = aws.cloudwatch.LogGroup(
             f"{name}-control-plane-logs",
             name=f"/aws/eks/{args.name}/cluster",
             retention_in_days=args.log_retention_days,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=args.keep_data or None),
         )
+        protected = pulumi.ResourceOptions(parent=self, protect=args.keep_data or None)
         # Envelope encryption of Kubernetes Secrets (the Hugging Face token lives in one).
         self.secrets_key = aws.kms.Key(
             f"{name}-secrets",
             description=f"EKS secrets encryption for {args.name}",
             enable_key_rotation=True,
             deletion_window_in_days=7,
-            opts=child,
+            opts=protected,
         )
         self.node_role = NodeRole(f"{name}-node-role", region, opts=child)
 
@@ -312,7 +317,11 @@ class Cluster(pulumi.ComponentResource):
             **(auto_mode_options() if args.auto_mode else {}),
             # The whole network (NAT routes included) first: nodes need egress to join and pull
             # images; on destroy the cluster goes before the routes it relies on.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[network, self.log_group, self.node_role]),
+            # protect: its own resources too (the control plane, its role and security groups), which pulumi-eks
+            # creates as its children and which inherit it.
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[network, self.log_group, self.node_role], protect=args.keep_data or None
+            ),
         )
 
         if args.pod_security_groups:

@@ -49,6 +49,9 @@ class GcsStoreArgs:
     """The ElastiCache node type (config key gcsRedisNodeType)."""
     replicas: int | None = default("gcsRedisReplicas")
     """Read replicas beside the primary, 0 to 5; one or more gives Multi-AZ failover (config key gcsRedisReplicas)."""
+    keep_data: bool | None = False
+    """Protect the replication group (Pulumi refuses to delete or replace it): outside dev
+    (ray_llm_eks/domain/platform/teardown.py)."""
 
     def __post_init__(self) -> None:
         fill_defaults(self)
@@ -122,7 +125,9 @@ class GcsStore(pulumi.ComponentResource):
             # actor and placement group tables.
             snapshot_retention_limit=0,
             apply_immediately=True,
-            opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["authToken"]),
+            opts=pulumi.ResourceOptions(
+                parent=self, additional_secret_outputs=["authToken"], protect=args.keep_data or None
+            ),
         )
         self.address = self.store.primary_endpoint_address.apply(gcs_ft.redis_address)
         self.password = self.token.result  # the head reads it from a Secret (LlmServiceArgs.redis_password)

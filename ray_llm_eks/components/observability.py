@@ -209,6 +209,9 @@ class MonitoringStackArgs:
     network_policies: Sequence[Mapping[str, Any]] | None = ()
     """NetworkPolicy manifests for the monitoring namespace (ray_llm_eks/domain/security/network_policies.py), before
     any pod."""
+    keep_data: bool | None = False
+    """Protect Prometheus's EBS volume (embedded; Pulumi refuses to delete or replace it): outside dev
+    (ray_llm_eks/domain/platform/teardown.py)."""
 
     def __post_init__(self) -> None:
         fill_defaults(self)
@@ -251,7 +254,9 @@ class PrometheusVolume(pulumi.ComponentResource):
             type="gp3",
             encrypted=True,
             tags=dict(args.tags or {}),
-            opts=pulumi.ResourceOptions(parent=self, custom_timeouts=pulumi.CustomTimeouts(delete="15m")),
+            opts=pulumi.ResourceOptions(
+                parent=self, custom_timeouts=pulumi.CustomTimeouts(delete="15m"), protect=args.keep_data or None
+            ),
         )
         pv = monitoring_release.persistent_volume(self.volume.id, zone, args.storage_gib)
         self.persistent_volume = k8s.core.v1.PersistentVolume(

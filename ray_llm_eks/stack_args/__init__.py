@@ -20,6 +20,7 @@ from ray_llm_eks.components.network import Network, NetworkArgs
 from ray_llm_eks.components.observability import EbsCsiDriverArgs, MonitoringStackArgs, ServiceMonitoringArgs
 from ray_llm_eks.domain.cluster import gcs_ft
 from ray_llm_eks.domain.core.facts import ENVIRONMENT_TAG
+from ray_llm_eks.domain.platform import teardown
 from ray_llm_eks.domain.platform.subnets import private_subnet_name
 from ray_llm_eks.domain.render import alert_rules, dashboards, karpenter
 from ray_llm_eks.domain.render.ray_service import ray_service_spec
@@ -141,6 +142,7 @@ def cluster_args(settings: Settings) -> ClusterArgs:
         network_policies=settings.hardening.network_policies,
         pod_security_groups=settings.gcs_ft.redis,  # the GCS store admits the Ray head's group only
         **({"auto_mode": True} if settings.node_provisioning.by_auto_mode else {}),
+        keep_data=teardown.keeps_data(settings.hardening.environment),
     )
 
 
@@ -183,6 +185,7 @@ def gcs_store_args(settings: Settings, network: Network) -> GcsStoreArgs:
         private_subnet_ids=network.private_subnet_ids,
         node_type=ft.redis_node_type,
         replicas=ft.redis_replicas,
+        keep_data=teardown.keeps_data(settings.hardening.environment),
     )
 
 
@@ -212,6 +215,7 @@ def monitoring_stack_args(settings: Settings, zone: str) -> MonitoringStackArgs:
         network_policies=(
             policies.monitoring_policies(obs, settings.serving.namespace) if hardening.network_policies else ()
         ),
+        keep_data=teardown.keeps_data(hardening.environment),
     )
 
 
