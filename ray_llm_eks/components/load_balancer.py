@@ -20,6 +20,7 @@ from ray_llm_eks.components.pod_identity import ControllerRelease, pod_identity_
 from ray_llm_eks.domain.core.config_keys import default
 from ray_llm_eks.domain.core.facts import SERVE_PORT
 from ray_llm_eks.domain.platform.field_checks import (
+    check_certificate_arn,
     check_chart_version,
     check_cidr,
     check_cluster_name,
@@ -143,6 +144,9 @@ class InternalEndpointArgs:
     pod_subnets: Sequence[str] | None = ()
     """The CIDRs of the subnets where pods get addresses (VPC CNI): a source range overlapping one is refused,
     since it would let pods of every namespace reach the serve port through the NLB; none: not checked."""
+    certificate_arn: str | None = None
+    """An ACM certificate of the cluster's region for a TLS listener on 443 (config key endpointCertificateArn); none:
+    plain TCP on the serve port."""
 
     def __post_init__(self) -> None:
         fill_defaults(self)
@@ -153,11 +157,33 @@ class InternalEndpointArgs:
         object.__setattr__(self, "source_ranges", ranges)
         check_namespace("namespace", self.namespace, ARGS)
         check_service_name("service_name", self.service_name, ARGS)
+        if self.certificate_arn is not None:
+            check_certificate_arn("certificate_arn", self.certificate_arn, file=ARGS)
+
+
+TLS_PORT = 443
+# TLS 1.2 and 1.3 only; the controller's default, ELBSecurityPolicy-2016-08, still takes TLS 1.0 (v3.5.0
+# docs/guide/service/annotations.md, ssl-negotiation-policy).
+TLS_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"
+
+
+def listener(args: InternalEndpointArgs) -> tuple[dict, dict]:
+    """The Service's one port and the annotations it needs: TLS on 443 with the certificate, else plain TCP on
+    the serve port. Either way to the pods' serve port."""
+    if args.certificate_arn is None:
+        return {"name": "serve", "port": SERVE_PORT, "targetPort": SERVE_PORT, "protocol": "TCP"}, {}
+    tls = {
+        f"{ANNOTATION}-ssl-cert": args.certificate_arn,
+        f"{ANNOTATION}-ssl-ports": "https",
+        f"{ANNOTATION}-ssl-negotiation-policy": TLS_POLICY,
+    }
+    return {"name": "https", "port": TLS_PORT, "targetPort": SERVE_PORT, "protocol": "TCP"}, tls
 
 
 def internal_nlb_service(args: InternalEndpointArgs) -> dict:
     """The Service manifest: internal NLB in the given subnets, IP targets (the pods' VPC addresses),
-    source ranges."""
+    source ranges, no node port."""
+    port, tls = listener(args)
     return {
         "metadata": {
             "name": f"{args.service_name}-internal-endpoint",
@@ -172,14 +198,19 @@ def internal_nlb_service(args: InternalEndpointArgs) -> dict:
                 # Off is AWS's default for IP targets over TCP; said here so the pods see the NLB's
                 # address, never the client's (which may be a pod's), whatever that default becomes.
                 f"{ANNOTATION}-target-group-attributes": "preserve_client_ip.enabled=false",
+                **tls,
             },
         },
         "spec": {
             "type": "LoadBalancer",
             "loadBalancerClass": "service.k8s.aws/nlb",  # handled by the controller, not the in-tree one
+            # No NodePort: IP targets reach the pods directly, and a node port would be a way in that no
+            # NetworkPolicy closes (the VPC CNI's agent admits the node's own address, and kube-proxy forwards
+            # from it). Instance targets would need one (the controller's docs, annotations.md nlb-target-type).
+            "allocateLoadBalancerNodePorts": False,
             "loadBalancerSourceRanges": list(args.source_ranges),
             "selector": SERVE_POD_SELECTOR,
-            "ports": [{"name": "serve", "port": SERVE_PORT, "targetPort": SERVE_PORT, "protocol": "TCP"}],
+            "ports": [port],
         },
     }
 
@@ -202,12 +233,15 @@ class InternalEndpoint(pulumi.ComponentResource):
                 parent=self, replace_on_changes=[f'metadata.annotations["{SUBNETS}"]'], delete_before_replace=True
             ),
         )
-        self.url = self.service.status.apply(_base_url)
+        tls = args.certificate_arn is not None
+        self.url = self.service.status.apply(lambda status: _base_url(status, tls))
         self.register_outputs({"url": self.url})
 
 
-def _base_url(status) -> str | None:
+def _base_url(status, tls: bool) -> str | None:
     ingress = (status.load_balancer.ingress or []) if status and status.load_balancer else []
     if not ingress:
         return None
-    return f"http://{ingress[0].hostname or ingress[0].ip}:{SERVE_PORT}/v1"
+    host = ingress[0].hostname or ingress[0].ip
+    # With TLS a client names the host the certificate holds (a record of the user's pointing at this one).
+    return f"https://{host}/v1" if tls else f"http://{host}:{SERVE_PORT}/v1"

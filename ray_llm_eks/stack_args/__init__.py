@@ -174,6 +174,7 @@ def internal_endpoint_args(settings: Settings) -> InternalEndpointArgs:
         service_name=settings.serving.service_name,
         subnets=[name for name, _ in hardening.load_balancer_subnets],
         pod_subnets=hardening.pod_subnets,
+        certificate_arn=hardening.endpoint_certificate_arn,
     )
 
 

@@ -215,6 +215,8 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         if mode.existing_cluster
         else tuple(subnets.pod_subnet_cidrs(network.vpc_cidr, len(network.availability_zones))),
         existing_cluster=mode.existing_cluster,
+        region=region,
+        partition=facts.region_partition(region),
     )
     if not hardening.api_key_check and serving.serve_document["applications"][0]["import_path"] == (
         serve_config.SELECTIVE_PD_IMPORT

@@ -13,6 +13,7 @@ from ray_llm_eks.domain.core.config_keys import declared, default
 from ray_llm_eks.domain.core.errors import UNSET, ConfigError, yaml_text
 from ray_llm_eks.domain.core.facts import DEV_ENVIRONMENTS, PROJECT
 from ray_llm_eks.domain.core.raw_config import RawConfig
+from ray_llm_eks.domain.platform import field_checks
 from ray_llm_eks.domain.platform.field_checks import check_endpoint_source_ranges, check_environment
 from ray_llm_eks.domain.platform.subnets import outside_pod_subnets
 
@@ -36,6 +37,8 @@ class HardeningSettings:
     load_balancer_subnets: tuple[tuple[str, str], ...] = ()
     require_ebs_encryption: bool = default("requireEbsEncryption")  # deploy-time check of the region's default
     api_key_check: bool = default("apiKeyCheck")  # the ingress refuses requests without one of the stack's apiKeys
+    # The internal NLB's TLS listener: its ACM certificate (port 443, TLS ending at the NLB); None: plain TCP.
+    endpoint_certificate_arn: str | None = None
 
     @property
     def dev_like(self) -> bool:
@@ -49,6 +52,8 @@ def load(
     load_balancer_subnets: dict[str, str],
     pod_subnets: tuple[str, ...],
     existing_cluster: bool,
+    region: str,
+    partition: str,
 ) -> HardeningSettings:
     """The stack's security switches; outside a dev-like environment the public API endpoint must be limited to
     networks the stack lists (and the machine running `pulumi up` must be inside them). `pod_subnets`: the
@@ -97,16 +102,28 @@ def load(
             f"true in environment {environment}: without the check the endpoint serves anyone who reaches it "
             f"(false is allowed only in {yaml_text(DEV_ENVIRONMENTS)})",
         )
+    internal_endpoint = raw.boolean("internalEndpoint") and not existing_cluster
+    certificate = raw.text("endpointCertificateArn")
+    if certificate is not None:
+        if not internal_endpoint:
+            raise ConfigError(
+                "endpointCertificateArn",
+                certificate,
+                "left out: the stack has no internal endpoint to put it on (internalEndpoint false, or an existing "
+                "cluster)",
+            )
+        field_checks.check_certificate_arn("endpointCertificateArn", certificate, region, partition)
     return HardeningSettings(
         environment,
         network_policies,
         tuple(namespaces),
-        internal_endpoint=raw.boolean("internalEndpoint") and not existing_cluster,
+        internal_endpoint=internal_endpoint,
         endpoint_source_ranges=tuple(ranges),
         pod_subnets=tuple(pod_subnets),
         load_balancer_subnets=tuple(load_balancer_subnets.items()),
         require_ebs_encryption=raw.boolean("requireEbsEncryption"),
         api_key_check=api_key_check,
+        endpoint_certificate_arn=certificate,
     )
 
 
