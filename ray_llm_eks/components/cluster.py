@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import pulumi
@@ -124,6 +124,20 @@ def auto_mode_options() -> dict:
 AUTO_MODE_BUILT_IN_POOL = "system"
 
 
+def pulumi_eks_addon_options(versions: Mapping[str, str], auto_mode: bool) -> dict:
+    """eks.Cluster's kube-proxy and CoreDNS add-on inputs: at the kept version where the stack has one (pulumi-eks
+    takes the newest for the cluster's version otherwise, cluster.ts getAddonVersionOutput mostRecent); kube-proxy
+    asked for again under Auto Mode (auto_mode_options)."""
+    options = {}
+    if "kube-proxy" in versions or auto_mode:
+        options["kube_proxy_addon_options"] = eks.KubeProxyAddonOptionsArgs(
+            enabled=True, version=versions.get("kube-proxy")
+        )
+    if "coredns" in versions:
+        options["coredns_addon_options"] = eks.CoreDnsAddonOptionsArgs(version=versions["coredns"])
+    return options
+
+
 @dataclass(frozen=True)
 class ClusterArgs:
     """The EKS cluster: its name, version, who administers it, its API endpoint, logs and system nodes."""
@@ -155,6 +169,9 @@ class ClusterArgs:
     ray_llm_eks/components/gcs_store.py)."""
     auto_mode: bool | None = False
     """EKS Auto Mode makes the GPU nodes (config key nodeProvisioning autoMode); the system node group stays."""
+    addon_versions: Mapping[str, str] | None = None
+    """Versions of pulumi-eks's add-ons (vpc-cni, kube-proxy, coredns) kept in the stack (config key
+    eksAddonVersions); one left out: pulumi-eks's choice, the newest for the cluster's version."""
     keep_data: bool | None = False
     """Protect the EKS cluster and its secrets key (Pulumi refuses to delete or replace them) and keep the
     control plane's log group when the stack is destroyed: outside dev (ray_llm_eks/domain/platform/teardown.py)."""
@@ -260,6 +277,7 @@ class Cluster(pulumi.ComponentResource):
         self.name = args.name
         region = args.region
         partition = botocore_facts.load().region_partition(region)
+        addons = dict(args.addon_versions or {})
 
         # EKS creates /aws/eks/<name>/cluster itself when logging is on and never deletes it;
         # declared here first, it has a retention period and `destroy` removes it.
@@ -311,10 +329,12 @@ class Cluster(pulumi.ComponentResource):
                 enable_network_policy=args.network_policies,
                 enable_pod_eni=args.pod_security_groups or None,
                 disable_tcp_early_demux=args.pod_security_groups or None,
+                addon_version=addons.get("vpc-cni"),
             ),
             # The policy pack reads the environment here (policy/rules.py, api-endpoint-restricted).
             cluster_tags={ENVIRONMENT_TAG: args.environment},
-            **(auto_mode_options() if args.auto_mode else {}),
+            # pulumi_eks_addon_options' kube-proxy (with its kept version) over auto_mode_options' own.
+            **{**(auto_mode_options() if args.auto_mode else {}), **pulumi_eks_addon_options(addons, args.auto_mode)},
             # The whole network (NAT routes included) first: nodes need egress to join and pull
             # images; on destroy the cluster goes before the routes it relies on.
             # protect: its own resources too (the control plane, its role and security groups), which pulumi-eks

@@ -51,6 +51,8 @@ class EbsCsiDriverArgs:
     """The cluster's AWS region: the partition of the driver's managed IAM policy."""
     kubernetes_version: str | None = default("kubernetesVersion")
     """The cluster's EKS version (config key kubernetesVersion): the add-on's default version for it."""
+    addon_version: str | None = None
+    """The add-on's kept version (config key eksAddonVersions); none: EKS's default for the cluster's version now."""
 
     def __post_init__(self) -> None:
         fill_defaults(self)
@@ -96,6 +98,7 @@ class EbsCsiDriver(pulumi.ComponentResource):
             versions.EBS_CSI_ADDON,
             kubernetes_version,
             pulumi.ResourceOptions(parent=self, depends_on=[agent, attachment]),
+            version=args.addon_version,
             configuration_values=json.dumps(monitoring_release.ebs_csi_configuration(args.region), sort_keys=True),
             pod_identity_associations=[
                 aws.eks.AddonPodIdentityAssociationArgs(

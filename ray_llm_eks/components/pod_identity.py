@@ -21,7 +21,15 @@ POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 class PodIdentityAgent(pulumi.ComponentResource):
     """The eks-pod-identity-agent add-on: one per cluster, so every controller waits for this one."""
 
-    def __init__(self, name: str, cluster_name: str, kubernetes_version: str, opts: pulumi.ResourceOptions):
+    def __init__(
+        self,
+        name: str,
+        cluster_name: str,
+        kubernetes_version: str,
+        opts: pulumi.ResourceOptions,
+        version: str | None = None,
+    ):
+        """`version`: the add-on's kept version (ray_llm_eks/domain/platform/pins.py); none: EKS's default now."""
         super().__init__("ray-llm-eks:pod_identity:PodIdentityAgent", name, None, opts)
         self.addon = default_version_addon(
             name,
@@ -29,21 +37,27 @@ class PodIdentityAgent(pulumi.ComponentResource):
             versions.POD_IDENTITY_AGENT_ADDON,
             kubernetes_version,
             pulumi.ResourceOptions(parent=self),
+            version=version,
         )
         self.register_outputs({})
 
 
 def default_version_addon(
-    name: str, cluster_name: str, addon: str, kubernetes_version: str, opts: pulumi.ResourceOptions, **args
+    name: str,
+    cluster_name: str,
+    addon: str,
+    kubernetes_version: str,
+    opts: pulumi.ResourceOptions,
+    version: str | None = None,
+    **args,
 ) -> aws.eks.Addon:
-    """An EKS add-on at EKS's default version for the cluster's minor (ray_llm_eks/domain/platform/versions.py says why
-    not a table); `args`: the add-on's other inputs."""
-    default = aws.eks.get_addon_version_output(
-        addon_name=addon, kubernetes_version=kubernetes_version, most_recent=False
-    )
-    return aws.eks.Addon(
-        name, cluster_name=cluster_name, addon_name=addon, addon_version=default.version, opts=opts, **args
-    )
+    """An EKS add-on at `version` (the one `make pin` kept), else at EKS's default version for the cluster's minor
+    now (ray_llm_eks/domain/platform/versions.py says why not a table; pins.py why kept); `args`: its other inputs."""
+    if version is None:
+        version = aws.eks.get_addon_version_output(
+            addon_name=addon, kubernetes_version=kubernetes_version, most_recent=False
+        ).version
+    return aws.eks.Addon(name, cluster_name=cluster_name, addon_name=addon, addon_version=version, opts=opts, **args)
 
 
 def pod_identity_role(name: str, parent: pulumi.Resource) -> aws.iam.Role:

@@ -22,6 +22,7 @@ from ray_llm_eks.domain.cluster import gcs_ft
 from ray_llm_eks.domain.core.facts import ENVIRONMENT_TAG
 from ray_llm_eks.domain.platform import teardown
 from ray_llm_eks.domain.platform.subnets import private_subnet_name
+from ray_llm_eks.domain.platform.versions import EBS_CSI_ADDON, POD_IDENTITY_AGENT_ADDON
 from ray_llm_eks.domain.render import alert_rules, dashboards, karpenter
 from ray_llm_eks.domain.render.ray_service import ray_service_spec
 from ray_llm_eks.domain.security import network_policies as policies
@@ -143,7 +144,13 @@ def cluster_args(settings: Settings) -> ClusterArgs:
         pod_security_groups=settings.gcs_ft.redis,  # the GCS store admits the Ray head's group only
         **({"auto_mode": True} if settings.node_provisioning.by_auto_mode else {}),
         keep_data=teardown.keeps_data(settings.hardening.environment),
+        addon_versions=dict(cluster.addon_versions),
     )
+
+
+def pod_identity_agent_version(settings: Settings) -> str | None:
+    """The Pod Identity agent add-on's kept version (config key eksAddonVersions); None: EKS's default at deploy."""
+    return dict(settings.cluster.addon_versions).get(POD_IDENTITY_AGENT_ADDON)
 
 
 def gpu_node_pool_args(pool: GpuPoolSettings) -> GpuNodePoolArgs:
@@ -193,7 +200,10 @@ def gcs_store_args(settings: Settings, network: Network) -> GcsStoreArgs:
 def ebs_csi_driver_args(settings: Settings) -> EbsCsiDriverArgs:
     cluster = settings.cluster
     return EbsCsiDriverArgs(
-        cluster_name=cluster.name, region=settings.region, kubernetes_version=cluster.kubernetes_version
+        cluster_name=cluster.name,
+        region=settings.region,
+        kubernetes_version=cluster.kubernetes_version,
+        addon_version=dict(cluster.addon_versions).get(EBS_CSI_ADDON),
     )
 
 
