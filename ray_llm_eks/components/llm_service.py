@@ -188,8 +188,9 @@ class LlmService(pulumi.ComponentResource):
                     opts=child,
                 )
             )
-            keys = args.api_keys if args.api_keys is not None else ""
-            key_file = checked(keys, api_keys.key_file_content, "apiKeys")
+            # No keys given (an offline plan of a stack without apiKeys; `pulumi up` refuses that stack before
+            # here): an empty file, which refuses every request.
+            key_file = "" if args.api_keys is None else checked(args.api_keys, api_keys.key_file_content, "apiKeys")
             waits_for.append(
                 k8s.core.v1.Secret(
                     f"{name}-api-keys",

@@ -332,7 +332,7 @@ def served_document(settings: Settings) -> dict:
     behind the key-checking ingress, unless the stack turned the check off (environment dev only)."""
     if not settings.hardening.api_key_check:
         return settings.serving.serve_document
-    return api_keys.with_key_check(settings.serving.serve_document)
+    return api_keys.with_key_check(settings.serving.serve_document, settings.hardening.max_request_bytes)
 
 
 def ray_service_spec(settings: Settings, redis_address: str = gcs_ft.ADDRESS_PLACEHOLDER) -> dict:

@@ -39,6 +39,8 @@ class HardeningSettings:
     api_key_check: bool = default("apiKeyCheck")  # the ingress refuses requests without one of the stack's apiKeys
     # The internal NLB's TLS listener: its ACM certificate (port 443, TLS ending at the NLB); None: plain TCP.
     endpoint_certificate_arn: str | None = None
+    # The largest request body the key-checking ingress takes (bytes); larger is 413, unread.
+    max_request_bytes: int = default("maxRequestBytes")
 
     @property
     def dev_like(self) -> bool:
@@ -124,7 +126,19 @@ def load(
         require_ebs_encryption=raw.boolean("requireEbsEncryption"),
         api_key_check=api_key_check,
         endpoint_certificate_arn=certificate,
+        max_request_bytes=_max_request_bytes(raw.integer("maxRequestBytes")),
     )
+
+
+# At least what a model's longest prompt takes as JSON (64 KiB); at most 1 GiB, which no chat request needs.
+REQUEST_BYTES_RANGE = (64 * 2**10, 2**30)
+
+
+def _max_request_bytes(value: int) -> int:
+    low, high = REQUEST_BYTES_RANGE
+    if not low <= value <= high:
+        raise ConfigError("maxRequestBytes", value, f"a number of bytes from {low} to {high}")
+    return value
 
 
 def security_switches() -> dict[str, str]:
