@@ -230,6 +230,7 @@ pulumi.export("portForwardCommand", service.port_forward)
 pulumi.export("curlExample", service.curl_example)
 pulumi.export("openaiPythonExample", service.openai_example)  # after the port-forward: ... | python -
 pulumi.export("dashboardPortForwardCommand", service.dashboard_port_forward)
+pulumi.export("dashboardTokenCommand", service.dashboard_token)  # the token the dashboard asks for
 pulumi.export("gcsFaultTolerance", gcs_ft.describe(settings.gcs_ft, settings.hardening.environment))
 single = [role for role, view in serving.roles.items() if view.replicas.min < 2]
 pulumi.export(

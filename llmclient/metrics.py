@@ -9,6 +9,7 @@ the API server's service proxy: the NIXL backend an engine uses is in its log on
 from __future__ import annotations
 
 import json
+import os
 import re
 import urllib.parse
 import urllib.request
@@ -29,9 +30,9 @@ class MetricsError(RuntimeError):
     """A source that could not be read: one line saying which and why."""
 
 
-def _get(url: str, timeout: float = TIMEOUT) -> str:
+def _get(url: str, timeout: float = TIMEOUT, headers: dict[str, str] | None = None) -> str:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=timeout) as response:
             return response.read().decode()
     except (OSError, ValueError) as exc:
         raise MetricsError(f"GET {url}: {exc}") from None
@@ -88,8 +89,11 @@ Fetch = Callable[[str], str]  # a path of the Ray dashboard's API -> its body
 
 
 def dashboard(url: str) -> Fetch:
-    """The Ray dashboard at `url` (rehearsal, or a port-forward)."""
-    return lambda path: _get(f"{url.rstrip('/')}{path}")
+    """The Ray dashboard at `url` (rehearsal, or a port-forward), with Ray's token from RAY_AUTH_TOKEN where set
+    (the stack's Ray cluster requires it: `pulumi stack output dashboardTokenCommand` prints it)."""
+    token = os.environ.get("RAY_AUTH_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return lambda path: _get(f"{url.rstrip('/')}{path}", headers=headers)
 
 
 def kube_dashboard(client: KubeClient, namespace: str, head_service: str) -> Fetch:

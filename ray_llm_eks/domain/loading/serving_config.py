@@ -13,6 +13,7 @@ from ray_llm_eks.domain.core.raw_config import RawConfig
 from ray_llm_eks.domain.fit import model_fit, roles, scaling
 from ray_llm_eks.domain.platform import field_checks, image_ref, versions
 from ray_llm_eks.domain.platform.aws_facts import BotocoreFacts
+from ray_llm_eks.domain.security import ray_auth
 from ray_llm_eks.domain.serving import api_keys, model_table, routing, serve_config
 from ray_llm_eks.domain.serving.role_view import role_views
 from ray_llm_eks.domain.stack.settings import GpuPoolSettings, ServingSettings
@@ -36,6 +37,7 @@ def _image(raw: RawConfig, region: str, facts: BotocoreFacts) -> tuple[str, dict
             )
         if not re.fullmatch(r"\d+\.\d+\.\d+", ray_version):
             raise ConfigError("rayVersion", ray_version, "an exact Ray version such as 2.58.0")
+        ray_auth.check_ray_version("rayVersion", ray_version)
         return image, {"ray": ray_version}
     given = raw.text("dlcImageTag")
     # `<tag>@sha256:<digest>`: the digest `make pin` found for the tag (ray_llm_eks/domain/platform/pins.py).

@@ -17,7 +17,8 @@ from ray_llm_eks.domain.serving import serve_config
 
 INGRESS_CLS = KEY_CHECKED_INGRESS
 SOURCES_DIR = packaged.ROOT / "serve_ingress"
-SHIPPED_MODULES = ("api_keys.py", "api_key_ingress.py", "worker_setup.py")  # flat modules on the pods' PYTHONPATH
+# Flat modules on the pods' PYTHONPATH; ray_start.py is the head's start with a GCS store (gcs_ft.head_start).
+SHIPPED_MODULES = ("api_keys.py", "api_key_ingress.py", "worker_setup.py", "ray_start.py")
 SELECTIVE_PD_MODULES = ("local_prefill.py", "selective_pd.py")  # shipped too where the app is selective PD
 # What ray.init makes of runtime_env `worker_process_setup_hook: "module.function"` (Ray 2.58
 # ray/_private/runtime_env/setup_hook.py export_setup_func_module); a Serve application's runtime_env is not
@@ -101,20 +102,34 @@ def _run_shipped_code(holder: dict, module_dir: str) -> dict:
     return env
 
 
+def code_volume() -> dict:
+    """The shipped code (ConfigMap): the ingress's, and the head's start module where the GCS store needs it."""
+    return {"name": "api-key-ingress", "configMap": {"name": CONFIG_MAP_NAME}}
+
+
+def code_volume_mount() -> dict:
+    return {"name": "api-key-ingress", "mountPath": MODULE_DIR, "readOnly": True}
+
+
 def volumes() -> list[dict]:
     """The pod volumes of the key check: the keys (Secret) and the ingress code (ConfigMap)."""
-    return [
-        {"name": "api-keys", "secret": {"secretName": SECRET_NAME}},
-        {"name": "api-key-ingress", "configMap": {"name": CONFIG_MAP_NAME}},
-    ]
+    return [{"name": "api-keys", "secret": {"secretName": SECRET_NAME}}, code_volume()]
 
 
 def volume_mounts() -> list[dict]:
     """Both read-only in every Ray container: the ingress replicas may run on any Ray node."""
-    return [
-        {"name": "api-keys", "mountPath": KEYS_DIR, "readOnly": True},
-        {"name": "api-key-ingress", "mountPath": MODULE_DIR, "readOnly": True},
-    ]
+    return [{"name": "api-keys", "mountPath": KEYS_DIR, "readOnly": True}, code_volume_mount()]
+
+
+def mounts_shipped_code(spec: dict) -> bool:
+    """Whether a pod of the RayService spec mounts the shipped code's ConfigMap (then it must exist first)."""
+    cluster = spec.get("rayClusterConfig", {})
+    groups = [cluster.get("headGroupSpec", {}), *(cluster.get("workerGroupSpecs") or [])]
+    return any(
+        (v.get("configMap") or {}).get("name") == CONFIG_MAP_NAME
+        for g in groups
+        for v in g.get("template", {}).get("spec", {}).get("volumes") or []
+    )
 
 
 # What a key may hold: RFC 6750's b64token (letters, digits, - . _ ~ + /, then = padding), which a client sends

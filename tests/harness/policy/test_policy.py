@@ -35,7 +35,7 @@ def test_make_policy_passes_dev(capsys):
 def test_each_policy_is_one_kind_with_a_unique_name():
     """CrossGuard refuses two policies of one name; each rule is a resource or a stack policy."""
     names = [p.name for p in rules.policies()]
-    assert len(names) == len(set(names)) == 16
+    assert len(names) == len(set(names)) == 17
     assert all((p.per_resource is None) != (p.whole_stack is None) for p in rules.policies())
 
 
@@ -108,6 +108,7 @@ MUTATIONS = {
             p["metadata"]["annotations"].update({rules.ENVIRONMENT_ANNOTATION: "staging"}),
         ),
     ),
+    "ray-token-auth": (rules.RAY_SERVICE, lambda p: _ray_spec(p).pop("authOptions")),
     "endpoint-requires-api-key": (
         rules.RAY_SERVICE,
         lambda p: (

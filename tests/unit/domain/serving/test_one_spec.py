@@ -32,7 +32,10 @@ def test_the_spec_serves_the_served_document_and_it_is_keyed(settings):
         "PYTHONPATH": f"{api_keys.MODULE_DIR}:${{PYTHONPATH}}",
         api_keys.WORKER_SETUP_HOOK_ENV: api_keys.WORKER_SETUP_HOOK,
     }
-    keys = {api_keys.KEYS_FILE_ENV: f"{api_keys.KEYS_DIR}/{api_keys.KEYS_FILE}"}
+    keys = {
+        api_keys.KEYS_FILE_ENV: f"{api_keys.KEYS_DIR}/{api_keys.KEYS_FILE}",
+        api_keys.MAX_BODY_ENV: str(settings.hardening.max_request_bytes),
+    }
     app = document["applications"][0]
     assert app["args"]["ingress_cls_config"] == {"ingress_cls": api_keys.INGRESS_CLS}
     holders = [app, *serve_config.llm_configs_by_role(document, "spec").values()]
@@ -83,7 +86,8 @@ def test_the_hugging_face_token_reaches_head_and_workers_only_when_the_stack_has
 def test_on_this_machine_moves_only_the_two_pod_paths(settings):
     keyed = served_document(settings)
     local = api_keys.on_this_machine(keyed, "/repo/serve_ingress", "/tmp/keys")
-    assert local == api_keys.on_this_machine(settings.serving.serve_document, "/repo/serve_ingress", "/tmp/keys")
+    limit = settings.hardening.max_request_bytes
+    assert local == api_keys.on_this_machine(settings.serving.serve_document, "/repo/serve_ingress", "/tmp/keys", limit)
     assert local["applications"][0]["runtime_env"]["env_vars"][api_keys.KEYS_FILE_ENV] == "/tmp/keys"
     assert "/repo/serve_ingress:${PYTHONPATH}" in json.dumps(local)
     pod_paths = json.dumps(local).replace("/repo/serve_ingress", api_keys.MODULE_DIR)
