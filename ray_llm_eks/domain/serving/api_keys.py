@@ -17,8 +17,16 @@ from ray_llm_eks.domain.serving import serve_config
 
 INGRESS_CLS = KEY_CHECKED_INGRESS
 SOURCES_DIR = packaged.ROOT / "serve_ingress"
-# Flat modules on the pods' PYTHONPATH; ray_start.py is the head's start with a GCS store (gcs_ft.head_start).
-SHIPPED_MODULES = ("api_keys.py", "api_key_ingress.py", "worker_setup.py", "ray_start.py")
+# Flat modules on the pods' PYTHONPATH; ray_start.py is the head's start with a GCS store (gcs_ft.head_start), the
+# prefill guard the PD apps' decode servers (serve_config.GUARDED_PD_IMPORT, selective_pd.py).
+SHIPPED_MODULES = (
+    "api_keys.py",
+    "api_key_ingress.py",
+    "worker_setup.py",
+    "ray_start.py",
+    "prefill_peers.py",
+    "prefill_guard.py",
+)
 SELECTIVE_PD_MODULES = ("local_prefill.py", "selective_pd.py")  # shipped too where the app is selective PD
 # What ray.init makes of runtime_env `worker_process_setup_hook: "module.function"` (Ray 2.58
 # ray/_private/runtime_env/setup_hook.py export_setup_func_module); a Serve application's runtime_env is not
@@ -75,6 +83,8 @@ def on_this_machine(document: dict, module_dir: str, keys_file: str, max_request
     checked = copy.deepcopy(document)
     for app in checked.get("applications") or []:
         app.setdefault("args", {})["ingress_cls_config"] = {"ingress_cls": INGRESS_CLS}
+        if app.get("import_path") == serve_config.PD_IMPORT:  # decode starts afresh after a prefill restart
+            app["import_path"] = serve_config.GUARDED_PD_IMPORT
         env = _run_shipped_code(app, module_dir)
         env[KEYS_FILE_ENV] = keys_file
         if max_request_bytes is not None:

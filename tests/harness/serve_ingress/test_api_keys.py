@@ -174,6 +174,8 @@ def test_dev_rayservice_answers_through_the_key_checked_ingress(dev):
         "api_key_ingress.py",
         "worker_setup.py",
         "ray_start.py",  # the head's start with a GCS store (ray_llm_eks/domain/cluster/gcs_ft.py head_start)
+        "prefill_peers.py",  # the PD decode servers' prefill guard
+        "prefill_guard.py",
     }
     secret = dev.one("kubernetes:core/v1:Secret", "llm-api-keys")
     assert secret.inputs["stringData"] == "[secret]"

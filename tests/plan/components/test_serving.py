@@ -182,7 +182,8 @@ def test_ray_rejects_what_we_would_otherwise_ship(dev):
 
 def test_pd_app_shape(dev):
     configs = llm_configs(dev)
-    assert serve_doc(dev)["applications"][0]["import_path"] == "ray.serve.llm:build_pd_openai_app"
+    # Ray's PD builder, its decode servers behind the prefill guard (ray_llm_eks/serve_ingress/prefill_guard.py).
+    assert serve_doc(dev)["applications"][0]["import_path"] == "prefill_guard:build_pd_app"
     assert {c["model_loading_config"]["model_id"] for c in configs.values()} == {"Qwen/Qwen3.5-9B"}
     for role, config in configs.items():
         kv = config["engine_kwargs"]["kv_transfer_config"]

@@ -52,6 +52,9 @@ def test_the_spec_serves_the_served_document_and_it_is_keyed(settings):
         if not holder["runtime_env"]:
             del holder["runtime_env"]
     del app["args"]["ingress_cls_config"]
+    # A PD app runs Ray's builder through the prefill guard (ray_llm_eks/serve_ingress/prefill_guard.py).
+    if app["import_path"] == serve_config.GUARDED_PD_IMPORT:
+        app["import_path"] = serve_config.PD_IMPORT
     # The stack's own application is there, unchanged but for the key check and the shipped code.
     assert document == settings.serving.serve_document
 
