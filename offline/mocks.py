@@ -154,6 +154,8 @@ class PlanMocks(pulumi_mocks.Mocks):
             return {**args.args, "version": placeholder(what), "id": placeholder(args.token)}
         if args.token == "aws:ssm/getParameter:getParameter":
             return {**args.args, "value": placeholder(f"ssm parameter {args.args['name']}"), "type": "String"}
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":  # whose account deploys: known at deploy
+            return {**args.args, "accountId": placeholder("the deploying account's id"), "id": placeholder(args.token)}
         if args.token in NO_ANSWER_OFFLINE:
             # Preflight data sources: no answer offline (their checks report "deferred").
             return {**args.args, "id": placeholder(args.token)}

@@ -318,7 +318,9 @@ class Cluster(pulumi.ComponentResource):
             kubernetes_service_ip_address_range=args.service_cidr,
             enabled_cluster_log_types=list(args.log_types),
             encryption_config_key_arn=self.secrets_key.arn,
-            create_oidc_provider=True,
+            # No IAM OIDC provider: every AWS role here is a Pod Identity role, and pulumi-eks makes one only when
+            # asked (nodejs/eks/cluster/cluster.ts createOidcProvider, default false) and uses it for nothing but
+            # its oidcProviderArn output.
             # The VPC CNI add-on's network policy agent (its configurationValues enableNetworkPolicy):
             # without it NetworkPolicy objects are accepted and ignored.
             # Security groups for pods (the GCS store admits the Ray head's group only,

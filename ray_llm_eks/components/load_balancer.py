@@ -99,7 +99,7 @@ class LoadBalancerController(pulumi.ComponentResource):
         cluster_name, region = args.cluster_name, args.region
         child = pulumi.ResourceOptions(parent=self)
         partition = botocore_facts.load().region_partition(region)
-        self.role = pod_identity_role(f"{name}-role", self)
+        self.role = pod_identity_role(f"{name}-role", self, cluster_name, (NAMESPACE, SERVICE_ACCOUNT))
         # The controller's own published policy, scoped to this cluster (domain/security/load_balancer_policy.py).
         policy = aws.iam.RolePolicy(
             f"{name}-policy",

@@ -83,7 +83,10 @@ class EbsCsiDriver(pulumi.ComponentResource):
         super().__init__(self.TYPE, name, None, opts)
         cluster_name, kubernetes_version = args.cluster_name, args.kubernetes_version
         child = pulumi.ResourceOptions(parent=self)
-        role = pod_identity_role(f"{name}-role", self)
+        # The add-on's association: its controller's service account in kube-system (EKS's ebs-csi add-on).
+        role = pod_identity_role(
+            f"{name}-role", self, cluster_name, ("kube-system", monitoring_release.EBS_CSI_SERVICE_ACCOUNT)
+        )
         partition = botocore_facts.load().region_partition(args.region)
         attachment = aws.iam.RolePolicyAttachment(
             f"{name}-policy",
@@ -326,7 +329,12 @@ class MonitoringStack(pulumi.ComponentResource):
         else:
             assert agent is not None
             self.workspace = aws.amp.Workspace(f"{name}-workspace", alias=cluster_name, tags=dict(tags), opts=child)
-            role = pod_identity_role(f"{name}-remote-write-role", self)
+            role = pod_identity_role(
+                f"{name}-remote-write-role",
+                self,
+                cluster_name,
+                (observability.NAMESPACE, observability.PROMETHEUS_NAME),
+            )
             policy = aws.iam.RolePolicy(
                 f"{name}-remote-write",
                 role=role.id,

@@ -60,19 +60,41 @@ def default_version_addon(
     return aws.eks.Addon(name, cluster_name=cluster_name, addon_name=addon, addon_version=version, opts=opts, **args)
 
 
-def pod_identity_role(name: str, parent: pulumi.Resource) -> aws.iam.Role:
-    """A role only EKS Pod Identity can assume (it tags the session with the pod's identity)."""
-    trust = {
+def pod_identity_trust(account_id: str, cluster_name: str, namespace: str, service_account: str) -> dict:
+    """EKS Pod Identity may assume the role for this account's pods of one service account of one cluster only:
+    the service's own source account, and the session tags it sets on every assumption (EKS user guide,
+    pod-id-abac: eks-cluster-name, kubernetes-namespace, kubernetes-service-account), which it needs
+    sts:TagSession for. Another cluster's association, or another service account's, naming this role is
+    refused."""
+    return {
         "Version": "2012-10-17",
         "Statement": [
             {
                 "Effect": "Allow",
                 "Principal": {"Service": POD_IDENTITY_PRINCIPAL},
                 "Action": ["sts:AssumeRole", "sts:TagSession"],
+                "Condition": {
+                    "StringEquals": {
+                        "aws:SourceAccount": account_id,
+                        "aws:RequestTag/eks-cluster-name": cluster_name,
+                        "aws:RequestTag/kubernetes-namespace": namespace,
+                        "aws:RequestTag/kubernetes-service-account": service_account,
+                    }
+                },
             }
         ],
     }
-    return aws.iam.Role(name, assume_role_policy=json.dumps(trust), opts=pulumi.ResourceOptions(parent=parent))
+
+
+def pod_identity_role(
+    name: str, parent: pulumi.Resource, cluster_name: str, service_account: tuple[str, str]
+) -> aws.iam.Role:
+    """A role only EKS Pod Identity can assume, for `service_account` (namespace, name) of `cluster_name` in the
+    deploying account."""
+    namespace, account_name = service_account
+    account = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=parent)).account_id
+    trust = account.apply(lambda a: json.dumps(pod_identity_trust(a, cluster_name, namespace, account_name)))
+    return aws.iam.Role(name, assume_role_policy=trust, opts=pulumi.ResourceOptions(parent=parent))
 
 
 @dataclass(frozen=True)

@@ -212,3 +212,23 @@ def test_a_certificate_gives_the_nlb_a_tls_listener_and_no_plain_one():
 def test_a_certificate_of_another_region_or_no_certificate_at_all_is_refused(overrides, message):
     error, _ = failing_run(overrides)
     assert message in str(error)
+
+
+def test_every_pod_identity_role_is_trusted_for_its_own_service_account_only(plans):
+    """Each role EKS Pod Identity assumes names the account, the cluster, the namespace and the service account
+    its association is for (ray_llm_eks/components/pod_identity.py)."""
+    for stack, plan in plans.items():
+        associations = {
+            (a.inputs["namespace"], a.inputs["serviceAccount"])
+            for a in plan.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+        }
+        for role in plan.of_type("aws:iam/role:Role"):
+            trust = json.loads(role.inputs["assumeRolePolicy"])
+            (statement,) = trust["Statement"]
+            if statement["Principal"] != {"Service": "pods.eks.amazonaws.com"}:
+                continue
+            tags = statement["Condition"]["StringEquals"]
+            assert tags["aws:SourceAccount"].startswith("<known after deploy: "), (stack, role.name)
+            assert tags["aws:RequestTag/eks-cluster-name"] == f"ray-llm-{stack}", (stack, role.name)
+            owner = (tags["aws:RequestTag/kubernetes-namespace"], tags["aws:RequestTag/kubernetes-service-account"])
+            assert owner in associations or owner == ("kube-system", "ebs-csi-controller-sa"), (stack, role.name)
