@@ -97,7 +97,6 @@ class LoadBalancerController(pulumi.ComponentResource):
         pod."""
         super().__init__(self.TYPE, name, None, opts)
         cluster_name, region = args.cluster_name, args.region
-        child = pulumi.ResourceOptions(parent=self)
         partition = botocore_facts.load().region_partition(region)
         self.role = pod_identity_role(f"{name}-role", self, cluster_name, (NAMESPACE, SERVICE_ACCOUNT))
         # The controller's own published policy, scoped to this cluster (domain/security/load_balancer_policy.py).
@@ -105,7 +104,8 @@ class LoadBalancerController(pulumi.ComponentResource):
             f"{name}-policy",
             role=self.role.name,
             policy=json.dumps(load_balancer_policy.controller_policy(partition, cluster_name)),
-            opts=child,
+            # The inline policy it replaces, updated in place: the controller is never without its rights.
+            opts=pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(name=f"{name}-security-groups")]),
         )
         self.release = release_with_role(
             name,
