@@ -8,6 +8,7 @@ the API server's service proxy: the NIXL backend an engine uses is in its log on
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -20,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from measure.kv_proof import Sample
 from ray_llm_eks.adapters.kube_client import KubeClient
 from ray_llm_eks.domain.core import facts
+from ray_llm_eks.domain.security import ray_auth
 
 TIMEOUT = 30.0
 RAY_METRICS_PORT = facts.HEAD_PORTS["metrics"]  # every Ray pod's, not the head's only (KubeRay's default)
@@ -97,11 +99,16 @@ def dashboard(url: str) -> Fetch:
 
 
 def kube_dashboard(client: KubeClient, namespace: str, head_service: str) -> Fetch:
-    """The Ray dashboard through the API server's service proxy."""
+    """The Ray dashboard through the API server's service proxy, with Ray's token read from its Secret (with the
+    same Kubernetes access) and sent as X-Ray-Authorization: the proxy takes Authorization for itself, and Ray's
+    dashboard reads that header behind a proxy (Ray 2.58 _private/authentication/http_token_authentication.py)."""
     base = f"/api/v1/namespaces/{namespace}/services/{head_service}:{facts.DASHBOARD_PORT}/proxy"
+    secret = client.get_or_none(f"/api/v1/namespaces/{namespace}/secrets/{ray_auth.SECRET_NAME}") or {}
+    encoded = (secret.get("data") or {}).get(ray_auth.SECRET_KEY)
+    headers = {"X-Ray-Authorization": f"Bearer {base64.b64decode(encoded).decode()}"} if encoded else {}
 
     def fetch(path: str) -> str:
-        body = client.get(base + path)
+        body = client.request_warned("GET", base + path, extra_headers=headers)[0]
         return body if isinstance(body, str) else json.dumps(body)
 
     return fetch
