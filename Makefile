@@ -33,7 +33,7 @@ CHECKOV_REQS := policy/checkov-requirements.txt
 CHECKOV_VENV ?= $(call pinned-venv-dir,checkov-venv,$(CHECKOV_REQS))
 URL ?= http://localhost:8000
 
-.PHONY: help test test-fast e2e e2e-cluster e2e-karpenter cli-stack plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
+.PHONY: help test test-fast e2e e2e-cluster e2e-karpenter cli-stack plan diff model-spec stack pin up preview destroy login passphrase clean rehearse rehearse-stop \
 	rehearse-faults rehearse-mistakes smoke verify test-rules bench bench-venv compare policy policy-sdk rehearsal-venv check-upstream docs gpu-wheels
 
 # Every target a user runs, from its `## target: summary` line.
@@ -300,9 +300,24 @@ stack: login passphrase
 	fi
 	@echo "Stack $(STACK) is ready. A gated model needs: pulumi config set --secret hfToken hf_... --stack $(STACK)"
 
-## up: STACK=<stack>: deploy (pulumi up), ends when the endpoint serves
-up: $(VENV)/.installed stack
-	pulumi up --stack $(STACK)
+# The policy pack (policy/, the same rules `make policy` runs over the offline plan) runs at deploy too: the
+# Pulumi CLI refuses the update when a mandatory policy fails, before anything changes. Its venv is policy/venv
+# (PulumiPolicy.yaml names it).
+POLICY_PACK := --policy-pack policy
+# What `up` would otherwise resolve at every run, resolved once and kept in Pulumi.$(STACK).yaml: the serving
+# image's digest, the EKS add-ons' versions (tools/pin.py; the AWS CLI with the deployer's identity). AGAIN=1:
+# resolve them anew (an upgrade: the next `up` applies it).
+## pin: STACK=<stack> [AGAIN=1]: keep the image's digest and the EKS add-ons' versions in the stack file
+pin: $(VENV)/.installed login passphrase
+	$(BIN)/python -m tools.pin --stack $(STACK) $(if $(AGAIN),--again)
+
+## up: STACK=<stack>: deploy (pulumi up with the policy pack, after make pin), ends when the endpoint serves
+up: $(VENV)/.installed $(POLICY_VENV)/.installed stack pin
+	pulumi up --stack $(STACK) $(POLICY_PACK)
+
+## preview: STACK=<stack>: what `make up` would change (pulumi preview --diff with the policy pack)
+preview: $(VENV)/.installed $(POLICY_VENV)/.installed login passphrase
+	pulumi preview --diff --stack $(STACK) $(POLICY_PACK)
 
 # --run-program: the program's before-delete hooks wait for what controllers delete outside the graph
 # (docs/architecture.md: teardown order); the engine refuses a destroy without it once a resource has one.

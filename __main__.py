@@ -26,6 +26,7 @@ from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.core.yaml_files import YamlSyntaxError
 from ray_llm_eks.domain.fit import pool_use, scaling
 from ray_llm_eks.domain.loading import config
+from ray_llm_eks.domain.platform import pins
 from ray_llm_eks.domain.security import secret_content
 from ray_llm_eks.domain.stack import cost
 from ray_llm_eks.domain.telemetry import observability
@@ -40,6 +41,10 @@ try:  # a bad value or an AWS refusal stops here, before any resource
         pulumi.log.warn(line)
     # AWS offerings, quotas, version calendar: only for the cluster this stack builds.
     checks = [] if mode.existing_cluster else preflight.run(settings, PulumiAwsAnswers(), environment.today())
+    # The image's digest and the add-ons' versions: kept in the stack file (`make pin`), required outside dev.
+    missing = pins.unpinned(settings.serving.image, dict(settings.cluster.addon_versions), not mode.existing_cluster)
+    for line in pins.require_pinned(settings.hardening.environment, missing) if stack.deploying() else []:
+        pulumi.log.warn(line)
     # The serving image by digest (tag kept): looked up in its registry at preview/up, a placeholder offline.
     settings = registry.with_pinned_image(settings, deploying=stack.deploying())
 except (ConfigError, YamlSyntaxError, preflight.PreflightError, registry.DigestLookupFailed) as error:
@@ -114,7 +119,11 @@ if (
     or weights_access
 ):
     agent = PodIdentityAgent(
-        "pod-identity-agent", settings.cluster.name, settings.cluster.kubernetes_version, on_system_nodes
+        "pod-identity-agent",
+        settings.cluster.name,
+        settings.cluster.kubernetes_version,
+        on_system_nodes,
+        ray_llm_eks.stack_args.pod_identity_agent_version(settings),
     )
 if karpenter_nodes:
     # Everything on the GPU nodes depends on it, so on destroy the RayService, plugins and exporters go
@@ -221,6 +230,7 @@ pulumi.export("portForwardCommand", service.port_forward)
 pulumi.export("curlExample", service.curl_example)
 pulumi.export("openaiPythonExample", service.openai_example)  # after the port-forward: ... | python -
 pulumi.export("dashboardPortForwardCommand", service.dashboard_port_forward)
+pulumi.export("dashboardTokenCommand", service.dashboard_token)  # the token the dashboard asks for
 pulumi.export("gcsFaultTolerance", gcs_ft.describe(settings.gcs_ft, settings.hardening.environment))
 single = [role for role, view in serving.roles.items() if view.replicas.min < 2]
 pulumi.export(

@@ -8,7 +8,9 @@ the API server's service proxy: the NIXL backend an engine uses is in its log on
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import re
 import time
 import urllib.parse
@@ -21,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from measure.kv_proof import Sample
 from ray_llm_eks.adapters.kube_client import KubeClient
 from ray_llm_eks.domain.core import facts
+from ray_llm_eks.domain.security import ray_auth
 
 TIMEOUT = 30.0
 RAY_METRICS_PORT = facts.HEAD_PORTS["metrics"]  # every Ray pod's, not the head's only (KubeRay's default)
@@ -31,9 +34,9 @@ class MetricsError(RuntimeError):
     """A source that could not be read: one line saying which and why."""
 
 
-def _get(url: str, timeout: float = TIMEOUT) -> str:
+def _get(url: str, timeout: float = TIMEOUT, headers: dict[str, str] | None = None) -> str:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=timeout) as response:
             return response.read().decode()
     except (OSError, ValueError) as exc:
         raise MetricsError(f"GET {url}: {exc}") from None
@@ -90,16 +93,24 @@ Fetch = Callable[[str], str]  # a path of the Ray dashboard's API -> its body
 
 
 def dashboard(url: str) -> Fetch:
-    """The Ray dashboard at `url` (rehearsal, or a port-forward)."""
-    return lambda path: _get(f"{url.rstrip('/')}{path}")
+    """The Ray dashboard at `url` (rehearsal, or a port-forward), with Ray's token from RAY_AUTH_TOKEN where set
+    (the stack's Ray cluster requires it: `pulumi stack output dashboardTokenCommand` prints it)."""
+    token = os.environ.get("RAY_AUTH_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return lambda path: _get(f"{url.rstrip('/')}{path}", headers=headers)
 
 
 def kube_dashboard(client: KubeClient, namespace: str, head_service: str) -> Fetch:
-    """The Ray dashboard through the API server's service proxy."""
+    """The Ray dashboard through the API server's service proxy, with Ray's token read from its Secret (with the
+    same Kubernetes access) and sent as X-Ray-Authorization: the proxy takes Authorization for itself, and Ray's
+    dashboard reads that header behind a proxy (Ray 2.58 _private/authentication/http_token_authentication.py)."""
     base = f"/api/v1/namespaces/{namespace}/services/{head_service}:{facts.DASHBOARD_PORT}/proxy"
+    secret = client.get_or_none(f"/api/v1/namespaces/{namespace}/secrets/{ray_auth.SECRET_NAME}") or {}
+    encoded = (secret.get("data") or {}).get(ray_auth.SECRET_KEY)
+    headers = {"X-Ray-Authorization": f"Bearer {base64.b64decode(encoded).decode()}"} if encoded else {}
 
     def fetch(path: str) -> str:
-        body = client.get(base + path)
+        body = client.request_warned("GET", base + path, extra_headers=headers)[0]
         return body if isinstance(body, str) else json.dumps(body)
 
     return fetch

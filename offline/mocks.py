@@ -154,6 +154,8 @@ class PlanMocks(pulumi_mocks.Mocks):
             return {**args.args, "version": placeholder(what), "id": placeholder(args.token)}
         if args.token == "aws:ssm/getParameter:getParameter":
             return {**args.args, "value": placeholder(f"ssm parameter {args.args['name']}"), "type": "String"}
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":  # whose account deploys: known at deploy
+            return {**args.args, "accountId": placeholder("the deploying account's id"), "id": placeholder(args.token)}
         if args.token in NO_ANSWER_OFFLINE:
             # Preflight data sources: no answer offline (their checks report "deferred").
             return {**args.args, "id": placeholder(args.token)}
@@ -259,6 +261,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     "ignoreChanges": list(request.ignoreChanges),
                     "protect": request.protect,
                     "additionalSecretOutputs": list(request.additionalSecretOutputs),
+                    # Only where set: what `destroy` leaves in the cloud (ray_llm_eks/domain/platform/teardown.py).
+                    **({"retainOnDelete": True} if request.retainOnDelete else {}),
                     **_aliases(request, response.urn),
                     **_timeouts_and_hooks(request),
                 },

@@ -20,8 +20,9 @@ from typing import Any
 
 import yaml  # a dependency of the pulumi SDK itself: in the program's venv and the pack's
 
-# The program's own names, ports and markers: one module, standard library only, importable in the
-# pack's venv (policy/__main__.py puts the repository root on sys.path).
+# The program's own names, ports and markers, and how wide public ranges may be: standard library only,
+# importable in the pack's venv (policy/__main__.py puts the repository root on sys.path).
+from ray_llm_eks.domain.core import address_ranges
 from ray_llm_eks.domain.core.facts import (
     DASHBOARD_PORT,
     DEV_ENVIRONMENTS,
@@ -325,9 +326,11 @@ def _api_endpoint(r: Resource) -> list[str]:
         return [
             f"the public API endpoint needs publicAccessCidrs outside {list(DEV_ENVIRONMENTS)} (EKS opens it to all)"
         ]
-    opened = _open_cidr(cidrs)
-    if opened:
-        return [f"the public API endpoint is open to {opened} in environment {environment!r}: list your networks"]
+    if address_ranges.too_wide(cidrs):
+        return [
+            f"the public API endpoint is open to {list(cidrs)} ({address_ranges.reach(cidrs):,} addresses, more than "
+            f"one /8) in environment {environment!r}: list your networks"
+        ]
     return []
 
 
@@ -448,9 +451,10 @@ def _rule_ports(rule: Mapping) -> set:
 
 
 def _operator_only(sources: Sequence, operator_namespace: str) -> bool:
-    """Every source is the KubeRay operator's (or Prometheus's) namespace, selected by name and nothing else."""
+    """Every source is the KubeRay operator's (or Prometheus's) namespace, selected by name (a pod selector beside
+    it only narrows it to some of that namespace's pods)."""
     for source in sources:
-        selector = source.get("namespaceSelector") if set(source) == {"namespaceSelector"} else None
+        selector = source.get("namespaceSelector") if set(source) - {"podSelector"} == {"namespaceSelector"} else None
         expressions = (selector or {}).get("matchExpressions") or []
         if set(selector or {}) != {"matchExpressions"} or len(expressions) != 1:
             return False
@@ -591,6 +595,17 @@ def _ip_blocks_outside_pod_subnets(resources: list[Resource]) -> list[tuple[Reso
         if hit:
             found.append((resource, f"{where} {cidr} holds pod addresses (subnets {', '.join(hit)})"))
     return found
+
+
+def _ray_token_auth(r: Resource) -> list[str]:
+    """The RayService's Ray cluster requires Ray's token (KubeRay authOptions mode token): without it anyone who
+    reaches the dashboard submits jobs on the GPU workers or redeploys the application without its key check."""
+    if r.type != RAY_SERVICE:
+        return []
+    options = _get(r.props, "spec", "rayClusterConfig", "authOptions") or {}
+    if options.get("mode") != "token":
+        return ["spec.rayClusterConfig.authOptions.mode is not token: the Ray dashboard and GCS answer anyone"]
+    return []
 
 
 def _endpoint_requires_api_key(r: Resource) -> list[str]:
@@ -744,6 +759,11 @@ def policies(secrets_marked: bool = True) -> list[Policy]:
             "load-balancer-source-ranges",
             "A Service of type LoadBalancer lists its allowed source ranges.",
             per_resource=_load_balancer_source_ranges,
+        ),
+        Policy(
+            "ray-token-auth",
+            "The Ray cluster requires Ray's own token (dashboard, job submission, Serve REST API, GCS).",
+            per_resource=_ray_token_auth,
         ),
         Policy(
             "endpoint-requires-api-key",

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ray_llm_eks.adapters.ports import free_port
+from rehearsal import ray_token
 from rehearsal.context import Clock, RehearsalFailed
 from rehearsal.processes import end_processes
 from rehearsal.verify import http_json
@@ -204,6 +205,7 @@ def base_environment(run_id: str) -> dict[str, str]:
             # a single-node "Windows/OSX" cluster (ray/_private/services.py get_node_ip_address).
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
             "RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT": DASHBOARD_MODULE_WAIT,
+            **ray_token.ENV,  # Ray's token authentication, as KubeRay's authOptions sets it on the pods
         }
     )
     return env

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llmclient import core, metrics
-from rehearsal import logs, topology
+from rehearsal import logs, ray_token, topology
 
 PROMPT = [{"role": "user", "content": "Count from one to ten."}]
 METRICS_WAIT = 15.0  # s: Serve pushes every 0.1 s, Ray's agent exports every 2 s (RAY_metrics_report_interval_ms)
@@ -22,7 +22,9 @@ METRICS_WAIT = 15.0  # s: Serve pushes every 0.1 s, Ray's agent exports every 2 
 
 def http_json(method: str, url: str, body: dict | None = None, timeout: float = 30.0) -> dict:
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    # Ray's token: the dashboard answers nothing but its health checks without it (rehearsal/ray_token.py).
+    headers = {"Content-Type": "application/json", **ray_token.HEADERS}
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
     with urllib.request.urlopen(request, timeout=timeout) as response:  # loopback only
         raw = response.read()
     return json.loads(raw) if raw else {}

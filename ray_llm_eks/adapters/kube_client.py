@@ -101,7 +101,12 @@ class KubeClient:
         return self.request_warned(method, path, body, content_type)[0]
 
     def request_warned(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        extra_headers: dict[str, str] | None = None,
     ) -> tuple[Any, list[str]]:
         """`request`, with the warnings the API server sent beside the answer (its `Warning` headers: admission
         plugins such as PodSecurity report there what they let through)."""
@@ -109,7 +114,7 @@ class KubeClient:
         conn_cls = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
         kwargs = {"context": self.ssl_context} if url.scheme == "https" else {}
         conn = conn_cls(url.hostname, url.port, timeout=self.timeout, **kwargs)
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", **(extra_headers or {})}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         payload = None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import pulumi
@@ -124,6 +124,20 @@ def auto_mode_options() -> dict:
 AUTO_MODE_BUILT_IN_POOL = "system"
 
 
+def pulumi_eks_addon_options(versions: Mapping[str, str], auto_mode: bool) -> dict:
+    """eks.Cluster's kube-proxy and CoreDNS add-on inputs: at the kept version where the stack has one (pulumi-eks
+    takes the newest for the cluster's version otherwise, cluster.ts getAddonVersionOutput mostRecent); kube-proxy
+    asked for again under Auto Mode (auto_mode_options)."""
+    options = {}
+    if "kube-proxy" in versions or auto_mode:
+        options["kube_proxy_addon_options"] = eks.KubeProxyAddonOptionsArgs(
+            enabled=True, version=versions.get("kube-proxy")
+        )
+    if "coredns" in versions:
+        options["coredns_addon_options"] = eks.CoreDnsAddonOptionsArgs(version=versions["coredns"])
+    return options
+
+
 @dataclass(frozen=True)
 class ClusterArgs:
     """The EKS cluster: its name, version, who administers it, its API endpoint, logs and system nodes."""
@@ -155,6 +169,12 @@ class ClusterArgs:
     ray_llm_eks/components/gcs_store.py)."""
     auto_mode: bool | None = False
     """EKS Auto Mode makes the GPU nodes (config key nodeProvisioning autoMode); the system node group stays."""
+    addon_versions: Mapping[str, str] | None = None
+    """Versions of pulumi-eks's add-ons (vpc-cni, kube-proxy, coredns) kept in the stack (config key
+    eksAddonVersions); one left out: pulumi-eks's choice, the newest for the cluster's version."""
+    keep_data: bool | None = False
+    """Protect the EKS cluster and its secrets key (Pulumi refuses to delete or replace them) and keep the
+    control plane's log group when the stack is destroyed: outside dev (ray_llm_eks/domain/platform/teardown.py)."""
 
     def __post_init__(self) -> None:
         fill_defaults(self)
@@ -257,22 +277,25 @@ class Cluster(pulumi.ComponentResource):
         self.name = args.name
         region = args.region
         partition = botocore_facts.load().region_partition(region)
+        addons = dict(args.addon_versions or {})
 
         # EKS creates /aws/eks/<name>/cluster itself when logging is on and never deletes it;
         # declared here first, it has a retention period and `destroy` removes it.
+        # Kept by `destroy` where the stack keeps data (an audit reads it after the cluster is gone).
         self.log_group = aws.cloudwatch.LogGroup(
             f"{name}-control-plane-logs",
             name=f"/aws/eks/{args.name}/cluster",
             retention_in_days=args.log_retention_days,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=args.keep_data or None),
         )
+        protected = pulumi.ResourceOptions(parent=self, protect=args.keep_data or None)
         # Envelope encryption of Kubernetes Secrets (the Hugging Face token lives in one).
         self.secrets_key = aws.kms.Key(
             f"{name}-secrets",
             description=f"EKS secrets encryption for {args.name}",
             enable_key_rotation=True,
             deletion_window_in_days=7,
-            opts=child,
+            opts=protected,
         )
         self.node_role = NodeRole(f"{name}-node-role", region, opts=child)
 
@@ -295,7 +318,9 @@ class Cluster(pulumi.ComponentResource):
             kubernetes_service_ip_address_range=args.service_cidr,
             enabled_cluster_log_types=list(args.log_types),
             encryption_config_key_arn=self.secrets_key.arn,
-            create_oidc_provider=True,
+            # No IAM OIDC provider: every AWS role here is a Pod Identity role, and pulumi-eks makes one only when
+            # asked (nodejs/eks/cluster/cluster.ts createOidcProvider, default false) and uses it for nothing but
+            # its oidcProviderArn output.
             # The VPC CNI add-on's network policy agent (its configurationValues enableNetworkPolicy):
             # without it NetworkPolicy objects are accepted and ignored.
             # Security groups for pods (the GCS store admits the Ray head's group only,
@@ -306,13 +331,19 @@ class Cluster(pulumi.ComponentResource):
                 enable_network_policy=args.network_policies,
                 enable_pod_eni=args.pod_security_groups or None,
                 disable_tcp_early_demux=args.pod_security_groups or None,
+                addon_version=addons.get("vpc-cni"),
             ),
             # The policy pack reads the environment here (policy/rules.py, api-endpoint-restricted).
             cluster_tags={ENVIRONMENT_TAG: args.environment},
-            **(auto_mode_options() if args.auto_mode else {}),
+            # pulumi_eks_addon_options' kube-proxy (with its kept version) over auto_mode_options' own.
+            **{**(auto_mode_options() if args.auto_mode else {}), **pulumi_eks_addon_options(addons, args.auto_mode)},
             # The whole network (NAT routes included) first: nodes need egress to join and pull
             # images; on destroy the cluster goes before the routes it relies on.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[network, self.log_group, self.node_role]),
+            # protect: its own resources too (the control plane, its role and security groups), which pulumi-eks
+            # creates as its children and which inherit it.
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[network, self.log_group, self.node_role], protect=args.keep_data or None
+            ),
         )
 
         if args.pod_security_groups:

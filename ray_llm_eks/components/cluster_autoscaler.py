@@ -131,7 +131,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         cluster_name = args.cluster_name
         pin = ChartPin(*CLUSTER_AUTOSCALER_CHART, args.chart_version)
         child = pulumi.ResourceOptions(parent=self)
-        role = pod_identity_role(f"{name}-role", self)
+        role = pod_identity_role(f"{name}-role", self, args.cluster_name, (NAMESPACE, SERVICE_ACCOUNT))
         policy = aws.iam.RolePolicy(f"{name}-policy", role=role.id, policy=autoscaler_policy(cluster_name), opts=child)
         self.release = release_with_role(
             name,

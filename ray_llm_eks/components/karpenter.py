@@ -234,8 +234,10 @@ def controller_policy(cluster_name: str, partition: str, region: str, node_role_
 
 
 def queue_policy(queue_arn: str) -> str:
-    """EventBridge (and SQS) may send to the queue; nothing may use it over plain HTTP (the
+    """EventBridge (and SQS) may send to the queue on this account's behalf only (aws:SourceAccount, the account
+    in the queue's ARN: a rule of another account cannot feed it); nothing may use it over plain HTTP (the
     CloudFormation's KarpenterInterruptionQueuePolicy)."""
+    account = queue_arn.split(":")[4]  # arn:<partition>:sqs:<region>:<account>:<name>
     return json.dumps(
         {
             "Version": "2012-10-17",
@@ -246,6 +248,7 @@ def queue_policy(queue_arn: str) -> str:
                     "Principal": {"Service": ["events.amazonaws.com", "sqs.amazonaws.com"]},
                     "Action": "sqs:SendMessage",
                     "Resource": queue_arn,
+                    "Condition": {"StringEquals": {"aws:SourceAccount": account}},
                 },
                 {
                     "Sid": "DenyHTTP",
@@ -331,7 +334,7 @@ class Karpenter(pulumi.ComponentResource):
                 )
             )
 
-        role = pod_identity_role(f"{name}-role", self)
+        role = pod_identity_role(f"{name}-role", self, args.cluster_name, (NAMESPACE, SERVICE_ACCOUNT))
         policy = aws.iam.RolePolicy(
             f"{name}-policy",
             role=role.id,

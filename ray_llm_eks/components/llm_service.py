@@ -10,6 +10,7 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+import pulumi_random as random
 
 from ray_llm_eks.components.args import fill_defaults
 from ray_llm_eks.components.network_policies import NamespaceNetworkPolicies
@@ -29,7 +30,7 @@ from ray_llm_eks.domain.render.ray_service import (
     replacement_paths,
     worker_groups_annotation,
 )
-from ray_llm_eks.domain.security import pod_security, secret_content
+from ray_llm_eks.domain.security import pod_security, ray_auth, secret_content
 from ray_llm_eks.domain.serving import api_keys
 
 ARGS = "LlmServiceArgs"  # names the Args in a bad field's line (ray_llm_eks/domain/core/errors.py line())
@@ -40,6 +41,12 @@ def named_service_accounts(spec: Mapping[str, Any]) -> list[str]:
     the component creates them. The head names none (KubeRay gives it its autoscaler's, or the namespace's default)."""
     groups = spec.get("rayClusterConfig", {}).get("workerGroupSpecs") or []
     return sorted({n for g in groups if (n := g.get("template", {}).get("spec", {}).get("serviceAccountName"))})
+
+
+def auth_secret_name(spec: Mapping[str, Any]) -> str | None:
+    """The Secret of Ray's token the spec's authOptions names (token mode): the component creates it."""
+    options = spec.get("rayClusterConfig", {}).get("authOptions") or {}
+    return options.get("secretName") if options.get("mode") == "token" else None
 
 
 @dataclass(frozen=True)
@@ -133,6 +140,8 @@ class LlmService(pulumi.ComponentResource):
     """The kubectl command that forwards the serve port to localhost."""
     dashboard_port_forward: str
     """The kubectl command that forwards the Ray dashboard to localhost."""
+    dashboard_token: str
+    """The kubectl command that prints Ray's token, which the dashboard asks for (empty: no token mode)."""
     curl_example: str
     """A curl request to the forwarded endpoint."""
     openai_example: str
@@ -176,8 +185,9 @@ class LlmService(pulumi.ComponentResource):
                     opts=child,
                 )
             )
-        if args.api_key_check:
-            # The key-checking ingress (ray_llm_eks/domain/serving/api_keys.py): its code, and the keys as a file.
+        if args.api_key_check or api_keys.mounts_shipped_code(dict(args.ray_service_spec)):
+            # The shipped code (ray_llm_eks/domain/serving/api_keys.py): the key-checking ingress's, the head's start
+            # with a GCS store (ray_llm_eks/domain/cluster/gcs_ft.py head_start).
             waits_for.append(
                 k8s.core.v1.ConfigMap(
                     f"{name}-api-key-ingress",
@@ -188,14 +198,30 @@ class LlmService(pulumi.ComponentResource):
                     opts=child,
                 )
             )
-            keys = args.api_keys if args.api_keys is not None else ""
-            key_file = checked(keys, api_keys.key_file_content, "apiKeys")
+        if args.api_key_check:
+            # The keys, as a file. None given (an offline plan of a stack without apiKeys; `pulumi up` refuses that
+            # stack before here): an empty file, which refuses every request.
+            key_file = "" if args.api_keys is None else checked(args.api_keys, api_keys.key_file_content, "apiKeys")
             waits_for.append(
                 k8s.core.v1.Secret(
                     f"{name}-api-keys",
                     metadata=k8s.meta.v1.ObjectMetaArgs(name=api_keys.SECRET_NAME, namespace=namespace.metadata.name),
                     type="Opaque",
                     string_data={api_keys.KEYS_FILE: pulumi.Output.secret(key_file)},
+                    opts=child,
+                )
+            )
+
+        if auth_secret := auth_secret_name(args.ray_service_spec):
+            # Ray's token (ray_llm_eks/domain/security/ray_auth.py): random, a Pulumi secret end to end; KubeRay puts
+            # it into every Ray container and sends it on its own dashboard calls.
+            token = random.RandomPassword(f"{name}-ray-auth-token", length=48, special=False, opts=child)
+            waits_for.append(
+                k8s.core.v1.Secret(
+                    f"{name}-ray-auth-token",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(name=auth_secret, namespace=namespace.metadata.name),
+                    type="Opaque",
+                    string_data={ray_auth.SECRET_KEY: pulumi.Output.secret(token.result)},
                     opts=child,
                 )
             )
@@ -277,6 +303,7 @@ class LlmService(pulumi.ComponentResource):
         self.dashboard_port_forward = (
             f"kubectl -n {ns} port-forward svc/{svc}-head-svc {HEAD_PORTS['dashboard']}:{HEAD_PORTS['dashboard']}"
         )
+        self.dashboard_token = ray_auth.token_command(ns) if auth_secret else ""
         model_id = args.model_id
         self.curl_example = (
             f"curl -s http://localhost:{SERVE_PORT}/v1/chat/completions -H 'Content-Type: application/json' "

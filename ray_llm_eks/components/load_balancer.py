@@ -20,6 +20,7 @@ from ray_llm_eks.components.pod_identity import ControllerRelease, pod_identity_
 from ray_llm_eks.domain.core.config_keys import default
 from ray_llm_eks.domain.core.facts import SERVE_PORT
 from ray_llm_eks.domain.platform.field_checks import (
+    check_certificate_arn,
     check_chart_version,
     check_cidr,
     check_cluster_name,
@@ -30,44 +31,15 @@ from ray_llm_eks.domain.platform.field_checks import (
 )
 from ray_llm_eks.domain.platform.placement import SYSTEM_LABELS
 from ray_llm_eks.domain.platform.versions import LB_CONTROLLER_CHART, ChartPin
+from ray_llm_eks.domain.security import load_balancer_policy
 
 SERVICE_ACCOUNT = "aws-load-balancer-controller"
 NAMESPACE = "kube-system"
 # KubeRay labels a pod whose Serve proxy is healthy with it (ray-operator v1.7.0 utils/constant.go
 # RayClusterServingServiceLabelKey), as its own <name>-serve-svc selects.
 SERVE_POD_SELECTOR = {"ray.io/is-ray-node": "yes", "ray.io/serve": "true"}
-# The controller's own tag on what it creates (security groups, load balancers): it may change only those.
-CONTROLLER_TAG = "elbv2.k8s.aws/cluster"
 ANNOTATION = "service.beta.kubernetes.io/aws-load-balancer"  # the prefix of the controller's Service annotations
 SUBNETS = f"{ANNOTATION}-subnets"
-
-
-def controller_security_group_policy() -> dict:
-    """What ElasticLoadBalancingFullAccess lacks for an NLB with a security group: create the
-    group, tag it, edit and delete only groups the controller tagged."""
-    owned = {"Null": {f"aws:ResourceTag/{CONTROLLER_TAG}": "false"}}
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Effect": "Allow",
-                "Action": ["ec2:CreateSecurityGroup", "ec2:DescribeAvailabilityZones", "ec2:DescribeTags"],
-                "Resource": "*",
-            },
-            {"Effect": "Allow", "Action": ["ec2:CreateTags"], "Resource": "arn:*:ec2:*:*:security-group/*"},
-            {
-                "Effect": "Allow",
-                "Action": [
-                    "ec2:AuthorizeSecurityGroupIngress",
-                    "ec2:RevokeSecurityGroupIngress",
-                    "ec2:DeleteSecurityGroup",
-                    "ec2:DeleteTags",
-                ],
-                "Resource": "*",
-                "Condition": owned,
-            },
-        ],
-    }
 
 
 def controller_values(cluster_name: str, region: str, vpc_id: pulumi.Input[str]) -> dict:
@@ -125,20 +97,15 @@ class LoadBalancerController(pulumi.ComponentResource):
         pod."""
         super().__init__(self.TYPE, name, None, opts)
         cluster_name, region = args.cluster_name, args.region
-        child = pulumi.ResourceOptions(parent=self)
         partition = botocore_facts.load().region_partition(region)
-        self.role = pod_identity_role(f"{name}-role", self)
-        attachment = aws.iam.RolePolicyAttachment(
-            f"{name}-elb",
+        self.role = pod_identity_role(f"{name}-role", self, cluster_name, (NAMESPACE, SERVICE_ACCOUNT))
+        # The controller's own published policy, scoped to this cluster (domain/security/load_balancer_policy.py).
+        policy = aws.iam.RolePolicy(
+            f"{name}-policy",
             role=self.role.name,
-            policy_arn=f"arn:{partition}:iam::aws:policy/ElasticLoadBalancingFullAccess",
-            opts=child,
-        )
-        groups = aws.iam.RolePolicy(
-            f"{name}-security-groups",
-            role=self.role.name,
-            policy=json.dumps(controller_security_group_policy()),
-            opts=child,
+            policy=json.dumps(load_balancer_policy.controller_policy(partition, cluster_name)),
+            # The inline policy it replaces, updated in place: the controller is never without its rights.
+            opts=pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(name=f"{name}-security-groups")]),
         )
         self.release = release_with_role(
             name,
@@ -150,7 +117,7 @@ class LoadBalancerController(pulumi.ComponentResource):
             ),
             cluster_name,
             self.role,
-            [attachment, groups],
+            [policy],
             agent,
             self,
         )
@@ -177,6 +144,9 @@ class InternalEndpointArgs:
     pod_subnets: Sequence[str] | None = ()
     """The CIDRs of the subnets where pods get addresses (VPC CNI): a source range overlapping one is refused,
     since it would let pods of every namespace reach the serve port through the NLB; none: not checked."""
+    certificate_arn: str | None = None
+    """An ACM certificate of the cluster's region for a TLS listener on 443 (config key endpointCertificateArn); none:
+    plain TCP on the serve port."""
 
     def __post_init__(self) -> None:
         fill_defaults(self)
@@ -187,11 +157,33 @@ class InternalEndpointArgs:
         object.__setattr__(self, "source_ranges", ranges)
         check_namespace("namespace", self.namespace, ARGS)
         check_service_name("service_name", self.service_name, ARGS)
+        if self.certificate_arn is not None:
+            check_certificate_arn("certificate_arn", self.certificate_arn, file=ARGS)
+
+
+TLS_PORT = 443
+# TLS 1.2 and 1.3 only; the controller's default, ELBSecurityPolicy-2016-08, still takes TLS 1.0 (v3.5.0
+# docs/guide/service/annotations.md, ssl-negotiation-policy).
+TLS_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"
+
+
+def listener(args: InternalEndpointArgs) -> tuple[dict, dict]:
+    """The Service's one port and the annotations it needs: TLS on 443 with the certificate, else plain TCP on
+    the serve port. Either way to the pods' serve port."""
+    if args.certificate_arn is None:
+        return {"name": "serve", "port": SERVE_PORT, "targetPort": SERVE_PORT, "protocol": "TCP"}, {}
+    tls = {
+        f"{ANNOTATION}-ssl-cert": args.certificate_arn,
+        f"{ANNOTATION}-ssl-ports": "https",
+        f"{ANNOTATION}-ssl-negotiation-policy": TLS_POLICY,
+    }
+    return {"name": "https", "port": TLS_PORT, "targetPort": SERVE_PORT, "protocol": "TCP"}, tls
 
 
 def internal_nlb_service(args: InternalEndpointArgs) -> dict:
     """The Service manifest: internal NLB in the given subnets, IP targets (the pods' VPC addresses),
-    source ranges."""
+    source ranges, no node port."""
+    port, tls = listener(args)
     return {
         "metadata": {
             "name": f"{args.service_name}-internal-endpoint",
@@ -206,14 +198,19 @@ def internal_nlb_service(args: InternalEndpointArgs) -> dict:
                 # Off is AWS's default for IP targets over TCP; said here so the pods see the NLB's
                 # address, never the client's (which may be a pod's), whatever that default becomes.
                 f"{ANNOTATION}-target-group-attributes": "preserve_client_ip.enabled=false",
+                **tls,
             },
         },
         "spec": {
             "type": "LoadBalancer",
             "loadBalancerClass": "service.k8s.aws/nlb",  # handled by the controller, not the in-tree one
+            # No NodePort: IP targets reach the pods directly, and a node port would be a way in that no
+            # NetworkPolicy closes (the VPC CNI's agent admits the node's own address, and kube-proxy forwards
+            # from it). Instance targets would need one (the controller's docs, annotations.md nlb-target-type).
+            "allocateLoadBalancerNodePorts": False,
             "loadBalancerSourceRanges": list(args.source_ranges),
             "selector": SERVE_POD_SELECTOR,
-            "ports": [{"name": "serve", "port": SERVE_PORT, "targetPort": SERVE_PORT, "protocol": "TCP"}],
+            "ports": [port],
         },
     }
 
@@ -236,12 +233,15 @@ class InternalEndpoint(pulumi.ComponentResource):
                 parent=self, replace_on_changes=[f'metadata.annotations["{SUBNETS}"]'], delete_before_replace=True
             ),
         )
-        self.url = self.service.status.apply(_base_url)
+        tls = args.certificate_arn is not None
+        self.url = self.service.status.apply(lambda status: _base_url(status, tls))
         self.register_outputs({"url": self.url})
 
 
-def _base_url(status) -> str | None:
+def _base_url(status, tls: bool) -> str | None:
     ingress = (status.load_balancer.ingress or []) if status and status.load_balancer else []
     if not ingress:
         return None
-    return f"http://{ingress[0].hostname or ingress[0].ip}:{SERVE_PORT}/v1"
+    host = ingress[0].hostname or ingress[0].ip
+    # With TLS a client names the host the certificate holds (a record of the user's pointing at this one).
+    return f"https://{host}/v1" if tls else f"http://{host}:{SERVE_PORT}/v1"

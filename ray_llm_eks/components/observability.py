@@ -51,6 +51,8 @@ class EbsCsiDriverArgs:
     """The cluster's AWS region: the partition of the driver's managed IAM policy."""
     kubernetes_version: str | None = default("kubernetesVersion")
     """The cluster's EKS version (config key kubernetesVersion): the add-on's default version for it."""
+    addon_version: str | None = None
+    """The add-on's kept version (config key eksAddonVersions); none: EKS's default for the cluster's version now."""
 
     def __post_init__(self) -> None:
         fill_defaults(self)
@@ -81,7 +83,10 @@ class EbsCsiDriver(pulumi.ComponentResource):
         super().__init__(self.TYPE, name, None, opts)
         cluster_name, kubernetes_version = args.cluster_name, args.kubernetes_version
         child = pulumi.ResourceOptions(parent=self)
-        role = pod_identity_role(f"{name}-role", self)
+        # The add-on's association: its controller's service account in kube-system (EKS's ebs-csi add-on).
+        role = pod_identity_role(
+            f"{name}-role", self, cluster_name, ("kube-system", monitoring_release.EBS_CSI_SERVICE_ACCOUNT)
+        )
         partition = botocore_facts.load().region_partition(args.region)
         attachment = aws.iam.RolePolicyAttachment(
             f"{name}-policy",
@@ -96,6 +101,7 @@ class EbsCsiDriver(pulumi.ComponentResource):
             versions.EBS_CSI_ADDON,
             kubernetes_version,
             pulumi.ResourceOptions(parent=self, depends_on=[agent, attachment]),
+            version=args.addon_version,
             configuration_values=json.dumps(monitoring_release.ebs_csi_configuration(args.region), sort_keys=True),
             pod_identity_associations=[
                 aws.eks.AddonPodIdentityAssociationArgs(
@@ -209,6 +215,9 @@ class MonitoringStackArgs:
     network_policies: Sequence[Mapping[str, Any]] | None = ()
     """NetworkPolicy manifests for the monitoring namespace (ray_llm_eks/domain/security/network_policies.py), before
     any pod."""
+    keep_data: bool | None = False
+    """Protect Prometheus's EBS volume (embedded; Pulumi refuses to delete or replace it): outside dev
+    (ray_llm_eks/domain/platform/teardown.py)."""
 
     def __post_init__(self) -> None:
         fill_defaults(self)
@@ -251,7 +260,9 @@ class PrometheusVolume(pulumi.ComponentResource):
             type="gp3",
             encrypted=True,
             tags=dict(args.tags or {}),
-            opts=pulumi.ResourceOptions(parent=self, custom_timeouts=pulumi.CustomTimeouts(delete="15m")),
+            opts=pulumi.ResourceOptions(
+                parent=self, custom_timeouts=pulumi.CustomTimeouts(delete="15m"), protect=args.keep_data or None
+            ),
         )
         pv = monitoring_release.persistent_volume(self.volume.id, zone, args.storage_gib)
         self.persistent_volume = k8s.core.v1.PersistentVolume(
@@ -318,7 +329,12 @@ class MonitoringStack(pulumi.ComponentResource):
         else:
             assert agent is not None
             self.workspace = aws.amp.Workspace(f"{name}-workspace", alias=cluster_name, tags=dict(tags), opts=child)
-            role = pod_identity_role(f"{name}-remote-write-role", self)
+            role = pod_identity_role(
+                f"{name}-remote-write-role",
+                self,
+                cluster_name,
+                (observability.NAMESPACE, observability.PROMETHEUS_NAME),
+            )
             policy = aws.iam.RolePolicy(
                 f"{name}-remote-write",
                 role=role.id,

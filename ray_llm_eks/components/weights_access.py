@@ -21,18 +21,21 @@ def bucket_and_prefix(uri: str) -> tuple[str, str]:
 
 
 def read_policy(uris: tuple[str, ...], partition: str) -> str:
-    """List the prefixes and read their objects; nothing else in the bucket."""
+    """List the prefixes and read their objects; nothing else in the bucket. A prefix is a folder: `models/qwen`
+    grants `models/qwen/...`, not `models/qwen-private/` (Ray 2.58 lists it with a trailing slash:
+    llm/_internal/common/utils/cloud_filesystem/s3_filesystem.py)."""
     statements = []
     for uri in uris:
         bucket, prefix = bucket_and_prefix(uri)
+        below = f"{prefix.rstrip('/')}/*" if prefix.strip("/") else "*"  # the whole bucket: every key
         statements += [
             {
                 "Effect": "Allow",
                 "Action": "s3:ListBucket",
                 "Resource": f"arn:{partition}:s3:::{bucket}",
-                "Condition": {"StringLike": {"s3:prefix": [f"{prefix}*"]}},
+                "Condition": {"StringLike": {"s3:prefix": [below]}},
             },
-            {"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:{partition}:s3:::{bucket}/{prefix}*"},
+            {"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:{partition}:s3:::{bucket}/{below}"},
         ]
     return json.dumps({"Version": "2012-10-17", "Statement": statements})
 
@@ -55,7 +58,7 @@ class WeightsAccess(pulumi.ComponentResource):
     ):
         """`agent`: the cluster's EKS Pod Identity agent (ray_llm_eks/components/pod_identity.py)."""
         super().__init__("ray-llm-eks:weights_access:WeightsAccess", name, None, opts)
-        role = pod_identity_role(f"{name}-role", self)
+        role = pod_identity_role(f"{name}-role", self, cluster_name, (namespace, WEIGHTS_SERVICE_ACCOUNT))
         self.policy = aws.iam.RolePolicy(
             name,
             role=role.name,

@@ -13,10 +13,10 @@ names Decode:/Prefill:, ingress, options) is Ray's own."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 
 from local_prefill import LOCAL, given_token_count, path_for, threshold, tokenize_fields
+from prefill_guard import PrefillGuard, decode_classes
 from ray.llm._internal.serve.core.configs.openai_api_models import (
     ChatCompletionRequest,
     TokenizeChatRequest,
@@ -116,25 +116,16 @@ class SelectivePrefill:
         return await self._serve("completions", request, raw_request_info)
 
 
-class SelectivePDDecodeServer(SelectivePrefill, PDDecodeServer):
+# With the prefill guard (prefill_guard.py): the split path reads KV from prefill like any PD decode server.
+class SelectivePDDecodeServer(SelectivePrefill, PrefillGuard, PDDecodeServer):
     pass
 
 
-class SelectiveDPPDDecodeServer(SelectivePrefill, DPPDDecodeServer):
+class SelectiveDPPDDecodeServer(SelectivePrefill, PrefillGuard, DPPDDecodeServer):
     pass
-
-
-@contextlib.contextmanager
-def _decode_classes_replaced():
-    saved = pd_builder.PDDecodeServer, pd_builder.DPPDDecodeServer
-    pd_builder.PDDecodeServer, pd_builder.DPPDDecodeServer = SelectivePDDecodeServer, SelectiveDPPDDecodeServer
-    try:
-        yield
-    finally:
-        pd_builder.PDDecodeServer, pd_builder.DPPDDecodeServer = saved
 
 
 def build_selective_pd_app(pd_serving_args: dict):
     """Ray's build_pd_openai_app with the selective decode servers."""
-    with _decode_classes_replaced():
+    with decode_classes(SelectivePDDecodeServer, SelectiveDPPDDecodeServer):
         return pd_builder.build_pd_openai_app(pd_serving_args)

@@ -20,7 +20,9 @@ from ray_llm_eks.components.network import Network, NetworkArgs
 from ray_llm_eks.components.observability import EbsCsiDriverArgs, MonitoringStackArgs, ServiceMonitoringArgs
 from ray_llm_eks.domain.cluster import gcs_ft
 from ray_llm_eks.domain.core.facts import ENVIRONMENT_TAG
+from ray_llm_eks.domain.platform import teardown
 from ray_llm_eks.domain.platform.subnets import private_subnet_name
+from ray_llm_eks.domain.platform.versions import EBS_CSI_ADDON, POD_IDENTITY_AGENT_ADDON
 from ray_llm_eks.domain.render import alert_rules, dashboards, karpenter
 from ray_llm_eks.domain.render.ray_service import ray_service_spec
 from ray_llm_eks.domain.security import network_policies as policies
@@ -141,7 +143,14 @@ def cluster_args(settings: Settings) -> ClusterArgs:
         network_policies=settings.hardening.network_policies,
         pod_security_groups=settings.gcs_ft.redis,  # the GCS store admits the Ray head's group only
         **({"auto_mode": True} if settings.node_provisioning.by_auto_mode else {}),
+        keep_data=teardown.keeps_data(settings.hardening.environment),
+        addon_versions=dict(cluster.addon_versions),
     )
+
+
+def pod_identity_agent_version(settings: Settings) -> str | None:
+    """The Pod Identity agent add-on's kept version (config key eksAddonVersions); None: EKS's default at deploy."""
+    return dict(settings.cluster.addon_versions).get(POD_IDENTITY_AGENT_ADDON)
 
 
 def gpu_node_pool_args(pool: GpuPoolSettings) -> GpuNodePoolArgs:
@@ -172,6 +181,7 @@ def internal_endpoint_args(settings: Settings) -> InternalEndpointArgs:
         service_name=settings.serving.service_name,
         subnets=[name for name, _ in hardening.load_balancer_subnets],
         pod_subnets=hardening.pod_subnets,
+        certificate_arn=hardening.endpoint_certificate_arn,
     )
 
 
@@ -183,13 +193,17 @@ def gcs_store_args(settings: Settings, network: Network) -> GcsStoreArgs:
         private_subnet_ids=network.private_subnet_ids,
         node_type=ft.redis_node_type,
         replicas=ft.redis_replicas,
+        keep_data=teardown.keeps_data(settings.hardening.environment),
     )
 
 
 def ebs_csi_driver_args(settings: Settings) -> EbsCsiDriverArgs:
     cluster = settings.cluster
     return EbsCsiDriverArgs(
-        cluster_name=cluster.name, region=settings.region, kubernetes_version=cluster.kubernetes_version
+        cluster_name=cluster.name,
+        region=settings.region,
+        kubernetes_version=cluster.kubernetes_version,
+        addon_version=dict(cluster.addon_versions).get(EBS_CSI_ADDON),
     )
 
 
@@ -212,6 +226,7 @@ def monitoring_stack_args(settings: Settings, zone: str) -> MonitoringStackArgs:
         network_policies=(
             policies.monitoring_policies(obs, settings.serving.namespace) if hardening.network_policies else ()
         ),
+        keep_data=teardown.keeps_data(hardening.environment),
     )
 
 

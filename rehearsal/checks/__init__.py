@@ -67,6 +67,7 @@ def all_checks() -> list[Check]:
         engines,
         extras,
         faults,
+        gate,
         observability,
         quick_bench,
         routing,
@@ -82,6 +83,7 @@ def all_checks() -> list[Check]:
         engines.MEMORY,
         threads.IDLE_THREADS,
         smoke.SMOKE,
+        gate.GATE,  # the key gate on the real replica, before the requests that follow
         topology.EVERY_REPLICA,
         threads.THREADS,
         topology.TP_RANKS,

@@ -276,9 +276,15 @@ def run_fault(ctx: Context, load: faultload.Load, fault: Fault) -> dict:
     if before.outcomes[faultload.OK] != before.requests or not before.requests:
         bad = "; ".join(o for o in before.examples[:2])
         raise RehearsalFailed(f"before fault {fault.name}: the load was not all good: {before.outcomes} ({bad})")
+    # After a prefill restart the decode replicas must start afresh by themselves (the prefill guard,
+    # ray_llm_eks/serve_ingress/prefill_guard.py): which ran before, to tell.
+    decode_before = _decode_replicas(ctx) if fault.name == "prefill-engine" else None
     t_inject = load.now()
     ctx.mark(f"fault {fault.name}: {fault.what}")
     condition, facts = _inject(ctx, fault)
+    if decode_before is not None:
+        own = condition
+        condition = lambda: own() and bool(_decode_replicas(ctx)) and not _decode_replicas(ctx) & decode_before  # noqa: E731
     deadline = time.monotonic() + fault.bound
     while not _recovered(ctx, load, t_inject, condition):
         if time.monotonic() > deadline:
@@ -289,6 +295,10 @@ def run_fault(ctx: Context, load: faultload.Load, fault: Fault) -> dict:
     facts = dict(facts)
     if fault.name == "serve-config":
         facts["decode replicas after"] = sorted(_decode_replicas(ctx))
+    if decode_before is not None:
+        after = _decode_replicas(ctx)
+        facts |= {"decode replicas before": sorted(decode_before), "decode replicas after": sorted(after)}
+        facts["decode_restarted"] = bool(after) and not after & decode_before
     if fault.name == "head":
         facts["engines_after"] = {role: faults.engine_pids(ctx.run_id, role) for role in ("prefill", "decode")}
         facts["engines_survived"] = facts["engines_after"] == facts["engines_before"]
@@ -312,6 +322,9 @@ def verdicts(rows: list[dict]) -> list[str]:
         if not row["recovered"]:
             problems.append(f"{row['fault']}: the endpoint did not serve again within {row['bound_s']:g} s")
         facts = row.get("facts") or {}
+        if facts.get("decode_restarted") is False:
+            problems.append(f"{row['fault']}: the decode replicas did not start afresh after the prefill restart "
+                            "(the prefill guard, ray_llm_eks/serve_ingress/prefill_guard.py, did not act)")  # fmt: skip
         if row["fault"] == "head" and facts.get("gcs_ft", "off") != "off" and not facts.get("engines_survived"):
             before, after = facts.get("engines_before"), facts.get("engines_after")
             problems.append(f"head: with GCS fault tolerance ({facts['gcs_ft']}) the engines did not survive the head "

@@ -26,7 +26,7 @@ import time
 from ray_llm_eks.domain.render import alert_rules, dashboards
 from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
 from ray_llm_eks.domain.telemetry import alerts
-from rehearsal import prometheus, topology
+from rehearsal import prometheus, ray_token, topology
 from rehearsal.checks import Check, by_flag
 from rehearsal.context import Context, RehearsalFailed, say
 from rehearsal.deploy import deploy
@@ -119,7 +119,7 @@ def _verify_command(ctx: Context) -> list[str]:
 
 def run_verify(ctx: Context) -> tuple[int, list[str]]:
     """`make verify` as a user runs it (the same entry point), against this endpoint: (exit code, lines)."""
-    env = dict(os.environ, **({"OPENAI_API_KEY": ctx.api_key} if ctx.api_key else {}))
+    env = dict(os.environ, **ray_token.ENV, **({"OPENAI_API_KEY": ctx.api_key} if ctx.api_key else {}))
     done = subprocess.run(_verify_command(ctx), env=env, capture_output=True, text=True, timeout=900)
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     for line in lines:

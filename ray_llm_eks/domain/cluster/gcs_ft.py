@@ -41,6 +41,21 @@ REDIS_SECRET_KEY = "password"
 HEAD_SELECTOR = {"ray.io/node-type": "head"}
 # The operator feature gate rocksdb needs (ray-operator pkg/features/features.go, alpha in 1.7).
 ROCKSDB_FEATURE_GATE = "GCSFaultToleranceEmbeddedStorage"
+# The head's start with `redis`: ray_llm_eks/serve_ingress/ray_start.py (shipped with the ingress's code), run instead
+# of KubeRay's command, which the annotation makes KubeRay leave alone (KubeRay 1.7 utils/constant.go
+# RayOverwriteContainerCmdAnnotationKey, read on the pod template: common/pod.go BuildPod). The ulimit is
+# KubeRay's own (common/pod.go BuildPod ulimitCmd).
+OVERWRITE_COMMAND = {"ray.io/overwrite-container-cmd": "true"}
+START_MODULE = "ray_start.py"
+
+
+def head_start(module_dir: str) -> dict:
+    """The head container's command with `redis`: KubeRay's generated `ray start`, run by START_MODULE so that the
+    store's password is in no process's arguments (the module says how)."""
+    script = f"ulimit -n ${{RAY_START_ULIMIT_OPEN_FILES:-65536}}; exec python {module_dir}/{START_MODULE}"
+    return {"command": ["/bin/bash", "-c", "--"], "args": [script]}
+
+
 # Stands for the Redis endpoint where it is not known yet: ElastiCache names it at create time.
 ADDRESS_PLACEHOLDER = "rediss://<ElastiCache primary endpoint, known at deploy time>:6379"
 

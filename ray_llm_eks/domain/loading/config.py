@@ -22,7 +22,7 @@ from ray_llm_eks.domain.core.facts import GPU_ROLES
 from ray_llm_eks.domain.core.raw_config import Getter, RawConfig, check_fields
 from ray_llm_eks.domain.fit import roles, scaling
 from ray_llm_eks.domain.loading.serving_config import serving_settings
-from ray_llm_eks.domain.platform import aws_facts, field_checks, prices, sizing, subnets
+from ray_llm_eks.domain.platform import aws_facts, field_checks, pins, prices, sizing, subnets
 from ray_llm_eks.domain.platform.aws_facts import BotocoreFacts
 from ray_llm_eks.domain.render import alert_rules
 from ray_llm_eks.domain.security import hardening as hardening_section
@@ -120,6 +120,7 @@ def _cluster(
         service_cidr=service,
         log_types=log_types,
         log_retention_days=retention,
+        addon_versions=tuple(sorted(pins.load_addon_versions(raw.mapping(pins.KEY, pins.SHAPE)).items())),
         system_nodes=system,
     )
 
@@ -215,6 +216,8 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         if mode.existing_cluster
         else tuple(subnets.pod_subnet_cidrs(network.vpc_cidr, len(network.availability_zones))),
         existing_cluster=mode.existing_cluster,
+        region=region,
+        partition=facts.region_partition(region),
     )
     if not hardening.api_key_check and serving.serve_document["applications"][0]["import_path"] == (
         serve_config.SELECTIVE_PD_IMPORT

@@ -13,6 +13,7 @@ from ray_llm_eks.domain.core.raw_config import RawConfig
 from ray_llm_eks.domain.fit import model_fit, roles, scaling
 from ray_llm_eks.domain.platform import field_checks, image_ref, versions
 from ray_llm_eks.domain.platform.aws_facts import BotocoreFacts
+from ray_llm_eks.domain.security import ray_auth
 from ray_llm_eks.domain.serving import api_keys, model_table, routing, serve_config
 from ray_llm_eks.domain.serving.role_view import role_views
 from ray_llm_eks.domain.stack.settings import GpuPoolSettings, ServingSettings
@@ -36,11 +37,17 @@ def _image(raw: RawConfig, region: str, facts: BotocoreFacts) -> tuple[str, dict
             )
         if not re.fullmatch(r"\d+\.\d+\.\d+", ray_version):
             raise ConfigError("rayVersion", ray_version, "an exact Ray version such as 2.58.0")
+        ray_auth.check_ray_version("rayVersion", ray_version)
         return image, {"ray": ray_version}
-    tag = raw.text("dlcImageTag")
-    if tag not in versions.DLC_IMAGES:
+    given = raw.text("dlcImageTag")
+    # `<tag>@sha256:<digest>`: the digest `make pin` found for the tag (ray_llm_eks/domain/platform/pins.py).
+    tag, _, digest = given.partition("@")
+    if tag not in versions.DLC_IMAGES or (digest and not re.fullmatch(image_ref.IMAGE_DIGEST, f"@{digest}")):
         raise ConfigError(
-            "dlcImageTag", tag, f"a DLC tag whose Ray version we know: {yaml_text(sorted(versions.DLC_IMAGES))}"
+            "dlcImageTag",
+            given,
+            f"a DLC tag whose Ray version we know: {yaml_text(sorted(versions.DLC_IMAGES))}, "
+            "with the digest `make pin` found for it or without (<tag>@sha256:<64 hex>)",
         )
     account = versions.DLC_ACCOUNTS.get(region)
     if account is None:
@@ -52,7 +59,7 @@ def _image(raw: RawConfig, region: str, facts: BotocoreFacts) -> tuple[str, dict
         )
     dlc = versions.DLC_IMAGES[tag]
     registry = f"{account}.dkr.ecr.{region}.{facts.partition_dns_suffix(region)}"
-    return f"{registry}/{versions.DLC_REPOSITORY}:{tag}", dlc.components()
+    return f"{registry}/{versions.DLC_REPOSITORY}:{given}", dlc.components()
 
 
 REPLICAS_SHAPE = f"a mapping of roles {yaml_text(GPU_ROLES)} to whole numbers of replicas"

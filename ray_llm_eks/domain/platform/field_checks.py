@@ -322,6 +322,26 @@ def check_principal_arns(key: str, arns: Sequence[str], partition: str, file: st
     return tuple(arns)
 
 
+# ACM's certificate ARNs: arn:<partition>:acm:<region>:<account>:certificate/<id>, the id a UUID (ACM API
+# reference, CertificateDetail.CertificateArn).
+_CERTIFICATE_ARN = re.compile(
+    r"arn:(?P<partition>[a-z-]+):acm:(?P<region>[a-z0-9-]+):\d{12}:certificate/[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}"
+)
+
+
+def check_certificate_arn(
+    key: str, arn: str, region: str | None = None, partition: str | None = None, file: str | None = None
+) -> str:
+    """An ACM certificate for the load balancer's TLS listener; `region`/`partition` where known: an NLB takes
+    a certificate of its own region only (ACM certificates are regional)."""
+    match = _CERTIFICATE_ARN.fullmatch(arn) if isinstance(arn, str) else None
+    where = region or "<region>"
+    if match is None or (region is not None and (match["region"], match["partition"]) != (region, partition)):
+        example = f"arn:{partition or 'aws'}:acm:{where}:123456789012:certificate/<uuid>"
+        raise ConfigError(key, arn, f"an ACM certificate ARN of the stack's region, such as {example}", file)
+    return arn
+
+
 def check_public_access_cidrs(key: str, cidrs: Sequence[str], file: str | None = None) -> tuple[str, ...]:
     if isinstance(cidrs, str) or not isinstance(cidrs, Sequence) or not cidrs:
         raise ConfigError(key, cidrs, "at least one CIDR (pulumi reaches the API)", file)

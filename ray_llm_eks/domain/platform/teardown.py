@@ -20,6 +20,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ray_llm_eks.domain.core.facts import DEV_ENVIRONMENTS
+
+
+def keeps_data(environment: str) -> bool:
+    """Outside dev, `destroy` must not take what holds data or an audit trail: the EKS cluster, its secrets key, the
+    GCS store and Prometheus's volume are protected (Pulumi refuses to delete or replace them until `pulumi state
+    unprotect`), and the control plane's log group is retained (`destroy` leaves it in CloudWatch with its
+    retention). A dev stack stays one `make destroy` from gone."""
+    return environment not in DEV_ENVIRONMENTS
+
+
 # How long the graph waits for the CSI driver to delete the volumes of its StorageClass: the head pod's
 # termination, the volume's detach and the driver's DeleteVolume take about a minute together; ten leaves
 # room for the driver's retries, and a wait that runs out stops `destroy` with the volumes named (the driver

@@ -37,9 +37,10 @@ NVIDIA_PLUGIN_CHART = ("https://nvidia.github.io/k8s-device-plugin", "nvidia-dev
 LB_CONTROLLER_CHART = ("https://aws.github.io/eks-charts", "aws-load-balancer-controller")
 EFA_PLUGIN_CHART = ("https://aws.github.io/eks-charts", "aws-efa-k8s-device-plugin")
 # EKS add-on of the Pod Identity agent. No source we can name lists its version per Kubernetes minor
-# (eksctl, terraform-aws-eks and the EKS docs leave it to `aws eks describe-addon-versions`), so it is
-# resolved at deploy time to EKS's default version for the cluster's minor (aws.eks.getAddonVersion,
-# mostRecent false): never unset, never newer than EKS's default; offline it is a placeholder.
+# (eksctl, terraform-aws-eks and the EKS docs leave it to `aws eks describe-addon-versions`), so `make pin`
+# asks AWS for EKS's default version for the cluster's minor once and the stack keeps it (eksAddonVersions,
+# ray_llm_eks/domain/platform/pins.py); a dev stack without it resolves that default at deploy
+# (aws.eks.getAddonVersion, mostRecent false); offline it is a placeholder.
 POD_IDENTITY_AGENT_ADDON = "eks-pod-identity-agent"
 # The Cluster Autoscaler's image is picked per Kubernetes minor: its README asks for the release
 # matching the cluster's minor (newest patch tags of each minor in kubernetes/autoscaler).

@@ -23,6 +23,7 @@ def rule_inputs(settings: Settings) -> alerts.RuleInputs:
         thresholds=settings.alerts,
         slo=settings.slo,
         local_prefill_below=serve_config.local_prefill_below(serving.serve_document) if pd else None,
+        keyed=settings.hardening.api_key_check,
     )
 
 

@@ -25,6 +25,7 @@ from ray_llm_eks.domain.platform.sizing import (
     worker_container,
 )
 from ray_llm_eks.domain.render import karpenter
+from ray_llm_eks.domain.security import ray_auth
 from ray_llm_eks.domain.serving import api_keys
 from ray_llm_eks.domain.serving.serve_config import role_resource, to_yaml
 from ray_llm_eks.domain.stack.settings import GpuPoolSettings, ServingSettings, Settings
@@ -332,7 +333,19 @@ def served_document(settings: Settings) -> dict:
     behind the key-checking ingress, unless the stack turned the check off (environment dev only)."""
     if not settings.hardening.api_key_check:
         return settings.serving.serve_document
-    return api_keys.with_key_check(settings.serving.serve_document)
+    return api_keys.with_key_check(settings.serving.serve_document, settings.hardening.max_request_bytes)
+
+
+def _start_without_password_in_arguments(head: dict, keyed: bool) -> None:
+    """The head runs gcs_ft's start module in place of KubeRay's command: the shipped code mounted (where the key
+    check has not mounted it already), the annotation that makes KubeRay keep the command."""
+    template = head["template"]
+    template["metadata"]["annotations"].update(gcs_ft.OVERWRITE_COMMAND)
+    container = template["spec"]["containers"][0]
+    container.update(gcs_ft.head_start(api_keys.MODULE_DIR))
+    if not keyed:
+        template["spec"].setdefault("volumes", []).append(api_keys.code_volume())
+        container.setdefault("volumeMounts", []).append(api_keys.code_volume_mount())
 
 
 def ray_service_spec(settings: Settings, redis_address: str = gcs_ft.ADDRESS_PLACEHOLDER) -> dict:
@@ -345,6 +358,8 @@ def ray_service_spec(settings: Settings, redis_address: str = gcs_ft.ADDRESS_PLA
     autoscales = any(view.replicas.autoscales for view in serving.roles.values())
     cluster = {
         "rayVersion": serving.ray_version,
+        # Ray's token on the dashboard, the GCS and every Ray port but the health checks and metrics.
+        "authOptions": ray_auth.auth_options(),
         # Ray Serve asks for replicas; KubeRay's autoscaler adds the worker pods they need.
         "enableInTreeAutoscaling": autoscales,
         "headGroupSpec": head_group(serving, with_token, keyed, autoscales),
@@ -365,6 +380,8 @@ def ray_service_spec(settings: Settings, redis_address: str = gcs_ft.ADDRESS_PLA
         cluster["autoscalerOptions"] = autoscaler_options()
     if (ft := gcs_ft.options(settings.gcs_ft, redis_address)) is not None:
         cluster["gcsFaultToleranceOptions"] = ft
+        if settings.gcs_ft.redis:  # its password in no process's arguments (ray_llm_eks/serve_ingress/ray_start.py)
+            _start_without_password_in_arguments(cluster["headGroupSpec"], keyed)
         if settings.gcs_ft.rocksdb:  # its claim's EBS volume is bound to the zone the head first ran in
             node_selector = cluster["headGroupSpec"]["template"]["spec"]["nodeSelector"]
             node_selector[ZONE_LABEL] = settings.network.gpu_availability_zone

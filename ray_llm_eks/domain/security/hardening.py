@@ -8,10 +8,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ray_llm_eks.domain.core import address_ranges
 from ray_llm_eks.domain.core.config_keys import declared, default
 from ray_llm_eks.domain.core.errors import UNSET, ConfigError, yaml_text
 from ray_llm_eks.domain.core.facts import DEV_ENVIRONMENTS, PROJECT
 from ray_llm_eks.domain.core.raw_config import RawConfig
+from ray_llm_eks.domain.platform import field_checks
 from ray_llm_eks.domain.platform.field_checks import check_endpoint_source_ranges, check_environment
 from ray_llm_eks.domain.platform.subnets import outside_pod_subnets
 
@@ -35,6 +37,10 @@ class HardeningSettings:
     load_balancer_subnets: tuple[tuple[str, str], ...] = ()
     require_ebs_encryption: bool = default("requireEbsEncryption")  # deploy-time check of the region's default
     api_key_check: bool = default("apiKeyCheck")  # the ingress refuses requests without one of the stack's apiKeys
+    # The internal NLB's TLS listener: its ACM certificate (port 443, TLS ending at the NLB); None: plain TCP.
+    endpoint_certificate_arn: str | None = None
+    # The largest request body the key-checking ingress takes (bytes); larger is 413, unread.
+    max_request_bytes: int = default("maxRequestBytes")
 
     @property
     def dev_like(self) -> bool:
@@ -48,6 +54,8 @@ def load(
     load_balancer_subnets: dict[str, str],
     pod_subnets: tuple[str, ...],
     existing_cluster: bool,
+    region: str,
+    partition: str,
 ) -> HardeningSettings:
     """The stack's security switches; outside a dev-like environment the public API endpoint must be limited to
     networks the stack lists (and the machine running `pulumi up` must be inside them). `pod_subnets`: the
@@ -63,12 +71,13 @@ def load(
                 f"required in environment {environment}: the networks (CIDRs) that may reach the Kubernetes API, "
                 "including the machine that runs `pulumi up`",
             )
-        opened = [c for c in public_cidrs if c.endswith("/0")]
-        if opened:
+        if address_ranges.too_wide(public_cidrs):
             raise ConfigError(
                 "endpointPublicAccessCidrs",
-                opened,
-                f"not open to the whole internet in environment {environment} "
+                list(public_cidrs),
+                f"your own networks in environment {environment}: together at most "
+                f"{address_ranges.WIDEST_PUBLIC_ADDRESSES:,} addresses (one /8; these reach "
+                f"{address_ranges.reach(public_cidrs):,}); wider, in one block or several, is the internet "
                 f"(allowed only in {yaml_text(DEV_ENVIRONMENTS)})",
             )
     namespaces = raw.listing("serveClientNamespaces")
@@ -79,6 +88,14 @@ def load(
     # No pod address; never empty: LB controller v3.5.0 opens an NLB with none to 0.0.0.0/0 (model_build_managed_sg.go)
     ranges = outside_pod_subnets(vpc_cidr, list(pod_subnets)) if ranges is None else ranges
     ranges = check_endpoint_source_ranges("endpointSourceRanges", ranges, pod_subnets=pod_subnets)
+    network_policies = raw.boolean("networkPolicies")
+    if not network_policies and environment not in DEV_ENVIRONMENTS:
+        raise ConfigError(
+            "networkPolicies",
+            False,
+            f"true in environment {environment}: without them any pod of the cluster reaches the Ray head, its "
+            f"dashboard and the GCS (false is allowed only in {yaml_text(DEV_ENVIRONMENTS)})",
+        )
     api_key_check = raw.boolean("apiKeyCheck")
     if not api_key_check and environment not in DEV_ENVIRONMENTS:
         raise ConfigError(
@@ -87,17 +104,41 @@ def load(
             f"true in environment {environment}: without the check the endpoint serves anyone who reaches it "
             f"(false is allowed only in {yaml_text(DEV_ENVIRONMENTS)})",
         )
+    internal_endpoint = raw.boolean("internalEndpoint") and not existing_cluster
+    certificate = raw.text("endpointCertificateArn")
+    if certificate is not None:
+        if not internal_endpoint:
+            raise ConfigError(
+                "endpointCertificateArn",
+                certificate,
+                "left out: the stack has no internal endpoint to put it on (internalEndpoint false, or an existing "
+                "cluster)",
+            )
+        field_checks.check_certificate_arn("endpointCertificateArn", certificate, region, partition)
     return HardeningSettings(
         environment,
-        raw.boolean("networkPolicies"),
+        network_policies,
         tuple(namespaces),
-        internal_endpoint=raw.boolean("internalEndpoint") and not existing_cluster,
+        internal_endpoint=internal_endpoint,
         endpoint_source_ranges=tuple(ranges),
         pod_subnets=tuple(pod_subnets),
         load_balancer_subnets=tuple(load_balancer_subnets.items()),
         require_ebs_encryption=raw.boolean("requireEbsEncryption"),
         api_key_check=api_key_check,
+        endpoint_certificate_arn=certificate,
+        max_request_bytes=_max_request_bytes(raw.integer("maxRequestBytes")),
     )
+
+
+# At least what a model's longest prompt takes as JSON (64 KiB); at most 1 GiB, which no chat request needs.
+REQUEST_BYTES_RANGE = (64 * 2**10, 2**30)
+
+
+def _max_request_bytes(value: int) -> int:
+    low, high = REQUEST_BYTES_RANGE
+    if not low <= value <= high:
+        raise ConfigError("maxRequestBytes", value, f"a number of bytes from {low} to {high}")
+    return value
 
 
 def security_switches() -> dict[str, str]:

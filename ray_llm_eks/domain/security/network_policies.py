@@ -22,6 +22,8 @@ from ray_llm_eks.domain.telemetry.observability import ObservabilitySettings
 # KubeRay labels every pod of a RayCluster with it (ray-operator v1.7.0 common/pod.go).
 RAY_POD_SELECTOR = {"matchLabels": {"ray.io/is-ray-node": "yes"}}
 HEAD_POD_SELECTOR = {"matchLabels": {"ray.io/node-type": "head"}}  # the same file, RayNodeTypeLabelKey
+# The operator's pods, as the kuberay-operator chart labels them (v1.7.0 templates/deployment.yaml, the chart's name).
+OPERATOR_POD_SELECTOR = {"matchLabels": {"app.kubernetes.io/name": "kuberay-operator"}}
 
 
 def namespace_selector(*names: str) -> dict:
@@ -70,7 +72,8 @@ def network_policies(
             },
         ),
         # The KubeRay operator deploys and watches the Serve apps through the head's dashboard API
-        # (ray-operator v1.7.0 utils/dashboardclient, the head service's `dashboard` port).
+        # (ray-operator v1.7.0 utils/dashboardclient, the head service's `dashboard` port), with Ray's token
+        # (ray_llm_eks/domain/security/ray_auth.py): its own pods only, not every pod of its namespace.
         _policy(
             "dashboard-from-kuberay-operator",
             namespace,
@@ -79,7 +82,12 @@ def network_policies(
                 "policyTypes": ["Ingress"],
                 "ingress": [
                     {
-                        "from": [{"namespaceSelector": namespace_selector(operator_namespace)}],
+                        "from": [
+                            {
+                                "namespaceSelector": namespace_selector(operator_namespace),
+                                "podSelector": OPERATOR_POD_SELECTOR,
+                            }
+                        ],
                         "ports": [{"protocol": "TCP", "port": HEAD_PORTS["dashboard"]}],
                     }
                 ],

@@ -6,12 +6,12 @@ of refusing a stack every `make stack` produces (the marker is no key of 16 char
 from __future__ import annotations
 
 from ray_llm_eks.domain.core.errors import ConfigError
-from ray_llm_eks.domain.serving.api_keys import MIN_KEY_LENGTH
+from ray_llm_eks.domain.serving.api_keys import KEY_RULE
 
 # Hugging Face user access tokens, read and fine-grained alike, start so (huggingface.co/docs/hub/security-tokens).
 HF_TOKEN_PREFIX = "hf_"
 RULES = {
-    "apiKeys": f"every key at least {MIN_KEY_LENGTH} characters",
+    "apiKeys": KEY_RULE,
     "hfToken": f"a Hugging Face access token ({HF_TOKEN_PREFIX}..., one word)",
 }
 

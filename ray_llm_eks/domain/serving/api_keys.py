@@ -6,6 +6,7 @@ Kubernetes Secret mounted as a file (rotation without restarts: ray_llm_eks/serv
 from __future__ import annotations
 
 import copy
+import re
 
 import yaml
 
@@ -16,7 +17,16 @@ from ray_llm_eks.domain.serving import serve_config
 
 INGRESS_CLS = KEY_CHECKED_INGRESS
 SOURCES_DIR = packaged.ROOT / "serve_ingress"
-SHIPPED_MODULES = ("api_keys.py", "api_key_ingress.py", "worker_setup.py")  # flat modules on the pods' PYTHONPATH
+# Flat modules on the pods' PYTHONPATH; ray_start.py is the head's start with a GCS store (gcs_ft.head_start), the
+# prefill guard the PD apps' decode servers (serve_config.GUARDED_PD_IMPORT, selective_pd.py).
+SHIPPED_MODULES = (
+    "api_keys.py",
+    "api_key_ingress.py",
+    "worker_setup.py",
+    "ray_start.py",
+    "prefill_peers.py",
+    "prefill_guard.py",
+)
 SELECTIVE_PD_MODULES = ("local_prefill.py", "selective_pd.py")  # shipped too where the app is selective PD
 # What ray.init makes of runtime_env `worker_process_setup_hook: "module.function"` (Ray 2.58
 # ray/_private/runtime_env/setup_hook.py export_setup_func_module); a Serve application's runtime_env is not
@@ -29,6 +39,7 @@ MODULE_DIR = "/opt/ray-llm-eks/python"
 KEYS_DIR = "/etc/ray-llm-eks/api-keys"
 KEYS_FILE = "keys"  # the Secret's key: one API key per line
 KEYS_FILE_ENV = "RAY_LLM_EKS_API_KEYS_FILE"  # read by ray_llm_eks/serve_ingress/api_keys.py KeyRing
+MAX_BODY_ENV = "RAY_LLM_EKS_MAX_REQUEST_BYTES"  # read by ray_llm_eks/serve_ingress/api_keys.py secure
 SECRET_NAME = "api-keys"
 CONFIG_MAP_NAME = "api-key-ingress"
 MIN_KEY_LENGTH = 16
@@ -57,21 +68,27 @@ def check_no_own_ingress(document: dict, where: str) -> None:
             )
 
 
-def with_key_check(document: dict) -> dict:
-    """The serve document with every application behind the key-checking ingress. Ray expands
-    `${PYTHONPATH}` in runtime_env env_vars from the raylet's environment (Ray 2.58
-    ray/_private/utils.py update_envs), so the image's own PYTHONPATH, whatever it is, is kept."""
-    return on_this_machine(document, MODULE_DIR, f"{KEYS_DIR}/{KEYS_FILE}")
+def with_key_check(document: dict, max_request_bytes: int) -> dict:
+    """The serve document with every application behind the key-checking ingress, whose requests may carry
+    bodies of `max_request_bytes` at most. Ray expands `${PYTHONPATH}` in runtime_env env_vars from the raylet's
+    environment (Ray 2.58 ray/_private/utils.py update_envs), so the image's own PYTHONPATH, whatever it is, is
+    kept."""
+    return on_this_machine(document, MODULE_DIR, f"{KEYS_DIR}/{KEYS_FILE}", max_request_bytes)
 
 
-def on_this_machine(document: dict, module_dir: str, keys_file: str) -> dict:
+def on_this_machine(document: dict, module_dir: str, keys_file: str, max_request_bytes: int | None = None) -> dict:
     """`with_key_check` with the ingress code in `module_dir` and the keys in `keys_file` instead of
     the pods' mounts: what a rehearsal on this machine serves. A document that is already keyed
-    only has its two paths moved."""
+    only has its two paths moved (its body limit kept, unless given)."""
     checked = copy.deepcopy(document)
     for app in checked.get("applications") or []:
         app.setdefault("args", {})["ingress_cls_config"] = {"ingress_cls": INGRESS_CLS}
-        _run_shipped_code(app, module_dir)[KEYS_FILE_ENV] = keys_file
+        if app.get("import_path") == serve_config.PD_IMPORT:  # decode starts afresh after a prefill restart
+            app["import_path"] = serve_config.GUARDED_PD_IMPORT
+        env = _run_shipped_code(app, module_dir)
+        env[KEYS_FILE_ENV] = keys_file
+        if max_request_bytes is not None:
+            env[MAX_BODY_ENV] = str(max_request_bytes)
     # Ray Serve LLM gives an engine replica its LLM config's runtime_env in place of the application's
     # (Ray 2.58 llm/_internal/serve/core/server/llm_server.py LLMServer.get_deployment_options, a shallow
     # merge: the config's env_vars replace the app's), so each LLM config carries the hook itself.
@@ -95,32 +112,60 @@ def _run_shipped_code(holder: dict, module_dir: str) -> dict:
     return env
 
 
+def code_volume() -> dict:
+    """The shipped code (ConfigMap): the ingress's, and the head's start module where the GCS store needs it."""
+    return {"name": "api-key-ingress", "configMap": {"name": CONFIG_MAP_NAME}}
+
+
+def code_volume_mount() -> dict:
+    return {"name": "api-key-ingress", "mountPath": MODULE_DIR, "readOnly": True}
+
+
 def volumes() -> list[dict]:
     """The pod volumes of the key check: the keys (Secret) and the ingress code (ConfigMap)."""
-    return [
-        {"name": "api-keys", "secret": {"secretName": SECRET_NAME}},
-        {"name": "api-key-ingress", "configMap": {"name": CONFIG_MAP_NAME}},
-    ]
+    return [{"name": "api-keys", "secret": {"secretName": SECRET_NAME}}, code_volume()]
 
 
 def volume_mounts() -> list[dict]:
     """Both read-only in every Ray container: the ingress replicas may run on any Ray node."""
-    return [
-        {"name": "api-keys", "mountPath": KEYS_DIR, "readOnly": True},
-        {"name": "api-key-ingress", "mountPath": MODULE_DIR, "readOnly": True},
-    ]
+    return [{"name": "api-keys", "mountPath": KEYS_DIR, "readOnly": True}, code_volume_mount()]
+
+
+def mounts_shipped_code(spec: dict) -> bool:
+    """Whether a pod of the RayService spec mounts the shipped code's ConfigMap (then it must exist first)."""
+    cluster = spec.get("rayClusterConfig", {})
+    groups = [cluster.get("headGroupSpec", {}), *(cluster.get("workerGroupSpecs") or [])]
+    return any(
+        (v.get("configMap") or {}).get("name") == CONFIG_MAP_NAME
+        for g in groups
+        for v in g.get("template", {}).get("spec", {}).get("volumes") or []
+    )
+
+
+# What a key may hold: RFC 6750's b64token (letters, digits, - . _ ~ + /, then = padding), which a client sends
+# in `Authorization: Bearer` as it is. Anything else (`;`, `:`, `|`, quotes) is refused rather than guessed to be
+# part of a key or a separator.
+KEY_CHARACTERS = re.compile(r"[A-Za-z0-9._~+/-]+=*")
+KEY_RULE = (
+    f"keys separated by commas, spaces or newlines, each at least {MIN_KEY_LENGTH} characters of letters, digits "
+    "and - . _ ~ + / (= at the end), e.g. openssl rand -hex 24"
+)
 
 
 def key_file_content(raw: str | None) -> str:
-    """The Secret's file from the `apiKeys` secret: keys separated by commas, spaces or newlines.
-    Runs on the decrypted value (inside an Output), so a bad key fails `pulumi up` before the
-    Secret exists; the message never shows a key."""
+    """The Secret's file from the `apiKeys` secret: keys separated by commas, spaces or newlines (empty items
+    between separators skipped). Runs on the decrypted value (inside an Output), so a bad value fails `pulumi up`
+    before the Secret exists: no key at all (`,`, blanks: a file that would refuse every request), a character no
+    key holds (`a;b`: one key or two?), a short key. The message never shows a key."""
     keys = [k for k in (raw or "").replace(",", " ").split() if k]
+    if not keys:
+        raise ConfigError("apiKeys", "[secret]", f"at least one key: found none ({KEY_RULE})")
+    odd = sorted({c for k in keys if not KEY_CHARACTERS.fullmatch(k) for c in k if not KEY_CHARACTERS.match(c)})
+    if odd:
+        raise ConfigError("apiKeys", "[secret]", f"{KEY_RULE}; found {' '.join(repr(c) for c in odd)}")
     short = sum(len(k) < MIN_KEY_LENGTH for k in keys)
     if short:
         raise ConfigError(
-            "apiKeys",
-            "[secret]",
-            f"{short} key(s) shorter than {MIN_KEY_LENGTH} characters (e.g. openssl rand -hex 24)",
+            "apiKeys", "[secret]", f"{short} key(s) shorter than {MIN_KEY_LENGTH} characters ({KEY_RULE})"
         )
     return "".join(f"{k}\n" for k in keys)

@@ -30,7 +30,11 @@ COLLOCATED_IMPORT = "ray.serve.llm:build_openai_app"
 # Ray's PD app whose decode replicas prefill short prompts themselves (ray_llm_eks/serve_ingress/selective_pd.py): what
 # the stack key selectivePd renders in place of PD_IMPORT, never written in a serve file.
 SELECTIVE_PD_IMPORT = "selective_pd:build_selective_pd_app"
-PD_IMPORTS = (PD_IMPORT, SELECTIVE_PD_IMPORT)
+# Ray's PD app whose decode replicas start afresh after a prefill restart (ray_llm_eks/serve_ingress/prefill_guard.py):
+# what a keyed document runs in place of PD_IMPORT (the shipped code is on the pods' path there), never in a serve
+# file.
+GUARDED_PD_IMPORT = "prefill_guard:build_pd_app"
+PD_IMPORTS = (PD_IMPORT, SELECTIVE_PD_IMPORT, GUARDED_PD_IMPORT)
 # The decode config's experimental_configs key selective_pd.py reads the threshold from (local_prefill.py
 # THRESHOLD_CONFIG).
 LOCAL_PREFILL_BELOW = "local_prefill_below_tokens"
@@ -40,7 +44,7 @@ APP_ARGS = {
     PD_IMPORT: {"prefill_config", "decode_config", "ingress_cls_config", "ingress_deployment_config"},
     COLLOCATED_IMPORT: {"llm_configs", "ingress_cls_config", "ingress_deployment_config"},
 }
-APP_ARGS[SELECTIVE_PD_IMPORT] = APP_ARGS[PD_IMPORT]  # it hands them to build_pd_openai_app
+APP_ARGS[SELECTIVE_PD_IMPORT] = APP_ARGS[GUARDED_PD_IMPORT] = APP_ARGS[PD_IMPORT]  # handed to build_pd_openai_app
 PD_ARG_ROLES = {f"{role}_config": role for role in PD_ROLES}  # PDServingArgs' prefill_config, decode_config
 
 
@@ -298,12 +302,12 @@ def render(
     pinned to its pools, checked. `model_facts(model_id, model_source)` answers from the model table."""
     where = f"ray_llm_eks/serve_configs/{name}.yaml"
     doc = copy.deepcopy(load_serve_file(name))
-    if the_application(doc, where)["import_path"] == SELECTIVE_PD_IMPORT:
+    if (ours := the_application(doc, where)["import_path"]) in (SELECTIVE_PD_IMPORT, GUARDED_PD_IMPORT):
         raise in_serve_config(
             where,
             "import_path",
-            SELECTIVE_PD_IMPORT,
-            f"{PD_IMPORT}: the stack key selectivePd switches to selective PD",
+            ours,
+            f"{PD_IMPORT}: the stack renders its own PD builders (the key check, the stack key selectivePd)",
         )
     check_application(doc, where, vllm_version)
     configs = llm_configs_by_role(doc, where)

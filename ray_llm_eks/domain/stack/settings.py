@@ -67,6 +67,9 @@ class ClusterSettings:
     log_types: tuple[str, ...]
     log_retention_days: int
     system_nodes: NodePoolSettings
+    # EKS add-on -> the version `make pin` kept (ray_llm_eks/domain/platform/pins.py); an add-on left out is
+    # resolved at deploy (dev only).
+    addon_versions: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

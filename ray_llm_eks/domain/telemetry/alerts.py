@@ -55,6 +55,7 @@ class AlertThresholds:
     waiting_minutes: int  # requests waiting and their number growing for this long
     not_ready_minutes: int  # the RayService not Ready for this long (a fresh start loads weights)
     kv_transfer_floor_gbps: float | None = None  # GB/s per transfer; None: a share of the PD nodes' network
+    key_refusals: int = 60  # requests refused for a missing or wrong API key in 5 minutes (the table's default)
 
 
 # Stack key field -> dataclass field, and what each accepts.
@@ -65,6 +66,7 @@ _FIELDS = {
     "gpuMemoryUsage": ("gpu_memory_usage", float, "a share between 0 and 1"),
     "waitingMinutes": ("waiting_minutes", int, "a whole number of minutes above 0"),
     "notReadyMinutes": ("not_ready_minutes", int, "a whole number of minutes above 0"),
+    "keyRefusals": ("key_refusals", int, "a whole number of refused requests above 0"),
 }
 SHAPE = mapping_of(_FIELDS)
 # The floor's default: this share of the slower PD node's network bandwidth. KV moved over TCP instead of
@@ -153,6 +155,7 @@ class RuleInputs:
     thresholds: AlertThresholds = field(default_factory=lambda: default())
     slo: Slo = field(default_factory=slo_default)
     local_prefill_below: int | None = None  # selectivePd: decode prefills shorter prompts itself, by design
+    keyed: bool = True  # the ingress checks API keys (apiKeyCheck): its refusals are counted
 
 
 def _minutes(n: int) -> str:
@@ -178,6 +181,30 @@ def first_or_more(counter: str, window: str = "5m") -> str:
     both halves have the same label sets (`or` then keeps one)."""
     appeared = f"sum without () ({counter} unless {counter} offset {window}) > 0"
     return f"{appeared} or sum without () (increase({counter}[{window}])) > 0"
+
+
+def counted(counter: str, window: str = "5m") -> str:
+    """What `counter` counted in the last `window` per series, a series that appeared within it counted from 0
+    (first_or_more says why increase() alone misses it): its value then, else its increase."""
+    return (
+        f"sum without () ({counter} unless {counter} offset {window}) or sum without () (increase({counter}[{window}]))"
+    )
+
+
+def key_refusal_rules(inputs: RuleInputs) -> list[dict]:
+    """A burst of requests refused for their API key (401 from the key-checking ingress, as every Serve proxy
+    counts responses by status code)."""
+    refused = f'{m.SERVE_HTTP_REQUESTS}{{status_code="401"}}'
+    return [
+        _alert(
+            "ApiKeyRefusalsBurst",
+            f"sum by (application) ({counted(refused)}) > {inputs.thresholds.key_refusals}",
+            "warning",
+            "{{ $value | humanize }} requests to {{ $labels.application }} refused for their API key in 5 minutes",
+            "More requests than the stack's alerts.keyRefusals came without one of its API keys: someone guessing "
+            "keys, or a client still sending a key rotated out of apiKeys.",
+        )
+    ]
 
 
 def _role_join(expr: str) -> str:
@@ -358,6 +385,8 @@ def render(inputs: RuleInputs) -> dict:
     if inputs.pd:
         groups.append({"name": f"{GROUP_PREFIX}.kv-transfer", "rules": pd_rules(inputs)})
     groups.append({"name": f"{GROUP_PREFIX}.serving", "rules": serving_rules(inputs)})
+    if inputs.keyed:
+        groups.append({"name": f"{GROUP_PREFIX}.api-keys", "rules": key_refusal_rules(inputs)})
     return {"groups": groups}
 
 

@@ -47,6 +47,9 @@ SERVE_REPLICA_STARTS = "ray_serve_deployment_replica_starts_total"  # one series
 # replicas run, and which deployment (so role) an engine's WorkerId belongs to. Serve's controller gauge
 # serve_deployment_replica_healthy was absent from a healthy 2.58 rehearsal's scrape.
 SERVE_REPLICA_QUERIES = "ray_serve_replica_processing_queries"
+# Every Serve proxy's HTTP responses, label `status_code` (serve/_private/request_ingress_metrics.py
+# RequestIngressMetrics: f"serve_num_{protocol}_requests", so no literal of this name upstream).
+SERVE_HTTP_REQUESTS = "ray_serve_num_http_requests_total"
 
 # Ours: the decode replicas' count of requests by selective PD's path (ray_llm_eks/serve_ingress/selective_pd.py
 # REQUESTS_METRIC, a ray.serve.metrics.Counter), label `path`: local (prefilled on decode) or split.

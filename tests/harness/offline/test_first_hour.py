@@ -207,7 +207,7 @@ def test_two_plans_of_the_same_stack_are_byte_identical(tmp_path, capsys):
     a, b = _tree(tmp_path / "a"), _tree(tmp_path / "b")
     assert a == b and len(a) > 5
     serve = next(v for k, v in a.items() if k.endswith(".serveConfigV2.yaml"))
-    assert yaml.safe_load(serve)["applications"][0]["import_path"] == "ray.serve.llm:build_pd_openai_app"
+    assert yaml.safe_load(serve)["applications"][0]["import_path"] == "prefill_guard:build_pd_app"  # PD, guarded
 
 
 # ---- 13. The OpenAI Python client after `make up`

@@ -35,7 +35,7 @@ def test_make_policy_passes_dev(capsys):
 def test_each_policy_is_one_kind_with_a_unique_name():
     """CrossGuard refuses two policies of one name; each rule is a resource or a stack policy."""
     names = [p.name for p in rules.policies()]
-    assert len(names) == len(set(names)) == 16
+    assert len(names) == len(set(names)) == 17
     assert all((p.per_resource is None) != (p.whole_stack is None) for p in rules.policies())
 
 
@@ -70,7 +70,10 @@ MUTATIONS = {
     "gpu-pools-efa-one-zone": (rules.MANAGED_NODE_GROUP, lambda p: p.update(enableEfaSupport=False), "prefill-gpu"),
     "api-endpoint-restricted": (
         rules.EKS_CLUSTER,
-        lambda p: p.update(publicAccessCidrs=["0.0.0.0/0"], clusterTags={rules.ENVIRONMENT_TAG: "production"}),
+        # 0.0.0.0/0 in two halves: the rule counts the addresses the blocks reach together.
+        lambda p: p.update(
+            publicAccessCidrs=["0.0.0.0/1", "128.0.0.0/1"], clusterTags={rules.ENVIRONMENT_TAG: "production"}
+        ),
     ),
     "vpc-cni-network-policy": (rules.EKS_CLUSTER, _set_cni_off),
     "ray-network-policies": (
@@ -105,6 +108,7 @@ MUTATIONS = {
             p["metadata"]["annotations"].update({rules.ENVIRONMENT_ANNOTATION: "staging"}),
         ),
     ),
+    "ray-token-auth": (rules.RAY_SERVICE, lambda p: _ray_spec(p).pop("authOptions")),
     "endpoint-requires-api-key": (
         rules.RAY_SERVICE,
         lambda p: (
@@ -453,3 +457,17 @@ def test_a_pd_pool_on_an_auto_mode_node_class_fails(auto_mode_plan):
             "PD pool prefill must not run on an EKS Auto Mode NodeClass (no EFA, no placement group)",
         )
     ]
+
+
+def test_the_public_endpoint_rule_counts_the_addresses_the_blocks_reach_together():
+    def cluster(cidrs):
+        props = {"endpointPublicAccess": True, "publicAccessCidrs": cidrs}
+        return rules.Resource(
+            rules.EKS_CLUSTER, "eks", "urn:eks", {**props, "clusterTags": {rules.ENVIRONMENT_TAG: "staging"}}
+        )
+
+    policy = next(p for p in rules.policies() if p.name == "api-endpoint-restricted")
+    assert policy.check([cluster(["203.0.113.0/24", "198.51.100.0/24"])]) == []
+    for wide in (["0.0.0.0/0"], ["0.0.0.0/1", "128.0.0.0/1"], ["44.0.0.0/7"]):
+        (violation,) = policy.check([cluster(wide)])
+        assert "more than one /8" in violation.message, wide

@@ -164,3 +164,12 @@ def test_after_an_engine_restart_make_verify_runs_again_and_gates(monkeypatch):
     with pytest.raises(faults.RehearsalFailed, match="after the engine restart, VERIFY FAILED: 0 of 4"):
         faults._verify_after_restart(ctx)
     assert set(faults.ENGINE_FAULTS) <= set(faults.FAULTS)
+
+
+def test_after_a_prefill_kill_the_gate_wants_decode_started_afresh_by_itself():
+    """The prefill guard (ray_llm_eks/serve_ingress/prefill_guard.py) must have replaced decode with no step of ours."""
+    fresh = {"decode replicas before": ["a"], "decode replicas after": ["b"], "decode_restarted": True}
+    assert faults.verdicts([_row("prefill-engine", True) | {"facts": fresh}]) == []
+    kept = fresh | {"decode replicas after": ["a"], "decode_restarted": False}
+    (line,) = faults.verdicts([_row("prefill-engine", True) | {"facts": kept}])
+    assert line.startswith("prefill-engine: the decode replicas did not start afresh after the prefill restart")

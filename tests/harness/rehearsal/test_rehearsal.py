@@ -57,6 +57,7 @@ def test_the_pods_mounts_become_local_paths_each_printed(tmp_path):
     assert env == {
         "PYTHONPATH": f"{ROOT / 'ray_llm_eks' / 'serve_ingress'}:${{PYTHONPATH}}",
         "RAY_LLM_EKS_API_KEYS_FILE": f"{tmp_path}/keys/keys",
+        "RAY_LLM_EKS_MAX_REQUEST_BYTES": "8388608",  # the stack's limit, kept as it is in the pods
         "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR": "worker_setup.configure_logging_first",
     }
     configmap = (

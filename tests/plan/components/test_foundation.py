@@ -42,7 +42,7 @@ def test_dev_cluster(dev):
     assert i["authenticationMode"] == "API" and i["skipDefaultNodeGroup"] is True
     assert i["endpointPrivateAccess"] is True and i["endpointPublicAccess"] is True
     assert i["publicAccessCidrs"] == ["0.0.0.0/0"]
-    assert i["createOidcProvider"] is True and i["nodeAssociatePublicIpAddress"] is False
+    assert "createOidcProvider" not in i and i["nodeAssociatePublicIpAddress"] is False  # no IAM OIDC provider
     assert i["enabledClusterLogTypes"] == ["api", "audit", "authenticator"]
     key = dev.one("aws:kms/key:Key")
     assert key.inputs["enableKeyRotation"] is True

@@ -52,3 +52,37 @@ def test_dev_plans_no_store_and_says_why(plans):
     assert plan.outputs["gcsFaultTolerance"].startswith("GCS fault tolerance: off (environment dev")
     assert "enablePodEni" not in plan.one("eks:index:Cluster").inputs["vpcCniOptions"]
     assert "upgradeStrategy None" in plan.outputs["upgradeImpact"][0]
+
+
+def test_with_redis_the_head_starts_through_the_module_that_keeps_the_password_out_of_arguments(plans):
+    """KubeRay would write the store's password into the head's start command and Ray into its processes'
+    arguments (ray_llm_eks/serve_ingress/ray_start.py): with redis the head runs that module, KubeRay told to
+    keep the command, the module mounted; tests/harness/serve_ingress/test_ray_start.py runs it on Ray 2.58."""
+    from ray_llm_eks.domain.cluster import gcs_ft
+    from ray_llm_eks.domain.serving import api_keys
+
+    for stack, plan in plans.items():
+        service = plan.one("kubernetes:ray.io/v1:RayService")
+        cluster = service.inputs["spec"]["rayClusterConfig"]
+        template = cluster["headGroupSpec"]["template"]
+        container = template["spec"]["containers"][0]
+        redis = (cluster.get("gcsFaultToleranceOptions") or {}).get("backend") == "redis"
+        assert (template["metadata"]["annotations"].get("ray.io/overwrite-container-cmd") == "true") == redis, stack
+        assert ("args" in container) == redis, stack
+        if redis:
+            assert container["args"] == [f"ulimit -n ${{RAY_START_ULIMIT_OPEN_FILES:-65536}}; exec python "
+                                         f"{api_keys.MODULE_DIR}/{gcs_ft.START_MODULE}"]  # fmt: skip
+            assert api_keys.code_volume_mount() in container["volumeMounts"], stack
+            assert "ray_start.py" in plan.one("kubernetes:core/v1:ConfigMap", "llm-api-key-ingress").inputs["data"]
+            assert not [e for e in container.get("env") or [] if e["name"] == "REDIS_PASSWORD"]  # KubeRay's to set
+
+
+def test_redis_without_the_key_check_still_ships_and_mounts_the_start_module():
+    from offline.plan import run_program
+
+    plan = run_program("dev", {"ray-llm-eks:gcsFaultTolerance": "redis", "ray-llm-eks:apiKeyCheck": False})
+    head = plan.one("kubernetes:ray.io/v1:RayService").inputs["spec"]["rayClusterConfig"]["headGroupSpec"]
+    assert [v["name"] for v in head["template"]["spec"]["volumes"]] == ["api-key-ingress"]  # no keys Secret
+    shipped = plan.one("kubernetes:core/v1:ConfigMap", "llm-api-key-ingress").inputs["data"]
+    assert "ray_start.py" in shipped
+    assert not [r for r in plan.of_type("kubernetes:core/v1:Secret") if r.name == "llm-api-keys"]

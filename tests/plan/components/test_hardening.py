@@ -148,3 +148,40 @@ def test_ray_pods_reach_everything_but_the_instance_metadata(dev):
     egress = _network_policies(dev)["egress-except-instance-metadata"]["spec"]
     assert egress["podSelector"] == {} and egress["policyTypes"] == ["Egress"]
     assert egress["egress"] == [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}}]}]
+
+
+def test_the_ray_cluster_requires_rays_token_from_a_secret_made_before_it(plans):
+    """Ray's token authentication (ray_llm_eks/domain/security/ray_auth.py): the dashboard, its job and Serve REST
+    APIs and the GCS answer only with it; the token is random, a Pulumi secret, in the Secret authOptions names,
+    which exists before the RayService (KubeRay puts it into every Ray container)."""
+    for stack, plan in plans.items():
+        service = plan.one("kubernetes:ray.io/v1:RayService")
+        assert service.inputs["spec"]["rayClusterConfig"]["authOptions"] == {
+            "mode": "token",
+            "secretName": "ray-auth-token",
+        }, stack
+        secret = plan.one("kubernetes:core/v1:Secret", "llm-ray-auth-token")
+        assert secret.inputs["metadata"]["name"] == "ray-auth-token"
+        assert secret.inputs["stringData"] == "[secret]", stack  # never the token in the plan
+        assert plan.depends_on(service.urn, secret.urn), stack
+        token = plan.one("random:index/randomPassword:RandomPassword", "llm-ray-auth-token")
+        assert token.inputs["length"] >= 32 and token.inputs["special"] is False
+        assert plan.outputs["dashboardTokenCommand"].startswith("kubectl -n llm get secret ray-auth-token")
+
+
+def test_the_dashboard_admits_the_kuberay_operators_own_pods_only(dev):
+    policies = {
+        r.inputs["metadata"]["name"]: r.inputs for r in dev.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+    }
+    (rule,) = policies["dashboard-from-kuberay-operator"]["spec"]["ingress"]
+    (source,) = rule["from"]
+    assert source["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "kuberay-operator"}}
+    assert source["namespaceSelector"]["matchExpressions"][0]["values"] == ["kuberay-system"]
+    assert rule["ports"] == [{"port": 8265, "protocol": "TCP"}]
+
+
+def test_an_image_whose_ray_has_no_token_authentication_is_refused():
+    from tests.conftest import settings_error
+
+    error = settings_error({"ray-llm-eks:image": "registry.example.com/ray:old", "ray-llm-eks:rayVersion": "2.51.1"})
+    assert "rayVersion = 2.51.1: Ray 2.52.0 or later: token authentication of the dashboard and GCS" in str(error)

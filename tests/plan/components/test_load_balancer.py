@@ -6,6 +6,8 @@ from __future__ import annotations
 import ipaddress
 import json
 
+import pytest
+
 from offline.mocks import placeholder
 from offline.plan import run_program
 from ray_llm_eks.components.load_balancer import ANNOTATION, SUBNETS
@@ -151,3 +153,82 @@ def test_one_pod_identity_agent_serves_both_controllers(plans):
     releases = {r.name: r for r in xpyd.of_type("kubernetes:helm.sh/v3:Release")}
     for name in ("cluster-autoscaler", "aws-load-balancer-controller"):
         assert xpyd.depends_on(releases[name].urn, agent.urn), name
+
+
+def test_the_controller_role_holds_its_published_policy_scoped_to_this_cluster(dev):
+    """No ElasticLoadBalancingFullAccess, no tag writes without a condition: the controller's own policy, each
+    cluster-tag condition naming this stack's cluster (ray_llm_eks/domain/security/load_balancer_policy.py)."""
+    attached = [r.inputs["policyArn"] for r in dev.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")]
+    assert not [arn for arn in attached if "ElasticLoadBalancing" in arn]
+    (policy,) = [r for r in dev.of_type("aws:iam/rolePolicy:RolePolicy") if r.name.startswith("lb-controller")]
+    statements = json.loads(policy.inputs["policy"])["Statement"]
+    create_tags = [s for s in statements if "ec2:CreateTags" in s["Action"]]
+    assert create_tags and all("Condition" in s for s in create_tags)
+    tag_keys = ("aws:RequestTag/elbv2.k8s.aws/cluster", "aws:ResourceTag/elbv2.k8s.aws/cluster")
+    conditions = [s.get("Condition", {}) for s in statements]
+    named = [c["StringEquals"][k] for c in conditions for k in tag_keys if k in c.get("StringEquals", {})]
+    assert named and set(named) == {"ray-llm-dev"}
+    assert not [c for c in conditions for k in tag_keys if c.get("Null", {}).get(k) == "false"]  # no "any cluster"
+    assert policy.name == "lb-controller-policy"
+
+
+CERT = "arn:aws:acm:us-east-1:123456789012:certificate/0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+
+
+def test_the_nlb_service_allocates_no_node_port_and_targets_the_pods_ips(plans):
+    """A node port would be a way to the serve port that no NetworkPolicy closes; IP targets need none."""
+    for stack, plan in plans.items():
+        for service in [r for r in plan.of_type(SERVICE) if r.name == "internal-endpoint"]:
+            assert service.inputs["spec"]["allocateLoadBalancerNodePorts"] is False, stack
+            assert service.inputs["metadata"]["annotations"][f"{ANNOTATION}-nlb-target-type"] == "ip", stack
+
+
+def test_a_certificate_gives_the_nlb_a_tls_listener_and_no_plain_one():
+    plan = run_program("dev", {"ray-llm-eks:endpointCertificateArn": CERT})
+    service = plan.one(SERVICE, "internal-endpoint")
+    annotations, spec = service.inputs["metadata"]["annotations"], service.inputs["spec"]
+    assert spec["ports"] == [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 8000}]
+    assert annotations[f"{ANNOTATION}-ssl-cert"] == CERT
+    assert annotations[f"{ANNOTATION}-ssl-ports"] == "https"
+    assert annotations[f"{ANNOTATION}-ssl-negotiation-policy"] == "ELBSecurityPolicy-TLS13-1-2-2021-06"
+    assert plan.outputs["internalEndpointUrl"].startswith("https://<known after deploy: ")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"ray-llm-eks:endpointCertificateArn": CERT.replace("us-east-1", "us-west-2")},
+            "certificate/0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d: an ACM certificate ARN of the stack's region, "
+            "such as arn:aws:acm:us-east-1:123456789012:certificate/<uuid>",
+        ),
+        ({"ray-llm-eks:endpointCertificateArn": "my-cert"}, "endpointCertificateArn = my-cert: an ACM certificate ARN"),
+        (
+            {"ray-llm-eks:endpointCertificateArn": CERT, "ray-llm-eks:internalEndpoint": False},
+            "left out: the stack has no internal endpoint to put it on",
+        ),
+    ],
+)
+def test_a_certificate_of_another_region_or_no_certificate_at_all_is_refused(overrides, message):
+    error, _ = failing_run(overrides)
+    assert message in str(error)
+
+
+def test_every_pod_identity_role_is_trusted_for_its_own_service_account_only(plans):
+    """Each role EKS Pod Identity assumes names the account, the cluster, the namespace and the service account
+    its association is for (ray_llm_eks/components/pod_identity.py)."""
+    for stack, plan in plans.items():
+        associations = {
+            (a.inputs["namespace"], a.inputs["serviceAccount"])
+            for a in plan.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+        }
+        for role in plan.of_type("aws:iam/role:Role"):
+            trust = json.loads(role.inputs["assumeRolePolicy"])
+            (statement,) = trust["Statement"]
+            if statement["Principal"] != {"Service": "pods.eks.amazonaws.com"}:
+                continue
+            tags = statement["Condition"]["StringEquals"]
+            assert tags["aws:SourceAccount"].startswith("<known after deploy: "), (stack, role.name)
+            assert tags["aws:RequestTag/eks-cluster-name"] == f"ray-llm-{stack}", (stack, role.name)
+            owner = (tags["aws:RequestTag/kubernetes-namespace"], tags["aws:RequestTag/kubernetes-service-account"])
+            assert owner in associations or owner == ("kube-system", "ebs-csi-controller-sa"), (stack, role.name)

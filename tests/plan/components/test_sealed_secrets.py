@@ -17,7 +17,8 @@ from tests.conftest import failing_run
 NS = "ray-llm-eks:"
 SEALED = "  ray-llm-eks:apiKeys:\n    secure: v1:c2FsdA==:a2V5\n  ray-llm-eks:hfToken:\n    secure: v1:c2FsdA==:dG9r\n"
 DEFERRED = [
-    "deferred to deploy time: apiKeys: every key at least 16 characters (a `secure:` value, which only "
+    "deferred to deploy time: apiKeys: keys separated by commas, spaces or newlines, each at least 16 characters "
+    "of letters, digits and - . _ ~ + / (= at the end), e.g. openssl rand -hex 24 (a `secure:` value, which only "
     "`pulumi up` decrypts)",
     "deferred to deploy time: hfToken: a Hugging Face access token (hf_..., one word) (a `secure:` value, which "
     "only `pulumi up` decrypts)",
@@ -62,6 +63,7 @@ def test_with_the_key_check_off_only_the_token_waits(sealed_stack):
     ("key", "value", "allowed"),
     [
         ("apiKeys", "sk-canary", "1 key(s) shorter than 16 characters"),
+        ("apiKeys", "sk-canary-0123456789;sk-other-0123456789", "keys separated by commas, spaces or newlines"),
         ("hfToken", "canary-token", "a Hugging Face access token (hf_..., one word)"),
         ("hfToken", "hf_canary token", "a Hugging Face access token"),
         ("hfToken", "hf_canary\n", "a Hugging Face access token"),  # a pasted line break

@@ -182,7 +182,8 @@ def test_ray_rejects_what_we_would_otherwise_ship(dev):
 
 def test_pd_app_shape(dev):
     configs = llm_configs(dev)
-    assert serve_doc(dev)["applications"][0]["import_path"] == "ray.serve.llm:build_pd_openai_app"
+    # Ray's PD builder, its decode servers behind the prefill guard (ray_llm_eks/serve_ingress/prefill_guard.py).
+    assert serve_doc(dev)["applications"][0]["import_path"] == "prefill_guard:build_pd_app"
     assert {c["model_loading_config"]["model_id"] for c in configs.values()} == {"Qwen/Qwen3.5-9B"}
     for role, config in configs.items():
         kv = config["engine_kwargs"]["kv_transfer_config"]
@@ -395,9 +396,8 @@ def test_hf_token_never_appears_in_plain_text(tmp_path, capsys):
 
 
 def test_no_token_no_secret(dev):
-    assert [s.name for s in dev.of_type("kubernetes:core/v1:Secret")] == [
-        "llm-api-keys"
-    ]  # ray_llm_eks/domain/serving/api_keys.py
+    # The API keys (ray_llm_eks/domain/serving/api_keys.py) and Ray's token (ray_llm_eks/domain/security/ray_auth.py).
+    assert [s.name for s in dev.of_type("kubernetes:core/v1:Secret")] == ["llm-api-keys", "llm-ray-auth-token"]
     head = manifest(dev)["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     assert not any("secretKeyRef" in e.get("valueFrom", {}) for e in head["env"])  # only where Grafana is
 

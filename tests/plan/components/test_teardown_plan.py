@@ -86,3 +86,32 @@ def test_the_hook_waits_with_the_kubeconfig_its_state_keeps(monkeypatch):
 
     asyncio.run(run())
     assert seen == [("KUBE", "gp3"), ("FIRST", "gp3")]
+
+
+KEPT = {  # what a stack outside dev protects (type, name): ray_llm_eks/domain/platform/teardown.py keeps_data
+    ("eks:index:Cluster", "eks"),
+    ("aws:kms/key:Key", "eks-secrets"),
+    ("aws:elasticache/replicationGroup:ReplicationGroup", "gcs-store-valkey"),
+    ("aws:ebs/volume:Volume", "monitoring-prometheus-volume"),
+}
+CONTROL_PLANE_LOGS = ("aws:cloudwatch/logGroup:LogGroup", "eks-control-plane-logs")
+
+
+def _kept(plan) -> tuple[set, set]:
+    protected = {(r.type, r.name) for r in plan.registrations if r.options.get("protect")}
+    retained = {(r.type, r.name) for r in plan.registrations if r.options.get("retainOnDelete")}
+    return protected, retained
+
+
+def test_prod_protects_what_holds_data_and_keeps_its_audit_logs(plans):
+    """`destroy` of prod refuses while the cluster, its key, the GCS store and Prometheus's volume are protected,
+    and leaves the control plane's log group in CloudWatch."""
+    protected, retained = _kept(plans["prod"])
+    assert protected == KEPT
+    assert retained == {CONTROL_PLANE_LOGS}
+
+
+def test_dev_stacks_stay_easy_to_destroy(plans):
+    for stack, plan in plans.items():
+        if stack != "prod":  # every other shipped stack is environment dev
+            assert _kept(plan) == (set(), set()), stack

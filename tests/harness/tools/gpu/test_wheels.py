@@ -20,7 +20,7 @@ def test_the_kit_step_renders_each_stacks_spec_and_ships_botocores_facts(tmp_pat
     kit = tmp_path / "kit"
     dev = json.loads((kit / "dev.rayservice.json").read_text())
     app = yaml.safe_load(dev["serveConfigV2"])["applications"][0]
-    assert app["import_path"] == "ray.serve.llm:build_pd_openai_app"
+    assert app["import_path"] == "prefill_guard:build_pd_app"  # Ray's PD builder behind the prefill guard
     baseline = json.loads((kit / "baseline.rayservice.json").read_text())
     collocated = yaml.safe_load(baseline["serveConfigV2"])["applications"][0]
     assert collocated["import_path"] == "ray.serve.llm:build_openai_app"

@@ -154,6 +154,7 @@ MAPPINGS = {
     "prices": ["instances", "natGatewayPerHour"],
     "slo": ["ttftMs", "tpotMs"],
     "alerts": ["kvCacheUsage", "gpuMemoryUsage", "waitingMinutes"],
+    "eksAddonVersions": ["vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent", "aws-ebs-csi-driver"],
 }
 
 

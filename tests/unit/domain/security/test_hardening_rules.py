@@ -17,7 +17,17 @@ PROD_OPEN = {"ray-llm-eks:environment": "production"}
         (PROD_OPEN, "endpointPublicAccessCidrs (not set): required in environment production"),
         (
             {**PROD_OPEN, "ray-llm-eks:endpointPublicAccessCidrs": ["10.1.0.0/16", "0.0.0.0/0"]},
-            "endpointPublicAccessCidrs = [0.0.0.0/0]: not open to the whole internet",
+            "endpointPublicAccessCidrs = [10.1.0.0/16, 0.0.0.0/0]: your own networks in environment production: "
+            "together at most 16,777,216 addresses (one /8; these reach 4,294,967,296)",
+        ),
+        (
+            {
+                **PROD_OPEN,
+                "ray-llm-eks:endpointPublicAccessCidrs": ["203.0.113.0/24"],
+                "ray-llm-eks:networkPolicies": False,
+            },
+            "networkPolicies = false: true in environment production: without them any pod of the cluster reaches "
+            "the Ray head",
         ),
         ({"ray-llm-eks:environment": "prod"}, "environment = prod: one of [dev, staging, production]"),
         ({"ray-llm-eks:serveClientNamespaces": ["Apps"]}, "serveClientNamespaces = Apps"),
@@ -60,3 +70,38 @@ def test_an_existing_cluster_has_no_pod_subnets_of_ours_to_refuse():
     """Its VPC is not the stack's (vpcCidr describes nothing there), and it gets no internal endpoint."""
     settings = settings_of({"ray-llm-eks:existingCluster": True, "ray-llm-eks:endpointSourceRanges": ["10.0.0.0/16"]})
     assert settings.hardening.pod_subnets == () and not settings.hardening.internal_endpoint
+
+
+WIDE = [
+    ["0.0.0.0/1", "128.0.0.0/1"],  # 0.0.0.0/0 in two halves
+    ["0.0.0.0/1"],
+    ["44.0.0.0/7"],  # one block wider than a /8
+    ["44.0.0.0/8", "45.0.0.0/24"],  # a /8 and a little more
+    [f"{n}.0.0.0/9" for n in range(1, 4)],  # narrower blocks that together pass a /8
+]
+
+
+@pytest.mark.parametrize("cidrs", WIDE)
+@pytest.mark.parametrize("environment", ["staging", "production"])
+def test_public_endpoint_ranges_wider_than_one_slash_8_are_refused_outside_dev(cidrs, environment):
+    error = settings_error({"ray-llm-eks:environment": environment, "ray-llm-eks:endpointPublicAccessCidrs": cidrs})
+    assert f"your own networks in environment {environment}: together at most 16,777,216 addresses" in str(error)
+
+
+def test_public_endpoint_ranges_of_a_slash_8_or_less_pass_and_dev_may_open_the_endpoint():
+    ok = ["44.0.0.0/8", "44.1.2.0/24"]  # a /8, and a block inside it (overlaps counted once)
+    settings = settings_of({"ray-llm-eks:environment": "production", "ray-llm-eks:endpointPublicAccessCidrs": ok})
+    assert settings.hardening.environment == "production"
+    assert settings_of({"ray-llm-eks:endpointPublicAccessCidrs": ["0.0.0.0/1", "128.0.0.0/1"]})  # dev
+
+
+def test_network_policies_may_be_off_in_dev_only():
+    assert settings_of({"ray-llm-eks:networkPolicies": False}).hardening.network_policies is False
+    error = settings_error(
+        {
+            "ray-llm-eks:environment": "staging",
+            "ray-llm-eks:endpointPublicAccessCidrs": ["203.0.113.0/24"],
+            "ray-llm-eks:networkPolicies": False,
+        }
+    )
+    assert "networkPolicies = false: true in environment staging" in str(error)

@@ -32,7 +32,10 @@ def test_the_spec_serves_the_served_document_and_it_is_keyed(settings):
         "PYTHONPATH": f"{api_keys.MODULE_DIR}:${{PYTHONPATH}}",
         api_keys.WORKER_SETUP_HOOK_ENV: api_keys.WORKER_SETUP_HOOK,
     }
-    keys = {api_keys.KEYS_FILE_ENV: f"{api_keys.KEYS_DIR}/{api_keys.KEYS_FILE}"}
+    keys = {
+        api_keys.KEYS_FILE_ENV: f"{api_keys.KEYS_DIR}/{api_keys.KEYS_FILE}",
+        api_keys.MAX_BODY_ENV: str(settings.hardening.max_request_bytes),
+    }
     app = document["applications"][0]
     assert app["args"]["ingress_cls_config"] == {"ingress_cls": api_keys.INGRESS_CLS}
     holders = [app, *serve_config.llm_configs_by_role(document, "spec").values()]
@@ -49,6 +52,9 @@ def test_the_spec_serves_the_served_document_and_it_is_keyed(settings):
         if not holder["runtime_env"]:
             del holder["runtime_env"]
     del app["args"]["ingress_cls_config"]
+    # A PD app runs Ray's builder through the prefill guard (ray_llm_eks/serve_ingress/prefill_guard.py).
+    if app["import_path"] == serve_config.GUARDED_PD_IMPORT:
+        app["import_path"] = serve_config.PD_IMPORT
     # The stack's own application is there, unchanged but for the key check and the shipped code.
     assert document == settings.serving.serve_document
 
@@ -83,7 +89,8 @@ def test_the_hugging_face_token_reaches_head_and_workers_only_when_the_stack_has
 def test_on_this_machine_moves_only_the_two_pod_paths(settings):
     keyed = served_document(settings)
     local = api_keys.on_this_machine(keyed, "/repo/serve_ingress", "/tmp/keys")
-    assert local == api_keys.on_this_machine(settings.serving.serve_document, "/repo/serve_ingress", "/tmp/keys")
+    limit = settings.hardening.max_request_bytes
+    assert local == api_keys.on_this_machine(settings.serving.serve_document, "/repo/serve_ingress", "/tmp/keys", limit)
     assert local["applications"][0]["runtime_env"]["env_vars"][api_keys.KEYS_FILE_ENV] == "/tmp/keys"
     assert "/repo/serve_ingress:${PYTHONPATH}" in json.dumps(local)
     pod_paths = json.dumps(local).replace("/repo/serve_ingress", api_keys.MODULE_DIR)
