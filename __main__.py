@@ -191,6 +191,7 @@ service = LlmService(
         store,
         [cluster.cluster_security_group_id, store.head_security_group.id] if store else [],
         sealed,
+        secrets.ray_auth_token,
     ),
     # The operator outlives the RayService (its finalizer), and so do the plugins and nodes it runs on.
     pulumi.ResourceOptions(providers=[provider], depends_on=[*installed, *nodes]),

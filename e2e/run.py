@@ -60,6 +60,7 @@ from ray_llm_eks.domain.core.config_keys import default  # noqa: E402
 from ray_llm_eks.domain.core.facts import POOL_NODE_LABEL  # noqa: E402
 from ray_llm_eks.domain.platform import cluster_checks, versions  # noqa: E402
 from ray_llm_eks.domain.render.ray_service import ray_service_spec, served_document  # noqa: E402
+from ray_llm_eks.domain.security import ray_auth  # noqa: E402
 from ray_llm_eks.domain.serving import api_keys  # noqa: E402
 from ray_llm_eks.domain.telemetry import observability  # noqa: E402
 
@@ -153,6 +154,9 @@ class Stack:
         (self.project / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
         self.ready_timeout: int | None = None
         self.api_key = secrets.token_hex(24)  # this run's apiKeys: must never be readable in the state
+        # The Ray cluster's token, set as a user may: unset, pulumi-random makes one, whose plugin cannot be built
+        # here (the Go module proxy refuses github.com/pulumi/pulumi-random/provider).
+        self.ray_token = secrets.token_hex(24)
         self.outputs: list[str] = []  # what the CLI printed for each up
         self.stack = auto.create_or_select_stack(
             stack_name=STACK,
@@ -192,6 +196,7 @@ class Stack:
         self.stack.set_config("ray-llm-eks:kubeconfig", self.auto.ConfigValue(kubeconfig, secret=True))
         # As `make stack` sets it: `pulumi up` refuses a stack without a key.
         self.stack.set_config("ray-llm-eks:apiKeys", self.auto.ConfigValue(self.api_key, secret=True))
+        self.stack.set_config("ray-llm-eks:rayAuthToken", self.auto.ConfigValue(self.ray_token, secret=True))
 
     def up(self, what: str):
         self.events = []
@@ -379,10 +384,15 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
         base64.b64decode(keys).decode() == f"{stack.api_key}\n",
         "the stack's apiKeys reached the key file the ingress reads (Secret llm/api-keys)",
     )
+    token = api.get(f"/api/v1/namespaces/{NS}/secrets/{ray_auth.SECRET_NAME}")["data"][ray_auth.SECRET_KEY]
+    checks.expect(
+        base64.b64decode(token).decode() == stack.ray_token,
+        "the stack's rayAuthToken reached the Secret KubeRay gives every Ray container (llm/ray-auth-token)",
+    )
     state = json.dumps(stack.stack.export_stack().deployment)
     checks.expect(
-        stack.api_key not in state + "".join(stack.outputs),
-        "the API key appears in neither the Pulumi state nor the CLI's output (a secret end to end)",
+        stack.api_key not in state + "".join(stack.outputs) and stack.ray_token not in state + "".join(stack.outputs),
+        "the API key and Ray's token appear in neither the Pulumi state nor the CLI's output (secrets end to end)",
     )
     observability_admitted(stack, api, objs, checks)
 

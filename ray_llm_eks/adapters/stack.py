@@ -80,6 +80,7 @@ class StackSecrets:
     hf_token: Any = None
     api_keys: Any = None
     kubeconfig: Any = None
+    ray_auth_token: Any = None
 
 
 def stack_secrets() -> StackSecrets:
@@ -90,6 +91,7 @@ def stack_secrets() -> StackSecrets:
         hf_token=project_config.get_secret("hfToken"),
         api_keys=project_config.get_secret("apiKeys"),
         kubeconfig=project_config.get_secret("kubeconfig"),
+        ray_auth_token=project_config.get_secret("rayAuthToken"),
     )
 
 

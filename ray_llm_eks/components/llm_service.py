@@ -77,6 +77,8 @@ class LlmServiceArgs:
     """The Hugging Face token (a secret), put in the Secret the spec's pods read; none: no Secret."""
     api_keys: pulumi.Input[str] | None = None
     """The endpoint's API keys (a secret, comma- or newline-separated) for the key-checking ingress."""
+    ray_auth_token: pulumi.Input[str] | None = None
+    """The Ray cluster's token (a secret, at least 32 characters); none: a random one made in the graph."""
     redis_address: pulumi.Input[str] | None = None
     """The GCS fault tolerance store's address (rediss://host:port), in place of the spec's placeholder."""
     redis_password: pulumi.Input[str] | None = None
@@ -84,8 +86,8 @@ class LlmServiceArgs:
     head_security_group_ids: Sequence[pulumi.Input[str]] | None = ()
     """Security groups for the Ray head pod (a SecurityGroupPolicy), with the GCS store only."""
     sealed_secrets: Sequence[str] | None = ()
-    """Secrets (hfToken, apiKeys) an offline plan cannot read (`secure:` values): their content checks wait for
-    `pulumi up`."""
+    """Secrets (hfToken, apiKeys, rayAuthToken) an offline plan cannot read (`secure:` values): their content checks
+    wait for `pulumi up`."""
 
     def __post_init__(self) -> None:
         fill_defaults(self)
@@ -215,13 +217,17 @@ class LlmService(pulumi.ComponentResource):
         if auth_secret := auth_secret_name(args.ray_service_spec):
             # Ray's token (ray_llm_eks/domain/security/ray_auth.py): random, a Pulumi secret end to end; KubeRay puts
             # it into every Ray container and sends it on its own dashboard calls.
-            token = random.RandomPassword(f"{name}-ray-auth-token", length=48, special=False, opts=child)
+            if args.ray_auth_token is not None:
+                token_value = checked(args.ray_auth_token, ray_auth.check_token, "rayAuthToken")
+            else:
+                token = random.RandomPassword(f"{name}-ray-auth-token", length=48, special=False, opts=child)
+                token_value = token.result
             waits_for.append(
                 k8s.core.v1.Secret(
                     f"{name}-ray-auth-token",
                     metadata=k8s.meta.v1.ObjectMetaArgs(name=auth_secret, namespace=namespace.metadata.name),
                     type="Opaque",
-                    string_data={ray_auth.SECRET_KEY: pulumi.Output.secret(token.result)},
+                    string_data={ray_auth.SECRET_KEY: pulumi.Output.secret(token_value)},
                     opts=child,
                 )
             )

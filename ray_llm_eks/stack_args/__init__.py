@@ -38,6 +38,7 @@ def llm_service_args(
     store: GcsStore | None,
     head_security_groups: list[pulumi.Input[str]],
     sealed: frozenset[str] = frozenset(),
+    ray_auth_token: pulumi.Output[str] | None = None,
 ) -> LlmServiceArgs:
     serving, mode, hardening = settings.serving, settings.deploy_mode, settings.hardening
     return LlmServiceArgs(
@@ -61,10 +62,11 @@ def llm_service_args(
         ready_timeout_seconds=serving.ready_timeout_seconds,
         hf_token=hf_token,
         api_keys=api_keys,
+        ray_auth_token=ray_auth_token,
         redis_address=store.address if store else None,
         redis_password=store.password if store else None,
         head_security_group_ids=head_security_groups if store else (),
-        sealed_secrets=sorted(key for key in ("hfToken", "apiKeys") if key in sealed),
+        sealed_secrets=sorted(key for key in ("hfToken", "apiKeys", "rayAuthToken") if key in sealed),
     )
 
 

@@ -40,6 +40,19 @@ def check_ray_version(key: str, ray_version: str) -> str:
     return ray_version
 
 
+MIN_TOKEN_CHARS = 32  # the random one is 48 letters and digits: 285 bits
+
+
+def check_token(token: str) -> str:
+    """A token of the user's own: long enough to guess no sooner than the random one, one line, no blanks (the
+    Secret's value is sent as a header). Never shown in the refusal."""
+    if len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token) or not token.isprintable():
+        raise ConfigError(
+            "rayAuthToken", "(not shown)", f"at least {MIN_TOKEN_CHARS} printable characters without blanks"
+        )
+    return token
+
+
 def token_command(namespace: str) -> str:
     """How a person reads the token (for the dashboard's login, `ray job` or `serve` CLIs as RAY_AUTH_TOKEN)."""
     return f"kubectl -n {namespace} get secret {SECRET_NAME} -o jsonpath='{{.data.{SECRET_KEY}}}' | base64 -d"

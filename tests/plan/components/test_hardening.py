@@ -185,3 +185,18 @@ def test_an_image_whose_ray_has_no_token_authentication_is_refused():
 
     error = settings_error({"ray-llm-eks:image": "registry.example.com/ray:old", "ray-llm-eks:rayVersion": "2.51.1"})
     assert "rayVersion = 2.51.1: Ray 2.52.0 or later: token authentication of the dashboard and GCS" in str(error)
+
+
+def test_a_ray_token_of_the_users_own_replaces_the_random_one_and_a_short_one_is_refused_unshown():
+    from offline.plan import run_program
+    from ray_llm_eks.adapters.stackfile import SecretValue
+    from tests.conftest import failing_run
+
+    token = "t" * 40
+    plan = run_program("dev", {"ray-llm-eks:rayAuthToken": SecretValue(token)})
+    assert "llm-ray-auth-token" not in {r.name for r in plan.of_type("random:index/randomPassword:RandomPassword")}
+    secret = plan.one("kubernetes:core/v1:Secret", "llm-ray-auth-token")
+    assert secret.inputs["stringData"] == "[secret]" and token not in str(plan.registrations)
+    error, _ = failing_run({"ray-llm-eks:rayAuthToken": SecretValue("short token")})
+    assert "rayAuthToken = (not shown): at least 32 printable characters without blanks" in str(error)
+    assert "short token" not in str(error)
