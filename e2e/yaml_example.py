@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -50,14 +51,20 @@ def project(where: Path, package: Path) -> Path:
     llm = doc["resources"]["llm"]
     llm.pop("options")  # its only option is dependsOn kuberay
     llm["properties"].update(waitForReady=False, namespace=NS)
+    # The Ray cluster's token from a secret of the stack, as a user may give it: without one the component makes a
+    # random one with pulumi-random, whose plugin cannot be built here (the Go module proxy refuses its module).
+    doc["config"]["rayAuthToken"] = {"type": "string", "secret": True}
+    llm["properties"]["rayAuthToken"] = "${rayAuthToken}"
     where.mkdir(parents=True)
     (where / "Pulumi.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     return where
 
 
-def cli(args: list[str], cwd: Path, env: dict[str, str], log) -> subprocess.CompletedProcess:
+def cli(args: list[str], cwd: Path, env: dict[str, str], log, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """`stdin`: what the command reads (a secret's value: never in its arguments, which the log shows)."""
     log(f"$ pulumi {' '.join(args)}")
-    return subprocess.run(["pulumi", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(["pulumi", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+                          input=stdin)  # fmt: skip
 
 
 def run(work: Path, env: dict[str, str], api, spec: dict, model: str, log, checks) -> None:
@@ -72,6 +79,9 @@ def run(work: Path, env: dict[str, str], api, spec: dict, model: str, log, check
     doc = yaml.safe_load(stack_file.read_text()) or {}
     doc["config"] = {"pd-service-yaml:rayServiceSpec": spec, "pd-service-yaml:modelId": model}
     stack_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    token = secrets.token_hex(24)
+    done = cli(["config", "set", "--secret", "rayAuthToken"], proj, env, log, stdin=token)
+    checks.expect(done.returncode == 0, "YAML example: pulumi config set --secret rayAuthToken", done.stderr[-300:])
     done = cli(["up", "--yes", "--skip-preview", "--non-interactive", "--color", "never"], proj, env, log)
     checks.expect(done.returncode == 0, "YAML example: pulumi up (real CLI, pulumi-language-yaml) succeeds",
                   (done.stdout + done.stderr)[-3000:])  # fmt: skip
@@ -87,7 +97,10 @@ def run(work: Path, env: dict[str, str], api, spec: dict, model: str, log, check
         live_groups = [g["groupName"] for g in live["rayClusterConfig"]["workerGroupSpecs"]]
         checks.expect(live_groups == sent_groups, "YAML example: the RayService has the spec's worker groups",
                       f"{live_groups} != {sent_groups}")  # fmt: skip
-    state = json.loads(cli(["stack", "export"], proj, env, log).stdout or "{}")
+    exported = cli(["stack", "export"], proj, env, log).stdout or "{}"
+    shown = exported + done.stdout + done.stderr  # done: the up's
+    checks.expect(token not in shown, "YAML example: Ray's token is in neither the state nor the CLI's output")
+    state = json.loads(exported)
     types = {r["type"] for r in state.get("deployment", {}).get("resources", [])}
     checks.expect("ray-llm-eks:index:LlmService" in types, "YAML example: the state holds the LlmService component",
                   str(sorted(types)))  # fmt: skip
