@@ -20,7 +20,7 @@ from ray_llm_eks.components.network import Network
 from ray_llm_eks.components.observability import EbsCsiDriver, MonitoringStack, ServiceMonitoring
 from ray_llm_eks.components.pod_identity import PodIdentityAgent
 from ray_llm_eks.components.weights_access import WeightsAccess
-from ray_llm_eks.domain.checks import known_issues, preflight
+from ray_llm_eks.domain.checks import known_issues, placeholders, preflight
 from ray_llm_eks.domain.cluster import gcs_ft, node_provisioning, upgrades
 from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.core.yaml_files import YamlSyntaxError
@@ -35,6 +35,8 @@ try:  # a bad value or an AWS refusal stops here, before any resource
     settings = stack.load_settings(stack_config)  # typed and validated
     mode = settings.deploy_mode
     for line in config.secret_checks(settings, deploying=stack.deploying()):
+        pulumi.log.warn(line)
+    for line in placeholders.check(settings, deploying=stack.deploying()):  # values copied from documentation
         pulumi.log.warn(line)
     for line in known_issues.warnings(settings):  # upstream bugs on this stack's path, warned only
         pulumi.log.warn(line)

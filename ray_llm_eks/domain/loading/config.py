@@ -17,7 +17,7 @@ from typing import Any
 from ray_llm_eks.domain.checks import known_issues
 from ray_llm_eks.domain.cluster import deploy_mode, gcs_ft, node_provisioning, upgrades
 from ray_llm_eks.domain.cluster.deploy_mode import DeployMode
-from ray_llm_eks.domain.core.errors import UNSET, ConfigError, mapping_of, yaml_text
+from ray_llm_eks.domain.core.errors import UNSET, ConfigError, mapping_of, refused_when_deploying, yaml_text
 from ray_llm_eks.domain.core.facts import GPU_ROLES
 from ray_llm_eks.domain.core.raw_config import Getter, RawConfig, check_fields
 from ray_llm_eks.domain.fit import roles, scaling
@@ -255,7 +255,6 @@ def secret_checks(settings: Settings, deploying: bool) -> list[str]:
     """What the stack's secrets decide before deploying: a gated model without hfToken is refused, and
     so is an endpoint that checks keys but has none (every request would get 401 on GPUs paid for);
     while only planning, both are warnings. Returns the warnings, then a line per security switch turned off."""
-    warnings = []
     refusals = []
     gated = model_table.gated_models(settings.serving.serve_document)
     if not settings.hf_token_set and gated:
@@ -271,11 +270,6 @@ def secret_checks(settings: Settings, deploying: bool) -> list[str]:
                 '"$(openssl rand -hex 24)"; without one every request gets 401 (docs/security.md)',
             )
         )
-    for error in refusals:
-        if deploying:
-            raise error
-        # Not yet set is the normal state of a stack before `make stack`: a warning that says so, not a refusal.
-        warnings.append(
-            f"{error.key} is not set yet: {error.allowed}; `make plan` goes on without it, `pulumi up` will refuse"
-        )
+    # Not yet set is the normal state of a stack before `make stack`: a warning that says so, not a refusal.
+    warnings = refused_when_deploying(refusals, deploying, "`make plan` goes on without it, `pulumi up` will refuse")
     return warnings + switched_off(settings.hardening, settings.api_keys_set)

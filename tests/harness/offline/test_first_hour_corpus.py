@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import re
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from offline import plan as plan_cli
+from ray_llm_eks.adapters.stackfile import SecretValue
 from ray_llm_eks.domain.serving import serve_config
 from tests.conftest import copy_project
 
 DEV = "Pulumi.dev.yaml"
+PROD = "Pulumi.prod.yaml"
+BASELINE = "Pulumi.baseline.yaml"
 PD = "ray_llm_eks/serve_configs/pd-disaggregated.yaml"
 
 
@@ -30,6 +34,19 @@ def replace(old: str, new: str, file: str = DEV):
         return doc.replace(old, new, 1)
 
     return file, edit
+
+
+def edits(*changes):
+    """Several edits of one file, in order."""
+    files = {file for file, _ in changes}
+    assert len(files) == 1, files
+
+    def edit(doc: str) -> str:
+        for _, change in changes:
+            doc = change(doc)
+        return doc
+
+    return files.pop(), edit
 
 
 def sub(pattern: str, new: str):
@@ -258,20 +275,60 @@ def test_the_corpus_is_large_and_each_case_distinct():
     assert len(CORPUS) >= 40 and len({case[0] for case in CORPUS}) == len(CORPUS)
 
 
-@pytest.mark.parametrize(("mistake", "edit", "expected"), CORPUS, ids=[case[0] for case in CORPUS])
-def test_a_first_hour_mistake_is_one_line(corpus_project: Path, capsys, mistake, edit, expected):
+@contextmanager
+def _edited(root: Path, edit):
+    """The project copy with one case's edit, put back afterwards; yields the stack of the edited file (dev for
+    a serve file)."""
     file, change = edit
-    path = corpus_project / file
+    path = root / file
     original = path.read_text()
-    out = corpus_project / "out"
     try:
         path.write_text(change(original))
-        assert plan_cli.main(["--stack", "dev", "--out", str(out)]) == 2
+        yield file.removeprefix("Pulumi.").removesuffix(".yaml") if file.startswith("Pulumi.") else "dev"
     finally:
         path.write_text(original)
-        shutil.rmtree(out, ignore_errors=True)  # a case that planned must not fail the next ones
+        shutil.rmtree(root / "out", ignore_errors=True)  # a case that planned must not fail the next ones
+
+
+@pytest.mark.parametrize(("mistake", "edit", "expected"), CORPUS, ids=[case[0] for case in CORPUS])
+def test_a_first_hour_mistake_is_one_line(corpus_project: Path, capsys, mistake, edit, expected):
+    with _edited(corpus_project, edit):
+        assert plan_cli.main(["--stack", "dev", "--out", str(corpus_project / "out")]) == 2
     captured = capsys.readouterr()
     err = captured.err
     assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err + captured.out, err
+    for text in expected:
+        assert text in err, err
+
+
+# ---- the second hour: the user's own stacks (copies of the shipped ones, other regions, other types), each
+# refusal naming the key to change and a value that plans. `up`: the program run as `pulumi up` runs it (what
+# only deploying refuses), with an API key set.
+SECOND_HOUR = [
+    (
+        "documentation-cidr-at-up",
+        (PROD, lambda doc: doc),
+        "up",
+        ["ray-llm-eks:endpointPublicAccessCidrs = 203.0.113.0/24", "documentation range", "/32"],
+    ),
+]
+
+
+def _one_line_at_up(root: Path, stack: str) -> str:
+    """The line `pulumi up` prints for the program's refusal (__main__.py hands the CLI str(error))."""
+    with pytest.raises(ValueError) as caught:
+        plan_cli.run_program(stack, {"ray-llm-eks:apiKeys": SecretValue("k" * 32)}, root=root, offline_plan=False)
+    return f"error: {plan_cli.root_message(caught.value)}\n"
+
+
+@pytest.mark.parametrize(("mistake", "edit", "run", "expected"), SECOND_HOUR, ids=[c[0] for c in SECOND_HOUR])
+def test_a_second_hour_mistake_is_one_line_naming_the_key(corpus_project: Path, capsys, mistake, edit, run, expected):
+    with _edited(corpus_project, edit) as stack:
+        if run == "up":
+            err = _one_line_at_up(corpus_project, stack)
+        else:
+            assert plan_cli.main(["--stack", stack, "--out", str(corpus_project / "out")]) == 2
+            err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
     for text in expected:
         assert text in err, err
