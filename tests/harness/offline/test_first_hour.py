@@ -176,7 +176,11 @@ def test_a_copy_of_dev_in_another_region_plans(project, capsys, plans):
     assert plan_cli.main(["--stack", "mine", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "us-west-2 on-demand" in printed and (out / "resources.json").exists()
-    assert "total: unknown, no price for internal load balancer (NLB), NLB capacity units (budget)" in printed
+    assert (
+        "total: unknown; at least 4.42 $/h (~3,228 $/month) without the 2 missing prices: internal load balancer "
+        "(NLB), NLB capacity units (budget) (set prices.loadBalancerPerHour, prices.loadBalancerLcuPerHour in "
+        "the stack)"
+    ) in printed
     nlb = "  ray-llm-eks:prices:\n    loadBalancerPerHour: 0.0225\n    loadBalancerLcuPerHour: 0.006\n"
     (project / "Pulumi.mine.yaml").write_text(oregon + nlb)
     assert plan_cli.main(["--stack", "mine", "--out", str(out)]) == 0
@@ -187,7 +191,7 @@ def test_a_copy_of_dev_in_another_region_plans(project, capsys, plans):
     (project / "Pulumi.mine.yaml").write_text(ireland)
     assert plan_cli.main(["--stack", "mine", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "total: unknown, no price for decode nodes g6.8xlarge, prefill nodes g6.8xlarge" in printed
+    assert "missing prices: decode nodes g6.8xlarge, prefill nodes g6.8xlarge" in printed
     # Each missing price by the `prices` field that sets it, an instance type once for both pools.
     assert "(set prices.instances.g6.8xlarge, prices.loadBalancerPerHour, prices.loadBalancerLcuPerHour in" in printed
     (project / "Pulumi.mine.yaml").write_text(ireland + nlb + "    instances: {g6.8xlarge: 2.5}\n")

@@ -301,15 +301,36 @@ def test_a_first_hour_mistake_is_one_line(corpus_project: Path, capsys, mistake,
         assert text in err, err
 
 
+def region(name: str, file: str = DEV):
+    return file, lambda doc: doc.replace("us-east-1", name)
+
+
 # ---- the second hour: the user's own stacks (copies of the shipped ones, other regions, other types), each
 # refusal naming the key to change and a value that plans. `up`: the program run as `pulumi up` runs it (what
-# only deploying refuses), with an API key set.
+# only deploying refuses), with an API key set; `plan`: `make plan` refuses it in one line; `planned`: `make
+# plan` plans it and its output says what is expected.
 SECOND_HOUR = [
     (
         "documentation-cidr-at-up",
         (PROD, lambda doc: doc),
         "up",
         ["ray-llm-eks:endpointPublicAccessCidrs = 203.0.113.0/24", "documentation range", "/32"],
+    ),
+    (
+        "dev-in-us-west-2-partial-cost",
+        region("us-west-2"),
+        "planned",
+        [
+            "total: unknown; at least 4.42 $/h",
+            "missing prices: internal load balancer (NLB), NLB capacity units",
+            "set prices.loadBalancerPerHour, prices.loadBalancerLcuPerHour",
+        ],
+    ),
+    (
+        "region-without-a-price-table",
+        region("ap-northeast-1"),
+        "planned",
+        ["ap-northeast-1 on-demand (no price table for ap-northeast-1", "prices.instances.g6.8xlarge"],
     ),
 ]
 
@@ -325,10 +346,13 @@ def _one_line_at_up(root: Path, stack: str) -> str:
 def test_a_second_hour_mistake_is_one_line_naming_the_key(corpus_project: Path, capsys, mistake, edit, run, expected):
     with _edited(corpus_project, edit) as stack:
         if run == "up":
-            err = _one_line_at_up(corpus_project, stack)
+            said = _one_line_at_up(corpus_project, stack)
         else:
-            assert plan_cli.main(["--stack", stack, "--out", str(corpus_project / "out")]) == 2
-            err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+            planned = plan_cli.main(["--stack", stack, "--out", str(corpus_project / "out")])
+            captured = capsys.readouterr()
+            said = captured.out if run == "planned" else captured.err
+            assert planned == (0 if run == "planned" else 2), captured.err
+    if run != "planned":
+        assert said.count("\n") == 1 and said.startswith("error: ") and "Traceback" not in said, said
     for text in expected:
-        assert text in err, err
+        assert text in said, said

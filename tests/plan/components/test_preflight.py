@@ -279,7 +279,7 @@ def test_every_stack_prints_an_hourly_cost_or_says_what_is_missing(plans):
             assert isinstance(plan.outputs["estimatedHourlyCostUsd"], float), plan.stack
             assert re.search(r"total: [\d.]+ \$/h", plan.summary())
         elif estimate["unknownPrices"]:
-            assert f"total: unknown, no price for {', '.join(estimate['unknownPrices'])}" in plan.summary()
+            assert f"missing prices: {', '.join(estimate['unknownPrices'])}" in plan.summary()
 
 
 def test_bad_prices_fail_before_any_resource():

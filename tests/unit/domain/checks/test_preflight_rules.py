@@ -199,7 +199,9 @@ def test_unknown_prices_are_said_not_guessed():
     estimate = hourly(region_overrides("eu-south-2")).as_output()
     assert estimate["usdPerHour"] is None
     assert "prefill nodes g6.8xlarge" in estimate["unknownPrices"]
-    assert "total: unknown, no price for" in cost.table(estimate)
+    assert "total: unknown; at least 0.11 $/h" in cost.table(estimate)
+    # A region without a table says so in the header, not as a date.
+    assert "(no price table for eu-south-2: only prices the same in every region)" in cost.table(estimate)
 
 
 def test_stack_prices_override_the_table():
