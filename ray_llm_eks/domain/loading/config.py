@@ -28,6 +28,7 @@ from ray_llm_eks.domain.render import alert_rules
 from ray_llm_eks.domain.security import hardening as hardening_section
 from ray_llm_eks.domain.security.hardening import switched_off
 from ray_llm_eks.domain.serving import model_table, serve_config
+from ray_llm_eks.domain.stack import cost
 from ray_llm_eks.domain.stack.settings import (
     AmiPin,
     ClusterSettings,
@@ -200,7 +201,8 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
     obs = observability.load(raw, existing_cluster=mode.existing_cluster)
     cluster = _cluster(raw, name, region, network.vpc_cidr, facts, obs)
     pools = _gpu_pools(raw, network, cluster.kubernetes_version, facts)
-    serving = serving_settings(raw, region, pools, facts, obs)
+    price_overrides = prices.load(raw)
+    serving = serving_settings(raw, region, pools, facts, obs, cost.instance_prices(region, price_overrides))
     # Node bounds of autoscaling roles follow their replicas (ray_llm_eks/domain/fit/scaling.py), or must agree with
     # them.
     pools = scaling.reconcile_pools(pools, serving.roles)
@@ -229,7 +231,7 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         cluster=cluster,
         gpu_pools=pools,
         serving=serving,
-        prices=prices.load(raw),
+        prices=price_overrides,
         hardening=hardening,
         slo=slo.load(raw),
         alerts=alerts.load(raw, serving.roles, alert_rules.pool_types(pools)),

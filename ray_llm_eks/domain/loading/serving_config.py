@@ -62,7 +62,7 @@ def _serve_overrides(raw: RawConfig) -> serve_config.ServeOverrides:
     model_id, model_source = raw.text("modelId"), raw.text("modelSource")
     for key, value in (("modelId", model_id), ("modelSource", model_source)):
         if value is not None and not re.fullmatch(r"[\w][\w./:-]*", value):
-            raise ConfigError(key, value, "a model id or source such as Qwen/Qwen3.5-9B (no spaces)")
+            raise ConfigError(key, value, _model_reference_refusal(key, value))
     if model_source is not None and "://" in model_source:
         _s3_uri("modelSource", model_source)
     max_len = raw.integer("maxModelLen")
@@ -84,6 +84,23 @@ def _serve_overrides(raw: RawConfig) -> serve_config.ServeOverrides:
     return serve_config.ServeOverrides(
         model_id, model_source, max_len, replicas, autoscaling, kv_buffer_device, _selective_pd(raw.text("selectivePd"))
     )
+
+
+# A path of the machine the stack is written on: a drive letter, a backslash, a home or relative path.
+_LOCAL_PATH = re.compile(r"[A-Za-z]:[\\/].*|.*\\.*|~.*|\.{1,2}/.*")
+
+
+def _model_reference_refusal(key: str, value: str) -> str:
+    """What a modelId or modelSource allows, said for the slip it holds."""
+    hub = "a Hugging Face repo id such as Qwen/Qwen3.5-9B"
+    if _LOCAL_PATH.fullmatch(value) or value.startswith("/"):
+        return (
+            f"{hub}, or s3://<bucket>/<prefix> of a copy in the stack's region: a path on this machine is not on the "
+            "GPU nodes (upload the weights: aws s3 sync <dir> s3://<bucket>/<prefix>)"
+        )
+    if re.search(r"\s", value):
+        return f"{hub} (no spaces)"
+    return f"{hub} (letters, digits and . _ - / :, starting with a letter or digit)"
 
 
 def _selective_pd(value: str) -> int | None:
@@ -112,8 +129,15 @@ def _without_max_num_seqs(document: dict) -> set[str]:
 
 
 def serving_settings(
-    raw: RawConfig, region: str, pools: Mapping[str, GpuPoolSettings], facts: BotocoreFacts, obs: ObservabilitySettings
+    raw: RawConfig,
+    region: str,
+    pools: Mapping[str, GpuPoolSettings],
+    facts: BotocoreFacts,
+    obs: ObservabilitySettings,
+    instance_prices: Mapping[str, float],
 ) -> ServingSettings:
+    """`instance_prices`: on-demand $/h by instance type in the stack's region (a refusal names the cheapest type
+    that fits)."""
     image, held = _image(raw, region, facts)
     ray_version, vllm_version = held["ray"], held.get("vllm")
     name = raw.text("serveConfig")
@@ -128,7 +152,7 @@ def serving_settings(
     pool_types = [(p.app_role, p.nodes.instance_type) for p in pools.values()]
     seqs = model_fit.parse_max_num_seqs(raw.text("maxNumSeqs"))
     unset = set() if seqs is not None else _without_max_num_seqs(document)
-    document, fit = model_fit.fit_serving(document, pool_types, efa_roles, own_spec, seqs)
+    document, fit = model_fit.fit_serving(document, pool_types, efa_roles, own_spec, seqs, instance_prices)
 
     sources = {role: view.model_source for role, view in role_views(document, "rendered").items()}
     weights_s3 = tuple(

@@ -281,12 +281,15 @@ def _edited(root: Path, edit):
     a serve file)."""
     file, change = edit
     path = root / file
-    original = path.read_text()
+    original = path.read_text() if path.exists() else None  # None: the case adds the file
     try:
-        path.write_text(change(original))
+        path.write_text(change(original or (root / DEV).read_text()))
         yield file.removeprefix("Pulumi.").removesuffix(".yaml") if file.startswith("Pulumi.") else "dev"
     finally:
-        path.write_text(original)
+        if original is None:
+            path.unlink()
+        else:
+            path.write_text(original)
         shutil.rmtree(root / "out", ignore_errors=True)  # a case that planned must not fail the next ones
 
 
@@ -327,6 +330,58 @@ SECOND_HOUR = [
         ],
     ),
     (
+        "max-num-seqs-too-large",
+        append("  ray-llm-eks:maxNumSeqs: 100000\n"),
+        "plan",
+        ["ray-llm-eks:maxNumSeqs = 100000: at most 69 for Qwen/Qwen3.5-9B on g6.8xlarge (L4)"],
+    ),
+    (
+        "70b-on-the-cheapest-gpu",
+        edits(
+            replace("instanceType: g6.8xlarge", "instanceType: g6.xlarge", BASELINE),
+            (BASELINE, lambda doc: doc + "  ray-llm-eks:modelId: meta-llama/Llama-3.1-70B-Instruct\n"),
+        ),
+        "plan",
+        [
+            "ray-llm-eks:gpuPools.collocated = g6.xlarge",
+            "cheapest first: g6e.12xlarge with collocated engine_kwargs.tensor_parallel_size 4 (10.49 $/h a node)",
+            "serveConfig tensor-parallel sets tensor_parallel_size 4",
+        ],
+    ),
+    (
+        "ami-release-without-its-v",
+        replace("gpuAmiReleaseVersion: v20260903", "gpuAmiReleaseVersion: 20260903"),
+        "plan",
+        ["ray-llm-eks:gpuAmiReleaseVersion = 20260903: v20260903 ("],
+    ),
+    (
+        "ami-release-quoted-without-its-v",
+        replace("gpuAmiReleaseVersion: v20260903", 'gpuAmiReleaseVersion: "20260903"'),
+        "plan",
+        ["ray-llm-eks:gpuAmiReleaseVersion = '20260903': v20260903 ("],
+    ),
+    (
+        "windows-path-as-model-source",
+        append("  ray-llm-eks:modelSource: C:\\models\\Qwen3.5-9B\n"),
+        "plan",
+        ["ray-llm-eks:modelSource = C:\\models\\Qwen3.5-9B", "a path on this machine is not on the GPU nodes"],
+    ),
+    (
+        "a-smaller-model-outside-the-table",
+        append("  ray-llm-eks:modelId: Qwen/Qwen3-4B\n"),
+        "plan",
+        ["ray-llm-eks:modelId = Qwen/Qwen3-4B: a model whose memory facts the fit knows; known:", "make model-spec"],
+    ),
+    ("stack-name-case", (DEV, lambda doc: doc), "stack=Dev", ["no stack file Pulumi.Dev.yaml", "STACK=dev"]),
+    ("stack-as-a-file-name", (DEV, lambda doc: doc), "stack=Pulumi.dev.yaml", ["STACK=dev"]),
+    ("stack-empty", (DEV, lambda doc: doc), "stack=", ["STACK is empty: STACK=<stack>", "dev"]),
+    (
+        "stack-file-as-yml",
+        ("Pulumi.mine.yml", lambda doc: doc),
+        "stack=mine",
+        ["no stack file Pulumi.mine.yaml", "Pulumi.mine.yml is there", "rename it Pulumi.mine.yaml"],
+    ),
+    (
         "region-without-a-price-table",
         region("ap-northeast-1"),
         "planned",
@@ -345,6 +400,8 @@ def _one_line_at_up(root: Path, stack: str) -> str:
 @pytest.mark.parametrize(("mistake", "edit", "run", "expected"), SECOND_HOUR, ids=[c[0] for c in SECOND_HOUR])
 def test_a_second_hour_mistake_is_one_line_naming_the_key(corpus_project: Path, capsys, mistake, edit, run, expected):
     with _edited(corpus_project, edit) as stack:
+        if run.startswith("stack="):  # the case is the STACK a user passes
+            stack, run = run.removeprefix("stack="), "plan"
         if run == "up":
             said = _one_line_at_up(corpus_project, stack)
         else:
