@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from ray_llm_eks.domain.core.errors import UNSET, ConfigError, in_serve_config, yaml_text
 from ray_llm_eks.domain.platform import aws_facts
+from ray_llm_eks.domain.platform.aws_facts import INSTANCE_SPECS, InstanceTable
 from ray_llm_eks.domain.serving import vllm_fit
 from ray_llm_eks.domain.serving.fit_prediction import (
     CUDA_CONTEXT_GIB,
@@ -63,11 +64,11 @@ def accepted(model: ModelSpec, engine: Engine, spec: aws_facts.InstanceSpec, nee
     )
 
 
-def _hosts(model: ModelSpec, engine: Engine, need_efa: bool) -> list[str]:
-    """Instance types (from our table) on which this engine fits, smallest first."""
+def _hosts(model: ModelSpec, engine: Engine, need_efa: bool, table: InstanceTable) -> list[str]:
+    """Instance types (of the stack's table) on which this engine fits, smallest first."""
     fitting = [
         (spec.gpus, spec.gpu_memory_mib, spec.vcpus, name)
-        for name, spec in aws_facts.INSTANCE_SPECS.items()
+        for name, spec in table.items()
         if accepted(model, engine, spec, need_efa)
     ]
     return [name for *_, name in sorted(fitting)]
@@ -80,6 +81,7 @@ def _alternatives(
     role: str,
     need_efa: bool,
     prices: Mapping[str, float],
+    table: InstanceTable,
 ) -> list[str]:
     """What would fit: a shorter context on this GPU, else the cheapest instance types (at this region's prices)
     on which the engine fits at its tensor-parallel size or a larger one the model's heads allow."""
@@ -90,7 +92,7 @@ def _alternatives(
     options = []
     for tp in sorted({engine.tensor_parallel, 2, 4, 8}):
         if tp >= engine.tensor_parallel:
-            for name in _hosts(model, replace(engine, tensor_parallel=tp), need_efa):
+            for name in _hosts(model, replace(engine, tensor_parallel=tp), need_efa, table):
                 options.append((name not in prices, prices.get(name, 0.0), tp, name))
     cheapest = []
     for unpriced, price, tp, name in sorted(options)[:3]:
@@ -140,18 +142,19 @@ def check_role(
     instance_type: str,
     need_efa: bool,
     prices: Mapping[str, float] | None = None,
+    table: InstanceTable = INSTANCE_SPECS,
 ) -> Prediction:
     """Raise ConfigError if one role's LLM config cannot run on its pool's instance type: vLLM would
     refuse to start (its reason in the message) at the low end of the fit's tolerance. A refusal names what
     to change: max_num_seqs where fewer sequences would start, else the pool's instance type (the cheapest
-    that fits at `prices`, this region's $/h by type) or the context."""
-    spec = aws_facts.INSTANCE_SPECS[instance_type]
+    that fits at `prices`, this region's $/h by type, among `table`: the stack's instance types) or the context."""
+    spec = table[instance_type]
     if engine.max_model_len > model.max_context:
         raise ConfigError(
             "maxModelLen", engine.max_model_len, f"at most {model.max_context}, the maximum context of {model_id}"
         )
     check_tensor_parallel(role, instance_type, spec.gpus, engine.tensor_parallel)
-    check_heads(role, model_id, model, engine, instance_type, need_efa)
+    check_heads(role, model_id, model, engine, spec, instance_type, need_efa)
     total = spec.gpu_memory_mib * MIB
     if engine.gpu_memory_utilization * total > total - CUDA_CONTEXT_GIB * GIB:
         raise in_serve_config(
@@ -185,7 +188,7 @@ def check_role(
             f"at most {fewer} for {model_id} on {instance_type} ({spec.gpu_model}){unset}: each sequence reserves "
             f"runtime memory{' and a Mamba block' if model.hybrid else ''}; at {engine.max_num_seqs} {refused}",
         )
-    ideas = "; ".join(_alternatives(model, engine, prediction, role, need_efa, prices or {}))
+    ideas = "; ".join(_alternatives(model, engine, prediction, role, need_efa, prices or {}, table))
     allowed = (
         f"{model_id} does not fit the {role} GPU ({spec.gpu_model}) with {_described(engine)}: {refused}. "
         f"Would fit: {ideas or 'nothing in our instance table'}"
@@ -201,7 +204,15 @@ _HEAD_FIELDS = {
 }
 
 
-def check_heads(role: str, model_id: str, model: ModelSpec, engine: Engine, instance_type: str, need_efa: bool) -> None:
+def check_heads(
+    role: str,
+    model_id: str,
+    model: ModelSpec,
+    engine: Engine,
+    spec: aws_facts.InstanceSpec,
+    instance_type: str,
+    need_efa: bool,
+) -> None:
     """Refuse a tensor_parallel_size vLLM refuses for the model's heads, naming the sizes that would pass
     every check of check_role on this instance type (a modelSpec without the head counts is asked for them)."""
     tp = engine.tensor_parallel
@@ -223,7 +234,6 @@ def check_heads(role: str, model_id: str, model: ModelSpec, engine: Engine, inst
     reason = heads_refusal(model, tp)
     if reason is None:
         return
-    spec = aws_facts.INSTANCE_SPECS[instance_type]
     sizes = [n for n in range(1, spec.gpus + 1) if heads_refusal(model, n) is None]
     fitting = [n for n in sizes if accepted(model, replace(engine, tensor_parallel=n), spec, need_efa)]
     if fitting:
@@ -246,6 +256,7 @@ def accepts(
     override: ModelSpec | None,
     derived: bool,
     tensor_parallel: int | None = None,
+    table: InstanceTable = INSTANCE_SPECS,
 ) -> bool:
     """Whether check_role passes one role's rendered LLM config on `instance_type` (with another
     tensor_parallel_size): what a suggestion must pass. A derived max_num_seqs is derived again for that
@@ -255,10 +266,10 @@ def accepts(
     if tensor_parallel is not None:
         engine = replace(engine, tensor_parallel=tensor_parallel)
     if derived:
-        seqs = largest_max_num_seqs(spec, replace(engine, max_num_seqs=None), _spec(instance_type))
+        seqs = largest_max_num_seqs(spec, replace(engine, max_num_seqs=None), table[instance_type])
         engine = replace(engine, max_num_seqs=seqs or None)
     try:
-        check_role(role, model_id, spec, engine, instance_type, need_efa)
+        check_role(role, model_id, spec, engine, instance_type, need_efa, table=table)
     except ConfigError:
         return False
     return True
@@ -278,6 +289,7 @@ class RoleFit:
     role: str
     model_id: str
     instance_type: str
+    instance: aws_facts.InstanceSpec = field(repr=False)
     model: ModelSpec = field(repr=False)
     engine: Engine = field(repr=False)
     prediction: Prediction
@@ -291,10 +303,10 @@ class RoleFit:
         engine = self.engine if max_num_seqs is None else replace(self.engine, max_num_seqs=max_num_seqs)
         engine = engine if enforce_eager is None else replace(engine, enforce_eager=enforce_eager)
         engine = replace(engine, compile_cache=compile_cache)
-        return predict(self.model, engine, _spec(self.instance_type))
+        return predict(self.model, engine, self.instance)
 
     def line(self) -> str:
-        gpu = _spec(self.instance_type).gpu_model
+        gpu = self.instance.gpu_model
         head = f"{self.role} ({self.instance_type}, {gpu}, max_num_seqs {self.max_num_seqs_from})"
         engine = self.engine
         if engine.gpus == 1:
@@ -308,10 +320,6 @@ class RoleFit:
             f"{head}: per GPU, on each of the engine's {engine.gpus} ({parallel}): {self.prediction.summary()}; "
             "the tokens and concurrency are the whole engine's"
         )
-
-
-def _spec(instance_type: str) -> aws_facts.InstanceSpec:
-    return aws_facts.INSTANCE_SPECS[instance_type]
 
 
 def _role(role: str, config: Mapping, override: ModelSpec | None) -> tuple[RoleView, ModelSpec, Engine]:
@@ -334,7 +342,7 @@ def derives_max_num_seqs(model: ModelSpec, engine: Engine) -> bool:
 
 
 def render_max_num_seqs(
-    document: dict, pools: Iterable[tuple[str, str]], override: ModelSpec | None
+    document: dict, pools: Iterable[tuple[str, str]], override: ModelSpec | None, table: InstanceTable = INSTANCE_SPECS
 ) -> tuple[dict, dict[str, int]]:
     """The serve document with max_num_seqs derived for each hybrid role that leaves it unset: the
     largest that fits the smallest GPU among the role's pools (`pools`: (role, instance type) pairs).
@@ -346,7 +354,7 @@ def render_max_num_seqs(
         _, spec, engine = _role(role, config, override)
         if role not in types or not derives_max_num_seqs(spec, engine):
             continue
-        seqs = largest_max_num_seqs(spec, engine, _spec(_smallest(types[role])))
+        seqs = largest_max_num_seqs(spec, engine, table[_smallest(types[role], table)])
         if seqs > 0:  # else the check names vLLM's reason
             config["engine_kwargs"]["max_num_seqs"] = derived[role] = seqs
     return document, derived
@@ -359,8 +367,8 @@ def _types_by_role(pools: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
     return types
 
 
-def _smallest(instance_types: Iterable[str]) -> str:
-    return min(instance_types, key=lambda t: (_spec(t).gpu_memory_mib, t))
+def _smallest(instance_types: Iterable[str], table: InstanceTable) -> str:
+    return min(instance_types, key=lambda t: (table[t].gpu_memory_mib, t))
 
 
 def fit_document(
@@ -368,6 +376,7 @@ def fit_document(
     instance_types: Mapping[str, str],
     override: ModelSpec | None = None,
     derived: Iterable[str] = (),
+    table: InstanceTable = INSTANCE_SPECS,
 ) -> dict[str, RoleFit]:
     """The prediction per role of a rendered serve document, without checking it (`derived`: the roles
     whose max_num_seqs the stack derived)."""
@@ -376,8 +385,9 @@ def fit_document(
         view, spec, engine = _role(role, config, override)
         model_id = view.model_id
         source = "derived" if role in derived else "vLLM default" if engine.max_num_seqs is None else "set"
-        prediction = predict(spec, engine, _spec(instance_types[role]))
-        fits[role] = RoleFit(role, model_id, instance_types[role], spec, engine, prediction, source)
+        instance = table[instance_types[role]]
+        prediction = predict(spec, engine, instance)
+        fits[role] = RoleFit(role, model_id, instance_types[role], instance, spec, engine, prediction, source)
     return fits
 
 
@@ -387,6 +397,7 @@ def check_fit(
     efa_roles: set[str],
     override: ModelSpec | None,
     prices: Mapping[str, float] | None = None,
+    table: InstanceTable = INSTANCE_SPECS,
 ) -> dict[str, Prediction]:
     """Check every LLM config of a rendered serve document against its pool's instance type (`prices`: $/h by
     instance type in the stack's region, to name the cheapest type that fits)."""
@@ -394,7 +405,7 @@ def check_fit(
     for role, config in llm_configs_by_role(document, "rendered").items():
         view, spec, engine = _role(role, config, override)
         efa = role in efa_roles
-        predictions[role] = check_role(role, view.model_id, spec, engine, instance_types[role], efa, prices)
+        predictions[role] = check_role(role, view.model_id, spec, engine, instance_types[role], efa, prices, table)
     return predictions
 
 
@@ -419,25 +430,28 @@ def fit_serving(
     override: ModelSpec | None,
     max_num_seqs: int | None = None,
     prices: Mapping[str, float] | None = None,
+    table: InstanceTable = INSTANCE_SPECS,
 ) -> tuple[dict, tuple[str, ...]]:
     """What the stack does with a rendered serve document: set the stack's maxNumSeqs on every LLM
     config or derive max_num_seqs where it is rendered, check every role on every instance type of its
     pools, and describe the fit on the smallest GPU of each role (the lines `make plan` prints).
-    `pools`: (role, instance type) pairs; `prices`: $/h by instance type in the stack's region."""
+    `pools`: (role, instance type) pairs; `prices`: $/h by instance type in the stack's region; `table`: the
+    stack's instance types (ours and its instanceTypes)."""
     pools = list(pools)
     if max_num_seqs is not None:
         document = copy.deepcopy(document)
         for config in llm_configs_by_role(document, "rendered").values():
             config.setdefault("engine_kwargs", {})["max_num_seqs"] = max_num_seqs
-    document, derived = render_max_num_seqs(document, pools, override)
+    document, derived = render_max_num_seqs(document, pools, override, table)
     types = _types_by_role(pools)
     for instance_type in {t for ts in types.values() for t in ts}:
-        own = {role: instance_type if instance_type in ts else _smallest(ts) for role, ts in types.items()}
+        own = {role: instance_type if instance_type in ts else _smallest(ts, table) for role, ts in types.items()}
         try:
-            check_fit(document, own, efa_roles, override, prices)
+            check_fit(document, own, efa_roles, override, prices, table)
         except ConfigError as error:
             if max_num_seqs is None or not error.key.endswith(".max_num_seqs"):
                 raise
             raise ConfigError("maxNumSeqs", max_num_seqs, error.allowed) from None
-    fits = fit_document(document, {role: _smallest(ts) for role, ts in types.items()}, override, derived)
+    smallest = {role: _smallest(ts, table) for role, ts in types.items()}
+    fits = fit_document(document, smallest, override, derived, table)
     return document, tuple(fit.line() for fit in fits.values())

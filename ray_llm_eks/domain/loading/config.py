@@ -22,7 +22,7 @@ from ray_llm_eks.domain.core.facts import GPU_ROLES
 from ray_llm_eks.domain.core.raw_config import Getter, RawConfig, check_fields
 from ray_llm_eks.domain.fit import roles, scaling
 from ray_llm_eks.domain.loading.serving_config import serving_settings
-from ray_llm_eks.domain.platform import aws_facts, field_checks, prices, sizing, subnets
+from ray_llm_eks.domain.platform import aws_facts, field_checks, instance_types, prices, sizing, subnets
 from ray_llm_eks.domain.platform.aws_facts import BotocoreFacts
 from ray_llm_eks.domain.render import alert_rules
 from ray_llm_eks.domain.security import hardening as hardening_section
@@ -155,7 +155,7 @@ def _ami_pin(raw: RawConfig) -> AmiPin:
 
 
 def _gpu_pools(
-    raw: RawConfig, network: NetworkSettings, version: str, facts: BotocoreFacts
+    raw: RawConfig, network: NetworkSettings, version: str, facts: BotocoreFacts, table: aws_facts.InstanceTable
 ) -> dict[str, GpuPoolSettings]:
     pools_raw = raw.mapping("gpuPools", GPU_POOLS_SHAPE)
     if not pools_raw:
@@ -166,11 +166,15 @@ def _gpu_pools(
         serves = roles.pool_serves(name, pool_raw)
         sizes = {k: v for k, v in pool_raw.items() if k != "serves"}
         nodes = _node_pool(f"gpuPools.{name}", sizes, default_disk=sizing.GPU_DISK_GIB, facts=facts)
-        pool = GpuPoolSettings(name, nodes, network.gpu_availability_zone, version, ami, serves, frozenset(pool_raw))
-        field_checks.check_gpu_instance_type(
-            f"gpuPools.{name}.instanceType", nodes.instance_type, facts, need_efa=pool.efa
+        spec = field_checks.check_gpu_instance_type(
+            f"gpuPools.{name}.instanceType",
+            nodes.instance_type,
+            facts,
+            need_efa=GpuPoolSettings.needs_efa(serves or name),
+            table=table,
         )
-        pools[name] = pool
+        zone = network.gpu_availability_zone
+        pools[name] = GpuPoolSettings(name, nodes, spec, zone, version, ami, serves, frozenset(pool_raw))
     return pools
 
 
@@ -200,9 +204,10 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
     network = _network(raw, region, name)
     obs = observability.load(raw, existing_cluster=mode.existing_cluster)
     cluster = _cluster(raw, name, region, network.vpc_cidr, facts, obs)
-    pools = _gpu_pools(raw, network, cluster.kubernetes_version, facts)
+    table = instance_types.load(raw, facts)
+    pools = _gpu_pools(raw, network, cluster.kubernetes_version, facts, table)
     price_overrides = prices.load(raw)
-    serving = serving_settings(raw, region, pools, facts, obs, cost.instance_prices(region, price_overrides))
+    serving = serving_settings(raw, region, pools, facts, obs, cost.instance_prices(region, price_overrides), table)
     # Node bounds of autoscaling roles follow their replicas (ray_llm_eks/domain/fit/scaling.py), or must agree with
     # them.
     pools = scaling.reconcile_pools(pools, serving.roles)
@@ -230,6 +235,7 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         network=network,
         cluster=cluster,
         gpu_pools=pools,
+        instance_types=table,
         serving=serving,
         prices=price_overrides,
         hardening=hardening,

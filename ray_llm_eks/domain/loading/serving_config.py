@@ -12,7 +12,7 @@ from ray_llm_eks.domain.core.facts import GPU_ROLES
 from ray_llm_eks.domain.core.raw_config import RawConfig
 from ray_llm_eks.domain.fit import model_fit, roles, scaling
 from ray_llm_eks.domain.platform import field_checks, image_ref, versions
-from ray_llm_eks.domain.platform.aws_facts import BotocoreFacts
+from ray_llm_eks.domain.platform.aws_facts import BotocoreFacts, InstanceTable
 from ray_llm_eks.domain.serving import api_keys, model_table, routing, serve_config
 from ray_llm_eks.domain.serving.role_view import role_views
 from ray_llm_eks.domain.stack.settings import GpuPoolSettings, ServingSettings
@@ -135,9 +135,10 @@ def serving_settings(
     facts: BotocoreFacts,
     obs: ObservabilitySettings,
     instance_prices: Mapping[str, float],
+    table: InstanceTable,
 ) -> ServingSettings:
     """`instance_prices`: on-demand $/h by instance type in the stack's region (a refusal names the cheapest type
-    that fits)."""
+    that fits); `table`: the instance types the stack plans with."""
     image, held = _image(raw, region, facts)
     ray_version, vllm_version = held["ray"], held.get("vllm")
     name = raw.text("serveConfig")
@@ -152,7 +153,7 @@ def serving_settings(
     pool_types = [(p.app_role, p.nodes.instance_type) for p in pools.values()]
     seqs = model_fit.parse_max_num_seqs(raw.text("maxNumSeqs"))
     unset = set() if seqs is not None else _without_max_num_seqs(document)
-    document, fit = model_fit.fit_serving(document, pool_types, efa_roles, own_spec, seqs, instance_prices)
+    document, fit = model_fit.fit_serving(document, pool_types, efa_roles, own_spec, seqs, instance_prices, table)
 
     sources = {role: view.model_source for role, view in role_views(document, "rendered").items()}
     weights_s3 = tuple(

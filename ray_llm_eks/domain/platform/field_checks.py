@@ -224,22 +224,37 @@ def check_region(key: str, value: str | None, facts: BotocoreFacts, file: str | 
 
 
 def check_gpu_instance_type(
-    key: str, value: str, facts: BotocoreFacts, need_efa: bool = True, file: str | None = None
+    key: str,
+    value: str,
+    facts: BotocoreFacts,
+    need_efa: bool = True,
+    file: str | None = None,
+    table: aws_facts.InstanceTable = aws_facts.INSTANCE_SPECS,
 ) -> aws_facts.InstanceSpec:
-    """A GPU type of ray_llm_eks/domain/platform/aws_facts.py with instance-store NVMe (the model cache), EFA where
-    `need_efa`."""
+    """A GPU type of `table` (ray_llm_eks/domain/platform/aws_facts.py and the stack's instanceTypes) with
+    instance-store NVMe (the model cache), EFA where `need_efa`. A type the table lacks is refused naming the
+    types it has that would pass, and the stack key that describes another."""
     check_instance_type(key, value, facts, file)
-    spec = aws_facts.INSTANCE_SPECS.get(value)
-    efa_gpu = sorted(t for t, s in aws_facts.INSTANCE_SPECS.items() if s.gpus and s.efa)
+    spec = table.get(value)
+    usable = sorted(t for t, s in table.items() if s.gpus and s.nvme_gb and (s.efa or not need_efa))
+    usable_text = f"{'with EFA' if need_efa else 'known'}: {', '.join(usable)}"
     if spec is None:
         raise ConfigError(
-            key, value, f"a GPU instance type in ray_llm_eks/domain/platform/aws_facts.py; known: {efa_gpu}", file
+            key,
+            value,
+            f"a GPU instance type of ray_llm_eks/domain/platform/aws_facts.py ({usable_text}), or describe "
+            f"{value} in the stack: instanceTypes: {{{value}: {{gpuModel: ..., gpus: ..., gpuMemoryMiB: ..., "
+            "vcpus: ..., memoryGiB: ..., nvmeGb: ...}} (docs/configuration.md, instanceTypes)",
+            file,
         )
     if not spec.gpus:
-        raise ConfigError(key, value, f"an instance type with NVIDIA GPUs; GPU types with EFA: {efa_gpu}", file)
+        raise ConfigError(key, value, f"an instance type with NVIDIA GPUs; GPU types {usable_text}", file)
     if need_efa and not spec.efa:
         raise ConfigError(
-            key, value, f"a GPU instance type with EFA (NIXL moves the KV cache over EFA); with EFA: {efa_gpu}", file
+            key,
+            value,
+            f"a GPU instance type with EFA (NIXL moves the KV cache over EFA); GPU types {usable_text}",
+            file,
         )
     if not spec.nvme_gb:
         raise ConfigError(key, value, "a type with instance-store NVMe (the model cache)", file)

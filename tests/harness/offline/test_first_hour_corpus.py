@@ -330,6 +330,32 @@ SECOND_HOUR = [
         ],
     ),
     (
+        "gpu-type-outside-the-table",
+        replace("instanceType: g6.8xlarge", "instanceType: g5.2xlarge", BASELINE),
+        "plan",
+        [
+            "ray-llm-eks:gpuPools.collocated.instanceType = g5.2xlarge",
+            "g5.xlarge, g6.12xlarge",  # the small types collocated serving takes are among the known
+            "g6.xlarge",
+            "describe g5.2xlarge in the stack: instanceTypes: {g5.2xlarge: {gpuModel: ...",
+        ],
+    ),
+    (
+        "gpu-type-described-in-the-stack",
+        edits(
+            replace("instanceType: g6.8xlarge", "instanceType: g5.2xlarge", BASELINE),
+            (
+                BASELINE,
+                lambda doc: (
+                    doc + "  ray-llm-eks:instanceTypes: {g5.2xlarge: {gpuModel: A10G, gpus: 1, "
+                    "gpuMemoryMiB: 24576, vcpus: 8, memoryGiB: 32, nvmeGb: 450}}\n"
+                ),
+            ),
+        ),
+        "planned",
+        ["collocated (g5.2xlarge, A10G, max_num_seqs derived)", "set prices.instances.g5.2xlarge"],
+    ),
+    (
         "max-num-seqs-too-large",
         append("  ray-llm-eks:maxNumSeqs: 100000\n"),
         "plan",
