@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from offline import impact
 from offline import plan as plan_cli
 from ray_llm_eks.adapters.stackfile import SecretValue
 from ray_llm_eks.domain.serving import serve_config
@@ -408,6 +409,16 @@ SECOND_HOUR = [
         ["no stack file Pulumi.mine.yaml", "Pulumi.mine.yml is there", "rename it Pulumi.mine.yaml"],
     ),
     (
+        "make-diff-across-a-region-change",
+        region("us-west-2"),
+        "diff",
+        [
+            "[replaced (region change)] the stack: aws:region us-east-1 -> us-west-2: every resource is replaced",
+            "[replaced (region change)] eks: eks:index:Cluster replaced",
+            "[replaced (region change)] llm-rayservice: kubernetes:ray.io/v1:RayService replaced",
+        ],
+    ),
+    (
         "region-without-a-price-table",
         region("ap-northeast-1"),
         "planned",
@@ -423,19 +434,36 @@ def _one_line_at_up(root: Path, stack: str) -> str:
     return f"error: {plan_cli.root_message(caught.value)}\n"
 
 
+def _plan(root: Path, stack: str, out: str = "out") -> int:
+    return plan_cli.main(["--stack", stack, "--out", str(root / out)])
+
+
+def _said(root: Path, capsys, stack: str, run: str) -> str:
+    """What the user reads, the case's file edited: the one line refusing it (`plan`, `up`), `make plan`'s output
+    (`planned`), or `make diff`'s against the stack as shipped (`diff`)."""
+    if run == "up":
+        return _one_line_at_up(root, stack)
+    if run == "diff":
+        assert _plan(root, stack) == 0
+        capsys.readouterr()
+        assert impact.main([str(root / "before"), str(root / "out")]) == 0
+        return capsys.readouterr().out
+    planned = _plan(root, stack)
+    captured = capsys.readouterr()
+    assert planned == (0 if run == "planned" else 2), captured.err
+    return captured.out if run == "planned" else captured.err
+
+
 @pytest.mark.parametrize(("mistake", "edit", "run", "expected"), SECOND_HOUR, ids=[c[0] for c in SECOND_HOUR])
 def test_a_second_hour_mistake_is_one_line_naming_the_key(corpus_project: Path, capsys, mistake, edit, run, expected):
+    if run == "diff":
+        assert _plan(corpus_project, edit[0].removeprefix("Pulumi.").removesuffix(".yaml"), "before") == 0
     with _edited(corpus_project, edit) as stack:
         if run.startswith("stack="):  # the case is the STACK a user passes
             stack, run = run.removeprefix("stack="), "plan"
-        if run == "up":
-            said = _one_line_at_up(corpus_project, stack)
-        else:
-            planned = plan_cli.main(["--stack", stack, "--out", str(corpus_project / "out")])
-            captured = capsys.readouterr()
-            said = captured.out if run == "planned" else captured.err
-            assert planned == (0 if run == "planned" else 2), captured.err
-    if run != "planned":
+        said = _said(corpus_project, capsys, stack, run)
+    shutil.rmtree(corpus_project / "before", ignore_errors=True)
+    if run in ("plan", "up"):
         assert said.count("\n") == 1 and said.startswith("error: ") and "Traceback" not in said, said
     for text in expected:
         assert text in said, said
