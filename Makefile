@@ -128,8 +128,8 @@ rehearse-stop: $(REHEARSAL_VENV)/.installed
 rehearse-mistakes: $(REHEARSAL_VENV)/.installed
 	$(REHEARSAL_VENV)/bin/python -m rehearsal.mistakes --stack $(STACK)
 
-# Prove an endpoint serves (ARGS: --metrics-url URL --expect-pd, --model, --api-key).
-## smoke: URL=<endpoint>: keys, models, one completion, one streamed
+# Prove an endpoint serves (ARGS: --metrics-url URL --expect-pd, --model, --api-key, --no-tools).
+## smoke: URL=<endpoint>: keys, models, one completion, one streamed, one tool call
 smoke: $(VENV)/.installed
 	$(BIN)/python -m llmclient smoke $(URL) $(ARGS)
 
