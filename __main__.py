@@ -219,6 +219,8 @@ if not mode.existing_cluster:
 if deferred:  # only where an offline plan could not check something (a shipped stack's plan has none)
     pulumi.export("deferredChecks", deferred)
 pulumi.export("openaiBaseUrl", service.base_url)
+if service.api_key is not None:  # generated: no apiKeys set (pulumi stack output apiKey --show-secrets)
+    pulumi.export("apiKey", service.api_key)
 pulumi.export("portForwardCommand", service.port_forward)
 pulumi.export("curlExample", service.curl_example)
 pulumi.export("openaiPythonExample", service.openai_example)  # after the port-forward: ... | python -

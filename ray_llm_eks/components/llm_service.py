@@ -10,6 +10,7 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+import pulumi_random as random
 
 from ray_llm_eks.components.args import fill_defaults
 from ray_llm_eks.components.network_policies import NamespaceNetworkPolicies
@@ -69,7 +70,7 @@ class LlmServiceArgs:
     hf_token: pulumi.Input[str] | None = None
     """The Hugging Face token (a secret), put in the Secret the spec's pods read; none: no Secret."""
     api_keys: pulumi.Input[str] | None = None
-    """The endpoint's API keys (a secret, comma- or newline-separated) for the key-checking ingress."""
+    """The endpoint's API keys (a secret, comma- or newline-separated); none: one is generated (output apiKey)."""
     redis_address: pulumi.Input[str] | None = None
     """The GCS fault tolerance store's address (rediss://host:port), in place of the spec's placeholder."""
     redis_password: pulumi.Input[str] | None = None
@@ -137,6 +138,8 @@ class LlmService(pulumi.ComponentResource):
     """A curl request to the forwarded endpoint."""
     openai_example: str
     """A Python program that calls the forwarded endpoint with the openai client."""
+    api_key: pulumi.Output[str] | None
+    """The key generated where the key check is on and no api_keys are given (a secret); None otherwise."""
 
     def __init__(self, name: str, args: LlmServiceArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(self.TYPE, name, None, opts)
@@ -149,6 +152,7 @@ class LlmService(pulumi.ComponentResource):
         )
         waits_for = [namespace]
         sealed = set(args.sealed_secrets)
+        self.api_key = None
 
         def checked(value: pulumi.Input[str], check, key: str) -> pulumi.Output[str]:
             """`value` through its content check (ray_llm_eks/domain/security/secret_content.py), unless sealed: a
@@ -188,8 +192,14 @@ class LlmService(pulumi.ComponentResource):
                     opts=child,
                 )
             )
-            keys = args.api_keys if args.api_keys is not None else ""
-            key_file = checked(keys, api_keys.key_file_content, "apiKeys")
+            if args.api_keys is None:
+                # No key given (a plain `pulumi up`): one made in the graph, a secret in the state (pulumi-random
+                # stores `result` as one) and in the stack output; 48 letters and digits, nothing to check, and
+                # its own file (the ingress reads one key per line).
+                generated = random.RandomPassword(f"{name}-api-key", length=48, special=False, opts=child)
+                self.api_key = key_file = pulumi.Output.secret(generated.result)
+            else:
+                key_file = checked(args.api_keys, api_keys.key_file_content, "apiKeys")
             waits_for.append(
                 k8s.core.v1.Secret(
                     f"{name}-api-keys",

@@ -260,24 +260,24 @@ def _resilience(raw: RawConfig, environment: str, pools: Mapping[str, GpuPoolSet
 
 
 def secret_checks(settings: Settings, deploying: bool) -> list[str]:
-    """What the stack's secrets decide before deploying: a gated model without hfToken is refused, and
-    so is an endpoint that checks keys but has none (every request would get 401 on GPUs paid for);
-    while only planning, both are warnings. Returns the warnings, then a line per security switch turned off."""
+    """What the stack's secrets decide before deploying: a gated model without hfToken is refused (a warning while
+    only planning). An endpoint that checks keys but has none gets one generated at `pulumi up` (LlmService), said
+    while planning. Returns the warnings, then a line per security switch turned off."""
     refusals = []
     gated = model_table.gated_models(settings.serving.serve_document)
     if not settings.hf_token_set and gated:
         refusals.append(
             ConfigError("hfToken", UNSET, f"set it (pulumi config set --secret hfToken hf_...): {gated[0]} is gated")
         )
-    if settings.hardening.api_key_check and not settings.api_keys_set:
-        refusals.append(
-            ConfigError(
-                "apiKeys",
-                UNSET,
-                "set it: `make stack` generates a random key, or pulumi config set --secret apiKeys "
-                '"$(openssl rand -hex 24)"; without one every request gets 401 (docs/security.md)',
-            )
-        )
     # Not yet set is the normal state of a stack before `make stack`: a warning that says so, not a refusal.
     warnings = refused_when_deploying(refusals, deploying, "`make plan` goes on without it, `pulumi up` will refuse")
+    if settings.hardening.api_key_check and not settings.api_keys_set and not deploying:
+        warnings.append(
+            f"apiKeys is not set: `pulumi up` generates one key, a secret ({GENERATED_KEY_READ}); or set your own: "
+            'pulumi config set --secret apiKeys "$(openssl rand -hex 24)" (docs/security.md)'
+        )
     return warnings + switched_off(settings.hardening, settings.api_keys_set)
+
+
+# Where a key the stack generated is read (the stack output __main__.py exports).
+GENERATED_KEY_READ = "pulumi stack output apiKey --show-secrets"

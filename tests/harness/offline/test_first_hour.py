@@ -145,7 +145,7 @@ def _besides_api_keys(warnings: list[str]) -> list[str]:
     """Every shipped stack warns that apiKeys is unset (a secret no stack file can ship), every PD stack
     of a known upstream bug it can only be warned of (tests/unit/domain/checks/test_known_issues.py holds which),
     and prod of its documentation range for the office network (tests/unit/domain/checks/test_placeholders.py)."""
-    shipped = ("apiKeys is not set yet: set it", "known issue ", "endpointPublicAccessCidrs = 203.0.113.0/24: ")
+    shipped = ("apiKeys is not set: ", "known issue ", "endpointPublicAccessCidrs = 203.0.113.0/24: ")
     return [w for w in warnings if not w.startswith(shipped)]
 
 

@@ -6,6 +6,7 @@ and instance mistakes. Each fails before any resource is declared, so the corpus
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from contextlib import contextmanager
@@ -419,6 +420,12 @@ SECOND_HOUR = [
         ],
     ),
     (
+        "pulumi-up-without-the-makefile",
+        (DEV, lambda doc: doc),
+        "up-passes",
+        ['"apiKey": "[secret]"', "random:index/randomPassword:RandomPassword llm-api-key"],
+    ),
+    (
         "region-without-a-price-table",
         region("ap-northeast-1"),
         "planned",
@@ -443,6 +450,10 @@ def _said(root: Path, capsys, stack: str, run: str) -> str:
     (`planned`), or `make diff`'s against the stack as shipped (`diff`)."""
     if run == "up":
         return _one_line_at_up(root, stack)
+    if run == "up-passes":  # `pulumi up` as the CLI runs it, no apiKeys set (no `make stack` before it)
+        plan = plan_cli.run_program(stack, root=root, offline_plan=False)
+        made = [f"{r.type} {r.name}" for r in plan.registrations]
+        return json.dumps(plan.outputs) + "\n".join(made)
     if run == "diff":
         assert _plan(root, stack) == 0
         capsys.readouterr()
