@@ -47,6 +47,9 @@ class StackConfig:
     # The stack file the values were read from, for the line refusing one (None where the engine handed them
     # over: at `pulumi up` a value may come from an ESC environment or the CLI's --config-file, not the file)
     file: str | None = None
+    # Where a path the stack names (serveConfig: my-serve.yaml) is beside: the stack file's folder, which is the
+    # project's; None where the engine handed the values over (the program then runs in the project's folder)
+    folder: Path | None = None
 
 
 def _shown(path: Path) -> str:
@@ -283,4 +286,4 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
     if missing:
         short = sorted(missing)[0]
         raise ConfigError(short, UNSET, "required: Pulumi.yaml declares it without a default", path.name)
-    return StackConfig(name, stack, values, frozenset(secrets), path.name)
+    return StackConfig(name, stack, values, frozenset(secrets), path.name, root)

@@ -28,6 +28,7 @@ from ray_llm_eks.domain.render import alert_rules
 from ray_llm_eks.domain.security import hardening as hardening_section
 from ray_llm_eks.domain.security.hardening import switched_off
 from ray_llm_eks.domain.serving import model_table, serve_config
+from ray_llm_eks.domain.serving.serve_config import OwnServeFile
 from ray_llm_eks.domain.stack import cost
 from ray_llm_eks.domain.stack.settings import (
     AmiPin,
@@ -183,7 +184,9 @@ def load_deploy_mode(get: Getter) -> DeployMode:
     return deploy_mode.load(RawConfig(get))
 
 
-def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFacts) -> Settings:
+def load_settings(
+    get: Getter, stack: str, region: str | None, facts: BotocoreFacts, own_serve: OwnServeFile | None = None
+) -> Settings:
     """Build and check the whole Settings from raw stack values (`get(key)` -> str or None; a secret
     key's value is only a marker: Settings records whether it is set, never what it is) and
     botocore's facts. ray_llm_eks/adapters/stack.py is the one caller outside tests."""
@@ -207,7 +210,8 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
     table = instance_types.load(raw, facts)
     pools = _gpu_pools(raw, network, cluster.kubernetes_version, facts, table)
     price_overrides = prices.load(raw)
-    serving = serving_settings(raw, region, pools, facts, obs, cost.instance_prices(region, price_overrides), table)
+    prices_here = cost.instance_prices(region, price_overrides)
+    serving = serving_settings(raw, region, pools, facts, obs, prices_here, table, own_serve)
     # Node bounds of autoscaling roles follow their replicas (ray_llm_eks/domain/fit/scaling.py), or must agree with
     # them.
     pools = scaling.reconcile_pools(pools, serving.roles)

@@ -136,18 +136,22 @@ def serving_settings(
     obs: ObservabilitySettings,
     instance_prices: Mapping[str, float],
     table: InstanceTable,
+    own: serve_config.OwnServeFile | None = None,
 ) -> ServingSettings:
     """`instance_prices`: on-demand $/h by instance type in the stack's region (a refusal names the cheapest type
-    that fits); `table`: the instance types the stack plans with."""
+    that fits); `table`: the instance types the stack plans with; `own`: the serve file of the user's that
+    serveConfig names (the adapter reads it beside the stack file)."""
     image, held = _image(raw, region, facts)
     ray_version, vllm_version = held["ray"], held.get("vllm")
     name = raw.text("serveConfig")
     shapes = roles.role_shapes(pools)
     own_spec = model_table.load(raw)
     model_facts = lambda model_id, source: model_table.model_spec(model_id, source, own_spec)  # noqa: E731
-    document = serve_config.render(name, _serve_overrides(raw), shapes, vllm_version, model_facts)
+    if serve_config.is_own_file(name) and own is None:
+        raise ConfigError("serveConfig", name, f"{serve_config.SERVE_CONFIG_ALLOWED}: not read here")
+    document = serve_config.render(name, _serve_overrides(raw), shapes, vllm_version, model_facts, own)
     routing.load(raw, serve_config.llm_configs_by_role(document, name), name, model_facts)
-    api_keys.check_no_own_ingress(document, f"ray_llm_eks/serve_configs/{name}.yaml")
+    api_keys.check_no_own_ingress(document, serve_config.where_of(name))
     efa_roles = {p.app_role for p in pools.values() if p.efa}
     # max_num_seqs derived where the fit renders it; every pool of a role must fit the role's engine.
     pool_types = [(p.app_role, p.nodes.instance_type) for p in pools.values()]

@@ -329,3 +329,27 @@ def test_botocore_facts_are_read_once_per_botocore_version(tmp_path, monkeypatch
     botocore_facts.load.cache_clear()
     assert botocore_facts.load() == botocore_facts.as_facts(fresh)
     botocore_facts.load.cache_clear()
+
+
+# ---- 11. A serve config of the user's own, beside the stack file
+
+
+def test_a_serve_config_of_ones_own_beside_the_stack_file_plans_and_is_checked(project, capsys):
+    """The installed package's user has no serve_configs/ to edit: serveConfig names a file beside the stack file,
+    rendered and checked as the shipped ones are (its mistakes one line naming it)."""
+    own = (project / "ray_llm_eks" / "serve_configs" / "collocated.yaml").read_text()
+    (project / "my-serve.yaml").write_text(own.replace("max_model_len: 4096", "max_model_len: 2048"))
+    stack = (
+        (project / "Pulumi.baseline.yaml").read_text().replace("serveConfig: collocated", "serveConfig: my-serve.yaml")
+    )
+    (project / "Pulumi.mine.yaml").write_text(stack)
+    out = project / "plan-mine"
+    assert plan_cli.main(["--stack", "mine", "--out", str(out)]) == 0
+    served = yaml.safe_load(next((out / "manifests").glob("*RayService*.serveConfigV2.yaml")).read_text())
+    (config,) = served["applications"][0]["args"]["llm_configs"]
+    assert config["engine_kwargs"]["max_model_len"] == 2048 and config["engine_kwargs"]["tool_call_parser"]
+    capsys.readouterr()
+    (project / "my-serve.yaml").write_text(own.replace("gpu_memory_utilization", "gpu_memory_utilisation"))
+    err = plan_fails(project, capsys, "mine")
+    assert err.startswith("error: my-serve.yaml: invalid config collocated engine_kwargs.gpu_memory_utilisation:")
+    assert "did you mean gpu_memory_utilization?" in err

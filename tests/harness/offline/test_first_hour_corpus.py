@@ -420,6 +420,16 @@ SECOND_HOUR = [
         ],
     ),
     (
+        "serve-config-of-ones-own-not-beside-the-stack",
+        replace("serveConfig: collocated", "serveConfig: serve/mine.yaml", BASELINE),
+        "plan",
+        [
+            "ray-llm-eks:serveConfig = serve/mine.yaml",
+            "a Ray Serve config file of your own beside the stack file",
+            "no such file in",
+        ],
+    ),
+    (
         "pulumi-up-without-the-makefile",
         (DEV, lambda doc: doc),
         "up-passes",
