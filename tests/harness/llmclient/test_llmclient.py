@@ -63,7 +63,10 @@ class Handler(BaseHTTPRequestHandler):
         if self.path != "/metrics" and self._refused():
             return None
         if self.path == "/v1/models":
-            return self._json(200, {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "x"}]})
+            card = {"id": MODEL, "object": "model", "owned_by": "x"}
+            if self.server.context:  # as Ray Serve LLM 2.58 says it (openai_api_models.py to_model_metadata)
+                card["metadata"] = {"model_id": MODEL, "max_request_context_length": self.server.context}
+            return self._json(200, {"object": "list", "data": [card]})
         if self.path == "/metrics":
             n = self.server.requests
             # One NIXL transfer per request, or (mode "kv_broken") one failed transfer each and no bytes.
@@ -195,7 +198,7 @@ def server():
     httpd.requests = 0
     httpd.paths, httpd.tokenizer = {}, False
     httpd.key, httpd.key_check = None, True
-    httpd.tool_choices = []
+    httpd.tool_choices, httpd.context = [], None
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -408,6 +411,66 @@ def test_bench_with_a_stack_takes_the_tokenizer_from_its_model_source(server, tm
     assert "tokenizer Qwen/Qwen3.5-9B from stack dev's model source" in capsys.readouterr().out
     written = yaml.safe_load((out / "concurrency-1" / "aiperf.yaml").read_text())["benchmark"]
     assert (written["model"], written["tokenizer"]["name"]) == ("acme-llama", "Qwen/Qwen3.5-9B")
+
+
+CONTEXT_400 = (
+    "This model's maximum context length is 256 tokens. However, you requested 640 tokens (512 in the messages, "
+    "128 in the completion). Please reduce the length of the messages or completion."
+)
+
+
+def failing_aiperf(venv: Path) -> None:
+    """An AIPerf whose every request got vLLM's HTTP 400 for a prompt longer than the context: its per-request
+    records (profile_export.jsonl: `error` with code, type and the server's body as message), then its closing
+    line and exit 1, as AIPerf 0.13.0 ends such a run."""
+    body = json.dumps({"error": {"message": CONTEXT_400, "type": "BadRequestError", "param": None, "code": 400}})
+    record = {
+        "metadata": {"session_num": 0},
+        "metrics": {},
+        "error": {"code": 400, "type": "Bad Request", "message": body},
+    }
+    script = venv / "bin" / "aiperf"
+    script.parent.mkdir(parents=True)
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import json, pathlib, sys, yaml\n"
+        "config = yaml.safe_load(open(sys.argv[sys.argv.index('--config') + 1]))\n"
+        "out = pathlib.Path(config['benchmark']['artifacts']['dir'])\n"
+        "out.mkdir(parents=True, exist_ok=True)\n"
+        f"(out / 'profile_export.jsonl').write_text({json.dumps(json.dumps(record))} + '\\n' * 1)\n"
+        "print('ERROR All 64 inference request(s) failed. No successful responses were received.')\n"
+        "sys.exit(1)\n"
+    )
+    script.chmod(0o755)
+
+
+def test_bench_says_the_servers_reason_when_every_request_failed(server, tmp_path, monkeypatch, capsys):
+    failing_aiperf(tmp_path / "venv")
+    monkeypatch.setenv("RAY_LLM_EKS_BENCH_VENV", str(tmp_path / "venv"))
+    assert main(["bench", url(server), "--out", str(tmp_path / "run"), "--tokenizer", "gpt2"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(
+        "bench FAILED: AIPerf exited 1: 1 of 1 requests failed; the server answered 1 of them with HTTP 400: "
+        "This model's maximum context length is 256 tokens."
+    )
+
+
+def test_bench_fits_its_default_lengths_to_the_served_context_or_names_the_flag(server, tmp_path, monkeypatch, capsys):
+    server.context = 256
+    monkeypatch.setenv("RAY_LLM_EKS_BENCH_VENV", str(tmp_path / "no-venv"))
+    assert main(["bench", url(server), "--out", str(tmp_path / "run"), "--tokenizer", "gpt2"]) == 1
+    out = capsys.readouterr().out
+    assert "the endpoint serves 256 tokens of context (max_model_len): prompts of 128 tokens and answers of 64" in out
+    config = yaml.safe_load((tmp_path / "run" / "concurrency-1" / "aiperf.yaml").read_text())
+    prompts = config["benchmark"]["dataset"]["prompts"]
+    assert (prompts["isl"]["mean"], prompts["osl"]["mean"]) == (128, 64)
+    assert main(["bench", url(server), "--out", str(tmp_path / "run2"), "--isl", "512"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "bench FAILED: invalid config bench --isl + --osl = 512 + 128: at most 192 tokens a request: the endpoint "
+        "serves 256 tokens of context (max_model_len), 64 of them left for the chat template\n"
+    )
 
 
 def test_compare_needs_two_runs(tmp_path):
