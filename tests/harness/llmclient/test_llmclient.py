@@ -368,18 +368,23 @@ def fake_aiperf(venv: Path) -> None:
     panel (stdout) of common/tokenizer_validator.py _prefetch_tokenizers, for the tokenizer its config names,
     then exit 1. The log is what that code prints: the panel rendered by the wheel's own
     tokenizer_display.display_tokenizer_validation_error, the error text transformers 5.24.0 raises."""
-    script = venv / "bin" / "aiperf"
-    script.parent.mkdir(parents=True)
-    script.write_text(
-        f"#!{sys.executable}\n"
-        "import sys, yaml\n"
-        "config = yaml.safe_load(open(sys.argv[sys.argv.index('--config') + 1]))\n"
+    _aiperf_script(
+        venv,
         f"log = open({str(TOKENIZER_FAILURE)!r}).read()\n"
         "log = log.replace('acme-llama', config['benchmark']['tokenizer']['name'])\n"
         "traceback, panel = log.split('\\n\\n\u256d', 1)\n"
         "sys.stderr.write(traceback + '\\n')\n"
-        "sys.stdout.write('\u256d' + panel)\n"
-        "sys.exit(1)\n"
+        "sys.stdout.write('\u256d' + panel)\n",
+    )
+
+
+def _aiperf_script(venv: Path, body: str) -> None:
+    """An `aiperf` in `venv` that reads its --config (as `config`), runs `body`, then exits 1."""
+    script = venv / "bin" / "aiperf"
+    script.parent.mkdir(parents=True)
+    script.write_text(
+        f"#!{sys.executable}\nimport json, pathlib, sys, yaml\n"
+        "config = yaml.safe_load(open(sys.argv[sys.argv.index('--config') + 1]))\n" + body + "sys.exit(1)\n"
     )
     script.chmod(0o755)
 
@@ -429,19 +434,13 @@ def failing_aiperf(venv: Path) -> None:
         "metrics": {},
         "error": {"code": 400, "type": "Bad Request", "message": body},
     }
-    script = venv / "bin" / "aiperf"
-    script.parent.mkdir(parents=True)
-    script.write_text(
-        f"#!{sys.executable}\n"
-        "import json, pathlib, sys, yaml\n"
-        "config = yaml.safe_load(open(sys.argv[sys.argv.index('--config') + 1]))\n"
+    _aiperf_script(
+        venv,
         "out = pathlib.Path(config['benchmark']['artifacts']['dir'])\n"
         "out.mkdir(parents=True, exist_ok=True)\n"
-        f"(out / 'profile_export.jsonl').write_text({json.dumps(json.dumps(record))} + '\\n' * 1)\n"
-        "print('ERROR All 64 inference request(s) failed. No successful responses were received.')\n"
-        "sys.exit(1)\n"
+        f"(out / 'profile_export.jsonl').write_text({json.dumps(json.dumps(record))} + '\\n')\n"
+        "print('ERROR All 64 inference request(s) failed. No successful responses were received.')\n",
     )
-    script.chmod(0o755)
 
 
 def test_bench_says_the_servers_reason_when_every_request_failed(server, tmp_path, monkeypatch, capsys):
