@@ -33,7 +33,7 @@ CHECKOV_REQS := policy/checkov-requirements.txt
 CHECKOV_VENV ?= $(call pinned-venv-dir,checkov-venv,$(CHECKOV_REQS))
 URL ?= http://localhost:8000
 
-.PHONY: stack-file help test test-fast e2e e2e-cluster e2e-karpenter cli-stack plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
+.PHONY: wheel stack-file help test test-fast e2e e2e-cluster e2e-karpenter cli-stack plan diff model-spec stack up destroy login passphrase clean rehearse rehearse-stop \
 	rehearse-faults rehearse-mistakes smoke verify test-rules bench bench-venv compare policy policy-sdk rehearsal-venv check-upstream docs gpu-wheels
 
 # Every target a user runs, from its `## target: summary` line.
@@ -233,6 +233,14 @@ docs: $(VENV)/.installed
 	$(BIN)/python -m tools.config_docs
 	$(BIN)/python -m offline.checkov_scan
 	$(BIN)/python -c 'from ray_llm_eks import provider; print(provider.schema_text(), end="")' > ray_llm_eks/schema.json
+
+# The components as a wheel (ray_llm_eks only: pyproject.toml), for a Pulumi program of your own or an example run
+# outside this checkout (examples/README.md). pip builds it in an isolated environment (setuptools from PyPI).
+DIST ?= dist
+## wheel: [DIST=dir]: the ray-llm-eks package as a wheel, for programs of your own (pip install DIST/*.whl)
+wheel: $(VENV)/.installed
+	$(BIN)/python -m pip wheel --quiet --disable-pip-version-check --no-deps -w '$(DIST)' .
+	@ls '$(DIST)'/ray_llm_eks-*.whl
 
 ## plan: STACK=<stack> [OUT=dir]: the whole program offline: resources, manifests, fit, cost (no AWS)
 plan: $(VENV)/.installed

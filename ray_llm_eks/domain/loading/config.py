@@ -156,12 +156,22 @@ def _ami_pin(raw: RawConfig) -> AmiPin:
 
 
 def _gpu_pools(
-    raw: RawConfig, network: NetworkSettings, version: str, facts: BotocoreFacts, table: aws_facts.InstanceTable
+    raw: RawConfig,
+    network: NetworkSettings,
+    version: str,
+    facts: BotocoreFacts,
+    table: aws_facts.InstanceTable,
+    existing_cluster: bool,
 ) -> dict[str, GpuPoolSettings]:
+    """The GPU pools; on an existing cluster they describe its node groups, whose AMI is its own (none pinned)."""
     pools_raw = raw.mapping("gpuPools", GPU_POOLS_SHAPE)
     if not pools_raw:
         raise ConfigError("gpuPools", pools_raw, GPU_POOLS_SHAPE)
-    ami = _ami_pin(raw)
+    ami = (
+        _ami_pin(raw)
+        if not existing_cluster or raw.is_set("gpuAmiReleaseVersion") or raw.is_set("gpuAmiId")
+        else AmiPin()
+    )
     pools = {}
     for name, pool_raw in pools_raw.items():
         serves = roles.pool_serves(name, pool_raw)
@@ -208,7 +218,7 @@ def load_settings(
     obs = observability.load(raw, existing_cluster=mode.existing_cluster)
     cluster = _cluster(raw, name, region, network.vpc_cidr, facts, obs)
     table = instance_types.load(raw, facts)
-    pools = _gpu_pools(raw, network, cluster.kubernetes_version, facts, table)
+    pools = _gpu_pools(raw, network, cluster.kubernetes_version, facts, table, mode.existing_cluster)
     price_overrides = prices.load(raw)
     prices_here = cost.instance_prices(region, price_overrides)
     serving = serving_settings(raw, region, pools, facts, obs, prices_here, table, own_serve)
