@@ -506,7 +506,12 @@ def test_the_sweep_bench_reports_goodput_and_the_path_of_each_point(server, tmp_
     from rehearsal.context import Clock, Context, RehearsalFailed
 
     server.mode, server.tokenizer = "selective", True
-    args = argparse.Namespace(sweep_bench=tmp_path / "sweep.json", sweep_prompts=(50, 500), sweep_concurrency=(1, 8))
+    args = argparse.Namespace(
+        sweep_bench=tmp_path / "sweep.json",
+        sweep_prompts=(50, 500),
+        sweep_concurrency=(1, 8),
+        sweep_max_tokens=sweep_bench.MAX_TOKENS,
+    )
     ctx = Context(args, {}, url(server), None, MODEL, True, "", lambda: [f"{url(server)}/metrics"], [], tmp_path, "r",
                   Clock(), "llm")  # fmt: skip
     sweep_bench.SWEEP_BENCH.run(ctx)
