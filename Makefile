@@ -33,7 +33,7 @@ CHECKOV_REQS := policy/checkov-requirements.txt
 CHECKOV_VENV ?= $(call pinned-venv-dir,checkov-venv,$(CHECKOV_REQS))
 URL ?= http://localhost:8000
 
-.PHONY: help test test-fast e2e e2e-cluster e2e-karpenter cli-stack plan diff model-spec stack pin up preview destroy login passphrase clean rehearse rehearse-stop \
+.PHONY: wheel stack-file help test test-fast e2e e2e-cluster e2e-karpenter cli-stack plan diff model-spec stack pin up preview destroy login passphrase clean rehearse rehearse-stop \
 	rehearse-faults rehearse-mistakes smoke verify test-rules bench bench-venv compare policy policy-sdk rehearsal-venv check-upstream docs gpu-wheels
 
 # Every target a user runs, from its `## target: summary` line.
@@ -98,7 +98,7 @@ $(GPU_VENV)/.installed:
 
 ## rehearse: STACK=<stack> [TARGET=gpu] [ARGS=...]: serve the stack's config for real on this machine
 rehearse: $(if $(filter $(GPU_VENV)/bin/python,$(REHEARSE_PYTHON)),$(GPU_VENV)/.installed,$(if $(filter $(REHEARSAL_VENV)/bin/python,$(REHEARSE_PYTHON)),$(REHEARSAL_VENV)/.installed))
-	$(REHEARSE_PYTHON) -m rehearsal.run --stack $(STACK) --target $(TARGET) $(ARGS)
+	$(REHEARSE_PYTHON) -m rehearsal.run --stack='$(STACK)' --target $(TARGET) $(ARGS)
 
 # The wheels a GPU machine without network needs for TARGET=gpu, pruned and cut into pieces under .whl/, with
 # the stack's RayService spec rendered here (tools/gpu/wheels.sh; tools/gpu/device.sh runs there).
@@ -128,8 +128,8 @@ rehearse-stop: $(REHEARSAL_VENV)/.installed
 rehearse-mistakes: $(REHEARSAL_VENV)/.installed
 	$(REHEARSAL_VENV)/bin/python -m rehearsal.mistakes --stack $(STACK)
 
-# Prove an endpoint serves (ARGS: --metrics-url URL --expect-pd, --model, --api-key).
-## smoke: URL=<endpoint>: keys, models, one completion, one streamed
+# Prove an endpoint serves (ARGS: --metrics-url URL --expect-pd, --model, --api-key, --no-tools).
+## smoke: URL=<endpoint>: keys, models, one completion, one streamed, one tool call
 smoke: $(VENV)/.installed
 	$(BIN)/python -m llmclient smoke $(URL) $(ARGS)
 
@@ -143,7 +143,7 @@ test-rules: $(VENV)/.installed
 # (the Ray pods through the Kubernetes API); --dashboard URL adds the NIXL backend from the engines' logs.
 ## verify: URL=<endpoint> ARGS=...: prove every request's KV moves from prefill to decode
 verify: $(VENV)/.installed
-	$(BIN)/python -m llmclient verify $(URL) --stack $(STACK) $(ARGS)
+	$(BIN)/python -m llmclient verify $(URL) --stack='$(STACK)' $(ARGS)
 
 $(BENCH_VENV)/.installed:
 	@echo "Installing the load generator (AIPerf) into $(BENCH_VENV): about 1.2 GB, a few minutes the first time."
@@ -208,7 +208,7 @@ e2e-karpenter: $(VENV)/.installed
 # helm's repository cache or the project's, and with PULL_CHARTS=1 from `helm pull` (their repositories: off by
 # default, so a run without network asks none); one that cannot be had is one line, not a failure. helm is the e2e build's (`python3 -m go_binaries.build helm`) or the PATH's; without it no chart is scanned.
 policy: $(VENV)/.installed $(CHECKOV_VENV)/.installed
-	$(BIN)/python -m offline.policy_check --stack $(STACK) --checkov $(CHECKOV_VENV)/bin/checkov $(if $(CHARTS),--charts $(CHARTS)) $(if $(PULL_CHARTS),--pull-charts)
+	$(BIN)/python -m offline.policy_check --stack='$(STACK)' --checkov $(CHECKOV_VENV)/bin/checkov $(if $(CHARTS),--charts $(CHARTS)) $(if $(PULL_CHARTS),--pull-charts)
 
 $(CHECKOV_VENV)/.installed:
 	@echo "Installing checkov into $(CHECKOV_VENV): about 300 MB, a minute the first time."
@@ -223,7 +223,7 @@ $(POLICY_VENV)/.installed: policy/requirements.txt
 
 # The same pack through pulumi-policy's own analyzer, fed the offline plan (no CLI).
 policy-sdk: $(VENV)/.installed $(POLICY_VENV)/.installed
-	$(BIN)/python -m offline.plan --stack $(STACK) --out $(OUT) > /dev/null
+	$(BIN)/python -m offline.plan --stack='$(STACK)' --out '$(OUT)' > /dev/null
 	$(POLICY_VENV)/bin/python policy/sdk_check.py $(OUT)/resources.json
 
 # docs/configuration.md from the config-key table (ray_llm_eks/domain/data/config_keys.yaml); make test fails while it is stale.
@@ -234,9 +234,17 @@ docs: $(VENV)/.installed
 	$(BIN)/python -m offline.checkov_scan
 	$(BIN)/python -c 'from ray_llm_eks import provider; print(provider.schema_text(), end="")' > ray_llm_eks/schema.json
 
+# The components as a wheel (ray_llm_eks only: pyproject.toml), for a Pulumi program of your own or an example run
+# outside this checkout (examples/README.md). pip builds it in an isolated environment (setuptools from PyPI).
+DIST ?= dist
+## wheel: [DIST=dir]: the ray-llm-eks package as a wheel, for programs of your own (pip install DIST/*.whl)
+wheel: $(VENV)/.installed
+	$(BIN)/python -m pip wheel --quiet --disable-pip-version-check --no-deps -w '$(DIST)' .
+	@ls '$(DIST)'/ray_llm_eks-*.whl
+
 ## plan: STACK=<stack> [OUT=dir]: the whole program offline: resources, manifests, fit, cost (no AWS)
 plan: $(VENV)/.installed
-	$(BIN)/python -m offline.plan --stack $(STACK) --out $(OUT)
+	$(BIN)/python -m offline.plan --stack='$(STACK)' --out '$(OUT)'
 
 # Two plans differ only where their input does (plans are byte-identical for identical input); then what the
 # change does to a running service (offline/impact.py: in place, replicas restarted, new cluster, gap, nodes).
@@ -257,6 +265,12 @@ login:
 # The backend a command will use (shell text): PULUMI_BACKEND_URL, else the one logged in. `pulumi whoami
 # --verbose` prints "Backend URL: file:///..." (Pulumi CLI 3.274): everything after the label, colons included.
 BACKEND_URL = $${PULUMI_BACKEND_URL:-$$(pulumi whoami --verbose 2>/dev/null | sed -n 's/^[[:space:]]*[Bb]ackend [Uu][Rr][Ll]:[[:space:]]*//p')}
+
+# The Pulumi CLI's targets are told a stack name, said before any login: not empty, not a file's name (a new
+# stack has no file yet; the Python entry points name other slips: make plan STACK=...).
+stack-file:
+	@[ -n "$(STACK)" ] || { echo "STACK is empty: STACK=<stack>, the name between Pulumi. and .yaml; stacks: $(patsubst Pulumi.%.yaml,%,$(wildcard Pulumi.*.yaml))"; exit 2; }
+	@case '$(STACK)' in *Pulumi.*) echo "STACK is the name between Pulumi. and .yaml, not the file's: STACK=$(patsubst Pulumi.%.yaml,%,$(notdir $(STACK)))"; exit 2;; esac
 
 # The local backend encrypts stack secrets (hfToken) with a passphrase; pulumi reads it from the
 # environment so nothing prompts mid-deploy.
@@ -287,7 +301,7 @@ model-spec: $(VENV)/.installed
 # unset, so a config that cannot be read (wrong passphrase) stops here instead of being overwritten.
 # Not where the stack turns the key check off (apiKeyCheck: false, environment dev only).
 ## stack: STACK=<stack>: log in, create or select the stack, give it a random API key (a Pulumi secret)
-stack: login passphrase
+stack: stack-file login passphrase
 	@backend="$(BACKEND_URL)"; \
 	if [[ "$$backend" == file://* ]]; then provider="--secrets-provider passphrase"; fi; \
 	pulumi stack select --create $$provider $(STACK)
@@ -323,7 +337,7 @@ preview: $(VENV)/.installed $(POLICY_VENV)/.installed login passphrase
 # (docs/architecture.md: teardown order); the engine refuses a destroy without it once a resource has one.
 DESTROY_FLAGS ?= --run-program
 ## destroy: STACK=<stack>: remove everything the stack created
-destroy: $(VENV)/.installed login passphrase
+destroy: stack-file $(VENV)/.installed login passphrase
 	pulumi destroy --stack $(STACK) $(DESTROY_FLAGS)
 
 ## clean: remove .venv and local plan outputs

@@ -20,7 +20,7 @@ from ray_llm_eks.components.network import Network
 from ray_llm_eks.components.observability import EbsCsiDriver, MonitoringStack, ServiceMonitoring
 from ray_llm_eks.components.pod_identity import PodIdentityAgent
 from ray_llm_eks.components.weights_access import WeightsAccess
-from ray_llm_eks.domain.checks import known_issues, preflight
+from ray_llm_eks.domain.checks import known_issues, placeholders, preflight
 from ray_llm_eks.domain.cluster import gcs_ft, node_provisioning, upgrades
 from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.core.yaml_files import YamlSyntaxError
@@ -36,6 +36,8 @@ try:  # a bad value or an AWS refusal stops here, before any resource
     settings = stack.load_settings(stack_config)  # typed and validated
     mode = settings.deploy_mode
     for line in config.secret_checks(settings, deploying=stack.deploying()):
+        pulumi.log.warn(line)
+    for line in placeholders.check(settings, deploying=stack.deploying()):  # values copied from documentation
         pulumi.log.warn(line)
     for line in known_issues.warnings(settings):  # upstream bugs on this stack's path, warned only
         pulumi.log.warn(line)
@@ -227,6 +229,8 @@ if not mode.existing_cluster:
 if deferred:  # only where an offline plan could not check something (a shipped stack's plan has none)
     pulumi.export("deferredChecks", deferred)
 pulumi.export("openaiBaseUrl", service.base_url)
+if service.api_key is not None:  # generated: no apiKeys set (pulumi stack output apiKey --show-secrets)
+    pulumi.export("apiKey", service.api_key)
 pulumi.export("portForwardCommand", service.port_forward)
 pulumi.export("curlExample", service.curl_example)
 pulumi.export("openaiPythonExample", service.openai_example)  # after the port-forward: ... | python -

@@ -185,7 +185,7 @@ class ScaleUp:
     # 3. The node the Cluster Autoscaler would ask for, from our tags only; the wrong ones do not take it.
     def template(self, name: str, role: str, drop: str | None = None) -> dict:
         pool = self.pools[role]
-        tags = node_template_tags(pool.name, pool.nodes.instance_type, pool.efa)
+        tags = node_template_tags(pool.name, pool.spec, pool.efa)
         tags = {k: v for k, v in tags.items() if not (drop and k.endswith(drop))}
         return template_node(name, pool.nodes.instance_type, tags, self.settings.region, pool.availability_zone)
 

@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--max-tokens", type=int, default=32)
     s.add_argument("--metrics-url", help="Ray metrics endpoint (Prometheus), for prefill/decode evidence")
     s.add_argument("--expect-pd", action="store_true", help="fail without evidence of prefill and decode")
+    s.add_argument("--no-tools", action="store_true", help="skip the tool call (a model served without a parser)")
     b = sub.add_parser("bench", help="a sweep of load points (AIPerf): JSON and a PNG ($OPENAI_API_KEY: the key)")
     bench.add_arguments(b)
     v = sub.add_parser("verify", help="prove every request's KV moves prefill -> decode (engine metrics)")
@@ -42,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--out", type=Path, required=True, help="the PNG to write")
     c.add_argument("--title")
     args = parser.parse_args(argv)
+    try:
+        core.check_url(getattr(args, "url", None) or "http://compare")
+    except core.BadUrl as exc:
+        print(f"{args.command} FAILED: {exc}", file=sys.stderr)
+        return 2
 
     if args.command == "compare":
         runs = [r / "bench.json" if r.is_dir() else r for r in args.runs]
@@ -63,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.max_tokens,
                 args.metrics_url,
                 args.expect_pd,
+                tools=not args.no_tools,
             )
         )
     except smoke.SmokeError as exc:

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import subprocess
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def run_point(config: dict, directory: Path, api_key: str | None, timeout: float
             raise AiperfFailed(f"AIPerf did not finish within {timeout:g} s (log: {log})") from None
     summaries = sorted((directory / "aiperf").rglob(SUMMARY), key=lambda p: len(p.parts))
     if done.returncode != 0 or not summaries:
-        reason = _last_reason(log.read_text(errors="replace"))
+        reason = _failed_requests(directory / "aiperf") or _last_reason(log.read_text(errors="replace"))
         raise AiperfFailed(f"AIPerf exited {done.returncode}: {reason} (log: {log})")
     summary_file = summaries[0]
     records_file = summary_file.parent / RECORDS
@@ -97,6 +98,43 @@ def _tokenizer_reason(lines: list[str]) -> str | None:
     detail = next((m["detail"] for m in hits if m["detail"]), None)
     because = f" ({detail.strip()[:200]})" if detail else ""
     return f"AIPerf could not load the tokenizer '{hits[0]['name']}'{because}: {TOKENIZER_WAY_OUT}"
+
+
+def _server_said(message: str) -> str:
+    """The server's own words in an error record's message: an OpenAI-style body's error.message (vLLM's 400s),
+    else the message as AIPerf wrote it; one line, at most 300 characters."""
+    try:
+        body = json.loads(message)
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        error = body.get("error") if isinstance(body.get("error"), dict) else body
+        message = str(error.get("message") or body.get("detail") or message)
+    return " ".join(message.split())[:300]
+
+
+def _failed_requests(artifacts: Path) -> str | None:
+    """Why the requests failed, where AIPerf recorded it (its per-request records, `error`: code, type, message):
+    the commonest error, as the server said it; None where no record holds one."""
+    errors: Counter[tuple[object, str]] = Counter()
+    total = 0
+    for path in artifacts.rglob(RECORDS):
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            total += 1
+            error = record.get("error") if isinstance(record, dict) else None
+            if isinstance(error, dict):
+                errors[(error.get("code"), _server_said(str(error.get("message") or error.get("type") or "")))] += 1
+    if not errors:
+        return None
+    (code, said), count = errors.most_common(1)[0]
+    status = f"HTTP {code}" if code else "an error"
+    return (
+        f"{sum(errors.values())} of {total} requests failed; the server answered {count} of them with {status}: {said}"
+    )
 
 
 def _last_reason(log: str) -> str:

@@ -75,18 +75,27 @@ class EndpointError(RuntimeError):
     """The endpoint could not be asked what it serves (not running, wrong URL, wrong key): one line."""
 
 
-def first_model(url: str, api_key: str | None) -> str:
-    async def listed() -> str:
+def served_model(url: str, api_key: str | None, model: str | None = None) -> tuple[str, int | None]:
+    """The model to load (`model`, else the first the endpoint lists) and the context it is served with, where
+    the endpoint says: vLLM's own server as the model card's max_model_len, Ray Serve LLM 2.58 as its
+    metadata.max_request_context_length (its engine_kwargs' max_model_len: openai_api_models.py
+    to_model_metadata); None where neither is said."""
+
+    async def listed():
         async with core.client(url, api_key) as api:
             try:
                 models = await asyncio.wait_for(api.models.list(), core.DEFAULT_DEADLINE)
             except Exception as exc:  # connection refused, HTTP 401/404, a deadline: said in one line
                 raise EndpointError(f"list models at {core.api_base(url)}: {core._error_text(exc)}") from exc
-        if not models.data:
-            raise EndpointError("the endpoint lists no model")
-        return models.data[0].id
+        return models.data
 
-    return asyncio.run(listed())
+    cards = asyncio.run(listed())
+    if not cards:
+        raise EndpointError("the endpoint lists no model")
+    card = next((c for c in cards if c.id == model), cards[0])
+    extra = card.model_extra or {}
+    context = extra.get("max_model_len") or (extra.get("metadata") or {}).get("max_request_context_length")
+    return model or card.id, context if isinstance(context, int) and context > 0 else None
 
 
 def stack_facts(stack: str) -> dict:
@@ -143,11 +152,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--label", help="name of this run in plots and tables (default: the stack or the URL)")
     p.add_argument("--sweep", default="concurrency:1,2,4,8", help="concurrency:1,2,4,8 or rate:0.5,1,2,4")
     p.add_argument("--workload", default="fixed", choices=bench_stats.WORKLOADS)
-    p.add_argument("--isl", type=int, default=bench_stats.Workload.isl, help="prompt tokens (per user turn)")
-    p.add_argument("--osl", type=int, default=bench_stats.Workload.osl, help="output tokens (per answer)")
-    p.add_argument("--turns", type=int, default=bench_stats.Workload.turns, help="turns per conversation (multiturn)")
-    p.add_argument("--context-tokens", type=int, default=bench_stats.Workload.context_tokens, help="per conversation")
-    p.add_argument("--system-tokens", type=int, default=bench_stats.Workload.system_tokens, help="shared by all")
+    # Unset: the Workload's defaults, shortened to the endpoint's context where it says what that is.
+    p.add_argument("--isl", type=int, help=f"prompt tokens (per user turn; {bench_stats.Workload.isl})")
+    p.add_argument("--osl", type=int, help=f"output tokens (per answer; {bench_stats.Workload.osl})")
+    p.add_argument("--turns", type=int, help=f"turns per conversation (multiturn; {bench_stats.Workload.turns})")
+    p.add_argument("--context-tokens", type=int, help=f"per conversation ({bench_stats.Workload.context_tokens})")
+    p.add_argument("--system-tokens", type=int, help=f"shared by all ({bench_stats.Workload.system_tokens})")
     p.add_argument("--dataset", help="your own JSONL (workload dataset)")
     p.add_argument("--dataset-format", default="single_turn", choices=bench_stats.DATASET_FORMATS)
     p.add_argument("--requests", type=int, default=bench_stats.Bounds.requests, help="per load point, at most")
@@ -175,16 +185,13 @@ def bench_arguments(argv: list[str]) -> argparse.Namespace:
 def run(args: argparse.Namespace, api_key: str | None = None, say: Callable[[str], None] = print) -> bench_stats.Run:
     """The sweep; the key from `api_key` or $OPENAI_API_KEY (never on a command line)."""
     api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
+    given = {field: getattr(args, field) for field in bench_stats.CONTEXT_FIELDS if getattr(args, field) is not None}
     workload = bench_stats.check_workload(
         bench_stats.Workload(
             kind=args.workload,
-            isl=args.isl,
-            osl=args.osl,
-            turns=args.turns,
-            context_tokens=args.context_tokens,
-            system_tokens=args.system_tokens,
             dataset=str(Path(args.dataset).resolve()) if args.dataset else None,
             dataset_format=args.dataset_format,
+            **given,
         )
     )
     sweep_ = bench_stats.parse_sweep(args.sweep)
@@ -194,7 +201,10 @@ def run(args: argparse.Namespace, api_key: str | None = None, say: Callable[[str
     bounds = replace(
         bench_stats.Bounds(), requests=args.requests, seconds=args.seconds, warmup_requests=args.warmup_requests
     )
-    model = args.model or first_model(args.url, api_key)
+    model, context = served_model(args.url, api_key, args.model)
+    workload, fitted = bench_stats.fit_to_context(workload, context, set(given))
+    if fitted:
+        say(fitted)
     tokenizer, tokenizer_source = next(
         (name, source)
         for name, source in (

@@ -4,22 +4,42 @@ and the Ray metrics that show which Serve deployments handled requests."""
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
+import httpx2
 import openai
 
 DEFAULT_TIMEOUT = 30.0  # seconds: connect, and the longest gap between two bytes of a response (a stall)
 DEFAULT_DEADLINE = 120.0  # seconds: one whole request, however it trickles
+# Chunks a stream may send beyond max_tokens (the role's first chunk, the finish and usage chunks, a reasoning
+# model's think tags): more is a server that ignores max_tokens, and reading on would hold it all in memory.
+STREAM_SLACK_CHUNKS = 16
+
+
+class StreamOverrun(RuntimeError):
+    """A stream went on past max_tokens."""
+
+
+class BadUrl(ValueError):
+    """An endpoint URL the client cannot use: one line saying what it needs."""
+
+
+def check_url(url: str) -> str:
+    """`url` if it names an HTTP endpoint: a scheme and a host (`localhost:8000` alone has neither to urllib)."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise BadUrl(f"URL={url}: an http:// or https:// URL with a host, e.g. http://localhost:8000")
+    return url
 
 
 def api_base(url: str) -> str:
     """`http://host:8000` or `http://host:8000/v1` -> the OpenAI base URL (`.../v1`)."""
-    url = url.rstrip("/")
+    url = check_url(url).rstrip("/")
     return url if url.endswith("/v1") else f"{url}/v1"
 
 
@@ -49,6 +69,8 @@ def _error_text(exc: BaseException) -> str:
         return "timed out (stalled)"
     if isinstance(exc, openai.APIStatusError):
         return f"HTTP {exc.status_code}: {str(exc.message)[:200]}"
+    if isinstance(exc, StreamOverrun):
+        return str(exc)
     return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
@@ -76,7 +98,12 @@ async def stream_chat(
             extra_body=extra_body or None,
         )
         parts = []
+        chunks = 0
         async for chunk in stream:
+            chunks += 1
+            if chunks > max_tokens + STREAM_SLACK_CHUNKS:
+                await stream.close()
+                raise StreamOverrun(f"the stream went on past {chunks - 1} chunks for max_tokens {max_tokens}")
             if chunk.usage is not None:
                 result.output_tokens = chunk.usage.completion_tokens or 0
                 result.prompt_tokens = chunk.usage.prompt_tokens or 0
@@ -109,19 +136,18 @@ async def stream_chat(
     return result
 
 
-def http_status(url: str, api_key: str | None, body: dict | None = None, timeout: float = DEFAULT_TIMEOUT) -> int:
+async def http_status(url: str, api_key: str | None, body: dict | None = None, timeout: float = DEFAULT_TIMEOUT) -> int:
     """The HTTP status of one plain request (GET, or POST with a JSON body), with `Authorization: Bearer <key>`
-    or none at all (the openai client always sends one)."""
+    or none at all (the openai client always sends one). Only the status is read, never the body; a caller's
+    deadline (asyncio.wait_for) cancels it however slowly the server answers. httpx2: the openai client's own
+    HTTP library (openai 3.57 imports it)."""
     headers = {"Content-Type": "application/json"}
     if api_key is not None:
         headers["Authorization"] = f"Bearer {api_key}"
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
+    async with httpx2.AsyncClient(timeout=timeout) as client:
+        method = "POST" if body is not None else "GET"
+        async with client.stream(method, url, headers=headers, json=body) as response:
+            return response.status_code
 
 
 # Ray Serve's per-deployment request counter (Ray metrics endpoint, Prometheus text).

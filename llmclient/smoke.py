@@ -5,14 +5,34 @@ evidence from Ray's metrics that both the prefill and the decode deployment hand
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import time
 from dataclasses import dataclass, field
+
+import httpx2
+import openai
 
 from llmclient import core, metrics
 from measure import kv_proof
 
 PROMPT = [{"role": "user", "content": "Say hello in one short sentence."}]
+TOOL_PROMPT = [{"role": "user", "content": "What is the weather in Paris?"}]
+# One function whose arguments have a single shape: a tool call back is the parser's work, whatever the model.
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": ["Paris", "Lima"]}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+TOOL_MAX_TOKENS = 64  # room for {"city": "Paris"} in any tokenizer, with the whitespace JSON allows
 METRICS_WAIT = 30.0  # seconds: Ray's metrics agent publishes every few seconds (10 s by default)
 
 
@@ -54,6 +74,63 @@ async def _kv_moved(metrics_url: str, before: kv_proof.KvCounters, requests: int
     return f"KV moved over NIXL: {moved:g} transfer(s) for {requests} requests, none failed"
 
 
+async def without_a_key(url: str, timeout: float, deadline: float) -> str:
+    """No key given: an endpoint that refuses requests without one fails the smoke saying where the key is; one
+    that serves them (apiKeyCheck false) is said to, the key check not run."""
+    models = f"{core.api_base(url)}/models"
+    try:
+        status = await asyncio.wait_for(core.http_status(models, None, None, timeout), deadline)
+    except (OSError, httpx2.HTTPError, TimeoutError) as exc:
+        raise SmokeError(f"list models at {models} without a key: {core._error_text(exc)}") from exc
+    if status == 401:
+        raise SmokeError(
+            "the endpoint refuses requests without an API key (HTTP 401), and none was given: export "
+            "OPENAI_API_KEY=<one of the stack's apiKeys> (pulumi config get apiKeys, or pulumi stack output apiKey "
+            "--show-secrets where the stack generated it); with it, smoke checks that no key and a wrong key get 401"
+        )
+    return (
+        f"API key: none given (OPENAI_API_KEY is unset) and /v1/models answered HTTP {status} without one: the "
+        "key check was not run (only an endpoint with apiKeyCheck false serves requests without a key)"
+    )
+
+
+async def tool_call(api, model: str, deadline: float) -> str:
+    """Tool calling as OpenAI clients use it: `tool_choice` auto is accepted (vLLM refuses it without a tool call
+    parser), and `tool_choice` naming a function gets a call of it back, parsed by the server; what the model
+    chooses is not judged (a rehearsal's stand-in is random)."""
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    try:
+        auto = await asyncio.wait_for(
+            api.chat.completions.create(
+                model=model, messages=TOOL_PROMPT, tools=[WEATHER], tool_choice="auto", max_tokens=TOOL_MAX_TOKENS
+            ),
+            deadline,
+        )
+        forced = await asyncio.wait_for(
+            api.chat.completions.create(
+                model=model, messages=TOOL_PROMPT, tools=[WEATHER], tool_choice=named, max_tokens=TOOL_MAX_TOKENS
+            ),
+            deadline,
+        )
+    except openai.BadRequestError as exc:
+        raise SmokeError(
+            f"tools: the endpoint refuses a request with tools: {core._error_text(exc)} (the served model's family "
+            "needs a tool_call_parser: ray_llm_eks/domain/serving/model_families.py, or --no-tools)"
+        ) from exc
+    except Exception as exc:
+        raise SmokeError(f"tools: {core._error_text(exc)}") from exc
+    calls = (forced.choices[0].message.tool_calls or []) if forced.choices else []
+    if not calls or calls[0].function.name != "get_weather":
+        raise SmokeError(f"tools: tool_choice naming get_weather got no call of it back: {forced.choices[:1]}")
+    arguments = calls[0].function.arguments or ""
+    try:
+        shown = f"arguments {json.dumps(json.loads(arguments))}"
+    except ValueError:
+        shown = f"arguments cut at max_tokens {TOOL_MAX_TOKENS}: {arguments[:60]!r}"
+    made = len(auto.choices[0].message.tool_calls or []) if auto.choices else 0
+    return f"tools: tool_choice auto accepted ({made} call(s)); tool_choice get_weather -> a get_weather call, {shown}"
+
+
 def _pd_roles(deltas: dict[str, float]) -> dict[str, float]:
     roles: dict[str, float] = {}
     for name, count in deltas.items():
@@ -63,7 +140,9 @@ def _pd_roles(deltas: dict[str, float]) -> dict[str, float]:
     return roles
 
 
-async def key_check(url: str, api_key: str, timeout: float = core.DEFAULT_TIMEOUT) -> str:
+async def key_check(
+    url: str, api_key: str, timeout: float = core.DEFAULT_TIMEOUT, deadline: float = core.DEFAULT_DEADLINE
+) -> str:
     """The endpoint's key check: no key and a wrong key are refused (401), the right key is served (200), on
     the model list and on a chat completion. Returns the line to print; SmokeError otherwise."""
     models, chat = f"{core.api_base(url)}/models", f"{core.api_base(url)}/chat/completions"
@@ -79,8 +158,8 @@ async def key_check(url: str, api_key: str, timeout: float = core.DEFAULT_TIMEOU
     seen = {}
     for case, (target, key, payload, _) in cases.items():
         try:
-            seen[case] = await asyncio.to_thread(core.http_status, target, key, payload, timeout)
-        except OSError as exc:
+            seen[case] = await asyncio.wait_for(core.http_status(target, key, payload, timeout), deadline)
+        except (OSError, httpx2.HTTPError, TimeoutError) as exc:
             raise SmokeError(f"key check, {case}: {core._error_text(exc)}") from exc
     line = ", ".join(f"{case} -> {status}" for case, status in seen.items())
     if wrong_answers := [f"{case} -> HTTP {seen[case]}, expected {want}" for case, (*_, want) in cases.items()
@@ -99,11 +178,14 @@ async def run(
     metrics_url: str | None = None,
     expect_pd: bool = False,
     extra_body: dict | None = None,
+    tools: bool = True,
 ) -> SmokeResult:
     async with core.client(url, api_key, timeout) as api:
         out: list[str] = []
         if api_key:
-            out.append(await key_check(url, api_key, timeout))
+            out.append(await key_check(url, api_key, timeout, deadline))
+        else:
+            out.append(await without_a_key(url, timeout, deadline))
         before = core.deployment_requests(metrics_url) if metrics_url else {}
         kv_before = _kv(metrics_url) if metrics_url and expect_pd else None
         try:
@@ -144,6 +226,8 @@ async def run(
             f"finish_reason={streamed.finish_reason}: {streamed.text[:120]!r}"
         )
 
+        out.append(await tool_call(api, model, deadline) if tools else "tools: not checked (--no-tools)")
+
         evidence: dict[str, float] = {}
         if metrics_url:
             # Two requests went through; wait until the counters show them (or the wait runs out).
@@ -166,5 +250,5 @@ async def run(
         if expect_pd and not (evidence.get("prefill") and evidence.get("decode")):
             raise SmokeError(f"no evidence that both prefill and decode served (Ray metrics: {evidence or 'none'})")
         if kv_before is not None:
-            out.append(await _kv_moved(metrics_url, kv_before, requests=2))
+            out.append(await _kv_moved(metrics_url, kv_before, requests=4 if tools else 2))
         return SmokeResult(model, models, answer, streamed.text, streamed.ttft, evidence, out)

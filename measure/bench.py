@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from measure import kv_proof
@@ -114,6 +114,51 @@ def check_workload(workload: Workload) -> Workload:
     elif workload.dataset:
         raise ConfigError("bench --dataset", workload.dataset, "only with --workload dataset")
     return workload
+
+
+# Tokens a chat template adds around a prompt (role markers, a think block), left free of the served context.
+TEMPLATE_TOKENS = 64
+# The workload fields a context bounds (each set by its flag, e.g. --context-tokens).
+CONTEXT_FIELDS = ("isl", "osl", "turns", "context_tokens", "system_tokens")
+
+
+def tokens_per_request(workload: Workload) -> int | None:
+    """The most context one request of the workload takes (None: a dataset's, unknown here)."""
+    if workload.kind == "fixed":
+        return workload.isl + workload.osl + TEMPLATE_TOKENS
+    if workload.kind == "multiturn":
+        history = workload.system_tokens + workload.context_tokens + workload.turns * (workload.isl + workload.osl)
+        return history + TEMPLATE_TOKENS
+    return None
+
+
+def fit_to_context(workload: Workload, context: int | None, given: set[str]) -> tuple[Workload, str]:
+    """The workload within a served context of `context` tokens (the endpoint's max_model_len; None: not said):
+    the default fixed lengths shortened to fit (a quarter for the answer), else the workload as given, or a
+    ConfigError naming the flags to set. `given`: the fields the user set. Returns the workload and a line
+    saying what changed (empty when nothing did)."""
+    need = tokens_per_request(workload)
+    if context is None or need is None or need <= context:
+        return workload, ""
+    if workload.kind == "fixed" and not {"isl", "osl"} & given:
+        osl = min(workload.osl, context // 4)
+        isl = context - osl - TEMPLATE_TOKENS
+        if isl >= 1:
+            fitted = replace(workload, isl=isl, osl=osl)
+            return fitted, (
+                f"the endpoint serves {context} tokens of context (max_model_len): prompts of {isl} tokens and "
+                f"answers of {osl} instead of {workload.isl} and {workload.osl} (--isl/--osl set them)"
+            )
+    if workload.kind == "fixed":
+        key, value = "bench --isl + --osl", f"{workload.isl} + {workload.osl}"
+    else:
+        key, value = "bench --system-tokens + --context-tokens + --turns x (--isl + --osl)", need - TEMPLATE_TOKENS
+    raise ConfigError(
+        key,
+        value,
+        f"at most {context - TEMPLATE_TOKENS} tokens a request: the endpoint serves {context} tokens of context "
+        f"(max_model_len), {TEMPLATE_TOKENS} of them left for the chat template",
+    )
 
 
 @dataclass(frozen=True)

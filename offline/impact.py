@@ -21,10 +21,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         old, new = (json.loads((d / "resources.json").read_text()) for d in (args.old, args.new))
+        outputs = [json.loads((d / "outputs.json").read_text()) for d in (args.old, args.new)]
     except (OSError, json.JSONDecodeError) as err:
-        print(f"error: {err} (make plan writes resources.json into each plan directory)", file=sys.stderr)
+        print(
+            f"error: {err} (make plan writes resources.json and outputs.json into each plan directory)", file=sys.stderr
+        )
         return 2
-    print(upgrades.report(upgrades.impacts(old, new, yaml.safe_load)))
+    regions = tuple(o.get("region") for o in outputs)  # the region each stack planned for (its output)
+    print(upgrades.report(upgrades.impacts(old, new, yaml.safe_load, regions)))
     return 0
 
 

@@ -9,6 +9,7 @@ Pulumi's mocks, not `pulumi preview`: nothing is compared with real state and AW
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -349,7 +350,10 @@ def run_program(
             os.environ[OFFLINE_PLAN_ENV] = "1" if offline_plan else "0"
         _ensure_event_loop().set_exception_handler(_quiet_leftovers_of_failed_runs)
         try:
-            _sync_await(run_pulumi_func(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__")))
+            # In the project's folder, as the Pulumi CLI's language host runs a program: paths a stack names
+            # (serveConfig: my-serve.yaml) are beside its stack file.
+            with contextlib.chdir(root):
+                _sync_await(run_pulumi_func(lambda: runpy.run_path(str(root / "__main__.py"), run_name="__main__")))
         except Exception as err:
             _ERRORS_RAISED.add(root_message(err))
             raise

@@ -264,12 +264,22 @@ def frontend_specs(src: Sources) -> dict[str, dict | None]:
     return class_specs(src, "vllm/entrypoints/openai/cli_args.py", "BaseFrontendArgs", "FrontendArgs")
 
 
+def registered_names(src: Sources, path: str, table: str) -> list[str]:
+    """The names of a registry vLLM builds from a module-level dict literal (name -> (file, class))."""
+    for node in src.tree(path).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == table for t in node.targets):
+            return sorted(key.value for key in node.value.keys)
+    raise Unknown(f"{path} has no {table}")
+
+
 def extract(wheel_path: Path) -> dict:
     with zipfile.ZipFile(wheel_path) as wheel:
         src = Sources(wheel)
         engine = engine_arg_specs(src)
         kv = kv_transfer_specs(src)
         frontend = frontend_specs(src)
+        tool_parsers = registered_names(src, "vllm/tool_parsers/__init__.py", "_TOOL_PARSERS_TO_REGISTER")
+        reasoning_parsers = registered_names(src, "vllm/reasoning/__init__.py", "_REASONING_PARSERS_TO_REGISTER")
     return {
         "vllm_version": VLLM_VERSION,
         "source": (
@@ -278,7 +288,10 @@ def extract(wheel_path: Path) -> dict:
             "tools/extract_vllm_engine_args.py; types, "
             "choices and bounds from each field's annotation and the vllm/config class field it defaults to; "
             "frontend_args: BaseFrontendArgs and FrontendArgs fields in vllm/entrypoints/openai/cli_args.py (Ray "
-            "Serve LLM 2.58 routes engine_kwargs keys that are FrontendArgs fields to vLLM's OpenAI front end)"
+            "Serve LLM 2.58 routes engine_kwargs keys that are FrontendArgs fields to vLLM's OpenAI front end); "
+            "tool_call_parsers and reasoning_parsers: the names vLLM registers without a plugin "
+            "(vllm/tool_parsers/__init__.py _TOOL_PARSERS_TO_REGISTER, vllm/reasoning/__init__.py "
+            "_REASONING_PARSERS_TO_REGISTER)"
         ),
         "engine_args": sorted(engine),
         "kv_transfer_config_fields": sorted(kv),
@@ -286,6 +299,8 @@ def extract(wheel_path: Path) -> dict:
         "kv_transfer_config_types": {k: kv[k] for k in sorted(kv) if kv[k] is not None},
         "frontend_args": sorted(frontend),
         "frontend_arg_types": {k: frontend[k] for k in sorted(frontend) if frontend[k] is not None},
+        "tool_call_parsers": tool_parsers,
+        "reasoning_parsers": reasoning_parsers,
     }
 
 

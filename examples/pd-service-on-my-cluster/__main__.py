@@ -17,11 +17,10 @@ from ray_llm_eks.domain.serving.serve_config import served_model_id
 POOL = {"instanceType": "g6.8xlarge", "minSize": 1, "desiredSize": 1, "maxSize": 1}  # my node groups' type
 KEYS = {  # as `pulumi config` hands a ray-llm-eks stack's keys over (structures as JSON)
     "aws:region": "us-east-1",
+    "ray-llm-eks:existingCluster": "true",  # my cluster: its node groups and their AMI are mine
     "ray-llm-eks:environment": "dev",
     "ray-llm-eks:apiKeyCheck": "false",  # allowed in dev only: no key-checking ingress
     "ray-llm-eks:gpuPools": json.dumps({"prefill": POOL, "decode": POOL}),
-    # Read by no resource here, yet required: the keys describe a whole stack, its node groups' AMI included.
-    "ray-llm-eks:gpuAmiReleaseVersion": "v20260903",
 }
 settings = load_settings(StackConfig("ray-llm-eks", pulumi.get_stack(), KEYS, frozenset()))
 

@@ -41,7 +41,16 @@ class PulumiAwsAnswers:
             return None
         # nodeadm's max pods for a type missing from eni-max-pods.txt: ENIs x (IPv4 per ENI - 1) + 2.
         max_pods = info.maximum_network_interfaces * (info.maximum_ipv4_addresses_per_interface - 1) + 2
-        return aws_facts.InstanceSpec(vcpus=info.default_vcpus, memory_gib=info.memory_size // 1024, max_pods=max_pods)
+        gpus = info.gpuses or []
+        return aws_facts.InstanceSpec(
+            vcpus=info.default_vcpus,
+            memory_gib=info.memory_size // 1024,
+            max_pods=max_pods,
+            gpus=sum(gpu.count for gpu in gpus),
+            gpu_memory_mib=gpus[0].memory_size if gpus else 0,
+            nvme_gb=info.total_instance_storage or 0,
+            efa=bool(info.efa_supported),
+        )
 
     def cluster_exists(self, name: str) -> bool | None:
         names = aws.eks.get_clusters().names

@@ -19,10 +19,11 @@ from typing import Any
 
 from ray_llm_eks.adapters import botocore_facts, environment, stackfile
 from ray_llm_eks.adapters.stackfile import ROOT, StackConfig
-from ray_llm_eks.domain.core import config_keys
-from ray_llm_eks.domain.core.errors import PROJECT, ConfigError
+from ray_llm_eks.domain.core import config_keys, yaml_files
+from ray_llm_eks.domain.core.errors import PROJECT, ConfigError, did_you_mean
 from ray_llm_eks.domain.core.facts import SECRET_MARKER
 from ray_llm_eks.domain.loading import config
+from ray_llm_eks.domain.serving import serve_config
 from ray_llm_eks.domain.stack.settings import Settings
 
 
@@ -60,12 +61,31 @@ def _getter(config_: StackConfig):
     return get
 
 
+def own_serve_file(config_: StackConfig) -> serve_config.OwnServeFile | None:
+    """The stack's serveConfig where it names a file of the user's beside the stack file, read and parsed (its
+    YAML slips one line naming it); None where it names a shipped one."""
+    name = config_.values.get(f"{config_.project}:serveConfig")
+    if name is None or not serve_config.is_own_file(name):
+        return None
+    folder = config_.folder or Path.cwd()  # `pulumi up` runs the program in the project's folder
+    path = folder / name
+    if Path(name).is_absolute() or not path.is_file():
+        files = sorted(str(p.relative_to(folder)) for p in folder.glob("*.y*ml") if not p.name.startswith("Pulumi"))
+        slip = did_you_mean(name, files).strip()
+        where = (
+            "an absolute path" if Path(name).is_absolute() else f"no such file in {folder}{'; ' + slip if slip else ''}"
+        )
+        raise ConfigError("serveConfig", name, f"{serve_config.SERVE_CONFIG_ALLOWED} ({where})", config_.file)
+    return serve_config.OwnServeFile(name, yaml_files.parse(path.read_text(), name))
+
+
 def load_settings(config_: StackConfig) -> Settings:
     """The stack's Settings: every key known, every value checked (ConfigError on the first bad one)."""
     config_keys.refuse_unknown(sorted(config_.values))
     get = _getter(config_)
+    own = own_serve_file(config_)
     try:
-        return config.load_settings(get, config_.stack, get("aws:region"), botocore_facts.load())
+        return config.load_settings(get, config_.stack, get("aws:region"), botocore_facts.load(), own)
     except ConfigError as err:
         if err.file is not None or config_.file is None:
             raise

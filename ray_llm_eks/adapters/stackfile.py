@@ -17,6 +17,7 @@ import jsonschema
 from ray_llm_eks.domain.core import config_keys, yaml_files
 from ray_llm_eks.domain.core.errors import NOT_SHOWN, PROJECT, UNSET, ConfigError, did_you_mean, yaml_text
 from ray_llm_eks.domain.core.facts import SECRET_MARKER
+from ray_llm_eks.domain.platform import field_checks
 
 SECRET_TEXT = SECRET_MARKER  # what a secret value reads as anywhere outside Pulumi
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: ray_llm_eks/adapters/ is two below it
@@ -46,6 +47,9 @@ class StackConfig:
     # The stack file the values were read from, for the line refusing one (None where the engine handed them
     # over: at `pulumi up` a value may come from an ESC environment or the CLI's --config-file, not the file)
     file: str | None = None
+    # Where a path the stack names (serveConfig: my-serve.yaml) is beside: the stack file's folder, which is the
+    # project's; None where the engine handed the values over (the program then runs in the project's folder)
+    folder: Path | None = None
 
 
 def _shown(path: Path) -> str:
@@ -82,6 +86,22 @@ def load_project(root: Path = ROOT) -> dict:
 
 def stack_names(root: Path = ROOT) -> list[str]:
     return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+
+
+def _stack_hint(stack: str, root: Path) -> str:
+    """Why a stack name names no file, where it is one of the usual slips: the file's name for the stack's, a
+    `.yml` file (the Pulumi CLI reads only `Pulumi.<stack>.yaml`), a letter's case (stack names are
+    case-sensitive), a typo."""
+    named = re.fullmatch(r"(?:.*/)?Pulumi\.(.+)\.ya?ml", stack)
+    if named:
+        return f" (STACK is the name between Pulumi. and .yaml: STACK={named.group(1)})"
+    if (root / f"Pulumi.{stack}.yml").exists():
+        return f" (Pulumi.{stack}.yml is there: the Pulumi CLI reads only .yaml, rename it Pulumi.{stack}.yaml)"
+    same = [name for name in stack_names(root) if name.lower() == stack.lower()]
+    if same:
+        return f" (stack names are case-sensitive: STACK={same[0]})"
+    typo = did_you_mean(stack, {name: f"STACK={name}" for name in stack_names(root)})
+    return f" ({typo.strip()})" if typo else ""
 
 
 def _matches(declared_type: str | None, items: dict | None, value, top: bool = True) -> bool:
@@ -183,8 +203,13 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
     project = load_project(root)
     name = project["name"]
     path = root / f"Pulumi.{stack}.yaml"
+    if not stack.strip():
+        raise StackFileError(
+            f"STACK is empty: STACK=<stack>, the name between Pulumi. and .yaml; stacks: {yaml_text(stack_names(root))}"
+        )
     if not path.exists():
-        raise StackFileError(f"no stack file {path.name}; stacks: {yaml_text(stack_names(root))}")
+        hint = _stack_hint(stack, root)
+        raise StackFileError(f"no stack file {path.name}{hint}; stacks: {yaml_text(stack_names(root))}")
     doc = _load_yaml(path)
     _check_shape(doc, path.name)
     config = dict((doc or {}).get("config") or {})
@@ -230,7 +255,10 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
                 allowed = _type_text(decl.get("type"), decl.get("items"))
                 if decl.get("type") == "string" and isinstance(value, (bool, int, float)):
                     read_as = "boolean" if isinstance(value, bool) else "number"
-                    allowed += f" (YAML reads {yaml_text(value)} as a {read_as}: quote it)"
+                    fix, why = field_checks.NUMBER_SLIPS.get(short, (lambda _: None, ""))
+                    fixed = fix(yaml_text(value))
+                    quote = f"{allowed} (YAML reads {yaml_text(value)} as a {read_as}: quote it)"
+                    allowed = f"{fixed} ({why})" if fixed else quote
                 elif decl.get("type") == "boolean" and isinstance(value, str) and value.lower() in YAML11_BOOLEANS:
                     allowed += f" (the Pulumi CLI reads {value} as the text {yaml_text(value)}, not a boolean)"
                 raise ConfigError(full, value, allowed, path.name)
@@ -258,4 +286,4 @@ def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> 
     if missing:
         short = sorted(missing)[0]
         raise ConfigError(short, UNSET, "required: Pulumi.yaml declares it without a default", path.name)
-    return StackConfig(name, stack, values, frozenset(secrets), path.name)
+    return StackConfig(name, stack, values, frozenset(secrets), path.name, root)

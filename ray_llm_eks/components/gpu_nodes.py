@@ -17,7 +17,8 @@ from ray_llm_eks.components.node_metadata import hop_limit_one
 from ray_llm_eks.components.node_template_tags import NodeTemplateTags, NodeTemplateTagsArgs
 from ray_llm_eks.domain.core.config_keys import default
 from ray_llm_eks.domain.fit.scaling import pool_scales
-from ray_llm_eks.domain.platform import sizing
+from ray_llm_eks.domain.platform import aws_facts, sizing
+from ray_llm_eks.domain.platform.aws_facts import InstanceSpec
 from ray_llm_eks.domain.platform.field_checks import check_ami_pin, check_gpu_instance_type, check_kubernetes_version
 from ray_llm_eks.domain.platform.placement import GPU_TAINT, gpu_labels
 
@@ -51,12 +52,19 @@ class GpuNodePoolArgs:
     """An AMI id such as ami-0123456789abcdef0 (config key gpuAmiId), or ami_release_version."""
     efa: bool | None = False
     """EFA interfaces on every network card and a cluster placement group (PD pools move the KV cache over EFA)."""
+    instance: InstanceSpec | None = None
+    """The hardware of nodes.instance_type where ray_llm_eks/domain/platform/aws_facts.py lacks it (a stack's
+    instanceTypes); checked as the table's types are."""
 
     def __post_init__(self) -> None:
         fill_defaults(self)
         nodes = self.nodes.with_disk_default(sizing.GPU_DISK_GIB)
-        check_gpu_instance_type("nodes.instance_type", nodes.instance_type, botocore_facts.load(), self.efa, ARGS)
+        table = aws_facts.with_type(nodes.instance_type, self.instance)
+        spec = check_gpu_instance_type(
+            "nodes.instance_type", nodes.instance_type, botocore_facts.load(), self.efa, ARGS, table
+        )
         object.__setattr__(self, "nodes", nodes)
+        object.__setattr__(self, "instance", spec)
         check_kubernetes_version("kubernetes_version", self.kubernetes_version, ARGS)
         check_ami_pin(("ami_release_version", "ami_id"), self.ami_release_version, self.ami_id, ARGS)
 
@@ -125,7 +133,7 @@ class GpuNodePool(pulumi.ComponentResource):
         if args.scales:  # the Cluster Autoscaler may take it to zero and must grow it back
             self.template_tags = NodeTemplateTags(
                 f"{name}-node-template",
-                NodeTemplateTagsArgs(name, args.nodes.instance_type, args.efa),
+                NodeTemplateTagsArgs(name, args.nodes.instance_type, args.efa, args.instance),
                 self.node_group.node_group,
                 pulumi.ResourceOptions(parent=self),
             )

@@ -76,7 +76,7 @@ class LlmServiceArgs:
     hf_token: pulumi.Input[str] | None = None
     """The Hugging Face token (a secret), put in the Secret the spec's pods read; none: no Secret."""
     api_keys: pulumi.Input[str] | None = None
-    """The endpoint's API keys (a secret, comma- or newline-separated) for the key-checking ingress."""
+    """The endpoint's API keys (a secret, comma- or newline-separated); none: one is generated (output apiKey)."""
     ray_auth_token: pulumi.Input[str] | None = None
     """The Ray cluster's token (a secret, at least 32 characters); none: a random one made in the graph."""
     redis_address: pulumi.Input[str] | None = None
@@ -148,6 +148,8 @@ class LlmService(pulumi.ComponentResource):
     """A curl request to the forwarded endpoint."""
     openai_example: str
     """A Python program that calls the forwarded endpoint with the openai client."""
+    api_key: pulumi.Output[str] | None
+    """The key generated where the key check is on and no api_keys are given (a secret); None otherwise."""
 
     def __init__(self, name: str, args: LlmServiceArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(self.TYPE, name, None, opts)
@@ -160,6 +162,7 @@ class LlmService(pulumi.ComponentResource):
         )
         waits_for = [namespace]
         sealed = set(args.sealed_secrets)
+        self.api_key = None
 
         def checked(value: pulumi.Input[str], check, key: str) -> pulumi.Output[str]:
             """`value` through its content check (ray_llm_eks/domain/security/secret_content.py), unless sealed: a
@@ -201,9 +204,14 @@ class LlmService(pulumi.ComponentResource):
                 )
             )
         if args.api_key_check:
-            # The keys, as a file. None given (an offline plan of a stack without apiKeys; `pulumi up` refuses that
-            # stack before here): an empty file, which refuses every request.
-            key_file = "" if args.api_keys is None else checked(args.api_keys, api_keys.key_file_content, "apiKeys")
+            if args.api_keys is None:
+                # No key given (a plain `pulumi up`): one made in the graph, a secret in the state (pulumi-random
+                # stores `result` as one) and in the stack output; 48 letters and digits, nothing to check, and
+                # its own file (the ingress reads one key per line).
+                generated = random.RandomPassword(f"{name}-api-key", length=48, special=False, opts=child)
+                self.api_key = key_file = pulumi.Output.secret(generated.result)
+            else:
+                key_file = checked(args.api_keys, api_keys.key_file_content, "apiKeys")
             waits_for.append(
                 k8s.core.v1.Secret(
                     f"{name}-api-keys",

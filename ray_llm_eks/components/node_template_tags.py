@@ -12,6 +12,8 @@ import pulumi_aws as aws
 from ray_llm_eks.adapters import botocore_facts
 from ray_llm_eks.components.args import fill_defaults
 from ray_llm_eks.domain.fit.scaling import node_template_tags
+from ray_llm_eks.domain.platform import aws_facts
+from ray_llm_eks.domain.platform.aws_facts import InstanceSpec
 from ray_llm_eks.domain.platform.field_checks import check_gpu_instance_type, check_label_value
 
 ARGS = "NodeTemplateTagsArgs"  # names the Args in a bad field's line (ray_llm_eks/domain/core/errors.py line())
@@ -28,11 +30,18 @@ class NodeTemplateTagsArgs:
     (ray_llm_eks/domain/platform/aws_facts.py)."""
     efa: bool | None = False
     """The pool's nodes have EFA interfaces, one per network card, and advertise them as devices."""
+    instance: InstanceSpec | None = None
+    """The hardware of instance_type where ray_llm_eks/domain/platform/aws_facts.py lacks it (a stack's
+    instanceTypes)."""
 
     def __post_init__(self) -> None:
         fill_defaults(self)
         check_label_value("pool_name", self.pool_name, ARGS)
-        check_gpu_instance_type("instance_type", self.instance_type, botocore_facts.load(), self.efa, ARGS)
+        table = aws_facts.with_type(self.instance_type, self.instance)
+        spec = check_gpu_instance_type(
+            "instance_type", self.instance_type, botocore_facts.load(), self.efa, ARGS, table
+        )
+        object.__setattr__(self, "instance", spec)
 
 
 def first_asg_name(resources: list) -> str:
@@ -63,6 +72,6 @@ class NodeTemplateTags(pulumi.ComponentResource):
                 tag=aws.autoscaling.TagTagArgs(key=key, value=value, propagate_at_launch=False),
                 opts=pulumi.ResourceOptions(parent=self),
             )
-            for key, value in node_template_tags(args.pool_name, args.instance_type, args.efa).items()
+            for key, value in node_template_tags(args.pool_name, args.instance, args.efa).items()
         }
         self.register_outputs({"autoscalingGroupName": asg_name})

@@ -163,6 +163,7 @@ def gpu_node_pool_args(pool: GpuPoolSettings) -> GpuNodePoolArgs:
         ami_release_version=pool.ami.release_version,
         ami_id=pool.ami.ami_id,
         efa=pool.efa,
+        instance=pool.spec,
     )
 
 

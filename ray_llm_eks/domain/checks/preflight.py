@@ -61,7 +61,8 @@ class AwsAnswers(Protocol):
         """The applied vCPU quota; None when unknown (offline)."""
 
     def hardware(self, instance_type: str) -> aws_facts.InstanceSpec | None:
-        """vCPUs, memory and max pods of an instance type; None when unknown (offline)."""
+        """vCPUs, memory, max pods, GPUs, instance store and EFA of an instance type; None when unknown
+        (offline)."""
 
     def cluster_exists(self, name: str) -> bool | None:
         """Whether an EKS cluster of that name runs in the region; None when unknown (offline)."""
@@ -269,6 +270,39 @@ def check_weights_bucket(settings: Settings, aws: AwsAnswers) -> list[str]:
     return report
 
 
+# What a stack's own instance type declares (ray_llm_eks/domain/platform/instance_types.py) that EC2 describes too.
+_DESCRIBED = {
+    "gpus": "gpus",
+    "gpu_memory_mib": "gpuMemoryMiB",
+    "vcpus": "vcpus",
+    "memory_gib": "memoryGiB",
+    "nvme_gb": "nvmeGb",
+    "efa": "efa",
+}
+
+
+def check_own_instance_types(settings: Settings, aws: AwsAnswers) -> list[str]:
+    """Each instance type the stack describes itself (instanceTypes), held against EC2's own description of it:
+    the fit, the pods' sizes and the EFA devices rest on those figures."""
+    own = sorted(t for t in settings.instance_types if t not in aws_facts.INSTANCE_SPECS)
+    lines = []
+    for name in own:
+        declared, described = settings.instance_types[name], aws.hardware(name)
+        if described is None:
+            lines.append(f"deferred to deploy time: instanceTypes.{name} as EC2 describes {name}")
+            continue
+        for field, key in _DESCRIBED.items():
+            if getattr(declared, field) != getattr(described, field):
+                raise PreflightError(
+                    f"instanceTypes.{name}.{key}",
+                    getattr(declared, field),
+                    f"{yaml_text(getattr(described, field))}, as EC2 describes {name} (aws ec2 "
+                    f"describe-instance-types --instance-types {name})",
+                )
+        lines.append(f"ok: instanceTypes.{name} is as EC2 describes it")
+    return lines
+
+
 def check_ebs_encryption(settings: Settings, aws: AwsAnswers) -> str:
     """Node root volumes follow the region's EBS encryption default (pulumi-eks's launch template
     cannot set `encrypted`); the stack checks it instead of changing an account-wide setting."""
@@ -296,6 +330,7 @@ def run(settings: Settings, aws: AwsAnswers, day: date) -> list[str]:
         check_cluster_admins(settings, aws),
         check_zones(settings, aws),
         check_offerings(settings, aws),
+        *check_own_instance_types(settings, aws),
         check_system_node(settings, aws),
         *check_quotas(settings, aws),
         *check_weights_bucket(settings, aws),

@@ -35,6 +35,11 @@ NEW_CLUSTER = "new RayCluster beside the old"
 REPLACED = "RayService replaced (gap)"
 NODES = "node replacement"
 OTHER = "no effect on serving"
+# A region change: pulumi-aws replaces every resource of the provider whose region changed (pulumi-aws #4000,
+# "Replace resources when the AWS region changes": DiffConfig asks for the provider's replacement, which
+# cascades to all its resources), the EKS cluster among them; the Kubernetes provider built from the new
+# cluster's kubeconfig then points at another cluster, and every object on it is created there anew.
+REGION = "replaced (region change)"
 # Serve's deployment fields it changes without restarting replicas (ray/serve/_private/config.py
 # DeploymentConfig: num_replicas, autoscaling_config, user_config, max_ongoing_requests... are "lightweight").
 LIGHTWEIGHT = ("num_replicas", "autoscaling_config", "user_config", "max_ongoing_requests", "graceful_shutdown")
@@ -142,13 +147,48 @@ def node_group_impact(name: str, old: dict, new: dict) -> list[Impact]:
     return []
 
 
-def impacts(old: Iterable[dict], new: Iterable[dict], load_yaml=json.loads) -> list[Impact]:
+def _stackless(urn: str) -> str:
+    """A URN without its stack's name (urn:pulumi:<stack>::<project>::<type chain>::<name>): two plans of one
+    stack file under two stack names (a copy of dev) compare resource by resource."""
+    return re.sub(r"^urn:pulumi:[^:]+::", "urn:pulumi:*::", urn)
+
+
+def region_change(old: Iterable[dict], new: Iterable[dict], regions: tuple[str, str]) -> list[Impact]:
+    """Every resource of a plan in another region: replaced (the ones in both), created or deleted (a name with
+    the zone in it)."""
+    before = {_stackless(r["urn"]): r for r in old}
+    after = {_stackless(r["urn"]): r for r in new}
+    moved = f"aws:region {regions[0]} -> {regions[1]}"
+    lines = [
+        Impact(
+            REGION,
+            "the stack",
+            f"{moved}: every resource is replaced: a new cluster, its nodes and the service are built in "
+            f"{regions[1]} as on a first `up` (tens of minutes) and everything in {regions[0]} is deleted; the "
+            "endpoint's addresses change with them",
+        )
+    ]
+    for urn, r in sorted(after.items()):
+        what = "replaced" if urn in before else f"created in {regions[1]}"
+        lines.append(Impact(REGION, r["name"], f"{r['type']} {what}"))
+    lines += [Impact(REGION, r["name"], f"{r['type']} deleted from {regions[0]}") for u, r in sorted(before.items())
+              if u not in after]  # fmt: skip
+    return lines
+
+
+def impacts(
+    old: Iterable[dict], new: Iterable[dict], load_yaml=json.loads, regions: tuple[str, str] | None = None
+) -> list[Impact]:
     """Two plans' resources.json (offline/plan.py) -> what the change from `old` to `new` does to a running
-    service, one Impact per changed resource that matters (others: one OTHER line each)."""
-    before = {r["urn"]: r for r in old}
+    service, one Impact per changed resource that matters (others: one OTHER line each). `regions`: the two
+    plans' regions (their outputs), where known; a change of region replaces everything."""
+    old, new = list(old), list(new)
+    if regions is not None and regions[0] != regions[1]:
+        return region_change(old, new, regions)
+    before = {_stackless(r["urn"]): r for r in old}
     result = []
     for r in new:
-        prior = before.get(r["urn"])
+        prior = before.pop(_stackless(r["urn"]), None)
         if prior is None:
             result.append(Impact(OTHER, r["name"], f"{r['type']} created"))
             continue
@@ -160,15 +200,14 @@ def impacts(old: Iterable[dict], new: Iterable[dict], load_yaml=json.loads) -> l
             result += node_group_impact(r["name"], prior["inputs"], r["inputs"])
         else:
             result.append(Impact(OTHER, r["name"], f"{r['type']} updated"))
-    gone = {u for u in before} - {r["urn"] for r in new}
-    result += [Impact(OTHER, before[u]["name"], f"{before[u]['type']} deleted") for u in sorted(gone)]
+    result += [Impact(OTHER, before[u]["name"], f"{before[u]['type']} deleted") for u in sorted(before)]
     return result
 
 
 def report(found: list[Impact]) -> str:
     if not found:
         return "No change that reaches the running service."
-    order = (REPLACED, NEW_CLUSTER, NODES, ROLLING, IN_PLACE, OTHER)
+    order = (REGION, REPLACED, NEW_CLUSTER, NODES, ROLLING, IN_PLACE, OTHER)
     lines = ["What this change does to a running service:"]
     for kind in order:
         for impact in (i for i in found if i.kind == kind):

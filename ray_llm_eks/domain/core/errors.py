@@ -97,6 +97,16 @@ class ConfigError(ValueError):
         super().__init__(line(key, value, allowed, file))
 
 
+def refused_when_deploying(errors: list[ConfigError], deploying: bool, planning: str) -> list[str]:
+    """What only `pulumi preview`/`up` refuse: the first error raised when deploying; while planning one warning
+    each (its key, its value or that it is unset, what is allowed), ending with `planning`: what `make plan`
+    does meanwhile."""
+    if deploying and errors:
+        raise errors[0]
+    said = [f"{e.key} is not set yet" if e.value is UNSET else f"{e.key} = {yaml_text(e.value)}" for e in errors]
+    return [f"{head}: {error.allowed}; {planning}" for head, error in zip(said, errors, strict=True)]
+
+
 def in_serve_config(where: str, field: str, value: Any, allowed: str) -> ConfigError:
     """A bad field of a serve config. `where` names the file and maybe a role and path in it
     ("ray_llm_eks/serve_configs/pd-disaggregated.yaml: prefill"); `field` continues that path (".x" or "x")."""

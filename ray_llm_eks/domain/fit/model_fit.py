@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from ray_llm_eks.domain.core.errors import UNSET, ConfigError, in_serve_config, yaml_text
 from ray_llm_eks.domain.platform import aws_facts
+from ray_llm_eks.domain.platform.aws_facts import INSTANCE_SPECS, InstanceTable
 from ray_llm_eks.domain.serving import vllm_fit
 from ray_llm_eks.domain.serving.fit_prediction import (
     CUDA_CONTEXT_GIB,
@@ -39,7 +40,13 @@ from ray_llm_eks.domain.serving.fit_prediction import (
 )
 from ray_llm_eks.domain.serving.model_table import GIB, MIB, ModelSpec, model_spec
 from ray_llm_eks.domain.serving.role_view import RoleView, view_of
-from ray_llm_eks.domain.serving.serve_config import check_tensor_parallel, llm_configs_by_role, model_of
+from ray_llm_eks.domain.serving.serve_config import (
+    check_tensor_parallel,
+    llm_configs_by_role,
+    load_serve_file,
+    model_of,
+    serve_config_names,
+)
 
 # How a line names the serve config the fit checks: rendered from the stack's serveConfig file and keys.
 SERVED = "the served document"
@@ -57,55 +64,97 @@ def accepted(model: ModelSpec, engine: Engine, spec: aws_facts.InstanceSpec, nee
     )
 
 
-def _hosts(model: ModelSpec, engine: Engine, need_efa: bool) -> list[str]:
-    """Instance types (from our table) on which this engine fits, smallest first."""
+def _hosts(model: ModelSpec, engine: Engine, need_efa: bool, table: InstanceTable) -> list[str]:
+    """Instance types (of the stack's table) on which this engine fits, smallest first."""
     fitting = [
         (spec.gpus, spec.gpu_memory_mib, spec.vcpus, name)
-        for name, spec in aws_facts.INSTANCE_SPECS.items()
+        for name, spec in table.items()
         if accepted(model, engine, spec, need_efa)
     ]
     return [name for *_, name in sorted(fitting)]
 
 
 def _alternatives(
-    model: ModelSpec, engine: Engine, prediction: Prediction, gpu: aws_facts.InstanceSpec, need_efa: bool
+    model: ModelSpec,
+    engine: Engine,
+    prediction: Prediction,
+    role: str,
+    need_efa: bool,
+    prices: Mapping[str, float],
+    table: InstanceTable,
 ) -> list[str]:
-    """What would fit: fewer sequences, a shorter context, a larger GPU, more tensor parallelism."""
+    """What would fit: a shorter context on this GPU, else the cheapest instance types (at this region's prices)
+    on which the engine fits at its tensor-parallel size or a larger one the model's heads allow."""
     ideas = []
-    blocks = prediction.num_blocks_low
-    if prediction.mamba_check and prediction.max_num_seqs > blocks and blocks >= prediction.blocks_per_request:
-        seqs = largest_max_num_seqs(model, replace(engine, max_num_seqs=None), gpu)
-        # Above vLLM's own "at most N": N is the pool at the refused max_num_seqs, fewer sequences reserve less.
-        ideas.append(
-            f"max_num_seqs <= {seqs} (more than vLLM's figure at {prediction.max_num_seqs}: fewer sequences reserve "
-            "less memory and leave more blocks; or leave it unset: the stack derives it)"
-        )
-    longest = prediction.layout.longest_context(blocks)
+    longest = prediction.layout.longest_context(prediction.num_blocks_low)
     if 0 < longest < engine.max_model_len:
         ideas.append(f"max_model_len <= {longest} on this GPU")
-    hosts = _hosts(model, engine, need_efa)
-    if hosts:
-        ideas.append(f"a larger GPU at the same parallelism: {', '.join(hosts[:3])}")
-    for tp in (2, 4, 8):
-        wider = replace(engine, tensor_parallel=tp)
-        if tp > engine.tensor_parallel and (hosts := _hosts(model, wider, need_efa)):
-            ideas.append(f"tensor_parallel_size {tp} on an instance with >= {wider.gpus} GPUs ({', '.join(hosts[:3])})")
-            break
+    options = []
+    for tp in sorted({engine.tensor_parallel, 2, 4, 8}):
+        if tp >= engine.tensor_parallel:
+            for name in _hosts(model, replace(engine, tensor_parallel=tp), need_efa, table):
+                options.append((name not in prices, prices.get(name, 0.0), tp, name))
+    cheapest = []
+    for unpriced, price, tp, name in sorted(options)[:3]:
+        wider = "" if tp == engine.tensor_parallel else f" with {role} engine_kwargs.tensor_parallel_size {tp}"
+        cheapest.append(f"{name}{wider} ({'no price here' if unpriced else f'{price:.2f} $/h a node'})")
+    if cheapest:
+        ideas.append(f"gpuPools.{role}.instanceType, cheapest first: {', '.join(cheapest)}")
+        shipped = _shipped_tensor_parallel(role)
+        sizes = sorted({tp for *_, tp, _ in sorted(options)[:3] if tp in shipped and tp != engine.tensor_parallel})
+        ideas += [f"serveConfig {shipped[tp]} sets tensor_parallel_size {tp}" for tp in sizes]
     return ideas
 
 
+def _shipped_tensor_parallel(role: str) -> dict[int, str]:
+    """tensor_parallel_size -> a shipped serve config that sets it for `role` (the way to a wider engine without
+    writing a serve file)."""
+    found: dict[int, str] = {}
+    for name in sorted(serve_config_names(), reverse=True):
+        config = llm_configs_by_role(load_serve_file(name), name).get(role) or {}
+        found[(config.get("engine_kwargs") or {}).get("tensor_parallel_size", 1)] = name
+    return found
+
+
+def _fewer_sequences(model: ModelSpec, engine: Engine, spec: aws_facts.InstanceSpec) -> int:
+    """The largest max_num_seqs below the engine's own at which vLLM would start on this GPU (0: none does):
+    fewer sequences reserve less runtime memory (CUDA graphs, sampler buffers) and, for a hybrid model, need
+    fewer Mamba blocks. A hybrid model's is the stack's derived one (its start margin kept)."""
+    if engine.max_num_seqs is None:
+        return 0
+    if model.hybrid and not engine.enforce_eager:
+        return min(largest_max_num_seqs(model, replace(engine, max_num_seqs=None), spec), engine.max_num_seqs - 1)
+    low, high = 0, engine.max_num_seqs - 1  # the refusal only grows with max_num_seqs: bisect
+    while low < high:
+        middle = (low + high + 1) // 2
+        if predict(model, replace(engine, max_num_seqs=middle), spec).refusal() is None:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
 def check_role(
-    role: str, model_id: str, model: ModelSpec, engine: Engine, instance_type: str, need_efa: bool
+    role: str,
+    model_id: str,
+    model: ModelSpec,
+    engine: Engine,
+    instance_type: str,
+    need_efa: bool,
+    prices: Mapping[str, float] | None = None,
+    table: InstanceTable = INSTANCE_SPECS,
 ) -> Prediction:
     """Raise ConfigError if one role's LLM config cannot run on its pool's instance type: vLLM would
-    refuse to start (its reason in the message) at the low end of the fit's tolerance."""
-    spec = aws_facts.INSTANCE_SPECS[instance_type]
+    refuse to start (its reason in the message) at the low end of the fit's tolerance. A refusal names what
+    to change: max_num_seqs where fewer sequences would start, else the pool's instance type (the cheapest
+    that fits at `prices`, this region's $/h by type, among `table`: the stack's instance types) or the context."""
+    spec = table[instance_type]
     if engine.max_model_len > model.max_context:
         raise ConfigError(
             "maxModelLen", engine.max_model_len, f"at most {model.max_context}, the maximum context of {model_id}"
         )
     check_tensor_parallel(role, instance_type, spec.gpus, engine.tensor_parallel)
-    check_heads(role, model_id, model, engine, instance_type, need_efa)
+    check_heads(role, model_id, model, engine, spec, instance_type, need_efa)
     total = spec.gpu_memory_mib * MIB
     if engine.gpu_memory_utilization * total > total - CUDA_CONTEXT_GIB * GIB:
         raise in_serve_config(
@@ -123,19 +172,27 @@ def check_role(
     central = prediction.refusal(0.0)
     reason = central or prediction.refusal()
     would = "would" if central else f"may (within the fit's tolerance, -{gib_text(prediction.tolerance)} KV cache)"
-    seqs_refused = prediction.mamba_check and engine.max_num_seqs is not None and reason.startswith("max_num_seqs")
-    ideas = "; ".join(_alternatives(model, engine, prediction, spec, need_efa)) or "nothing in our instance table"
     # Short by: what one request at max_model_len still lacks, at the low end of the tolerance.
     one_request = prediction.blocks_per_request * prediction.layout.bytes_per_block
     short = one_request - (prediction.kv_cache - prediction.tolerance)
     short_by = f", short by {gib_text(short)} for one request at max_model_len" if short > 0 else ""
+    predicted = f"(predicted {prediction.summary()}{short_by})"
+    refused = f"vLLM {vllm_fit.VLLM_VERSION} {would} refuse to start: '{reason}' {predicted}"
+    fewer = _fewer_sequences(model, engine, spec)
+    if fewer:
+        unset = " or leave it unset (the stack derives it)" if model.hybrid else ""
+        raise in_serve_config(
+            SERVED,
+            f"{role} engine_kwargs.max_num_seqs",
+            engine.max_num_seqs,
+            f"at most {fewer} for {model_id} on {instance_type} ({spec.gpu_model}){unset}: each sequence reserves "
+            f"runtime memory{' and a Mamba block' if model.hybrid else ''}; at {engine.max_num_seqs} {refused}",
+        )
+    ideas = "; ".join(_alternatives(model, engine, prediction, role, need_efa, prices or {}, table))
     allowed = (
-        f"{model_id} does not fit the {role} GPU ({spec.gpu_model}) with {_described(engine)}: vLLM "
-        f"{vllm_fit.VLLM_VERSION} {would} refuse to start: '{reason}' (predicted {prediction.summary()}{short_by}). "
-        f"Would fit: {ideas}"
+        f"{model_id} does not fit the {role} GPU ({spec.gpu_model}) with {_described(engine)}: {refused}. "
+        f"Would fit: {ideas or 'nothing in our instance table'}"
     )
-    if seqs_refused:
-        raise in_serve_config(SERVED, f"{role} engine_kwargs.max_num_seqs", engine.max_num_seqs, allowed)
     raise ConfigError(f"gpuPools.{role}", instance_type, allowed)
 
 
@@ -147,7 +204,15 @@ _HEAD_FIELDS = {
 }
 
 
-def check_heads(role: str, model_id: str, model: ModelSpec, engine: Engine, instance_type: str, need_efa: bool) -> None:
+def check_heads(
+    role: str,
+    model_id: str,
+    model: ModelSpec,
+    engine: Engine,
+    spec: aws_facts.InstanceSpec,
+    instance_type: str,
+    need_efa: bool,
+) -> None:
     """Refuse a tensor_parallel_size vLLM refuses for the model's heads, naming the sizes that would pass
     every check of check_role on this instance type (a modelSpec without the head counts is asked for them)."""
     tp = engine.tensor_parallel
@@ -169,7 +234,6 @@ def check_heads(role: str, model_id: str, model: ModelSpec, engine: Engine, inst
     reason = heads_refusal(model, tp)
     if reason is None:
         return
-    spec = aws_facts.INSTANCE_SPECS[instance_type]
     sizes = [n for n in range(1, spec.gpus + 1) if heads_refusal(model, n) is None]
     fitting = [n for n in sizes if accepted(model, replace(engine, tensor_parallel=n), spec, need_efa)]
     if fitting:
@@ -192,6 +256,7 @@ def accepts(
     override: ModelSpec | None,
     derived: bool,
     tensor_parallel: int | None = None,
+    table: InstanceTable = INSTANCE_SPECS,
 ) -> bool:
     """Whether check_role passes one role's rendered LLM config on `instance_type` (with another
     tensor_parallel_size): what a suggestion must pass. A derived max_num_seqs is derived again for that
@@ -201,10 +266,10 @@ def accepts(
     if tensor_parallel is not None:
         engine = replace(engine, tensor_parallel=tensor_parallel)
     if derived:
-        seqs = largest_max_num_seqs(spec, replace(engine, max_num_seqs=None), _spec(instance_type))
+        seqs = largest_max_num_seqs(spec, replace(engine, max_num_seqs=None), table[instance_type])
         engine = replace(engine, max_num_seqs=seqs or None)
     try:
-        check_role(role, model_id, spec, engine, instance_type, need_efa)
+        check_role(role, model_id, spec, engine, instance_type, need_efa, table=table)
     except ConfigError:
         return False
     return True
@@ -224,6 +289,7 @@ class RoleFit:
     role: str
     model_id: str
     instance_type: str
+    instance: aws_facts.InstanceSpec = field(repr=False)
     model: ModelSpec = field(repr=False)
     engine: Engine = field(repr=False)
     prediction: Prediction
@@ -237,10 +303,10 @@ class RoleFit:
         engine = self.engine if max_num_seqs is None else replace(self.engine, max_num_seqs=max_num_seqs)
         engine = engine if enforce_eager is None else replace(engine, enforce_eager=enforce_eager)
         engine = replace(engine, compile_cache=compile_cache)
-        return predict(self.model, engine, _spec(self.instance_type))
+        return predict(self.model, engine, self.instance)
 
     def line(self) -> str:
-        gpu = _spec(self.instance_type).gpu_model
+        gpu = self.instance.gpu_model
         head = f"{self.role} ({self.instance_type}, {gpu}, max_num_seqs {self.max_num_seqs_from})"
         engine = self.engine
         if engine.gpus == 1:
@@ -254,10 +320,6 @@ class RoleFit:
             f"{head}: per GPU, on each of the engine's {engine.gpus} ({parallel}): {self.prediction.summary()}; "
             "the tokens and concurrency are the whole engine's"
         )
-
-
-def _spec(instance_type: str) -> aws_facts.InstanceSpec:
-    return aws_facts.INSTANCE_SPECS[instance_type]
 
 
 def _role(role: str, config: Mapping, override: ModelSpec | None) -> tuple[RoleView, ModelSpec, Engine]:
@@ -280,7 +342,7 @@ def derives_max_num_seqs(model: ModelSpec, engine: Engine) -> bool:
 
 
 def render_max_num_seqs(
-    document: dict, pools: Iterable[tuple[str, str]], override: ModelSpec | None
+    document: dict, pools: Iterable[tuple[str, str]], override: ModelSpec | None, table: InstanceTable = INSTANCE_SPECS
 ) -> tuple[dict, dict[str, int]]:
     """The serve document with max_num_seqs derived for each hybrid role that leaves it unset: the
     largest that fits the smallest GPU among the role's pools (`pools`: (role, instance type) pairs).
@@ -292,7 +354,7 @@ def render_max_num_seqs(
         _, spec, engine = _role(role, config, override)
         if role not in types or not derives_max_num_seqs(spec, engine):
             continue
-        seqs = largest_max_num_seqs(spec, engine, _spec(_smallest(types[role])))
+        seqs = largest_max_num_seqs(spec, engine, table[_smallest(types[role], table)])
         if seqs > 0:  # else the check names vLLM's reason
             config["engine_kwargs"]["max_num_seqs"] = derived[role] = seqs
     return document, derived
@@ -305,8 +367,8 @@ def _types_by_role(pools: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
     return types
 
 
-def _smallest(instance_types: Iterable[str]) -> str:
-    return min(instance_types, key=lambda t: (_spec(t).gpu_memory_mib, t))
+def _smallest(instance_types: Iterable[str], table: InstanceTable) -> str:
+    return min(instance_types, key=lambda t: (table[t].gpu_memory_mib, t))
 
 
 def fit_document(
@@ -314,6 +376,7 @@ def fit_document(
     instance_types: Mapping[str, str],
     override: ModelSpec | None = None,
     derived: Iterable[str] = (),
+    table: InstanceTable = INSTANCE_SPECS,
 ) -> dict[str, RoleFit]:
     """The prediction per role of a rendered serve document, without checking it (`derived`: the roles
     whose max_num_seqs the stack derived)."""
@@ -322,19 +385,27 @@ def fit_document(
         view, spec, engine = _role(role, config, override)
         model_id = view.model_id
         source = "derived" if role in derived else "vLLM default" if engine.max_num_seqs is None else "set"
-        prediction = predict(spec, engine, _spec(instance_types[role]))
-        fits[role] = RoleFit(role, model_id, instance_types[role], spec, engine, prediction, source)
+        instance = table[instance_types[role]]
+        prediction = predict(spec, engine, instance)
+        fits[role] = RoleFit(role, model_id, instance_types[role], instance, spec, engine, prediction, source)
     return fits
 
 
 def check_fit(
-    document: dict, instance_types: Mapping[str, str], efa_roles: set[str], override: ModelSpec | None
+    document: dict,
+    instance_types: Mapping[str, str],
+    efa_roles: set[str],
+    override: ModelSpec | None,
+    prices: Mapping[str, float] | None = None,
+    table: InstanceTable = INSTANCE_SPECS,
 ) -> dict[str, Prediction]:
-    """Check every LLM config of a rendered serve document against its pool's instance type."""
+    """Check every LLM config of a rendered serve document against its pool's instance type (`prices`: $/h by
+    instance type in the stack's region, to name the cheapest type that fits)."""
     predictions = {}
     for role, config in llm_configs_by_role(document, "rendered").items():
         view, spec, engine = _role(role, config, override)
-        predictions[role] = check_role(role, view.model_id, spec, engine, instance_types[role], role in efa_roles)
+        efa = role in efa_roles
+        predictions[role] = check_role(role, view.model_id, spec, engine, instance_types[role], efa, prices, table)
     return predictions
 
 
@@ -358,25 +429,29 @@ def fit_serving(
     efa_roles: set[str],
     override: ModelSpec | None,
     max_num_seqs: int | None = None,
+    prices: Mapping[str, float] | None = None,
+    table: InstanceTable = INSTANCE_SPECS,
 ) -> tuple[dict, tuple[str, ...]]:
     """What the stack does with a rendered serve document: set the stack's maxNumSeqs on every LLM
     config or derive max_num_seqs where it is rendered, check every role on every instance type of its
     pools, and describe the fit on the smallest GPU of each role (the lines `make plan` prints).
-    `pools`: (role, instance type) pairs."""
+    `pools`: (role, instance type) pairs; `prices`: $/h by instance type in the stack's region; `table`: the
+    stack's instance types (ours and its instanceTypes)."""
     pools = list(pools)
     if max_num_seqs is not None:
         document = copy.deepcopy(document)
         for config in llm_configs_by_role(document, "rendered").values():
             config.setdefault("engine_kwargs", {})["max_num_seqs"] = max_num_seqs
-    document, derived = render_max_num_seqs(document, pools, override)
+    document, derived = render_max_num_seqs(document, pools, override, table)
     types = _types_by_role(pools)
     for instance_type in {t for ts in types.values() for t in ts}:
-        own = {role: instance_type if instance_type in ts else _smallest(ts) for role, ts in types.items()}
+        own = {role: instance_type if instance_type in ts else _smallest(ts, table) for role, ts in types.items()}
         try:
-            check_fit(document, own, efa_roles, override)
+            check_fit(document, own, efa_roles, override, prices, table)
         except ConfigError as error:
             if max_num_seqs is None or not error.key.endswith(".max_num_seqs"):
                 raise
-            raise ConfigError("maxNumSeqs", max_num_seqs, f"{error.key}: {error.allowed}") from None
-    fits = fit_document(document, {role: _smallest(ts) for role, ts in types.items()}, override, derived)
+            raise ConfigError("maxNumSeqs", max_num_seqs, error.allowed) from None
+    smallest = {role: _smallest(ts, table) for role, ts in types.items()}
+    fits = fit_document(document, smallest, override, derived, table)
     return document, tuple(fit.line() for fit in fits.values())

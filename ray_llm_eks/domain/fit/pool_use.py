@@ -101,7 +101,9 @@ def _replicas(role: str, use: PoolGpus, passes: Passes) -> list[str]:
     return [_said(changes)] if more > use.replicas and passes(changes) else []
 
 
-def _tensor_parallel(role: str, use: PoolGpus, config: dict, serving: ServingSettings) -> list[str]:
+def _tensor_parallel(
+    role: str, use: PoolGpus, config: dict, serving: ServingSettings, table: aws_facts.InstanceTable
+) -> list[str]:
     """The largest tensor_parallel_size the replicas still fit the pool's nodes with, passing the role's
     checks (check_role: one node, vLLM's head rules, the memory fit). A serve-file change, so not for PD
     roles, whose prefill and decode sizes are chosen together (NIXL maps one side's ranks onto the other's)."""
@@ -112,17 +114,21 @@ def _tensor_parallel(role: str, use: PoolGpus, config: dict, serving: ServingSet
         tp
         for tp in range(use.tensor_parallel + 1, pool.spec.gpus + 1)
         if nodes_used(use.replicas, tp * use.pipeline_parallel, pool.spec.gpus) <= use.nodes
-        and model_fit.accepts(config, use.role, pool.nodes.instance_type, pool.efa, serving.model_spec, derived, tp)
+        and model_fit.accepts(
+            config, use.role, pool.nodes.instance_type, pool.efa, serving.model_spec, derived, tp, table
+        )
     ]
     return [f"{use.role} engine_kwargs.tensor_parallel_size {wider[-1]} in the serve file"] if wider else []
 
 
-def _smaller_type(use: PoolGpus, prices: Mapping[str, float], passes: Passes) -> list[str]:
+def _smaller_type(
+    use: PoolGpus, prices: Mapping[str, float], passes: Passes, table: aws_facts.InstanceTable
+) -> list[str]:
     """The cheapest type with fewer GPUs per node that holds the replicas and passes the stack's checks."""
     pool, now = use.pool, prices.get(use.pool.nodes.instance_type)
     key, size = f"gpuPools.{pool.name}", "maxSize" if use.autoscales else "desiredSize"
     candidates = []
-    for name, spec in aws_facts.INSTANCE_SPECS.items():
+    for name, spec in table.items():
         nodes = nodes_used(use.replicas, use.per_replica, spec.gpus) if spec.gpus >= use.per_replica else 0
         price = prices.get(name)
         if not nodes or spec.gpus >= pool.spec.gpus:
@@ -168,8 +174,8 @@ def idle_gpu_warnings(settings: Settings, passes: Passes) -> list[str]:
             continue
         ideas = [
             *_replicas(role, use, passes),
-            *_tensor_parallel(role, use, configs[role], settings.serving),
-            *_smaller_type(use, prices, passes),
+            *_tensor_parallel(role, use, configs[role], settings.serving, settings.instance_types),
+            *_smaller_type(use, prices, passes, settings.instance_types),
         ]
         replicas = f"{role} max_replicas {use.replicas}" if use.autoscales else f"{use.replicas} {role} replica(s)"
         at_max = " at maxSize" if use.autoscales else ""

@@ -162,10 +162,9 @@ def autoscaler_needed(pools: Mapping[str, GpuPoolSettings]) -> bool:
     return any(pool_scales(p.nodes.min_size, p.nodes.max_size) for p in pools.values())
 
 
-def node_template_tags(pool_name: str, instance_type: str, efa: bool) -> dict[str, str]:
-    """ASG tags that describe a node of this pool to the Cluster Autoscaler when the pool has none:
-    the labels our pods select, the GPU taint they tolerate, and the devices they request."""
-    spec = aws_facts.INSTANCE_SPECS[instance_type]
+def node_template_tags(pool_name: str, spec: aws_facts.InstanceSpec, efa: bool) -> dict[str, str]:
+    """ASG tags that describe a node of this pool (of instance type `spec`) to the Cluster Autoscaler when the
+    pool has none: the labels our pods select, the GPU taint they tolerate, and the devices they request."""
     tags = {f"{NODE_TEMPLATE}/label/{k}": v for k, v in gpu_labels(pool_name).items()}
     tags[f"{NODE_TEMPLATE}/taint/{GPU_TAINT['key']}"] = f"{GPU_TAINT['value']}:{EFFECT_K8S[GPU_TAINT['effect']]}"
     tags[f"{NODE_TEMPLATE}/resources/{GPU_RESOURCE}"] = str(spec.gpus)

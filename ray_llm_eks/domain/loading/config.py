@@ -17,17 +17,19 @@ from typing import Any
 from ray_llm_eks.domain.checks import known_issues
 from ray_llm_eks.domain.cluster import deploy_mode, gcs_ft, node_provisioning, upgrades
 from ray_llm_eks.domain.cluster.deploy_mode import DeployMode
-from ray_llm_eks.domain.core.errors import UNSET, ConfigError, mapping_of, yaml_text
+from ray_llm_eks.domain.core.errors import UNSET, ConfigError, mapping_of, refused_when_deploying, yaml_text
 from ray_llm_eks.domain.core.facts import GPU_ROLES
 from ray_llm_eks.domain.core.raw_config import Getter, RawConfig, check_fields
 from ray_llm_eks.domain.fit import roles, scaling
 from ray_llm_eks.domain.loading.serving_config import serving_settings
-from ray_llm_eks.domain.platform import aws_facts, field_checks, pins, prices, sizing, subnets
+from ray_llm_eks.domain.platform import aws_facts, field_checks, instance_types, pins, prices, sizing, subnets
 from ray_llm_eks.domain.platform.aws_facts import BotocoreFacts
 from ray_llm_eks.domain.render import alert_rules
 from ray_llm_eks.domain.security import hardening as hardening_section
 from ray_llm_eks.domain.security.hardening import switched_off
 from ray_llm_eks.domain.serving import model_table, serve_config
+from ray_llm_eks.domain.serving.serve_config import OwnServeFile
+from ray_llm_eks.domain.stack import cost
 from ray_llm_eks.domain.stack.settings import (
     AmiPin,
     ClusterSettings,
@@ -155,22 +157,36 @@ def _ami_pin(raw: RawConfig) -> AmiPin:
 
 
 def _gpu_pools(
-    raw: RawConfig, network: NetworkSettings, version: str, facts: BotocoreFacts
+    raw: RawConfig,
+    network: NetworkSettings,
+    version: str,
+    facts: BotocoreFacts,
+    table: aws_facts.InstanceTable,
+    existing_cluster: bool,
 ) -> dict[str, GpuPoolSettings]:
+    """The GPU pools; on an existing cluster they describe its node groups, whose AMI is its own (none pinned)."""
     pools_raw = raw.mapping("gpuPools", GPU_POOLS_SHAPE)
     if not pools_raw:
         raise ConfigError("gpuPools", pools_raw, GPU_POOLS_SHAPE)
-    ami = _ami_pin(raw)
+    ami = (
+        _ami_pin(raw)
+        if not existing_cluster or raw.is_set("gpuAmiReleaseVersion") or raw.is_set("gpuAmiId")
+        else AmiPin()
+    )
     pools = {}
     for name, pool_raw in pools_raw.items():
         serves = roles.pool_serves(name, pool_raw)
         sizes = {k: v for k, v in pool_raw.items() if k != "serves"}
         nodes = _node_pool(f"gpuPools.{name}", sizes, default_disk=sizing.GPU_DISK_GIB, facts=facts)
-        pool = GpuPoolSettings(name, nodes, network.gpu_availability_zone, version, ami, serves, frozenset(pool_raw))
-        field_checks.check_gpu_instance_type(
-            f"gpuPools.{name}.instanceType", nodes.instance_type, facts, need_efa=pool.efa
+        spec = field_checks.check_gpu_instance_type(
+            f"gpuPools.{name}.instanceType",
+            nodes.instance_type,
+            facts,
+            need_efa=GpuPoolSettings.needs_efa(serves or name),
+            table=table,
         )
-        pools[name] = pool
+        zone = network.gpu_availability_zone
+        pools[name] = GpuPoolSettings(name, nodes, spec, zone, version, ami, serves, frozenset(pool_raw))
     return pools
 
 
@@ -179,7 +195,9 @@ def load_deploy_mode(get: Getter) -> DeployMode:
     return deploy_mode.load(RawConfig(get))
 
 
-def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFacts) -> Settings:
+def load_settings(
+    get: Getter, stack: str, region: str | None, facts: BotocoreFacts, own_serve: OwnServeFile | None = None
+) -> Settings:
     """Build and check the whole Settings from raw stack values (`get(key)` -> str or None; a secret
     key's value is only a marker: Settings records whether it is set, never what it is) and
     botocore's facts. ray_llm_eks/adapters/stack.py is the one caller outside tests."""
@@ -200,8 +218,11 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
     network = _network(raw, region, name)
     obs = observability.load(raw, existing_cluster=mode.existing_cluster)
     cluster = _cluster(raw, name, region, network.vpc_cidr, facts, obs)
-    pools = _gpu_pools(raw, network, cluster.kubernetes_version, facts)
-    serving = serving_settings(raw, region, pools, facts, obs)
+    table = instance_types.load(raw, facts)
+    pools = _gpu_pools(raw, network, cluster.kubernetes_version, facts, table, mode.existing_cluster)
+    price_overrides = prices.load(raw)
+    prices_here = cost.instance_prices(region, price_overrides)
+    serving = serving_settings(raw, region, pools, facts, obs, prices_here, table, own_serve)
     # Node bounds of autoscaling roles follow their replicas (ray_llm_eks/domain/fit/scaling.py), or must agree with
     # them.
     pools = scaling.reconcile_pools(pools, serving.roles)
@@ -231,8 +252,9 @@ def load_settings(get: Getter, stack: str, region: str | None, facts: BotocoreFa
         network=network,
         cluster=cluster,
         gpu_pools=pools,
+        instance_types=table,
         serving=serving,
-        prices=prices.load(raw),
+        prices=price_overrides,
         hardening=hardening,
         slo=slo.load(raw),
         alerts=alerts.load(raw, serving.roles, alert_rules.pool_types(pools)),
@@ -255,30 +277,24 @@ def _resilience(raw: RawConfig, environment: str, pools: Mapping[str, GpuPoolSet
 
 
 def secret_checks(settings: Settings, deploying: bool) -> list[str]:
-    """What the stack's secrets decide before deploying: a gated model without hfToken is refused, and
-    so is an endpoint that checks keys but has none (every request would get 401 on GPUs paid for);
-    while only planning, both are warnings. Returns the warnings, then a line per security switch turned off."""
-    warnings = []
+    """What the stack's secrets decide before deploying: a gated model without hfToken is refused (a warning while
+    only planning). An endpoint that checks keys but has none gets one generated at `pulumi up` (LlmService), said
+    while planning. Returns the warnings, then a line per security switch turned off."""
     refusals = []
     gated = model_table.gated_models(settings.serving.serve_document)
     if not settings.hf_token_set and gated:
         refusals.append(
             ConfigError("hfToken", UNSET, f"set it (pulumi config set --secret hfToken hf_...): {gated[0]} is gated")
         )
-    if settings.hardening.api_key_check and not settings.api_keys_set:
-        refusals.append(
-            ConfigError(
-                "apiKeys",
-                UNSET,
-                "set it: `make stack` generates a random key, or pulumi config set --secret apiKeys "
-                '"$(openssl rand -hex 24)"; without one every request gets 401 (docs/security.md)',
-            )
-        )
-    for error in refusals:
-        if deploying:
-            raise error
-        # Not yet set is the normal state of a stack before `make stack`: a warning that says so, not a refusal.
+    # Not yet set is the normal state of a stack before `make stack`: a warning that says so, not a refusal.
+    warnings = refused_when_deploying(refusals, deploying, "`make plan` goes on without it, `pulumi up` will refuse")
+    if settings.hardening.api_key_check and not settings.api_keys_set and not deploying:
         warnings.append(
-            f"{error.key} is not set yet: {error.allowed}; `make plan` goes on without it, `pulumi up` will refuse"
+            f"apiKeys is not set: `pulumi up` generates one key, a secret ({GENERATED_KEY_READ}); or set your own: "
+            'pulumi config set --secret apiKeys "$(openssl rand -hex 24)" (docs/security.md)'
         )
     return warnings + switched_off(settings.hardening, settings.api_keys_set)
+
+
+# Where a key the stack generated is read (the stack output __main__.py exports).
+GENERATED_KEY_READ = "pulumi stack output apiKey --show-secrets"

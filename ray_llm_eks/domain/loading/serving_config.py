@@ -12,7 +12,7 @@ from ray_llm_eks.domain.core.facts import GPU_ROLES
 from ray_llm_eks.domain.core.raw_config import RawConfig
 from ray_llm_eks.domain.fit import model_fit, roles, scaling
 from ray_llm_eks.domain.platform import field_checks, image_ref, versions
-from ray_llm_eks.domain.platform.aws_facts import BotocoreFacts
+from ray_llm_eks.domain.platform.aws_facts import BotocoreFacts, InstanceTable
 from ray_llm_eks.domain.security import ray_auth
 from ray_llm_eks.domain.serving import api_keys, model_table, routing, serve_config
 from ray_llm_eks.domain.serving.role_view import role_views
@@ -69,7 +69,7 @@ def _serve_overrides(raw: RawConfig) -> serve_config.ServeOverrides:
     model_id, model_source = raw.text("modelId"), raw.text("modelSource")
     for key, value in (("modelId", model_id), ("modelSource", model_source)):
         if value is not None and not re.fullmatch(r"[\w][\w./:-]*", value):
-            raise ConfigError(key, value, "a model id or source such as Qwen/Qwen3.5-9B (no spaces)")
+            raise ConfigError(key, value, _model_reference_refusal(key, value))
     if model_source is not None and "://" in model_source:
         _s3_uri("modelSource", model_source)
     max_len = raw.integer("maxModelLen")
@@ -91,6 +91,23 @@ def _serve_overrides(raw: RawConfig) -> serve_config.ServeOverrides:
     return serve_config.ServeOverrides(
         model_id, model_source, max_len, replicas, autoscaling, kv_buffer_device, _selective_pd(raw.text("selectivePd"))
     )
+
+
+# A path of the machine the stack is written on: a drive letter, a backslash, a home or relative path.
+_LOCAL_PATH = re.compile(r"[A-Za-z]:[\\/].*|.*\\.*|~.*|\.{1,2}/.*")
+
+
+def _model_reference_refusal(key: str, value: str) -> str:
+    """What a modelId or modelSource allows, said for the slip it holds."""
+    hub = "a Hugging Face repo id such as Qwen/Qwen3.5-9B"
+    if _LOCAL_PATH.fullmatch(value) or value.startswith("/"):
+        return (
+            f"{hub}, or s3://<bucket>/<prefix> of a copy in the stack's region: a path on this machine is not on the "
+            "GPU nodes (upload the weights: aws s3 sync <dir> s3://<bucket>/<prefix>)"
+        )
+    if re.search(r"\s", value):
+        return f"{hub} (no spaces)"
+    return f"{hub} (letters, digits and . _ - / :, starting with a letter or digit)"
 
 
 def _selective_pd(value: str) -> int | None:
@@ -119,23 +136,35 @@ def _without_max_num_seqs(document: dict) -> set[str]:
 
 
 def serving_settings(
-    raw: RawConfig, region: str, pools: Mapping[str, GpuPoolSettings], facts: BotocoreFacts, obs: ObservabilitySettings
+    raw: RawConfig,
+    region: str,
+    pools: Mapping[str, GpuPoolSettings],
+    facts: BotocoreFacts,
+    obs: ObservabilitySettings,
+    instance_prices: Mapping[str, float],
+    table: InstanceTable,
+    own: serve_config.OwnServeFile | None = None,
 ) -> ServingSettings:
+    """`instance_prices`: on-demand $/h by instance type in the stack's region (a refusal names the cheapest type
+    that fits); `table`: the instance types the stack plans with; `own`: the serve file of the user's that
+    serveConfig names (the adapter reads it beside the stack file)."""
     image, held = _image(raw, region, facts)
     ray_version, vllm_version = held["ray"], held.get("vllm")
     name = raw.text("serveConfig")
     shapes = roles.role_shapes(pools)
     own_spec = model_table.load(raw)
     model_facts = lambda model_id, source: model_table.model_spec(model_id, source, own_spec)  # noqa: E731
-    document = serve_config.render(name, _serve_overrides(raw), shapes, vllm_version, model_facts)
+    if serve_config.is_own_file(name) and own is None:
+        raise ConfigError("serveConfig", name, f"{serve_config.SERVE_CONFIG_ALLOWED}: not read here")
+    document = serve_config.render(name, _serve_overrides(raw), shapes, vllm_version, model_facts, own)
     routing.load(raw, serve_config.llm_configs_by_role(document, name), name, model_facts)
-    api_keys.check_no_own_ingress(document, f"ray_llm_eks/serve_configs/{name}.yaml")
+    api_keys.check_no_own_ingress(document, serve_config.where_of(name))
     efa_roles = {p.app_role for p in pools.values() if p.efa}
     # max_num_seqs derived where the fit renders it; every pool of a role must fit the role's engine.
     pool_types = [(p.app_role, p.nodes.instance_type) for p in pools.values()]
     seqs = model_fit.parse_max_num_seqs(raw.text("maxNumSeqs"))
     unset = set() if seqs is not None else _without_max_num_seqs(document)
-    document, fit = model_fit.fit_serving(document, pool_types, efa_roles, own_spec, seqs)
+    document, fit = model_fit.fit_serving(document, pool_types, efa_roles, own_spec, seqs, instance_prices, table)
 
     sources = {role: view.model_source for role, view in role_views(document, "rendered").items()}
     weights_s3 = tuple(

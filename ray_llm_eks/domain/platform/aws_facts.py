@@ -9,6 +9,7 @@ without credentials.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 
@@ -129,6 +130,28 @@ EKS_ADDON_REGISTRY_ACCOUNTS = {
 
 
 INSTANCE_TYPE_PATTERN = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+# Ray's NVIDIA accelerator type names (Ray 2.58 ray/util/accelerators/accelerators.py), less the GPUs older than
+# Turing: CUDA 13, the serving image's, dropped Maxwell, Pascal and Volta (CUDA 13.0 release notes, "Deprecated
+# Architectures"). What a stack's own instance type may name as its GPU (instanceTypes.<type>.gpuModel).
+NVIDIA_ACCELERATOR_TYPES = frozenset(
+    [
+        "T4",
+        "A10G",
+        "L4",
+        "L40S",
+        "A100",
+        "A100-40G",
+        "A100-80G",
+        "H100",
+        "H200",
+        "H20",
+        "B200",
+        "B300",
+        "GB200",
+        "GB300",
+        "RTX-PRO-6000",
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -211,3 +234,12 @@ INSTANCE_SPECS: dict[str, InstanceSpec] = {
     "m7i.4xlarge": _cpu(16, 64, max_pods=234),
     "m7i.8xlarge": _cpu(32, 128, max_pods=234),
 }
+# The instance types a stack plans with: INSTANCE_SPECS and the stack's own
+# (ray_llm_eks/domain/platform/instance_types.py).
+InstanceTable = Mapping[str, InstanceSpec]
+
+
+def with_type(name: str, spec: InstanceSpec | None) -> InstanceTable:
+    """INSTANCE_SPECS, and `name` described as `spec` where one is given (a component's Args for a type of a
+    stack's own)."""
+    return INSTANCE_SPECS if spec is None else {**INSTANCE_SPECS, name: spec}

@@ -224,22 +224,37 @@ def check_region(key: str, value: str | None, facts: BotocoreFacts, file: str | 
 
 
 def check_gpu_instance_type(
-    key: str, value: str, facts: BotocoreFacts, need_efa: bool = True, file: str | None = None
+    key: str,
+    value: str,
+    facts: BotocoreFacts,
+    need_efa: bool = True,
+    file: str | None = None,
+    table: aws_facts.InstanceTable = aws_facts.INSTANCE_SPECS,
 ) -> aws_facts.InstanceSpec:
-    """A GPU type of ray_llm_eks/domain/platform/aws_facts.py with instance-store NVMe (the model cache), EFA where
-    `need_efa`."""
+    """A GPU type of `table` (ray_llm_eks/domain/platform/aws_facts.py and the stack's instanceTypes) with
+    instance-store NVMe (the model cache), EFA where `need_efa`. A type the table lacks is refused naming the
+    types it has that would pass, and the stack key that describes another."""
     check_instance_type(key, value, facts, file)
-    spec = aws_facts.INSTANCE_SPECS.get(value)
-    efa_gpu = sorted(t for t, s in aws_facts.INSTANCE_SPECS.items() if s.gpus and s.efa)
+    spec = table.get(value)
+    usable = sorted(t for t, s in table.items() if s.gpus and s.nvme_gb and (s.efa or not need_efa))
+    usable_text = f"{'with EFA' if need_efa else 'known'}: {', '.join(usable)}"
     if spec is None:
         raise ConfigError(
-            key, value, f"a GPU instance type in ray_llm_eks/domain/platform/aws_facts.py; known: {efa_gpu}", file
+            key,
+            value,
+            f"a GPU instance type of ray_llm_eks/domain/platform/aws_facts.py ({usable_text}), or describe "
+            f"{value} in the stack: instanceTypes: {{{value}: {{gpuModel: ..., gpus: ..., gpuMemoryMiB: ..., "
+            "vcpus: ..., memoryGiB: ..., nvmeGb: ...}} (docs/configuration.md, instanceTypes)",
+            file,
         )
     if not spec.gpus:
-        raise ConfigError(key, value, f"an instance type with NVIDIA GPUs; GPU types with EFA: {efa_gpu}", file)
+        raise ConfigError(key, value, f"an instance type with NVIDIA GPUs; GPU types {usable_text}", file)
     if need_efa and not spec.efa:
         raise ConfigError(
-            key, value, f"a GPU instance type with EFA (NIXL moves the KV cache over EFA); with EFA: {efa_gpu}", file
+            key,
+            value,
+            f"a GPU instance type with EFA (NIXL moves the KV cache over EFA); GPU types {usable_text}",
+            file,
         )
     if not spec.nvme_gb:
         raise ConfigError(key, value, "a type with instance-store NVMe (the model cache)", file)
@@ -281,6 +296,21 @@ def check_node_group(
         raise ConfigError(f"{prefix}{disk_name}", gib, "20 to 16384 GiB (gp3 root volume)", file)
 
 
+# An EKS AMI release as the SSM parameter names it (.../amazon-eks-node-al2023-x86_64-nvidia-1.35-v20260903/...).
+AMI_RELEASE = r"v\d{8}"
+AMI_RELEASE_TEXT = "an EKS AMI release is a v and its date, vYYYYMMDD"
+
+
+def ami_release_fix(text: str) -> str | None:
+    """The release a value without its `v` names (20260903 -> v20260903); None when it is not that slip."""
+    return f"v{text}" if re.fullmatch(r"\d{8}", text) else None
+
+
+# Stack keys whose value YAML may read as a number though the right value is text of another form: the value
+# that plans, from the number as written (stackfile's type check names it instead of only "quote it").
+NUMBER_SLIPS = {"gpuAmiReleaseVersion": (ami_release_fix, AMI_RELEASE_TEXT)}
+
+
 def check_ami_pin(keys: tuple[str, str], release: str | None, ami_id: str | None, file: str | None = None) -> None:
     """The GPU AMI, pinned by exactly one of an EKS AL2023 NVIDIA release or an AMI id (`keys` name them)."""
     release_key, id_key = keys
@@ -292,8 +322,10 @@ def check_ami_pin(keys: tuple[str, str], release: str | None, ami_id: str | None
             f"{id_key} (ami-...): an unpinned GPU AMI recycles the GPU nodes when AWS publishes a new one",
             file,
         )
-    if release is not None and not (isinstance(release, str) and re.fullmatch(r"v\d{8}", release)):
-        raise ConfigError(release_key, release, "an EKS AMI release such as v20261112", file)
+    if release is not None and not (isinstance(release, str) and re.fullmatch(AMI_RELEASE, release)):
+        fixed = ami_release_fix(str(release))
+        allowed = f"{fixed} ({AMI_RELEASE_TEXT})" if fixed else f"{AMI_RELEASE_TEXT}, such as v20261112"
+        raise ConfigError(release_key, release, allowed, file)
     if ami_id is not None and not (isinstance(ami_id, str) and re.fullmatch(r"ami-[0-9a-f]{8}([0-9a-f]{9})?", ami_id)):
         raise ConfigError(id_key, ami_id, "an AMI id such as ami-0123456789abcdef0", file)
 

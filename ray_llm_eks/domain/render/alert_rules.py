@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ray_llm_eks.domain.platform import aws_facts
 from ray_llm_eks.domain.serving import serve_config
 from ray_llm_eks.domain.stack.settings import GpuPoolSettings, Settings
 from ray_llm_eks.domain.telemetry import alerts
@@ -27,13 +26,13 @@ def rule_inputs(settings: Settings) -> alerts.RuleInputs:
     )
 
 
-def pool_types(pools: Mapping[str, GpuPoolSettings]) -> dict[str, str]:
-    """role -> instance type of a pool running it (the slowest network when several do)."""
-    types: dict[str, str] = {}
+def pool_types(pools: Mapping[str, GpuPoolSettings]) -> dict[str, tuple[str, float]]:
+    """role -> (instance type, its baseline Gbps) of a pool running it (the slowest network when several do)."""
+    types: dict[str, tuple[str, float]] = {}
     for pool in pools.values():
         current = types.get(pool.app_role)
-        if current is None or pool.spec.network_gbps < aws_facts.INSTANCE_SPECS[current].network_gbps:
-            types[pool.app_role] = pool.nodes.instance_type
+        if current is None or pool.spec.network_gbps < current[1]:
+            types[pool.app_role] = (pool.nodes.instance_type, pool.spec.network_gbps)
     return types
 
 

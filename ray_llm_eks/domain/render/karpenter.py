@@ -85,15 +85,19 @@ def fitting_instance_types(pool: GpuPoolSettings) -> list[str]:
     EFA-capable where the pool's role moves the KV cache over EFA."""
     own = pool.spec
     return sorted(
-        name
-        for name, spec in aws_facts.INSTANCE_SPECS.items()
-        if spec.gpu_model == own.gpu_model
-        and spec.gpus == own.gpus
-        and spec.network_cards == own.network_cards
-        and spec.vcpus >= own.vcpus
-        and spec.memory_gib >= own.memory_gib
-        and spec.nvme_gb >= own.nvme_gb
-        and (spec.efa or not pool.efa)
+        # A type the stack describes itself (instanceTypes) is not in the table: itself.
+        ({pool.nodes.instance_type} - set(aws_facts.INSTANCE_SPECS))
+        | {
+            name
+            for name, spec in aws_facts.INSTANCE_SPECS.items()
+            if spec.gpu_model == own.gpu_model
+            and spec.gpus == own.gpus
+            and spec.network_cards == own.network_cards
+            and spec.vcpus >= own.vcpus
+            and spec.memory_gib >= own.memory_gib
+            and spec.nvme_gb >= own.nvme_gb
+            and (spec.efa or not pool.efa)
+        }
     )
 
 

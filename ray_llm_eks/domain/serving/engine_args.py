@@ -126,3 +126,33 @@ def check(where: str, engine_kwargs: Mapping) -> None:
                     value,
                     f"{describe(spec)} (vLLM {version} {what} {key}, from {VLLM_ARGS_FILE.name})",
                 )
+    check_parsers(where, engine_kwargs)
+
+
+# Arguments naming a parser of a vLLM registry, the registry's list in the arguments file, and the argument that
+# loads a plugin registering more names (any name passes then).
+PARSERS = {
+    "tool_call_parser": ("tool_call_parsers", "tool_parser_plugin"),
+    "reasoning_parser": ("reasoning_parsers", "reasoning_parser_plugin"),
+}
+
+
+def check_parsers(where: str, engine_kwargs: Mapping) -> None:
+    """A parser name vLLM registers (vllm/tool_parsers, vllm/reasoning), and tool calling with its parser: vLLM
+    0.26 refuses `enable_auto_tool_choice` without `tool_call_parser` at start (entrypoints/openai/cli_args.py
+    validate_parsed_serve_args) and an unregistered name when the front end starts (parser_manager.py)."""
+    data = vllm_arguments()
+    for key, (registry, plugin) in PARSERS.items():
+        name = engine_kwargs.get(key)
+        if name is None or engine_kwargs.get(plugin):
+            continue
+        if name not in data[registry]:
+            allowed = f"a name vLLM {data['vllm_version']} registers;{did_you_mean(str(name), data[registry])} "
+            raise in_serve_config(where, f"engine_kwargs.{key}", name, f"{allowed}{yaml_text(data[registry])}")
+    if engine_kwargs.get("enable_auto_tool_choice") and engine_kwargs.get("tool_call_parser") is None:
+        raise in_serve_config(
+            where,
+            "engine_kwargs.enable_auto_tool_choice",
+            True,
+            f"with tool_call_parser: vLLM {data['vllm_version']} refuses to start without one",
+        )

@@ -3,6 +3,7 @@ model card) or from a stack's `modelSpec`, and vLLM's own measurements of a mode
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -256,8 +257,10 @@ def model_spec(model_id: str, model_source: str, override: ModelSpec | None) -> 
         return override
     spec = KNOWN_MODELS.get(model_source) or KNOWN_MODELS.get(model_id)
     if spec is None:
-        # A slip of the id first (case too: hub ids are case-sensitive), then the way to a model of one's own.
-        by_case = {known.lower(): known for known in KNOWN_MODELS}
+        # A slip of the id first (case too: hub ids are case-sensitive), then the way to a model of one's own. A
+        # model of another size is another model, not a slip (Qwen/Qwen3-4B is not Qwen/Qwen3-32B).
+        size = _size(model_source)
+        by_case = {known.lower(): known for known in KNOWN_MODELS if size is None or _size(known) in (None, size)}
         hint = did_you_mean(model_source.lower(), by_case)
         raise ConfigError(
             "modelSource" if model_source != model_id else "modelId",
@@ -266,6 +269,12 @@ def model_spec(model_id: str, model_source: str, override: ModelSpec | None) -> 
             "another model, `make model-spec CONFIG=<its config.json>` prints the modelSpec to add to the stack",
         )
     return spec
+
+
+def _size(model: str) -> str | None:
+    """A model id's parameter count as its name writes it (Qwen3.5-9B -> 9b, Llama-3.1-70B -> 70b), or None."""
+    found = re.search(r"(?<![\d.])(\d+(?:\.\d+)?)[bB](?![a-zA-Z])", model.rsplit("/", 1)[-1])
+    return f"{found.group(1)}b" if found else None
 
 
 def gated_models(document: dict) -> list[str]:

@@ -13,7 +13,7 @@ import copy
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import yaml
 
@@ -73,6 +73,30 @@ def serve_config_names() -> list[str]:
 
 
 @dataclass(frozen=True)
+class OwnServeFile:
+    """A serve config of the user's own (serveConfig: a path beside the stack file), as the adapter read it."""
+
+    name: str  # the path as serveConfig gives it, relative to the stack file's folder
+    document: Any
+
+
+def is_own_file(name: str) -> bool:
+    """Whether serveConfig names a file of the user's (a path) rather than a shipped one (a stem)."""
+    return "/" in name or "\\" in name or name.endswith((".yaml", ".yml"))
+
+
+SERVE_CONFIG_ALLOWED = (
+    "a serve config of ray_llm_eks/serve_configs/ by name, or a Ray Serve config file of your own beside the stack "
+    "file, by its path relative to that folder (serveConfig: my-serve.yaml)"
+)
+
+
+def where_of(name: str) -> str:
+    """How a line names the serve file of serveConfig `name`."""
+    return name if is_own_file(name) else f"ray_llm_eks/serve_configs/{name}.yaml"
+
+
+@dataclass(frozen=True)
 class ServeOverrides:
     """What a stack may change in the serve file without editing it."""
 
@@ -117,7 +141,9 @@ class PoolShape:
 def load_serve_file(name: str) -> dict:
     path = SERVE_CONFIG_DIR / f"{name}.yaml"
     if not path.exists():
-        raise ConfigError("serveConfig", name, f"a file in ray_llm_eks/serve_configs/: {serve_config_names()}")
+        slip = did_you_mean(name, serve_config_names())
+        shipped = f"shipped: {yaml_text(serve_config_names())}"
+        raise ConfigError("serveConfig", name, f"{SERVE_CONFIG_ALLOWED};{slip} {shipped}")
     return packaged.load_yaml(path)
 
 
@@ -297,11 +323,13 @@ def render(
     pools: Mapping[str, PoolShape],
     vllm_version: str | None,
     model_facts: Callable[[str, str], ModelFacts],
+    own: OwnServeFile | None = None,
 ) -> dict:
     """The serve config a stack deploys: the file, overridden, completed for its model family,
-    pinned to its pools, checked. `model_facts(model_id, model_source)` answers from the model table."""
-    where = f"ray_llm_eks/serve_configs/{name}.yaml"
-    doc = copy.deepcopy(load_serve_file(name))
+    pinned to its pools, checked. `model_facts(model_id, model_source)` answers from the model table; `own`: the
+    user's file `name` names (checked as the shipped ones are)."""
+    where = where_of(name)
+    doc = copy.deepcopy(own.document if own is not None else load_serve_file(name))
     if (ours := the_application(doc, where)["import_path"]) in (SELECTIVE_PD_IMPORT, GUARDED_PD_IMPORT):
         raise in_serve_config(
             where,

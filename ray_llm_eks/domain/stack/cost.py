@@ -70,12 +70,17 @@ class CostEstimate:
         """The total, or None when any line has no price."""
         if self.unknown:
             return None
-        return round(sum(line.usd_per_hour for line in self.lines), 4)
+        return self.known_usd_per_hour
+
+    @property
+    def known_usd_per_hour(self) -> float:
+        """The sum of the lines that have a price: the whole total, or a floor under it."""
+        return round(sum(line.usd_per_hour for line in self.lines if line.usd_per_hour is not None), 4)
 
     def as_output(self) -> dict:
         return {
             "region": self.region,
-            "pricesAsOf": PRICES_AS_OF.get(self.region, "no table for this region"),
+            "pricesAsOf": PRICES_AS_OF.get(self.region),  # None: no table for the region
             "lines": [
                 {
                     "item": x.item,
@@ -91,7 +96,7 @@ class CostEstimate:
             "scope": self.scope,
             "notPriced": list(self.not_priced),
             # Only when a price is missing, so a fully priced stack's output is the same as without it.
-            **({"pricesToSet": self.keys_to_set} if self.unknown else {}),
+            **({"pricesToSet": self.keys_to_set, "knownUsdPerHour": self.known_usd_per_hour} if self.unknown else {}),
         }
 
     @property
@@ -102,7 +107,9 @@ class CostEstimate:
 
 def table(estimate: dict) -> str:
     """The `costEstimate` stack output as a table (printed by `make plan`)."""
-    rows = [f"Estimated cost while running, {estimate['region']} on-demand (prices of {estimate['pricesAsOf']}):"]
+    region, dated = estimate["region"], estimate["pricesAsOf"]
+    of = f"prices of {dated}" if dated else f"no price table for {region}: only prices the same in every region"
+    rows = [f"Estimated cost while running, {region} on-demand ({of}):"]
     rows.append(f"  prices: {estimate['scope']}")
     if estimate["notPriced"]:
         rows.append(f"  not priced (the existing cluster's own): {', '.join(estimate['notPriced'])}")
@@ -114,16 +121,22 @@ def table(estimate: dict) -> str:
         rows.append(f"  {line['item']:<44} {line['quantity']:>5g} x {priced}")
     total = estimate["usdPerHour"]
     if total is None:
+        known, missing = estimate["knownUsdPerHour"], estimate["unknownPrices"]
         rows.append(
-            f"  total: unknown, no price for {', '.join(estimate['unknownPrices'])}"
-            f" (set {', '.join(estimate['pricesToSet'])} in the stack)"
+            f"  total: unknown; at least {_hourly(known)} without the {len(missing)} missing "
+            f"price{'s' if len(missing) > 1 else ''}: {', '.join(missing)} (set {', '.join(estimate['pricesToSet'])}"
+            " in the stack); data transfer not included"
         )
     else:
-        rows.append(f"  total: {total:.2f} $/h (~{total * HOURS_PER_MONTH:,.0f} $/month); data transfer not included")
+        rows.append(f"  total: {_hourly(total)}; data transfer not included")
     if estimate["estimatedPrices"]:
         estimated = ", ".join(estimate["estimatedPrices"])
         rows.append(f"  estimated, not from AWS's price list: {estimated} (set `prices` to replace)")
     return "\n".join(rows)
+
+
+def _hourly(usd: float) -> str:
+    return f"{usd:.2f} $/h (~{usd * HOURS_PER_MONTH:,.0f} $/month)"
 
 
 GP3_PRICE_KEY = "prices.ebsGp3PerGbMonth"
@@ -148,7 +161,7 @@ def cost_range(settings: Settings, overrides: PriceOverrides) -> dict[str, float
 def range_line(usd: dict[str, float | None]) -> str:
     """One line for `make plan` under the table."""
     if any(v is None for v in usd.values()):
-        return "  range: unknown (a price is missing)"
+        return "  range: unknown while a price is missing (the total above is a floor)"
     return "  range: " + ", ".join(f"at {size} {usd[size]:.2f} $/h" for size in SIZES) + " (every pool at that size)"
 
 

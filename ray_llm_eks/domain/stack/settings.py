@@ -76,6 +76,7 @@ class ClusterSettings:
 class GpuPoolSettings:
     name: str  # the pool's name: its node group, its nodes' pool label, its Ray worker group
     nodes: NodePoolSettings
+    spec: aws_facts.InstanceSpec  # its instance type's hardware (our table's or the stack's instanceTypes)
     availability_zone: str
     kubernetes_version: str
     ami: AmiPin
@@ -90,13 +91,13 @@ class GpuPoolSettings:
         return self.serves or self.name
 
     @property
-    def spec(self) -> aws_facts.InstanceSpec:
-        return aws_facts.INSTANCE_SPECS[self.nodes.instance_type]
-
-    @property
     def efa(self) -> bool:
+        return self.needs_efa(self.app_role)
+
+    @staticmethod
+    def needs_efa(role: str) -> bool:
         """PD pools move the KV cache over EFA; the collocated baseline does not need it."""
-        return self.app_role in PD_ROLES
+        return role in PD_ROLES
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,8 @@ class Settings:
     cluster: ClusterSettings
     serving: ServingSettings
     gpu_pools: Mapping[str, GpuPoolSettings] = field(default_factory=dict)
+    # The instance types it plans with: ray_llm_eks/domain/platform/aws_facts.py's and its own instanceTypes.
+    instance_types: aws_facts.InstanceTable = field(default_factory=lambda: aws_facts.INSTANCE_SPECS)
     prices: PriceOverrides = NO_PRICE_OVERRIDES
     hardening: HardeningSettings = field(default_factory=HardeningSettings)  # ray_llm_eks/domain/security/hardening.py
     # ray_llm_eks/domain/telemetry/slo.py: the alerts' and the benchmark's objectives

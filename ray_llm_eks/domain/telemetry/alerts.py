@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from ray_llm_eks.domain.core import config_keys, facts
 from ray_llm_eks.domain.core.errors import UNSET, ConfigError, mapping_of
 from ray_llm_eks.domain.core.raw_config import RawConfig
-from ray_llm_eks.domain.platform import aws_facts
 from ray_llm_eks.domain.serving import serve_config
 from ray_llm_eks.domain.serving.fit_prediction import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
 from ray_llm_eks.domain.telemetry import ray_metrics as m
@@ -94,9 +93,11 @@ def default() -> AlertThresholds:
     return parse(None)
 
 
-def load(raw: RawConfig, roles: Mapping[str, RoleView], instance_types: Mapping[str, str]) -> AlertThresholds:
+def load(
+    raw: RawConfig, roles: Mapping[str, RoleView], instance_types: Mapping[str, tuple[str, float]]
+) -> AlertThresholds:
     """The stack's `alerts`, checked against the engines it renders (`roles`) and the instance types of
-    the pools that run each role (`instance_types`: role -> type)."""
+    the pools that run each role (`instance_types`: role -> (type, its baseline network Gbps, 0 unknown))."""
     thresholds = parse(raw.mapping(KEY, SHAPE))
     check_against_engines(
         thresholds,
@@ -114,22 +115,23 @@ def is_pd(roles: Mapping[str, RoleView]) -> bool:
     return set(facts.PD_ROLES) <= set(roles)
 
 
-def kv_floor_bytes_per_s(thresholds: AlertThresholds, instance_types: Mapping[str, str]) -> float:
+def kv_floor_bytes_per_s(thresholds: AlertThresholds, instance_types: Mapping[str, tuple[str, float]]) -> float:
     """The floor the KV transfer throughput alert uses: the stack's, else FLOOR_SHARE_OF_NETWORK of the slower
-    PD node's baseline bandwidth (ray_llm_eks/domain/platform/aws_facts.py network_gbps)."""
+    PD node's baseline bandwidth (network_gbps of ray_llm_eks/domain/platform/aws_facts.py or the stack's
+    instanceTypes; `instance_types`: role -> (type, Gbps))."""
     if thresholds.kv_transfer_floor_gbps is not None:
         return thresholds.kv_transfer_floor_gbps * 1e9
-    pd_types = {t for role, t in instance_types.items() if role in facts.PD_ROLES}
-    unknown = sorted(t for t in pd_types if not aws_facts.INSTANCE_SPECS[t].network_gbps)
+    pd_types = dict(t for role, t in instance_types.items() if role in facts.PD_ROLES)
+    unknown = sorted(t for t, gbps in pd_types.items() if not gbps)
     if unknown or not pd_types:
         raise ConfigError(
             f"{KEY}.kvTransferFloorGBps",
             UNSET,
             f"a number of GB/s: the network bandwidth of {', '.join(unknown) or 'the PD nodes'} is not in "
-            "ray_llm_eks/domain/platform/aws_facts.py, so no default floor can be derived",
+            "ray_llm_eks/domain/platform/aws_facts.py (nor the stack's instanceTypes networkGbps), so no default "
+            "floor can be derived",
         )
-    slowest = min(aws_facts.INSTANCE_SPECS[t].network_gbps for t in pd_types)
-    return FLOOR_SHARE_OF_NETWORK * slowest * 1e9 / 8
+    return FLOOR_SHARE_OF_NETWORK * min(pd_types.values()) * 1e9 / 8
 
 
 def check_against_engines(thresholds: AlertThresholds, gpu_memory_utilization: Mapping[str, float]) -> None:

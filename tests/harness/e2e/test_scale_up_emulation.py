@@ -18,7 +18,7 @@ def prefill():
 
 
 def test_template_node_is_the_instance_type_plus_our_tags(prefill):
-    tags = node_template_tags(prefill.name, prefill.nodes.instance_type, prefill.efa)
+    tags = node_template_tags(prefill.name, prefill.spec, prefill.efa)
     node = template_node("prefill-asg-x", "g6.8xlarge", tags, "us-east-1", "us-east-1a")
     labels = node["metadata"]["labels"]
     assert labels[POOL_NODE_LABEL] == "prefill" and labels["nvidia.com/gpu.present"] == "true"

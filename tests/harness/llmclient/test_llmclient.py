@@ -50,11 +50,23 @@ class Handler(BaseHTTPRequestHandler):
         self._json(401, {"error": {"message": "Missing or invalid API key", "code": "invalid_api_key"}})
         return True
 
+    def _trickle(self):
+        """Headers one byte at a time, each well inside the client's stall timeout: only a deadline ends it."""
+        for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Slow: " + b"x" * 10_000:
+            self.wfile.write(bytes([byte]))
+            self.wfile.flush()
+            time.sleep(0.2)
+
     def do_GET(self):
+        if self.server.mode == "trickle":
+            return self._trickle()
         if self.path != "/metrics" and self._refused():
             return None
         if self.path == "/v1/models":
-            return self._json(200, {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "x"}]})
+            card = {"id": MODEL, "object": "model", "owned_by": "x"}
+            if self.server.context:  # as Ray Serve LLM 2.58 says it (openai_api_models.py to_model_metadata)
+                card["metadata"] = {"model_id": MODEL, "max_request_context_length": self.server.context}
+            return self._json(200, {"object": "list", "data": [card]})
         if self.path == "/metrics":
             n = self.server.requests
             # One NIXL transfer per request, or (mode "kv_broken") one failed transfer each and no bytes.
@@ -79,6 +91,26 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 
+    def _tools(self, request: dict):
+        """vLLM 0.26's answers to a request with tools: refused without a tool call parser (mode no_parser, its
+        own message), else a call of the function tool_choice names (a JSON argument string), or text for auto."""
+        if self.server.mode == "no_parser":
+            message = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+            return self._json(400, {"error": {"message": message, "type": "BadRequestError", "code": 400}})
+        message = {"role": "assistant", "content": "Hello"}
+        choice = request.get("tool_choice")
+        if isinstance(choice, dict):
+            call = {"name": choice["function"]["name"], "arguments": '{"city": "Paris"}'}
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c", "type": "function", "function": call}],
+            }
+        self.server.tool_choices.append(choice)
+        body = {"id": "c1", "object": "chat.completion", "created": 0, "model": MODEL,
+                "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}]}  # fmt: skip
+        return self._json(200, body)
+
     def do_POST(self):
         if self._refused():
             return None
@@ -94,6 +126,8 @@ class Handler(BaseHTTPRequestHandler):
         if mode == "http500" or too_long:
             return self._json(500, {"error": {"message": "engine exploded", "type": "InternalServerError"}})
         words = ["Hello", " there", "!", " How", " are", " you", "?"][: request.get("max_tokens", 7)]
+        if request.get("tools"):
+            return self._tools(request)
         if not request.get("stream"):
             return self._json(
                 200,
@@ -117,6 +151,10 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         base = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": MODEL}
+        if mode == "endless":  # a server that ignores max_tokens and never ends the stream
+            while True:
+                choice = {"index": 0, "delta": {"content": "la"}, "finish_reason": None}
+                self._chunk(json.dumps({**base, "choices": [choice]}))
         for i, word in enumerate(words):
             if mode == "stall" and i == 2:
                 time.sleep(3)  # longer than the client's stall timeout
@@ -160,6 +198,7 @@ def server():
     httpd.requests = 0
     httpd.paths, httpd.tokenizer = {}, False
     httpd.key, httpd.key_check = None, True
+    httpd.tool_choices, httpd.context = [], None
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -184,7 +223,7 @@ def test_smoke_passes_and_shows_prefill_and_decode(server):
     assert result.streamed == "Hello there! How are you?"
     assert result.ttft is not None and result.ttft > 0
     assert result.pd_evidence["prefill"] >= 2 and result.pd_evidence["decode"] >= 2
-    assert "KV moved over NIXL: 2 transfer(s) for 2 requests, none failed" in result.lines
+    assert "KV moved over NIXL: 4 transfer(s) for 4 requests, none failed" in result.lines  # with the 2 tool calls
 
 
 def test_smoke_expecting_pd_fails_when_the_kv_did_not_move(server, monkeypatch):
@@ -203,6 +242,58 @@ def test_smoke_with_a_key_proves_no_key_and_a_wrong_key_are_refused(server):
     )
     with pytest.raises(smoke.SmokeError, match=r"API key check: right key -> HTTP 401, expected 200"):
         asyncio.run(smoke.run(url(server), api_key="sk-not-the-key-0123456"))
+
+
+def test_smoke_calls_a_tool_as_openai_clients_do(server):
+    result = asyncio.run(smoke.run(url(server)))
+    assert (
+        "tools: tool_choice auto accepted (0 call(s)); tool_choice get_weather -> a get_weather call, arguments "
+        '{"city": "Paris"}'
+    ) in result.lines
+    assert server.tool_choices == ["auto", {"type": "function", "function": {"name": "get_weather"}}]
+    result = asyncio.run(smoke.run(url(server), tools=False))
+    assert "tools: not checked (--no-tools)" in result.lines and len(server.tool_choices) == 2
+
+
+def test_smoke_names_what_a_model_served_without_a_tool_parser_lacks(server):
+    server.mode = "no_parser"
+    with pytest.raises(smoke.SmokeError) as failed:
+        asyncio.run(smoke.run(url(server)))
+    message = str(failed.value)
+    assert message.startswith("tools: the endpoint refuses a request with tools: HTTP 400: ")
+    assert "--tool-call-parser" in message and "needs a tool_call_parser" in message
+
+
+def test_smoke_without_a_key_says_so_or_fails_where_the_endpoint_wants_one(server):
+    result = asyncio.run(smoke.run(url(server)))
+    assert result.lines[0].startswith("API key: none given (OPENAI_API_KEY is unset) and /v1/models answered HTTP 200")
+    server.key = "sk-right-key-0123456789"
+    with pytest.raises(smoke.SmokeError, match=r"refuses requests without an API key \(HTTP 401\).*OPENAI_API_KEY"):
+        asyncio.run(smoke.run(url(server)))
+
+
+def test_a_url_without_a_scheme_is_one_line(capsys):
+    assert main(["smoke", "localhost:8000"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err == "smoke FAILED: URL=localhost:8000: an http:// or https:// URL with a host, e.g. http://localhost:8000\n"
+    )
+
+
+def test_the_deadline_bounds_a_server_that_trickles_its_answer(server):
+    """The key check's plain requests too: each byte comes within the 5 s stall timeout, the 2 s deadline ends it."""
+    server.mode, server.key = "trickle", "sk-right-key-0123456789"
+    started = time.monotonic()
+    with pytest.raises(smoke.SmokeError, match="key check, no key: deadline exceeded"):
+        asyncio.run(smoke.run(url(server), api_key=server.key, timeout=5.0, deadline=2.0))
+    assert time.monotonic() - started < 10
+
+
+def test_a_stream_past_max_tokens_is_cut_not_read_into_memory(server):
+    server.mode = "endless"
+    result = asyncio.run(_stream(server, timeout=5.0, deadline=30.0))
+    assert not result.ok and result.error.startswith("the stream went on past 23 chunks for max_tokens 7")
+    assert result.latency < 10  # cut at once, not read on until the 30 s deadline
 
 
 def test_smoke_fails_on_an_endpoint_that_takes_any_key(server):
@@ -277,18 +368,23 @@ def fake_aiperf(venv: Path) -> None:
     panel (stdout) of common/tokenizer_validator.py _prefetch_tokenizers, for the tokenizer its config names,
     then exit 1. The log is what that code prints: the panel rendered by the wheel's own
     tokenizer_display.display_tokenizer_validation_error, the error text transformers 5.24.0 raises."""
-    script = venv / "bin" / "aiperf"
-    script.parent.mkdir(parents=True)
-    script.write_text(
-        f"#!{sys.executable}\n"
-        "import sys, yaml\n"
-        "config = yaml.safe_load(open(sys.argv[sys.argv.index('--config') + 1]))\n"
+    _aiperf_script(
+        venv,
         f"log = open({str(TOKENIZER_FAILURE)!r}).read()\n"
         "log = log.replace('acme-llama', config['benchmark']['tokenizer']['name'])\n"
         "traceback, panel = log.split('\\n\\n\u256d', 1)\n"
         "sys.stderr.write(traceback + '\\n')\n"
-        "sys.stdout.write('\u256d' + panel)\n"
-        "sys.exit(1)\n"
+        "sys.stdout.write('\u256d' + panel)\n",
+    )
+
+
+def _aiperf_script(venv: Path, body: str) -> None:
+    """An `aiperf` in `venv` that reads its --config (as `config`), runs `body`, then exits 1."""
+    script = venv / "bin" / "aiperf"
+    script.parent.mkdir(parents=True)
+    script.write_text(
+        f"#!{sys.executable}\nimport json, pathlib, sys, yaml\n"
+        "config = yaml.safe_load(open(sys.argv[sys.argv.index('--config') + 1]))\n" + body + "sys.exit(1)\n"
     )
     script.chmod(0o755)
 
@@ -320,6 +416,60 @@ def test_bench_with_a_stack_takes_the_tokenizer_from_its_model_source(server, tm
     assert "tokenizer Qwen/Qwen3.5-9B from stack dev's model source" in capsys.readouterr().out
     written = yaml.safe_load((out / "concurrency-1" / "aiperf.yaml").read_text())["benchmark"]
     assert (written["model"], written["tokenizer"]["name"]) == ("acme-llama", "Qwen/Qwen3.5-9B")
+
+
+CONTEXT_400 = (
+    "This model's maximum context length is 256 tokens. However, you requested 640 tokens (512 in the messages, "
+    "128 in the completion). Please reduce the length of the messages or completion."
+)
+
+
+def failing_aiperf(venv: Path) -> None:
+    """An AIPerf whose every request got vLLM's HTTP 400 for a prompt longer than the context: its per-request
+    records (profile_export.jsonl: `error` with code, type and the server's body as message), then its closing
+    line and exit 1, as AIPerf 0.13.0 ends such a run."""
+    body = json.dumps({"error": {"message": CONTEXT_400, "type": "BadRequestError", "param": None, "code": 400}})
+    record = {
+        "metadata": {"session_num": 0},
+        "metrics": {},
+        "error": {"code": 400, "type": "Bad Request", "message": body},
+    }
+    _aiperf_script(
+        venv,
+        "out = pathlib.Path(config['benchmark']['artifacts']['dir'])\n"
+        "out.mkdir(parents=True, exist_ok=True)\n"
+        f"(out / 'profile_export.jsonl').write_text({json.dumps(json.dumps(record))} + '\\n')\n"
+        "print('ERROR All 64 inference request(s) failed. No successful responses were received.')\n",
+    )
+
+
+def test_bench_says_the_servers_reason_when_every_request_failed(server, tmp_path, monkeypatch, capsys):
+    failing_aiperf(tmp_path / "venv")
+    monkeypatch.setenv("RAY_LLM_EKS_BENCH_VENV", str(tmp_path / "venv"))
+    assert main(["bench", url(server), "--out", str(tmp_path / "run"), "--tokenizer", "gpt2"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(
+        "bench FAILED: AIPerf exited 1: 1 of 1 requests failed; the server answered 1 of them with HTTP 400: "
+        "This model's maximum context length is 256 tokens."
+    )
+
+
+def test_bench_fits_its_default_lengths_to_the_served_context_or_names_the_flag(server, tmp_path, monkeypatch, capsys):
+    server.context = 256
+    monkeypatch.setenv("RAY_LLM_EKS_BENCH_VENV", str(tmp_path / "no-venv"))
+    assert main(["bench", url(server), "--out", str(tmp_path / "run"), "--tokenizer", "gpt2"]) == 1
+    out = capsys.readouterr().out
+    assert "the endpoint serves 256 tokens of context (max_model_len): prompts of 128 tokens and answers of 64" in out
+    config = yaml.safe_load((tmp_path / "run" / "concurrency-1" / "aiperf.yaml").read_text())
+    prompts = config["benchmark"]["dataset"]["prompts"]
+    assert (prompts["isl"]["mean"], prompts["osl"]["mean"]) == (128, 64)
+    assert main(["bench", url(server), "--out", str(tmp_path / "run2"), "--isl", "512"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "bench FAILED: invalid config bench --isl + --osl = 512 + 128: at most 192 tokens a request: the endpoint "
+        "serves 256 tokens of context (max_model_len), 64 of them left for the chat template\n"
+    )
 
 
 def test_compare_needs_two_runs(tmp_path):

@@ -142,9 +142,11 @@ def test_pool_larger_than_its_replicas_warns():
 
 
 def _besides_api_keys(warnings: list[str]) -> list[str]:
-    """Every shipped stack warns that apiKeys is unset (a secret no stack file can ship), and every PD stack
-    of a known upstream bug it can only be warned of (tests/unit/domain/checks/test_known_issues.py holds which)."""
-    return [w for w in warnings if not w.startswith(("apiKeys is not set yet: set it", "known issue "))]
+    """Every shipped stack warns that apiKeys is unset (a secret no stack file can ship), every PD stack
+    of a known upstream bug it can only be warned of (tests/unit/domain/checks/test_known_issues.py holds which),
+    and prod of its documentation range for the office network (tests/unit/domain/checks/test_placeholders.py)."""
+    shipped = ("apiKeys is not set: ", "known issue ", "endpointPublicAccessCidrs = 203.0.113.0/24: ")
+    return [w for w in warnings if not w.startswith(shipped)]
 
 
 def test_shipped_prod_uses_every_gpu_node(plans):
@@ -174,7 +176,11 @@ def test_a_copy_of_dev_in_another_region_plans(project, capsys, plans):
     assert plan_cli.main(["--stack", "mine", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "us-west-2 on-demand" in printed and (out / "resources.json").exists()
-    assert "total: unknown, no price for internal load balancer (NLB), NLB capacity units (budget)" in printed
+    assert (
+        "total: unknown; at least 4.42 $/h (~3,228 $/month) without the 2 missing prices: internal load balancer "
+        "(NLB), NLB capacity units (budget) (set prices.loadBalancerPerHour, prices.loadBalancerLcuPerHour in "
+        "the stack)"
+    ) in printed
     nlb = "  ray-llm-eks:prices:\n    loadBalancerPerHour: 0.0225\n    loadBalancerLcuPerHour: 0.006\n"
     (project / "Pulumi.mine.yaml").write_text(oregon + nlb)
     assert plan_cli.main(["--stack", "mine", "--out", str(out)]) == 0
@@ -185,7 +191,7 @@ def test_a_copy_of_dev_in_another_region_plans(project, capsys, plans):
     (project / "Pulumi.mine.yaml").write_text(ireland)
     assert plan_cli.main(["--stack", "mine", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "total: unknown, no price for decode nodes g6.8xlarge, prefill nodes g6.8xlarge" in printed
+    assert "missing prices: decode nodes g6.8xlarge, prefill nodes g6.8xlarge" in printed
     # Each missing price by the `prices` field that sets it, an instance type once for both pools.
     assert "(set prices.instances.g6.8xlarge, prices.loadBalancerPerHour, prices.loadBalancerLcuPerHour in" in printed
     (project / "Pulumi.mine.yaml").write_text(ireland + nlb + "    instances: {g6.8xlarge: 2.5}\n")
@@ -323,3 +329,27 @@ def test_botocore_facts_are_read_once_per_botocore_version(tmp_path, monkeypatch
     botocore_facts.load.cache_clear()
     assert botocore_facts.load() == botocore_facts.as_facts(fresh)
     botocore_facts.load.cache_clear()
+
+
+# ---- 11. A serve config of the user's own, beside the stack file
+
+
+def test_a_serve_config_of_ones_own_beside_the_stack_file_plans_and_is_checked(project, capsys):
+    """The installed package's user has no serve_configs/ to edit: serveConfig names a file beside the stack file,
+    rendered and checked as the shipped ones are (its mistakes one line naming it)."""
+    own = (project / "ray_llm_eks" / "serve_configs" / "collocated.yaml").read_text()
+    (project / "my-serve.yaml").write_text(own.replace("max_model_len: 4096", "max_model_len: 2048"))
+    stack = (
+        (project / "Pulumi.baseline.yaml").read_text().replace("serveConfig: collocated", "serveConfig: my-serve.yaml")
+    )
+    (project / "Pulumi.mine.yaml").write_text(stack)
+    out = project / "plan-mine"
+    assert plan_cli.main(["--stack", "mine", "--out", str(out)]) == 0
+    served = yaml.safe_load(next((out / "manifests").glob("*RayService*.serveConfigV2.yaml")).read_text())
+    (config,) = served["applications"][0]["args"]["llm_configs"]
+    assert config["engine_kwargs"]["max_model_len"] == 2048 and config["engine_kwargs"]["tool_call_parser"]
+    capsys.readouterr()
+    (project / "my-serve.yaml").write_text(own.replace("gpu_memory_utilization", "gpu_memory_utilisation"))
+    err = plan_fails(project, capsys, "mine")
+    assert err.startswith("error: my-serve.yaml: invalid config collocated engine_kwargs.gpu_memory_utilisation:")
+    assert "did you mean gpu_memory_utilization?" in err

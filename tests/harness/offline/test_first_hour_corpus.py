@@ -6,17 +6,23 @@ and instance mistakes. Each fails before any resource is declared, so the corpus
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from offline import impact
 from offline import plan as plan_cli
+from ray_llm_eks.adapters.stackfile import SecretValue
 from ray_llm_eks.domain.serving import serve_config
 from tests.conftest import copy_project
 
 DEV = "Pulumi.dev.yaml"
+PROD = "Pulumi.prod.yaml"
+BASELINE = "Pulumi.baseline.yaml"
 PD = "ray_llm_eks/serve_configs/pd-disaggregated.yaml"
 
 
@@ -30,6 +36,19 @@ def replace(old: str, new: str, file: str = DEV):
         return doc.replace(old, new, 1)
 
     return file, edit
+
+
+def edits(*changes):
+    """Several edits of one file, in order."""
+    files = {file for file, _ in changes}
+    assert len(files) == 1, files
+
+    def edit(doc: str) -> str:
+        for _, change in changes:
+            doc = change(doc)
+        return doc
+
+    return files.pop(), edit
 
 
 def sub(pattern: str, new: str):
@@ -258,20 +277,214 @@ def test_the_corpus_is_large_and_each_case_distinct():
     assert len(CORPUS) >= 40 and len({case[0] for case in CORPUS}) == len(CORPUS)
 
 
+@contextmanager
+def _edited(root: Path, edit):
+    """The project copy with one case's edit, put back afterwards; yields the stack of the edited file (dev for
+    a serve file)."""
+    file, change = edit
+    path = root / file
+    original = path.read_text() if path.exists() else None  # None: the case adds the file
+    try:
+        path.write_text(change(original or (root / DEV).read_text()))
+        yield file.removeprefix("Pulumi.").removesuffix(".yaml") if file.startswith("Pulumi.") else "dev"
+    finally:
+        if original is None:
+            path.unlink()
+        else:
+            path.write_text(original)
+        shutil.rmtree(root / "out", ignore_errors=True)  # a case that planned must not fail the next ones
+
+
 @pytest.mark.parametrize(("mistake", "edit", "expected"), CORPUS, ids=[case[0] for case in CORPUS])
 def test_a_first_hour_mistake_is_one_line(corpus_project: Path, capsys, mistake, edit, expected):
-    file, change = edit
-    path = corpus_project / file
-    original = path.read_text()
-    out = corpus_project / "out"
-    try:
-        path.write_text(change(original))
-        assert plan_cli.main(["--stack", "dev", "--out", str(out)]) == 2
-    finally:
-        path.write_text(original)
-        shutil.rmtree(out, ignore_errors=True)  # a case that planned must not fail the next ones
+    with _edited(corpus_project, edit):
+        assert plan_cli.main(["--stack", "dev", "--out", str(corpus_project / "out")]) == 2
     captured = capsys.readouterr()
     err = captured.err
     assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err + captured.out, err
     for text in expected:
         assert text in err, err
+
+
+def region(name: str, file: str = DEV):
+    return file, lambda doc: doc.replace("us-east-1", name)
+
+
+# ---- the second hour: the user's own stacks (copies of the shipped ones, other regions, other types), each
+# refusal naming the key to change and a value that plans. `up`: the program run as `pulumi up` runs it (what
+# only deploying refuses), with an API key set; `plan`: `make plan` refuses it in one line; `planned`: `make
+# plan` plans it and its output says what is expected.
+SECOND_HOUR = [
+    (
+        "documentation-cidr-at-up",
+        (PROD, lambda doc: doc),
+        "up",
+        ["ray-llm-eks:endpointPublicAccessCidrs = 203.0.113.0/24", "documentation range", "/32"],
+    ),
+    (
+        "dev-in-us-west-2-partial-cost",
+        region("us-west-2"),
+        "planned",
+        [
+            "total: unknown; at least 4.42 $/h",
+            "missing prices: internal load balancer (NLB), NLB capacity units",
+            "set prices.loadBalancerPerHour, prices.loadBalancerLcuPerHour",
+        ],
+    ),
+    (
+        "gpu-type-outside-the-table",
+        replace("instanceType: g6.8xlarge", "instanceType: g5.2xlarge", BASELINE),
+        "plan",
+        [
+            "ray-llm-eks:gpuPools.collocated.instanceType = g5.2xlarge",
+            "g5.xlarge, g6.12xlarge",  # the small types collocated serving takes are among the known
+            "g6.xlarge",
+            "describe g5.2xlarge in the stack: instanceTypes: {g5.2xlarge: {gpuModel: ...",
+        ],
+    ),
+    (
+        "gpu-type-described-in-the-stack",
+        edits(
+            replace("instanceType: g6.8xlarge", "instanceType: g5.2xlarge", BASELINE),
+            (
+                BASELINE,
+                lambda doc: (
+                    doc + "  ray-llm-eks:instanceTypes: {g5.2xlarge: {gpuModel: A10G, gpus: 1, "
+                    "gpuMemoryMiB: 24576, vcpus: 8, memoryGiB: 32, nvmeGb: 450}}\n"
+                ),
+            ),
+        ),
+        "planned",
+        ["collocated (g5.2xlarge, A10G, max_num_seqs derived)", "set prices.instances.g5.2xlarge"],
+    ),
+    (
+        "max-num-seqs-too-large",
+        append("  ray-llm-eks:maxNumSeqs: 100000\n"),
+        "plan",
+        ["ray-llm-eks:maxNumSeqs = 100000: at most 69 for Qwen/Qwen3.5-9B on g6.8xlarge (L4)"],
+    ),
+    (
+        "70b-on-the-cheapest-gpu",
+        edits(
+            replace("instanceType: g6.8xlarge", "instanceType: g6.xlarge", BASELINE),
+            (BASELINE, lambda doc: doc + "  ray-llm-eks:modelId: meta-llama/Llama-3.1-70B-Instruct\n"),
+        ),
+        "plan",
+        [
+            "ray-llm-eks:gpuPools.collocated = g6.xlarge",
+            "cheapest first: g6e.12xlarge with collocated engine_kwargs.tensor_parallel_size 4 (10.49 $/h a node)",
+            "serveConfig tensor-parallel sets tensor_parallel_size 4",
+        ],
+    ),
+    (
+        "ami-release-without-its-v",
+        replace("gpuAmiReleaseVersion: v20260903", "gpuAmiReleaseVersion: 20260903"),
+        "plan",
+        ["ray-llm-eks:gpuAmiReleaseVersion = 20260903: v20260903 ("],
+    ),
+    (
+        "ami-release-quoted-without-its-v",
+        replace("gpuAmiReleaseVersion: v20260903", 'gpuAmiReleaseVersion: "20260903"'),
+        "plan",
+        ["ray-llm-eks:gpuAmiReleaseVersion = '20260903': v20260903 ("],
+    ),
+    (
+        "windows-path-as-model-source",
+        append("  ray-llm-eks:modelSource: C:\\models\\Qwen3.5-9B\n"),
+        "plan",
+        ["ray-llm-eks:modelSource = C:\\models\\Qwen3.5-9B", "a path on this machine is not on the GPU nodes"],
+    ),
+    (
+        "a-smaller-model-outside-the-table",
+        append("  ray-llm-eks:modelId: Qwen/Qwen3-4B\n"),
+        "plan",
+        ["ray-llm-eks:modelId = Qwen/Qwen3-4B: a model whose memory facts the fit knows; known:", "make model-spec"],
+    ),
+    ("stack-name-case", (DEV, lambda doc: doc), "stack=Dev", ["no stack file Pulumi.Dev.yaml", "STACK=dev"]),
+    ("stack-as-a-file-name", (DEV, lambda doc: doc), "stack=Pulumi.dev.yaml", ["STACK=dev"]),
+    ("stack-empty", (DEV, lambda doc: doc), "stack=", ["STACK is empty: STACK=<stack>", "dev"]),
+    (
+        "stack-file-as-yml",
+        ("Pulumi.mine.yml", lambda doc: doc),
+        "stack=mine",
+        ["no stack file Pulumi.mine.yaml", "Pulumi.mine.yml is there", "rename it Pulumi.mine.yaml"],
+    ),
+    (
+        "make-diff-across-a-region-change",
+        region("us-west-2"),
+        "diff",
+        [
+            "[replaced (region change)] the stack: aws:region us-east-1 -> us-west-2: every resource is replaced",
+            "[replaced (region change)] eks: eks:index:Cluster replaced",
+            "[replaced (region change)] llm-rayservice: kubernetes:ray.io/v1:RayService replaced",
+        ],
+    ),
+    (
+        "serve-config-of-ones-own-not-beside-the-stack",
+        replace("serveConfig: collocated", "serveConfig: serve/mine.yaml", BASELINE),
+        "plan",
+        [
+            "ray-llm-eks:serveConfig = serve/mine.yaml",
+            "a Ray Serve config file of your own beside the stack file",
+            "no such file in",
+        ],
+    ),
+    (
+        "pulumi-up-without-the-makefile",
+        (DEV, lambda doc: doc),
+        "up-passes",
+        ['"apiKey": "[secret]"', "random:index/randomPassword:RandomPassword llm-api-key"],
+    ),
+    (
+        "region-without-a-price-table",
+        region("ap-northeast-1"),
+        "planned",
+        ["ap-northeast-1 on-demand (no price table for ap-northeast-1", "prices.instances.g6.8xlarge"],
+    ),
+]
+
+
+def _one_line_at_up(root: Path, stack: str) -> str:
+    """The line `pulumi up` prints for the program's refusal (__main__.py hands the CLI str(error))."""
+    with pytest.raises(ValueError) as caught:
+        plan_cli.run_program(stack, {"ray-llm-eks:apiKeys": SecretValue("k" * 32)}, root=root, offline_plan=False)
+    return f"error: {plan_cli.root_message(caught.value)}\n"
+
+
+def _plan(root: Path, stack: str, out: str = "out") -> int:
+    return plan_cli.main(["--stack", stack, "--out", str(root / out)])
+
+
+def _said(root: Path, capsys, stack: str, run: str) -> str:
+    """What the user reads, the case's file edited: the one line refusing it (`plan`, `up`), `make plan`'s output
+    (`planned`), or `make diff`'s against the stack as shipped (`diff`)."""
+    if run == "up":
+        return _one_line_at_up(root, stack)
+    if run == "up-passes":  # `pulumi up` as the CLI runs it, no apiKeys set (no `make stack` before it)
+        plan = plan_cli.run_program(stack, root=root, offline_plan=False)
+        made = [f"{r.type} {r.name}" for r in plan.registrations]
+        return json.dumps(plan.outputs) + "\n".join(made)
+    if run == "diff":
+        assert _plan(root, stack) == 0
+        capsys.readouterr()
+        assert impact.main([str(root / "before"), str(root / "out")]) == 0
+        return capsys.readouterr().out
+    planned = _plan(root, stack)
+    captured = capsys.readouterr()
+    assert planned == (0 if run == "planned" else 2), captured.err
+    return captured.out if run == "planned" else captured.err
+
+
+@pytest.mark.parametrize(("mistake", "edit", "run", "expected"), SECOND_HOUR, ids=[c[0] for c in SECOND_HOUR])
+def test_a_second_hour_mistake_is_one_line_naming_the_key(corpus_project: Path, capsys, mistake, edit, run, expected):
+    if run == "diff":
+        assert _plan(corpus_project, edit[0].removeprefix("Pulumi.").removesuffix(".yaml"), "before") == 0
+    with _edited(corpus_project, edit) as stack:
+        if run.startswith("stack="):  # the case is the STACK a user passes
+            stack, run = run.removeprefix("stack="), "plan"
+        said = _said(corpus_project, capsys, stack, run)
+    shutil.rmtree(corpus_project / "before", ignore_errors=True)
+    if run in ("plan", "up"):
+        assert said.count("\n") == 1 and said.startswith("error: ") and "Traceback" not in said, said
+    for text in expected:
+        assert text in said, said

@@ -60,6 +60,10 @@ def test_a_wheel_installed_apart_from_the_checkout_builds_the_same_args(tmp_path
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(source)], check=True, cwd=tmp_path)
     (wheel,) = wheels.glob("ray_llm_eks-*.whl")
+    # The Python example names this wheel by its path (its requirements.txt works wherever the folder is copied).
+    example = ROOT / "examples" / "pd-service-on-my-cluster" / "requirements.txt"
+    named = [line for line in example.read_text().splitlines() if line and not line.startswith("#")]
+    assert named == [f"./wheels/{wheel.name}"]
     subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True, cwd=tmp_path)
     # One name in site-packages, so a consumer's own `components` or `domain` package cannot collide with ours.
     assert sorted(p.name for p in target.iterdir() if not p.name.endswith(".dist-info")) == ["ray_llm_eks"]

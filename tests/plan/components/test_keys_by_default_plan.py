@@ -6,17 +6,30 @@ import json
 
 from offline.plan import run_program
 from ray_llm_eks.adapters.stackfile import SecretValue
-from tests.conftest import failing_run
 
 NS = "ray-llm-eks:"
 KEY = "sk-canary-0123456789abcdef-do-not-leak"
 KEY_OBJECTS = {("kubernetes:core/v1:Secret", "llm-api-keys"), ("kubernetes:core/v1:ConfigMap", "llm-api-key-ingress")}
 
 
-def test_up_without_keys_is_refused_before_any_resource():
-    error, monitor = failing_run({}, offline_plan=False)
-    assert str(error).startswith("invalid config ray-llm-eks:apiKeys (not set): set it: `make stack` generates")
-    assert monitor.registrations == []
+def test_up_without_keys_generates_one_in_the_graph_a_secret_everywhere(tmp_path, capsys):
+    """A plain `pulumi up` (no Makefile, no apiKeys): one key from pulumi-random, in the key Secret and the stack
+    output apiKey, both secrets; the plan's files and outputs never hold it in plain text."""
+    plan = run_program("dev", {}, offline_plan=False)
+    generated = plan.one("random:index/randomPassword:RandomPassword", "llm-api-key")
+    assert generated.inputs["length"] == 48 and generated.inputs["special"] is False
+    assert plan.by_urn[generated.parent].type == "ray-llm-eks:llm_service:LlmService"
+    secret = plan.one("kubernetes:core/v1:Secret", "llm-api-keys")
+    assert secret.inputs["stringData"] == "[secret]" and generated.urn in secret.dependencies
+    assert plan.outputs["apiKey"] == "[secret]"
+    plan.write(tmp_path)
+    written = "".join(p.read_text() for p in tmp_path.rglob("*") if p.is_file())
+    assert "randomPassword:RandomPassword::llm-api-key.result" not in written + json.dumps(plan.outputs)
+
+
+def test_a_stack_with_keys_generates_none():
+    plan = run_program("dev", {NS + "apiKeys": SecretValue(KEY)}, offline_plan=False)
+    assert plan.of_type("random:index/randomPassword:RandomPassword") == [] and "apiKey" not in plan.outputs
 
 
 def test_up_with_a_key_declares_it_only_as_a_secret(tmp_path, capsys):

@@ -84,10 +84,12 @@ class CannedAws(PlanMocks):
         clusters: tuple[str, ...] = (),
         caller: str = "arn:aws:sts::123456789012:assumed-role/platform/alice",
         ebs_encrypted: bool = True,
+        described: dict | None = None,
     ):
         super().__init__()
         self.offerings, self.quotas, self.clusters, self.caller = offerings, quotas, clusters, caller
         self.ebs_encrypted = ebs_encrypted
+        self.described = described or {}  # instance type -> getInstanceType fields over c7i.large's
 
     def call(self, args):
         if args.token == "aws:ebs/getEncryptionByDefault:getEncryptionByDefault":
@@ -116,7 +118,7 @@ class CannedAws(PlanMocks):
                 "memorySize": 4096,
                 "maximumNetworkInterfaces": 3,
                 "maximumIpv4AddressesPerInterface": 10,
-            }
+            } | self.described.get(args.args["instanceType"], {})
         if args.token == "aws:servicequotas/getServiceQuota:getServiceQuota":
             return {
                 "id": args.args["quotaCode"],
@@ -196,6 +198,38 @@ def test_system_type_outside_our_table_is_sized_from_aws():
         match=r"systemNodes\.instanceType = c7i\.large: a type with room .* offers 1930m / 3114 MiB",
     ):
         run_program("dev", {NS + "systemNodes": {"instanceType": "c7i.large"}}, monitor=monitor)
+    assert monitor.registrations == []
+
+
+# g5.2xlarge as EC2 DescribeInstanceTypes gives it: 8 vCPUs, 32 GiB, one A10G of 24 GiB, 450 GB NVMe, no EFA.
+G5_2XLARGE = {
+    "defaultVcpus": 8,
+    "memorySize": 32768,
+    "gpuses": [{"count": 1, "manufacturer": "NVIDIA", "memorySize": 24576, "name": "A10G"}],
+    "totalInstanceStorage": 450,
+    "efaSupported": False,
+}
+OWN_G5 = {"gpuModel": "A10G", "gpus": 1, "gpuMemoryMiB": 24576, "vcpus": 8, "memoryGiB": 32, "nvmeGb": 450}
+
+
+def _baseline_on_g5(**fields) -> dict:
+    return {
+        NS + "gpuPools": {"collocated": {"instanceType": "g5.2xlarge"}},
+        NS + "instanceTypes": {"g5.2xlarge": {**OWN_G5, **fields}},
+    }
+
+
+def test_a_type_the_stack_describes_is_held_against_ec2s_description_at_deploy():
+    offered = {"g5.2xlarge": ["us-east-1a"], "m7i.xlarge": ["us-east-1a", "us-east-1b"]}
+    monitor = RecordingMonitor(CannedAws(offered, ROOMY, described={"g5.2xlarge": G5_2XLARGE}))
+    checks = run_program("baseline", _baseline_on_g5(), monitor=monitor).outputs["preflightChecks"]
+    assert "ok: instanceTypes.g5.2xlarge is as EC2 describes it" in checks
+    monitor = RecordingMonitor(CannedAws(offered, ROOMY, described={"g5.2xlarge": G5_2XLARGE}))
+    with pytest.raises(preflight.PreflightError) as caught:
+        run_program("baseline", _baseline_on_g5(vcpus=16), monitor=monitor)
+    assert str(caught.value).startswith(
+        "invalid config ray-llm-eks:instanceTypes.g5.2xlarge.vcpus = 16: 8, as EC2 describes g5.2xlarge"
+    )
     assert monitor.registrations == []
 
 
@@ -279,7 +313,7 @@ def test_every_stack_prints_an_hourly_cost_or_says_what_is_missing(plans):
             assert isinstance(plan.outputs["estimatedHourlyCostUsd"], float), plan.stack
             assert re.search(r"total: [\d.]+ \$/h", plan.summary())
         elif estimate["unknownPrices"]:
-            assert f"total: unknown, no price for {', '.join(estimate['unknownPrices'])}" in plan.summary()
+            assert f"missing prices: {', '.join(estimate['unknownPrices'])}" in plan.summary()
 
 
 def test_bad_prices_fail_before_any_resource():

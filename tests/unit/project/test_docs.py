@@ -70,6 +70,19 @@ def test_readme_costs_are_what_the_cost_model_computes():
         assert (f"{computed['desired']:.2f}", f"{computed['max']:.2f}") == (desired, at_max), stack
 
 
+def test_readme_names_the_single_gpu_baseline_at_what_the_cost_model_computes():
+    """The cheapest way in: baseline on each single-GPU type the README names plans, at the price it gives."""
+    from ray_llm_eks.domain.stack import cost
+    from tests.conftest import settings_of
+
+    rows = table_rows((ROOT / "README.md").read_text(), "### The cheapest way in")
+    assert rows[0][0] == "`g6.xlarge`"  # the cheapest first
+    for instance_type, _, usd in rows:
+        pools = {"collocated": {"instanceType": instance_type.strip("`")}}
+        settings = settings_of({"ray-llm-eks:gpuPools": pools}, stack="baseline")
+        assert f"{cost.estimate(settings, settings.prices).usd_per_hour:.2f}" == usd, instance_type
+
+
 def table_rows(text: str, heading: str) -> list[list[str]]:
     """The body rows of the first table under `heading`, as cells."""
     section = text.split(heading, 1)[1].split("\n#", 1)[0]

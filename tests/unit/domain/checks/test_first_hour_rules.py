@@ -135,6 +135,11 @@ def test_extractor_reads_types_choices_and_bounds_from_vllm_sources(tmp_path):
             "@config\nclass BaseFrontendArgs:\n    default_chat_template_kwargs: dict[str, Any] | None = None\n"
             "@config\nclass FrontendArgs(BaseFrontendArgs):\n    port: int = 8000\n"
         ),
+        "vllm/tool_parsers/__init__.py": (
+            "_TOOL_PARSERS_TO_REGISTER = {\n    'hermes': ('hermes_tool_parser', 'Hermes2ProToolParser'),\n"
+            "    'deepseek_v3': ('deepseekv3_tool_parser', 'DeepSeekV3ToolParser'),\n}\n"
+        ),
+        "vllm/reasoning/__init__.py": "_REASONING_PARSERS_TO_REGISTER = {'qwen3': ('qwen3', 'Qwen3')}\n",
     }
     wheel = tmp_path / "vllm-0.0.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
@@ -157,3 +162,4 @@ def test_extractor_reads_types_choices_and_bounds_from_vllm_sources(tmp_path):
     assert data["frontend_arg_types"]["default_chat_template_kwargs"] == {"types": ["null", "object"]}
     kv_role = data["kv_transfer_config_types"]["kv_role"]
     assert kv_role == {"types": ["null", "string"], "choices": ["kv_producer", "kv_both", "kv_consumer"]}
+    assert data["tool_call_parsers"] == ["deepseek_v3", "hermes"] and data["reasoning_parsers"] == ["qwen3"]

@@ -103,9 +103,10 @@ def test_a_stack_asking_256_sequences_of_qwen35_on_an_l4_fails_in_one_line():
     error = settings_error({NS + "maxNumSeqs": 256})
     message = str(error)
     assert isinstance(error, ConfigError) and "\n" not in message
+    # The key at fault and the largest value that plans first (the stack derives 69 on an L4), then vLLM's reason.
     assert message.startswith(
-        "Pulumi.dev.yaml: invalid config ray-llm-eks:maxNumSeqs = 256: prefill engine_kwargs.max_num_seqs: "
-        "Qwen/Qwen3.5-9B does not fit"
+        "Pulumi.dev.yaml: invalid config ray-llm-eks:maxNumSeqs = 256: at most 69 for Qwen/Qwen3.5-9B on g6.8xlarge "
+        "(L4) or leave it unset (the stack derives it)"
     )
     assert "vLLM 0.26.0 would refuse to start: 'max_num_seqs (256) exceeds available Mamba cache blocks (72)" in message
     error = settings_error({NS + "maxNumSeqs": 0})
@@ -199,7 +200,9 @@ def test_unknown_prices_are_said_not_guessed():
     estimate = hourly(region_overrides("eu-south-2")).as_output()
     assert estimate["usdPerHour"] is None
     assert "prefill nodes g6.8xlarge" in estimate["unknownPrices"]
-    assert "total: unknown, no price for" in cost.table(estimate)
+    assert "total: unknown; at least 0.11 $/h" in cost.table(estimate)
+    # A region without a table says so in the header, not as a date.
+    assert "(no price table for eu-south-2: only prices the same in every region)" in cost.table(estimate)
 
 
 def test_stack_prices_override_the_table():

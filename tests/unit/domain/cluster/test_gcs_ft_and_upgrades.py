@@ -160,3 +160,33 @@ def test_node_group_changes_replace_nodes_unless_only_scaling():
     report = upgrades.report(upgrades.impacts(old, [group(releaseVersion="v2", scalingConfig={"desiredSize": 1})]))
     assert "[node replacement] decode: releaseVersion changed" in report
     json.dumps(report)
+
+
+def test_a_region_change_replaces_every_resource_as_pulumi_aws_does():
+    """A copy of a stack in another region (another stack name too): every resource of the one is replaced,
+    what only one side names is created or deleted; never "updated" or "no effect on serving"."""
+
+    def resource(stack, name, type_, **inputs):
+        return {
+            "urn": f"urn:pulumi:{stack}::ray-llm-eks::{type_}::{name}",
+            "type": type_,
+            "name": name,
+            "inputs": inputs,
+        }
+
+    east = [
+        resource("dev", "eks", "eks:index:Cluster", version="1.35"),
+        resource("dev", "net-nat-us-east-1a", "aws:ec2/natGateway:NatGateway"),
+    ]
+    west = [
+        resource("mine", "eks", "eks:index:Cluster", version="1.35"),
+        resource("mine", "net-nat-us-west-2a", "aws:ec2/natGateway:NatGateway"),
+    ]
+    found = upgrades.impacts(east, west, regions=("us-east-1", "us-west-2"))
+    assert {i.kind for i in found} == {upgrades.REGION}
+    lines = [i.line for i in found]
+    assert lines[0].startswith("aws:region us-east-1 -> us-west-2: every resource is replaced")
+    assert "eks:index:Cluster replaced" in lines and "aws:ec2/natGateway:NatGateway created in us-west-2" in lines
+    assert "aws:ec2/natGateway:NatGateway deleted from us-east-1" in lines
+    # The same region under another stack name: the resources are the same ones, nothing changes.
+    assert upgrades.impacts(east[:1], west[:1], regions=("us-east-1", "us-east-1")) == []

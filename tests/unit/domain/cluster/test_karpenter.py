@@ -13,6 +13,7 @@ import yaml
 
 from ray_llm_eks.adapters.stackfile import ROOT
 from ray_llm_eks.domain.core.facts import EFA_RESOURCE, GPU_RESOURCE, POOL_NODE_LABEL
+from ray_llm_eks.domain.platform import aws_facts
 from ray_llm_eks.domain.platform.placement import GPU_TAINT, ZONE_LABEL
 from ray_llm_eks.domain.render import karpenter
 from ray_llm_eks.domain.render.ray_service import ray_service_spec
@@ -105,7 +106,7 @@ def test_instance_types_fit_the_pool_and_its_role(pools):
     assert karpenter.fitting_instance_types(pools["prefill"]) == ["g6.16xlarge", "g6.8xlarge"]
     # A pool that needs no EFA (collocated) on a small L4 type: every single-L4 type with its room.
     small = replace(pools["collocated"].nodes, instance_type="g6.2xlarge")
-    collocated = replace(pools["collocated"], nodes=small)
+    collocated = replace(pools["collocated"], nodes=small, spec=aws_facts.INSTANCE_SPECS["g6.2xlarge"])
     assert karpenter.fitting_instance_types(collocated) == ["g6.16xlarge", "g6.2xlarge", "g6.4xlarge", "g6.8xlarge"]
     # The same type for a PD role: only the EFA-capable ones.
     assert karpenter.fitting_instance_types(replace(collocated, serves="decode")) == ["g6.16xlarge", "g6.8xlarge"]

@@ -7,11 +7,13 @@ import pytest
 
 from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.fit import model_fit
+from ray_llm_eks.domain.platform import prices
 from ray_llm_eks.domain.serving import model_table, vllm_fit
 from tests.unit.domain.checks.test_first_hour_rules import LLAMA_31_8B
 from tests.unit.domain.fit.test_vllm_fit import QWEN35_9B_TEXT_CONFIG
 
 QWEN3_32B = "Qwen/Qwen3-32B"
+PRICES = prices.INSTANCE_USD_PER_HOUR["us-east-1"]
 # A dense model of the user's (modelSpec) with Qwen2.5's 28 query heads over 4 KV heads.
 OWN = {
     "parameters": 60e9,
@@ -73,10 +75,22 @@ def test_tp_3_of_qwen3_32b_is_refused_naming_what_fits(instance_type, accepted):
     assert "Would fit" not in error.allowed
 
 
+def test_a_model_too_large_for_the_gpu_is_offered_the_cheapest_types_that_fit_and_each_plans():
+    """Llama-3.1-70B on one L4: every type and tensor-parallel size the fit accepts, cheapest first at the region's
+    prices (not only the first size that fits, p5.48xlarge at TP 2); the suggestion plans as the stack."""
+    llama_70b = "meta-llama/Llama-3.1-70B-Instruct"
+    with pytest.raises(ConfigError) as caught:
+        model_fit.fit_serving(_doc(llama_70b, 1), [("collocated", "g6.xlarge")], set(), None, prices=PRICES)
+    offered = caught.value.allowed.split("cheapest first: ", 1)[1]
+    assert offered.startswith("g6e.12xlarge with collocated engine_kwargs.tensor_parallel_size 4 (10.49 $/h a node), ")
+    assert "p5.48xlarge" not in offered  # 55.04 $/h: not among the three cheapest
+    model_fit.fit_serving(_doc(llama_70b, 4), [("collocated", "g6e.12xlarge")], set(), None)
+
+
 def test_a_memory_refusal_never_suggests_a_size_the_heads_refuse():
     """28 heads at TP 4 do not fit an L4: TP 8 would pass the memory check but not the heads (28 % 8)."""
     error = _refusal("me/model", 4, "g6.12xlarge", model_table.spec_from_config(OWN))
-    assert "Would fit: a larger GPU at the same parallelism: g6e.12xlarge" in error.allowed
+    assert "Would fit: gpuPools.collocated.instanceType, cheapest first: g6e.12xlarge (no price here)" in error.allowed
     assert "tensor_parallel_size 8" not in error.allowed
 
 

@@ -219,7 +219,25 @@ def test_asking_256_on_an_l4_fails_in_one_line_with_vllms_reason():
     assert "\n" not in message
     assert "invalid config collocated engine_kwargs.max_num_seqs = 256: " in message
     assert "max_num_seqs (256) exceeds available Mamba cache blocks (72)" in message
-    assert f"max_num_seqs <= {fit_prediction.largest_max_num_seqs(QWEN, DEV, L4)}" in message
+    assert f"max_num_seqs = 256: at most {fit_prediction.largest_max_num_seqs(QWEN, DEV, L4)} for" in message
+
+
+def test_too_many_sequences_of_a_dense_model_name_the_largest_that_starts():
+    """An attention-only model has no Mamba blocks: the runtime reserve alone grows with max_num_seqs. The value
+    named is one vLLM would start with, and one more is refused."""
+    llama = _doc(max_num_seqs=100_000)
+    llama["applications"][0]["args"]["llm_configs"][0]["model_loading_config"]["model_id"] = LLAMA_ID
+    del _kwargs(llama)["language_model_only"]
+    with pytest.raises(ConfigError) as error:
+        model_fit.fit_serving(llama, [("collocated", "g6.xlarge")], set(), None)
+    assert error.value.key == "collocated engine_kwargs.max_num_seqs" and error.value.value == 100_000
+    fewer = int(error.value.allowed.removeprefix("at most ").split()[0])
+    engine = Engine(4096, 1, 1, 0.92, "auto", 2048)
+    l4 = aws_facts.INSTANCE_SPECS["g6.xlarge"]
+    assert predict(LLAMA, replace(engine, max_num_seqs=fewer), l4).refusal() is None
+    assert predict(LLAMA, replace(engine, max_num_seqs=fewer + 1), l4).refusal() is not None
+    _kwargs(llama)["max_num_seqs"] = fewer
+    model_fit.fit_serving(llama, [("collocated", "g6.xlarge")], set(), None)
 
 
 def test_a_role_fit_predicts_what_a_rehearsal_forced():

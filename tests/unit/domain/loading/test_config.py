@@ -231,3 +231,15 @@ def test_max_num_seqs_is_recorded_as_derived_only_where_the_fit_wrote_it():
     assert derived("baseline") == {"collocated"}
     assert derived("dev") == {"prefill", "decode"}
     assert derived("dev", maxNumSeqs="8") == set()
+
+
+def test_an_existing_cluster_needs_no_gpu_ami_of_the_stack():
+    """Its node groups are the cluster's, with their own AMI: nothing asks the stack for one; a stack that builds
+    its node groups still must pin it."""
+    from tests.conftest import settings_of
+
+    unpinned = {NS + "gpuAmiReleaseVersion": None}
+    pools = settings_of({**unpinned, NS + "existingCluster": True}).gpu_pools.values()
+    assert {(p.ami.release_version, p.ami.ami_id) for p in pools} == {(None, None)}
+    error = settings_error(unpinned)
+    assert error.key == "gpuAmiReleaseVersion" and "exactly one of gpuAmiReleaseVersion" in error.allowed

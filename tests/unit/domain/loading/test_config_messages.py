@@ -150,6 +150,7 @@ MAPPINGS = {
     "autoscaling": ["prefill", "decode", "minReplicas", "maxReplicas", "targetOngoingRequests"],
     "routing": ["collocated", "prefill", "policy", "imbalancedThreshold", "matchRateThreshold", "eviction"],
     "observability": ["mode", "retentionDays", "storageGiB"],
+    "instanceTypes": ["gpuModel", "gpus", "gpuMemoryMiB", "vcpus", "memoryGiB", "nvmeGb", "efa"],
     "modelSpec": ["parameters", "weightDtype", "kvLayers", "kvHeads", "headDim", "linearLayers"],
     "prices": ["instances", "natGatewayPerHour"],
     "slo": ["ttftMs", "tpotMs"],
