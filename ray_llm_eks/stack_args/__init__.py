@@ -62,7 +62,7 @@ def llm_service_args(
         ready_timeout_seconds=serving.ready_timeout_seconds,
         hf_token=hf_token,
         api_keys=api_keys,
-        ray_auth_token=ray_auth_token,
+        ray_auth_token=ray_auth_token if settings.ray_auth_token_set else None,
         redis_address=store.address if store else None,
         redis_password=store.password if store else None,
         head_security_group_ids=head_security_groups if store else (),

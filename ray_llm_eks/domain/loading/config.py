@@ -260,6 +260,7 @@ def load_settings(
         alerts=alerts.load(raw, serving.roles, alert_rules.pool_types(pools)),
         hf_token_set=get("hfToken") is not None,
         api_keys_set=get("apiKeys") is not None,
+        ray_auth_token_set=get("rayAuthToken") is not None,
         deploy_mode=mode,
         **_resilience(raw, hardening.environment, pools, mode.existing_cluster),
         node_provisioning=node_provisioning.load(raw, cluster.name),

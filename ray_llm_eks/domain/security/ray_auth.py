@@ -41,15 +41,14 @@ def check_ray_version(key: str, ray_version: str) -> str:
 
 
 MIN_TOKEN_CHARS = 32  # the random one is 48 letters and digits: 285 bits
+TOKEN_RULE = f"at least {MIN_TOKEN_CHARS} printable characters without blanks"
 
 
 def check_token(token: str) -> str:
     """A token of the user's own: long enough to guess no sooner than the random one, one line, no blanks (the
     Secret's value is sent as a header). Never shown in the refusal."""
     if len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token) or not token.isprintable():
-        raise ConfigError(
-            "rayAuthToken", "(not shown)", f"at least {MIN_TOKEN_CHARS} printable characters without blanks"
-        )
+        raise ConfigError("rayAuthToken", "(not shown)", TOKEN_RULE)
     return token
 
 

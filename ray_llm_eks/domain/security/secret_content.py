@@ -6,6 +6,7 @@ of refusing a stack every `make stack` produces (the marker is no key of 16 char
 from __future__ import annotations
 
 from ray_llm_eks.domain.core.errors import ConfigError
+from ray_llm_eks.domain.security.ray_auth import TOKEN_RULE
 from ray_llm_eks.domain.serving.api_keys import KEY_RULE
 
 # Hugging Face user access tokens, read and fine-grained alike, start so (huggingface.co/docs/hub/security-tokens).
@@ -13,6 +14,7 @@ HF_TOKEN_PREFIX = "hf_"
 RULES = {
     "apiKeys": KEY_RULE,
     "hfToken": f"a Hugging Face access token ({HF_TOKEN_PREFIX}..., one word)",
+    "rayAuthToken": TOKEN_RULE,
 }
 
 

@@ -162,6 +162,7 @@ class Settings:
     # (ray_llm_eks/adapters/stack.py StackSecrets), so no secret is ever inside a Settings.
     hf_token_set: bool = False
     api_keys_set: bool = False  # the endpoint's API keys (ray_llm_eks/domain/serving/api_keys.py)
+    ray_auth_token_set: bool = False  # the Ray cluster's token is the stack's own, not a random one
     # the head's GCS fault tolerance (ray_llm_eks/domain/cluster/gcs_ft.py)
     gcs_ft: GcsFt = field(default_factory=GcsFt)
     upgrade_strategy: str = default("upgradeStrategy")  # the RayService's (ray_llm_eks/domain/cluster/upgrades.py)

@@ -96,8 +96,9 @@ def test_without_the_pin_a_moved_tag_replaces_the_rayservice_and_dev_is_told(mov
 
 
 def test_an_up_outside_dev_without_the_pins_is_refused(moving_tag):
+    # A real network's CIDR: a documentation range (prod's 203.0.113.0/24) is refused first at deploy.
     error, monitor = failing_run(
-        {**KEYS, NS + "environment": "staging", NS + "endpointPublicAccessCidrs": ["203.0.113.0/24"]},
+        {**KEYS, NS + "environment": "staging", NS + "endpointPublicAccessCidrs": ["8.8.4.0/24"]},
         offline_plan=False,
     )
     assert "pinned in the stack file in environment staging" in str(error)

@@ -397,7 +397,7 @@ def test_hf_token_never_appears_in_plain_text(tmp_path, capsys):
 
 def test_no_token_no_secret(dev):
     # The API keys (ray_llm_eks/domain/serving/api_keys.py) and Ray's token (ray_llm_eks/domain/security/ray_auth.py).
-    assert [s.name for s in dev.of_type("kubernetes:core/v1:Secret")] == ["llm-api-keys", "llm-ray-auth-token"]
+    assert sorted(s.name for s in dev.of_type("kubernetes:core/v1:Secret")) == ["llm-api-keys", "llm-ray-auth-token"]
     head = manifest(dev)["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     assert not any("secretKeyRef" in e.get("valueFrom", {}) for e in head["env"])  # only where Grafana is
 
