@@ -63,9 +63,11 @@ PARSE = """
 import json, sys
 from vllm.entrypoints.openai.cli_args import make_arg_parser
 from vllm.utils.argparse_utils import FlexibleArgumentParser
-args = make_arg_parser(FlexibleArgumentParser()).parse_args(sys.argv[1:])
-print(json.dumps(vars(args), default=lambda o: {k: v for k, v in vars(o).items() if not k.startswith("_")}
-                 if hasattr(o, "__dict__") else str(o)))
+parser = make_arg_parser(FlexibleArgumentParser())
+for argv in json.loads(sys.argv[1]):
+    args = parser.parse_args(argv)
+    print(json.dumps(vars(args), default=lambda o: {k: v for k, v in vars(o).items() if not k.startswith("_")}
+                     if hasattr(o, "__dict__") else str(o)))
 """
 
 
@@ -73,13 +75,14 @@ print(json.dumps(vars(args), default=lambda o: {k: v for k, v in vars(o).items()
     not (REHEARSAL_VENV / ".installed").exists(), reason=f"no rehearsal venv at {REHEARSAL_VENV} (make rehearsal-venv)"
 )
 def test_vllms_own_parser_reads_every_role_of_the_dev_stack_back(dev_doc):
-    for role, config in serve_config.llm_configs_by_role(dev_doc, "test").items():
-        kwargs = config["engine_kwargs"]
-        done = subprocess.run([str(REHEARSAL_VENV / "bin" / "python"), "-c", PARSE, "--model", "m",
-                               *plain_vllm.serve_flags(kwargs)], capture_output=True, text=True)  # fmt: skip
-        assert done.returncode == 0, f"{role}: {done.stderr[-1500:]}"
-        parsed = json.loads(done.stdout.strip().splitlines()[-1])
-        for key, value in kwargs.items():
+    roles = serve_config.llm_configs_by_role(dev_doc, "test")
+    argvs = [["--model", "m", *plain_vllm.serve_flags(c["engine_kwargs"])] for c in roles.values()]
+    done = subprocess.run([str(REHEARSAL_VENV / "bin" / "python"), "-c", PARSE, json.dumps(argvs)],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-1500:]
+    parsed_all = [json.loads(line) for line in done.stdout.strip().splitlines()[-len(roles) :]]
+    for (role, config), parsed in zip(roles.items(), parsed_all, strict=True):
+        for key, value in config["engine_kwargs"].items():
             got = parsed[key]
             if isinstance(value, dict):  # vLLM parses it into its own config class: the fields the document set
                 got = {k: got.get(k) for k in value}
