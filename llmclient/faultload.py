@@ -105,8 +105,11 @@ def _body(model: str, prompt: str, stream: bool) -> dict:
         "seed": 0,
         "stream": stream,
     }
-    # The answer's tokens as vLLM names them; the reference also asks each token's runner-up.
-    body |= {"logprobs": True} | ({} if stream else {"top_logprobs": 2})
+    # The answer's tokens as vLLM names them; the reference also asks each token's runner-up. A stream asks
+    # return_token_ids too: with a reasoning or tool parser, vLLM 0.26 streams no chunk for a token whose text is
+    # empty (entrypoints/openai/chat_completion/serving.py, "if delta_message is None": `continue` unless
+    # return_token_ids), and that token's logprobs go with it; the reference, not streamed, names every token.
+    body |= {"logprobs": True} | ({"return_token_ids": True} if stream else {"top_logprobs": 2})
     return body
 
 

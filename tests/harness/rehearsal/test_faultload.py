@@ -1,14 +1,18 @@
 """The fault rehearsal's client (llmclient/faultload.py) and its gate (rehearsal/checks/faults.py): what one
 request is classified as, the clear prefix of a tiny model's greedy answer, a fault's window, the verdicts.
-Pure functions: no server."""
+Pure functions, and one request against a loopback server that streams as vLLM does."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import shutil
 from types import SimpleNamespace
 
+import aiohttp
 import pytest
+from aiohttp import web
 
 from llmclient import faultload as fl
 from rehearsal.checks import faults
@@ -32,6 +36,51 @@ def test_only_the_clear_prefix_of_a_reference_is_compared():
     assert fl.clear_prefix(ref.margins) == 2
     assert ref.expected() == ("A", "B")  # C is a near tie (0.001 nats): D after it is not compared either
     assert fl.Reference("p", ("A",), (0.005,)).expected() == ()
+
+
+async def _stream_like_vllm(tokens: list[str]) -> fl.Outcome:
+    """One streamed request against a server that follows vLLM 0.26's chat stream with a reasoning parser: no chunk
+    for a token whose text is empty unless the request asks return_token_ids."""
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for i, token in enumerate(tokens):
+            if not token and not body.get("return_token_ids"):
+                continue
+            logprobs = {"content": [{"token": token, "logprob": -0.1}]} if body.get("logprobs") else None
+            reason = "length" if i == len(tokens) - 1 else None
+            choice = {
+                "index": 0,
+                "delta": {"content": token} if token else {},
+                "finish_reason": reason,
+                "logprobs": logprobs,
+            }
+            await response.write(f"data: {json.dumps({'choices': [choice]})}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        ref = fl.Reference("Describe winter.", tuple(tokens), (1.0,) * len(tokens))
+        async with aiohttp.ClientSession() as http:
+            return await fl.one_request(http, f"http://127.0.0.1:{port}", "m", ref, lambda: 0.0, None)
+    finally:
+        await runner.cleanup()
+
+
+def test_a_streamed_token_without_text_of_its_own_still_counts():
+    # The CI's stand-in answered 'a', ' decode', '' (a byte-level token that completes no character), '\x05', ...
+    outcome = asyncio.run(_stream_like_vllm(["a", " decode", "", "\x05", "J"]))
+    assert (outcome.outcome, outcome.detail) == (fl.OK, "")
+    assert outcome.text == "a decode\x05J"
 
 
 def _o(outcome, start, end=None, status=200):
