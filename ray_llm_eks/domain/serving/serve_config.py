@@ -22,30 +22,17 @@ from ray_llm_eks.domain.core.errors import NOT_SHOWN, UNSET, ConfigError, did_yo
 from ray_llm_eks.domain.core.facts import COLLOCATED_ROLE, PD_ROLES, POOL_RESOURCE_PREFIX
 from ray_llm_eks.domain.serving import engine_args, routing
 from ray_llm_eks.domain.serving.model_families import FAMILY_ENGINE_KEYS, FAMILY_ENV_KEYS, ModelFamily
+from ray_llm_eks.domain.serving.serve_app import (
+    APP_ARGS,
+    GUARDED_PD_IMPORT,
+    LOCAL_PREFILL_BELOW,
+    PD_ARG_ROLES,
+    PD_IMPORT,
+    PD_IMPORTS,
+    SELECTIVE_PD_IMPORT,
+)
 
 SERVE_CONFIG_DIR = packaged.ROOT / "serve_configs"
-
-PD_IMPORT = "ray.serve.llm:build_pd_openai_app"
-COLLOCATED_IMPORT = "ray.serve.llm:build_openai_app"
-# Ray's PD app whose decode replicas prefill short prompts themselves (ray_llm_eks/serve_ingress/selective_pd.py): what
-# the stack key selectivePd renders in place of PD_IMPORT, never written in a serve file.
-SELECTIVE_PD_IMPORT = "selective_pd:build_selective_pd_app"
-# Ray's PD app whose decode replicas start afresh after a prefill restart (ray_llm_eks/serve_ingress/prefill_guard.py):
-# what a keyed document runs in place of PD_IMPORT (the shipped code is on the pods' path there), never in a serve
-# file.
-GUARDED_PD_IMPORT = "prefill_guard:build_pd_app"
-PD_IMPORTS = (PD_IMPORT, SELECTIVE_PD_IMPORT, GUARDED_PD_IMPORT)
-# The decode config's experimental_configs key selective_pd.py reads the threshold from (local_prefill.py
-# THRESHOLD_CONFIG).
-LOCAL_PREFILL_BELOW = "local_prefill_below_tokens"
-# Fields of Ray 2.58 PDServingArgs and LLMServingArgs we accept (the deprecated, ignored proxy_*
-# fields of PDServingArgs are refused: they would silently do nothing).
-APP_ARGS = {
-    PD_IMPORT: {"prefill_config", "decode_config", "ingress_cls_config", "ingress_deployment_config"},
-    COLLOCATED_IMPORT: {"llm_configs", "ingress_cls_config", "ingress_deployment_config"},
-}
-APP_ARGS[SELECTIVE_PD_IMPORT] = APP_ARGS[GUARDED_PD_IMPORT] = APP_ARGS[PD_IMPORT]  # handed to build_pd_openai_app
-PD_ARG_ROLES = {f"{role}_config": role for role in PD_ROLES}  # PDServingArgs' prefill_config, decode_config
 
 
 # Ray Serve LLM's deployment names carry the role (Prefill:<model>, Decode:<model>); the ingress (or a proxy or
