@@ -39,7 +39,7 @@ def check_scalar(cls: type[Fields], key: str, value: Any, file: str, path: str) 
     """A typed scalar field of the JSON type it is typed with (or null); Ray's and vLLM's own models refuse
     the rest only on the cluster. A whole number is a number, as in JSON; true is no integer, as in Ray's models."""
     kind = cls.scalars().get(key)
-    if kind is None or value is None:
+    if kind is None or value is None or not cls.CHECKS_TYPES:
         return
     fits = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
@@ -92,6 +92,8 @@ class Fields(Mapping[str, Json]):
     PASS_THROUGH: ClassVar[frozenset[str] | None] = frozenset()
     # Typed fields that hold a mapping of their own, parsed into this class.
     NESTED: ClassVar[Mapping[str, type[Fields]]] = {}
+    # Whether the parse refuses a typed scalar of another JSON type.
+    CHECKS_TYPES: ClassVar[bool] = True
 
     @classmethod
     @cache

@@ -40,6 +40,7 @@ class KvTransferConfig(Fields):
 
     RAY_MODEL: ClassVar[str] = "vllm.config.kv_transfer:KVTransferConfig"  # vLLM's; not in the dev venv
     PASS_THROUGH: ClassVar[frozenset[str] | None] = None  # vLLM's other fields: engine_args checks their names
+    CHECKS_TYPES: ClassVar[bool] = False  # engine_args checks every value against the image's vLLM, naming its rule
 
     kv_connector: str | None = None
     kv_role: str | None = None
@@ -55,6 +56,7 @@ class EngineKwargs(Fields):
 
     PASS_THROUGH: ClassVar[frozenset[str] | None] = None
     NESTED: ClassVar[Mapping[str, type[Fields]]] = MappingProxyType({"kv_transfer_config": KvTransferConfig})
+    CHECKS_TYPES: ClassVar[bool] = False  # engine_args checks every value against the image's vLLM, naming its rule
 
     max_model_len: int | None = None
     tensor_parallel_size: int | None = None

@@ -13,6 +13,7 @@ import pytest
 from ray_llm_eks.adapters.stack import load_settings, stack_file
 from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.serving import routing, serve_config
+from ray_llm_eks.domain.serving.serve_app import parse_document
 
 NS = "ray-llm-eks:"
 
@@ -158,7 +159,7 @@ def test_a_serve_files_router_config_is_checked_here_not_on_the_cluster(case):
     doc = serve_config.load_serve_file("data-parallel")
     doc["applications"][0]["args"]["llm_configs"][0]["deployment_config"]["request_router_config"] = router_config
     with pytest.raises(ConfigError, match=rule) as caught:
-        serve_config.check_application(doc, "data-parallel", None)
+        parse_document(doc, "data-parallel")
     assert "request_router_config" in str(caught.value)
 
 
@@ -168,7 +169,7 @@ def test_a_deployments_override_is_checked_too():
         {"name": "LLMServer", "request_router_config": {"request_router_class": "x"}}
     ]
     with pytest.raises(ConfigError, match=r"deployments\[LLMServer\]"):
-        serve_config.check_application(doc, "data-parallel", None)
+        parse_document(doc, "data-parallel")
 
 
 # ---- the allow-list is Ray 2.58's own
