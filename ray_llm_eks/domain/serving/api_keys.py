@@ -59,7 +59,7 @@ def ingress_sources(modules: Sequence[str] = SHIPPED_MODULES) -> dict[str, str]:
     return {name: packaged.read_text(SOURCES_DIR / name) for name in modules}
 
 
-def check_no_own_ingress(document: dict, where: str) -> None:
+def check_no_own_ingress(document: Mapping, where: str) -> None:
     """The stack sets the ingress class itself; a serve file that sets one would lose the key check."""
     for app in document.get("applications") or []:
         if "ingress_cls_config" in (app.get("args") or {}):

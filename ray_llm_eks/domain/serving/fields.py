@@ -193,6 +193,8 @@ def put(obj: F, **values: Any) -> F:
     typed, extra = {}, dict(getattr(obj, "extra", EMPTY))
     order = list(obj.key_order)
     for key, value in values.items():
+        if key in obj.NESTED and isinstance(value, Mapping) and not isinstance(value, Fields):
+            value = obj.NESTED[key].of(**value)  # plain data given for a typed mapping: as the parse would type it
         if key in obj.typed():
             typed[key] = freeze(value)
         elif type(obj).passes_through(key):

@@ -32,7 +32,6 @@ from ray_llm_eks.domain.serving.serve_app import (
     PD_IMPORTS,
     SELECTIVE_PD_IMPORT,
     ServeDocument,
-    document_dict,
     parse_document,
 )
 
@@ -352,7 +351,7 @@ def render(
     vllm_version: str | None,
     model_facts: Callable[[str, str], ModelFacts],
     own: OwnServeFile | None = None,
-) -> dict:
+) -> ServeDocument:
     """The serve config a stack deploys: the file, overridden, completed for its model family,
     pinned to its pools, checked. `model_facts(model_id, model_source)` answers from the model table; `own`: the
     user's file `name` names (checked as the shipped ones are)."""
@@ -383,7 +382,7 @@ def render(
     doc = doc.map_roles(role_config)
     if overrides.local_prefill_below is not None:
         doc = with_selective_pd(doc, where, overrides.local_prefill_below)
-    return document_dict(doc)
+    return doc
 
 
 def with_selective_pd(doc: ServeDocument, where: str, below: int) -> ServeDocument:

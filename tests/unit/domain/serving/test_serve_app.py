@@ -11,7 +11,7 @@ import yaml
 
 from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.serving.fields import drop, ensure, put, put_last, to_dict
-from ray_llm_eks.domain.serving.llm_config import DeploymentConfig, EngineKwargs, LlmConfig
+from ray_llm_eks.domain.serving.llm_config import DeploymentConfig, EngineKwargs, LlmConfig, RequestRouterConfig
 from ray_llm_eks.domain.serving.serve_app import (
     COLLOCATED_IMPORT,
     PdAppArgs,
@@ -83,6 +83,12 @@ def test_put_keeps_a_present_key_in_place_and_adds_a_new_one_last():
     ]
     assert changed.max_model_len == 8 and changed["enable_thinking"] is True  # a vLLM argument not typed: extra
     assert list(engine) == ["max_model_len", "reasoning_parser", "tensor_parallel_size"]  # the original unchanged
+
+
+def test_put_types_plain_data_given_for_a_typed_mapping():
+    deployment = put(DeploymentConfig(), request_router_config={"request_router_class": "x"})
+    assert isinstance(deployment.request_router_config, RequestRouterConfig)
+    assert deployment.request_router_config.request_router_class == "x"
 
 
 def test_put_last_moves_the_key_last_and_drop_removes_it():
