@@ -66,6 +66,8 @@ class LlmServiceArgs:
     """The environment annotation the policy pack reads (a RayService without the key check only in dev)."""
     api_key_check: bool | None = default("apiKeyCheck")
     """Deploy the key-checking ingress's code and the keys Secret (the spec must run that ingress)."""
+    ingress_modules: Sequence[str] | None = None
+    """Shipped modules the pods import (api_keys.shipped_modules of the document); none: api_keys.SHIPPED_MODULES."""
     network_policies: Sequence[Mapping[str, Any]] | None = ()
     """NetworkPolicy manifests for the namespace (ray_llm_eks.domain.security.network_policies renders them), before any
     Ray pod."""
@@ -110,6 +112,9 @@ class LlmServiceArgs:
                 "(ray_llm_eks.domain.render.ray_service.ray_service_spec)",
                 ARGS,
             )
+        known = api_keys.SHIPPED_MODULES + api_keys.SELECTIVE_PD_MODULES
+        if self.ingress_modules is not None and not set(self.ingress_modules) <= set(known):
+            raise ConfigError("ingress_modules", self.ingress_modules, f"modules of {list(known)}", ARGS)
         if (self.redis_address is None) != (self.redis_password is None):
             raise ConfigError(
                 "redis_password" if self.redis_password is None else "redis_address",
@@ -199,7 +204,7 @@ class LlmService(pulumi.ComponentResource):
                     metadata=k8s.meta.v1.ObjectMetaArgs(
                         name=api_keys.CONFIG_MAP_NAME, namespace=namespace.metadata.name
                     ),
-                    data=api_keys.ingress_sources(args.ray_service_spec.get("serveConfigV2", "")),
+                    data=api_keys.ingress_sources(args.ingress_modules or api_keys.SHIPPED_MODULES),
                     opts=child,
                 )
             )

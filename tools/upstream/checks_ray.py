@@ -48,7 +48,7 @@ def check_ray_serve_vllm_logging(ctx: Context) -> list[str]:
 
 
 def check_ray_pd_rules(ctx: Context) -> list[str]:
-    from ray_llm_eks.domain.serving import serve_config
+    from ray_llm_eks.domain.serving import serve_app
 
     ray = pinned_ray(ctx)
     pd_path = "ray/llm/_internal/serve/serving_patterns/prefill_decode/builder.py"
@@ -56,14 +56,14 @@ def check_ray_pd_rules(ctx: Context) -> list[str]:
     collocated = ray.read("ray/llm/_internal/serve/core/ingress/builder.py")
     deprecated = {"proxy_cls_config", "proxy_deployment_config"}  # accepted and ignored: we refuse them
     theirs = {
-        serve_config.PD_IMPORT: class_fields(pd, "PDServingArgs") - deprecated,
-        serve_config.COLLOCATED_IMPORT: class_fields(collocated, "LLMServingArgs"),
+        serve_app.PD_IMPORT: class_fields(pd, "PDServingArgs") - deprecated,
+        serve_app.COLLOCATED_IMPORT: class_fields(collocated, "LLMServingArgs"),
     }
     problems = [
-        f"{app}: Ray {ray.version} takes {sorted(fields)}, ray_llm_eks/domain/serving/serve_config.py APP_ARGS "
+        f"{app}: Ray {ray.version} takes {sorted(fields)}, ray_llm_eks/domain/serving/serve_app.py APP_ARGS "
         f"{sorted(ours)}"
         for app, fields in theirs.items()
-        if fields != (ours := serve_config.APP_ARGS[app])
+        if fields != (ours := serve_app.APP_ARGS[app])
     ]
     validators = ["PDServingArgs._validate_model_ids", "PDServingArgs._validate_kv_transfer_config"]
     return problems + fingerprints("ray-pd-rules", ctx, ray, {pd_path: validators}, "python")

@@ -16,6 +16,7 @@ from ray_llm_eks.domain.platform.aws_facts import BotocoreFacts, InstanceTable
 from ray_llm_eks.domain.security import ray_auth
 from ray_llm_eks.domain.serving import api_keys, model_table, routing, serve_config
 from ray_llm_eks.domain.serving.role_view import role_views
+from ray_llm_eks.domain.serving.serve_app import document_dict
 from ray_llm_eks.domain.stack.settings import GpuPoolSettings, ServingSettings
 from ray_llm_eks.domain.telemetry.observability import ObservabilitySettings
 
@@ -156,9 +157,10 @@ def serving_settings(
     model_facts = lambda model_id, source: model_table.model_spec(model_id, source, own_spec)  # noqa: E731
     if serve_config.is_own_file(name) and own is None:
         raise ConfigError("serveConfig", name, f"{serve_config.SERVE_CONFIG_ALLOWED}: not read here")
-    document = serve_config.render(name, _serve_overrides(raw), shapes, vllm_version, model_facts, own)
-    routing.load(raw, serve_config.llm_configs_by_role(document, name), name, model_facts)
-    api_keys.check_no_own_ingress(document, serve_config.where_of(name))
+    doc = serve_config.render(name, _serve_overrides(raw), shapes, vllm_version, model_facts, own)
+    doc = routing.load(raw, doc, name, model_facts)
+    api_keys.check_no_own_ingress(doc, serve_config.where_of(name))
+    document = document_dict(doc)
     efa_roles = {p.app_role for p in pools.values() if p.efa}
     # max_num_seqs derived where the fit renders it; every pool of a role must fit the role's engine.
     pool_types = [(p.app_role, p.nodes.instance_type) for p in pools.values()]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import copy
 import re
-
-import yaml
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ray_llm_eks.domain.core import packaged
 from ray_llm_eks.domain.core.errors import NOT_SHOWN, ConfigError, in_serve_config
@@ -45,18 +45,21 @@ CONFIG_MAP_NAME = "api-key-ingress"
 MIN_KEY_LENGTH = 16
 
 
-def ingress_sources(serve_config_text: str = "") -> dict[str, str]:
-    """The ConfigMap's data: the modules as they are in ray_llm_eks/serve_ingress/ (the key check and the worker setup
-    hook), and selective PD's decode server where the serve config (serveConfigV2's text) runs it."""
-    document = yaml.safe_load(serve_config_text) or {}
+def shipped_modules(document: Mapping[str, Any]) -> tuple[str, ...]:
+    """The modules the pods of a served document import: the key check's and the worker setup's, and selective PD's
+    decode server where an application runs it."""
     selective = any(
         a.get("import_path") == serve_config.SELECTIVE_PD_IMPORT for a in document.get("applications") or []
     )
-    names = SHIPPED_MODULES + (SELECTIVE_PD_MODULES if selective else ())
-    return {name: packaged.read_text(SOURCES_DIR / name) for name in names}
+    return SHIPPED_MODULES + (SELECTIVE_PD_MODULES if selective else ())
 
 
-def check_no_own_ingress(document: dict, where: str) -> None:
+def ingress_sources(modules: Sequence[str] = SHIPPED_MODULES) -> dict[str, str]:
+    """The ConfigMap's data: each of `modules` as it is in ray_llm_eks/serve_ingress/."""
+    return {name: packaged.read_text(SOURCES_DIR / name) for name in modules}
+
+
+def check_no_own_ingress(document: Mapping, where: str) -> None:
     """The stack sets the ingress class itself; a serve file that sets one would lose the key check."""
     for app in document.get("applications") or []:
         if "ingress_cls_config" in (app.get("args") or {}):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray_llm_eks.domain.core.errors import (
     NOT_SHOWN,
@@ -30,6 +30,11 @@ from ray_llm_eks.domain.core.errors import (
     yaml_text,
 )
 from ray_llm_eks.domain.core.raw_config import RawConfig
+from ray_llm_eks.domain.serving.fields import drop, ensure, put
+from ray_llm_eks.domain.serving.llm_config import LlmConfig
+
+if TYPE_CHECKING:  # serve_app imports this module (its parse checks request routers)
+    from ray_llm_eks.domain.serving.serve_app import ServeDocument
 
 KEY = "routing"
 
@@ -247,33 +252,37 @@ def prefix_cache_on(config: Mapping, hybrid: bool) -> bool:
     return bool(asked) if asked is not None else not hybrid
 
 
-def apply(
-    configs_by_role: Mapping[str, dict],
+def with_routing(
+    doc: ServeDocument,
     routing: Mapping[str, RoleRouting],
     where: str,
     hybrid: Callable[[Mapping], bool] = lambda _config: False,
-) -> None:
-    """Write each routed role's `request_router_config` into its LLM config (in place); a role the
-    application does not have, or prefix affinity on an engine without a prefix cache, is refused.
-    `hybrid(config)`: whether the model a config serves is hybrid (the model table)."""
+) -> ServeDocument:
+    """The document with each routed role's `request_router_config` written into its LLM config (after the
+    deployment's other fields); a role the application does not have, or prefix affinity on an engine without a
+    prefix cache, is refused. `hybrid(config)`: whether the model a config serves is hybrid (the model table)."""
+    configs = doc.roles
     for role, chosen in routing.items():
-        if role not in configs_by_role:
-            raise ConfigError(
-                f"{KEY}.{role}", chosen.policy, f"a role of {where}: {yaml_text(sorted(configs_by_role))}"
-            )
-        config = configs_by_role[role]
+        if role not in configs:
+            raise ConfigError(f"{KEY}.{role}", chosen.policy, f"a role of {where}: {yaml_text(sorted(configs))}")
+        config = configs[role]
         if chosen.policy == "prefixAffinity" and not prefix_cache_on(config, hybrid(config)):
             raise ConfigError(f"{KEY}.{role}.policy", chosen.policy, NO_PREFIX_CACHE.format(file=where))
-        deployment = config.setdefault("deployment_config", {})
-        deployment.pop("request_router_config", None)
-        router = chosen.request_router_config()
+
+    def routed(role: str, config: LlmConfig) -> LlmConfig:
+        if role not in routing:
+            return config
+        config = ensure(config, "deployment_config")
+        deployment = drop(config.deployment, "request_router_config")
+        router = routing[role].request_router_config()
         if router is not None:
-            deployment["request_router_config"] = router
+            deployment = put(deployment, request_router_config=router)
+        return put(config, deployment_config=deployment)
+
+    return doc.map_roles(routed)
 
 
-def load(
-    raw: RawConfig, configs_by_role: Mapping[str, dict], serve_file: str, model_facts: Callable[[str, str], Any]
-) -> None:
+def load(raw: RawConfig, doc: ServeDocument, serve_file: str, model_facts: Callable[[str, str], Any]) -> ServeDocument:
     """The stack's `routing` section, checked and written into the application's LLM configs (by role).
     `model_facts(model_id, model_source).hybrid` answers from the model table
     (ray_llm_eks/domain/serving/model_table.py)."""
@@ -283,7 +292,8 @@ def load(
         model_id = loading.get("model_id", "")
         return bool(model_facts(model_id, loading.get("model_source") or model_id).hybrid)
 
-    apply(configs_by_role, parse(raw.mapping(KEY, SHAPE)), f"ray_llm_eks/serve_configs/{serve_file}.yaml", hybrid)
+    where = f"ray_llm_eks/serve_configs/{serve_file}.yaml"
+    return with_routing(doc, parse(raw.mapping(KEY, SHAPE)), where, hybrid)
 
 
 def role_policy(config: Mapping) -> str:

@@ -9,7 +9,6 @@ argument names for the image's vLLM version. The tests also run Ray's own schema
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,32 +19,23 @@ import yaml
 from ray_llm_eks.domain.core import packaged
 from ray_llm_eks.domain.core.errors import NOT_SHOWN, UNSET, ConfigError, did_you_mean, in_serve_config, yaml_text
 from ray_llm_eks.domain.core.facts import COLLOCATED_ROLE, PD_ROLES, POOL_RESOURCE_PREFIX
-from ray_llm_eks.domain.serving import engine_args, routing
+from ray_llm_eks.domain.serving import engine_args
+from ray_llm_eks.domain.serving.fields import drop, ensure, put, to_dict
+from ray_llm_eks.domain.serving.llm_config import AutoscalingConfig, LlmConfig, PlacementGroupConfig
 from ray_llm_eks.domain.serving.model_families import FAMILY_ENGINE_KEYS, FAMILY_ENV_KEYS, ModelFamily
+from ray_llm_eks.domain.serving.serve_app import (
+    APP_ARGS,
+    GUARDED_PD_IMPORT,
+    LOCAL_PREFILL_BELOW,
+    PD_ARG_ROLES,
+    PD_IMPORT,
+    PD_IMPORTS,
+    SELECTIVE_PD_IMPORT,
+    ServeDocument,
+    parse_document,
+)
 
 SERVE_CONFIG_DIR = packaged.ROOT / "serve_configs"
-
-PD_IMPORT = "ray.serve.llm:build_pd_openai_app"
-COLLOCATED_IMPORT = "ray.serve.llm:build_openai_app"
-# Ray's PD app whose decode replicas prefill short prompts themselves (ray_llm_eks/serve_ingress/selective_pd.py): what
-# the stack key selectivePd renders in place of PD_IMPORT, never written in a serve file.
-SELECTIVE_PD_IMPORT = "selective_pd:build_selective_pd_app"
-# Ray's PD app whose decode replicas start afresh after a prefill restart (ray_llm_eks/serve_ingress/prefill_guard.py):
-# what a keyed document runs in place of PD_IMPORT (the shipped code is on the pods' path there), never in a serve
-# file.
-GUARDED_PD_IMPORT = "prefill_guard:build_pd_app"
-PD_IMPORTS = (PD_IMPORT, SELECTIVE_PD_IMPORT, GUARDED_PD_IMPORT)
-# The decode config's experimental_configs key selective_pd.py reads the threshold from (local_prefill.py
-# THRESHOLD_CONFIG).
-LOCAL_PREFILL_BELOW = "local_prefill_below_tokens"
-# Fields of Ray 2.58 PDServingArgs and LLMServingArgs we accept (the deprecated, ignored proxy_*
-# fields of PDServingArgs are refused: they would silently do nothing).
-APP_ARGS = {
-    PD_IMPORT: {"prefill_config", "decode_config", "ingress_cls_config", "ingress_deployment_config"},
-    COLLOCATED_IMPORT: {"llm_configs", "ingress_cls_config", "ingress_deployment_config"},
-}
-APP_ARGS[SELECTIVE_PD_IMPORT] = APP_ARGS[GUARDED_PD_IMPORT] = APP_ARGS[PD_IMPORT]  # handed to build_pd_openai_app
-PD_ARG_ROLES = {f"{role}_config": role for role in PD_ROLES}  # PDServingArgs' prefill_config, decode_config
 
 
 # Ray Serve LLM's deployment names carry the role (Prefill:<model>, Decode:<model>); the ingress (or a proxy or
@@ -138,7 +128,8 @@ class PoolShape:
     nodes: int  # nodes that run (desiredSize): what a role of fixed replicas may use
 
 
-def load_serve_file(name: str) -> dict:
+def load_serve_file(name: str) -> Any:
+    """The shipped serve file `name`'s data as YAML loads it (the render parses it)."""
     path = SERVE_CONFIG_DIR / f"{name}.yaml"
     if not path.exists():
         slip = did_you_mean(name, serve_config_names())
@@ -195,34 +186,20 @@ def local_prefill_below(doc: dict, where: str = "rendered") -> int | None:
 PD_KV_ROLES = {"prefill": ("kv_producer", "kv_both"), "decode": ("kv_consumer", "kv_both")}
 
 
-def check_application(doc: dict, where: str, vllm_version: str | None) -> None:
-    """The rules Ray and vLLM would enforce only on the cluster."""
-    app = the_application(doc, where)
-    args = app.get("args") or {}
-    unknown = sorted(set(args) - APP_ARGS[app["import_path"]])
-    if unknown:
-        raise in_serve_config(
-            where,
-            f"args.{unknown[0]}",
-            NOT_SHOWN,
-            f"not an argument of {app['import_path']};{did_you_mean(unknown[0], APP_ARGS[app['import_path']])} "
-            f"arguments: {yaml_text(sorted(APP_ARGS[app['import_path']]))}",
-        )
-    configs = llm_configs_by_role(doc, where)
-    if app["import_path"] in PD_IMPORTS:
-        for key in PD_ARG_ROLES:
-            if key not in args:
-                raise in_serve_config(where, f"args.{key}", UNSET, "required by build_pd_openai_app")
-        ids = {role: (c.get("model_loading_config") or {}).get("model_id") for role, c in configs.items()}
+def check_application(doc: ServeDocument, where: str, vllm_version: str | None) -> None:
+    """The rules Ray and vLLM would enforce only on the cluster, past the structure the parse holds."""
+    configs = doc.roles
+    if doc.pd:
+        ids = {role: c.model.model_id for role, c in configs.items()}
         if ids["prefill"] != ids["decode"]:
             raise in_serve_config(where, "model_id", ids, "the same model_id for prefill and decode")
         for role, config in configs.items():
-            kv_transfer = (config.get("engine_kwargs") or {}).get("kv_transfer_config")
+            kv_transfer = config.engine.kv_transfer_config
             if not kv_transfer:
                 raise in_serve_config(
                     where, f"{role} engine_kwargs.kv_transfer_config", UNSET, "required on both PD sides"
                 )
-            kv_role, allowed = kv_transfer.get("kv_role"), PD_KV_ROLES.get(role, ())
+            kv_role, allowed = kv_transfer.kv_role, PD_KV_ROLES.get(role, ())
             swapped = kv_role in {r for roles in PD_KV_ROLES.values() for r in roles} - set(allowed)
             if allowed and swapped:  # a value vLLM does not know is named by the engine-argument check below
                 raise in_serve_config(
@@ -232,20 +209,13 @@ def check_application(doc: dict, where: str, vllm_version: str | None) -> None:
                     f"{' or '.join(allowed)} on the {role} side (vLLM serves a swapped pair, but on GPUs "
                     "decode would then free KV blocks a transfer may still read)",
                 )
-    for entry in app.get("deployments") or []:  # the application's per-deployment overrides
-        if isinstance(entry, dict) and "request_router_config" in entry:
-            name = f"{where}: deployments[{entry.get('name')}].request_router_config"
-            routing.check_request_router_config(name, entry["request_router_config"])
     for role, config in configs.items():
-        router = (config.get("deployment_config") or {}).get("request_router_config")
-        if router is not None:
-            routing.check_request_router_config(f"{where}: {role} deployment_config.request_router_config", router)
         if "placement_group_config" in config:
             raise in_serve_config(
                 where, f"{role} placement_group_config", NOT_SHOWN, "left out: the stack pins each role to its pool"
             )
         if vllm_version == engine_args.vllm_arguments()["vllm_version"]:  # else vLLM checks them on start
-            engine_args.check(f"{where}: {role}", config.get("engine_kwargs") or {})
+            engine_args.check(f"{where}: {role}", to_dict(config.engine))
 
 
 def gpus_per_replica(engine_kwargs: Mapping) -> int:
@@ -264,14 +234,17 @@ def check_tensor_parallel(role: str, instance_type: str, gpus_per_node: int, ten
         )
 
 
-def _apply_family(config: dict, role: str, where: str, model: ModelFacts) -> None:
+def with_family(config: LlmConfig, role: str, where: str, model: ModelFacts) -> LlmConfig:
     """Add the model family's settings; a serve file that sets them itself would carry them over
     to whatever model the stack switches to, so it is refused (for models of our table)."""
-    engine = config["engine_kwargs"]
-    env = config.setdefault("runtime_env", {}).setdefault("env_vars", {})
+    config = ensure(config, "runtime_env")
+    runtime_env = config.runtime_env
+    if "env_vars" not in runtime_env:
+        runtime_env = put(runtime_env, env_vars={})
     family = model.family
-    if family is None:
-        return  # a model of the user's: their serve file says what it needs
+    if family is None:  # a model of the user's: their serve file says what it needs
+        return put(config, runtime_env=runtime_env)
+    engine, env = config.engine, dict(runtime_env.env_vars)
     for key in sorted(FAMILY_ENGINE_KEYS & set(engine)):
         raise in_serve_config(
             where,
@@ -288,19 +261,18 @@ def _apply_family(config: dict, role: str, where: str, model: ModelFacts) -> Non
             "left out: the stack adds it from the model table (ray_llm_eks/domain/serving/model_families.py) for the "
             "model served",
         )
-    engine.update(copy.deepcopy(dict(family.engine_kwargs)))
+    engine = put(engine, **family.engine_kwargs)
     if engine.get("kv_transfer_config") is not None:
         env.update(family.pd_env_vars)
-    if not env:
-        del config["runtime_env"]["env_vars"]
-    if not config["runtime_env"]:
-        del config["runtime_env"]
+    runtime_env = put(runtime_env, env_vars=env) if env else drop(runtime_env, "env_vars")
+    config = put(config, engine_kwargs=engine)
+    return put(config, runtime_env=runtime_env) if runtime_env else drop(config, "runtime_env")
 
 
-def _kv_buffer(config: dict, role: str, where: str, device: str, model: ModelFacts) -> None:
-    kv_transfer = config["engine_kwargs"].get("kv_transfer_config")
+def with_kv_buffer(config: LlmConfig, role: str, where: str, device: str, model: ModelFacts) -> LlmConfig:
+    kv_transfer = config.engine.kv_transfer_config
     if kv_transfer is None:
-        return
+        return config
 
     # Device memory by default, as the reference deployment runs on g6 (no GPUDirect RDMA): libfabric's
     # EFA provider moves GPU memory itself; the workers run privileged so NIXL can register it.
@@ -314,7 +286,62 @@ def _kv_buffer(config: dict, role: str, where: str, device: str, model: ModelFac
         raise refuse(f"one of {yaml_text(KV_BUFFER_DEVICES)}")
     if value == "cpu" and model.hybrid:
         raise refuse(HYBRID_CPU_BUFFER)
-    kv_transfer["kv_buffer_device"] = value
+    engine = put(config.engine, kv_transfer_config=put(kv_transfer, kv_buffer_device=value))
+    return put(config, engine_kwargs=engine)
+
+
+def with_overrides(config: LlmConfig, role: str, overrides: ServeOverrides, where: str) -> LlmConfig:
+    """The stack's model, context length and replicas over the file's."""
+    config = ensure(config, "model_loading_config", "engine_kwargs", "deployment_config")
+    loading, engine, deployment = config.model, config.engine, config.deployment
+    if overrides.model_id:
+        loading = put(loading, model_id=overrides.model_id, model_source=overrides.model_source or overrides.model_id)
+    elif overrides.model_source:
+        loading = put(loading, model_source=overrides.model_source)
+    if overrides.max_model_len:
+        engine = put(engine, max_model_len=overrides.max_model_len)
+    if overrides.replicas and role in overrides.replicas:
+        if "autoscaling_config" in deployment:
+            raise ConfigError(f"replicas.{role}", overrides.replicas[role], f"unset: {where} autoscales {role}")
+        deployment = put(deployment, num_replicas=overrides.replicas[role])
+    if overrides.autoscaling and role in overrides.autoscaling:
+        if overrides.replicas and role in overrides.replicas:
+            raise ConfigError(f"autoscaling.{role}", overrides.autoscaling[role], f"unset while replicas.{role} is set")
+        deployment = drop(deployment, "num_replicas")  # Ray Serve refuses both
+        # The stack's fields over the file's: `autoscaling: {prefill: {maxReplicas: 5}}` changes one bound.
+        file_bounds = deployment.autoscaling_config or AutoscalingConfig()
+        deployment = put(deployment, autoscaling_config=put(file_bounds, **overrides.autoscaling[role]))
+    return put(config, model_loading_config=loading, engine_kwargs=engine, deployment_config=deployment)
+
+
+def check_room(config: LlmConfig, role: str, pool: PoolShape) -> None:
+    """A role of fixed replicas fits the nodes its pool runs; an engine's tensor parallelism fits one node."""
+    engine, deployment = config.engine, config.deployment
+    replicas = deployment.get("num_replicas", 1)
+    check_tensor_parallel(role, pool.instance_type, pool.gpus_per_node, engine.get("tensor_parallel_size", 1))
+    gpus = gpus_per_replica(engine)
+    # An autoscaling role's bounds are checked against its pool's by ray_llm_eks/domain/fit/scaling.py.
+    fixed = "autoscaling_config" not in deployment
+    if fixed and replicas * gpus > pool.nodes * pool.gpus_per_node:
+        raise ConfigError(
+            f"replicas.{role}",
+            replicas,
+            f"at most {pool.nodes * pool.gpus_per_node // gpus}: {gpus} GPU(s) per "
+            f"replica, pool {role} runs {pool.nodes} node(s) (desiredSize) x {pool.gpus_per_node} GPU(s)",
+        )
+
+
+def pinned(config: LlmConfig, role: str, pool: PoolShape) -> LlmConfig:
+    """The config pinned to its role's pool."""
+    if pool.gpu_model is not None:  # the pool resource pins the role either way
+        config = put(config, accelerator_type=pool.gpu_model)
+    # One bundle per GPU worker, each asking for this pool's custom resource: Ray can never
+    # place a prefill engine on a decode node (both offer GPU and accelerator_type:L4).
+    # A replica larger than one node spans nodes only through pipeline parallelism (tensor
+    # parallelism must fit one node, model_fit checks it): then PACK, else all on one node.
+    strategy = "STRICT_PACK" if gpus_per_replica(config.engine) <= pool.gpus_per_node else "PACK"
+    placement = PlacementGroupConfig.of(bundle_per_worker={"GPU": 1, role_resource(role): 1}, strategy=strategy)
+    return put(config, placement_group_config=placement)
 
 
 def render(
@@ -324,13 +351,13 @@ def render(
     vllm_version: str | None,
     model_facts: Callable[[str, str], ModelFacts],
     own: OwnServeFile | None = None,
-) -> dict:
+) -> ServeDocument:
     """The serve config a stack deploys: the file, overridden, completed for its model family,
     pinned to its pools, checked. `model_facts(model_id, model_source)` answers from the model table; `own`: the
     user's file `name` names (checked as the shipped ones are)."""
     where = where_of(name)
-    doc = copy.deepcopy(own.document if own is not None else load_serve_file(name))
-    if (ours := the_application(doc, where)["import_path"]) in (SELECTIVE_PD_IMPORT, GUARDED_PD_IMPORT):
+    doc = parse_document(own.document if own is not None else load_serve_file(name), where)
+    if (ours := doc.application.import_path) in (SELECTIVE_PD_IMPORT, GUARDED_PD_IMPORT):
         raise in_serve_config(
             where,
             "import_path",
@@ -338,78 +365,40 @@ def render(
             f"{PD_IMPORT}: the stack renders its own PD builders (the key check, the stack key selectivePd)",
         )
     check_application(doc, where, vllm_version)
-    configs = llm_configs_by_role(doc, where)
-    if set(configs) != set(pools):
+    if set(doc.roles) != set(pools):
         raise ConfigError(
-            "gpuPools", sorted(pools), f"exactly the pools {where} runs on: {yaml_text(sorted(configs))} (one per role)"
+            "gpuPools",
+            sorted(pools),
+            f"exactly the pools {where} runs on: {yaml_text(sorted(doc.roles))} (one per role)",
         )
-    for role, config in configs.items():
-        pool = pools[role]
-        loading = config.setdefault("model_loading_config", {})
-        if overrides.model_id:
-            loading["model_id"] = overrides.model_id
-            loading["model_source"] = overrides.model_source or overrides.model_id
-        elif overrides.model_source:
-            loading["model_source"] = overrides.model_source
-        engine = config.setdefault("engine_kwargs", {})
-        if overrides.max_model_len:
-            engine["max_model_len"] = overrides.max_model_len
-        deployment = config.setdefault("deployment_config", {})
-        if overrides.replicas and role in overrides.replicas:
-            if "autoscaling_config" in deployment:
-                raise ConfigError(f"replicas.{role}", overrides.replicas[role], f"unset: {where} autoscales {role}")
-            deployment["num_replicas"] = overrides.replicas[role]
-        if overrides.autoscaling and role in overrides.autoscaling:
-            if overrides.replicas and role in overrides.replicas:
-                raise ConfigError(
-                    f"autoscaling.{role}", overrides.autoscaling[role], f"unset while replicas.{role} is set"
-                )
-            deployment.pop("num_replicas", None)  # Ray Serve refuses both
-            # The stack's fields over the file's: `autoscaling: {prefill: {maxReplicas: 5}}` changes one bound.
-            file_bounds = deployment.get("autoscaling_config", {})
-            deployment["autoscaling_config"] = {**file_bounds, **overrides.autoscaling[role]}
-        replicas = deployment.get("num_replicas", 1)
-        check_tensor_parallel(role, pool.instance_type, pool.gpus_per_node, engine.get("tensor_parallel_size", 1))
-        gpus = gpus_per_replica(engine)
-        # An autoscaling role's bounds are checked against its pool's by ray_llm_eks/domain/fit/scaling.py.
-        fixed = "autoscaling_config" not in deployment
-        if fixed and replicas * gpus > pool.nodes * pool.gpus_per_node:
-            raise ConfigError(
-                f"replicas.{role}",
-                replicas,
-                f"at most {pool.nodes * pool.gpus_per_node // gpus}: {gpus} GPU(s) per "
-                f"replica, pool {role} runs {pool.nodes} node(s) (desiredSize) x {pool.gpus_per_node} GPU(s)",
-            )
+
+    def role_config(role: str, config: LlmConfig) -> LlmConfig:
+        config = with_overrides(config, role, overrides, where)
+        check_room(config, role, pools[role])
         model = model_facts(*model_of(config))
-        _apply_family(config, role, where, model)
-        _kv_buffer(config, role, where, overrides.kv_buffer_device, model)
-        if pool.gpu_model is not None:  # the pool resource pins the role either way
-            config["accelerator_type"] = pool.gpu_model
-        # One bundle per GPU worker, each asking for this pool's custom resource: Ray can never
-        # place a prefill engine on a decode node (both offer GPU and accelerator_type:L4).
-        # A replica larger than one node spans nodes only through pipeline parallelism (tensor
-        # parallelism must fit one node, model_fit checks it): then PACK, else all on one node.
-        config["placement_group_config"] = {
-            "bundle_per_worker": {"GPU": 1, role_resource(role): 1},
-            "strategy": "STRICT_PACK" if gpus <= pool.gpus_per_node else "PACK",
-        }
+        config = with_family(config, role, where, model)
+        return pinned(with_kv_buffer(config, role, where, overrides.kv_buffer_device, model), role, pools[role])
+
+    doc = doc.map_roles(role_config)
     if overrides.local_prefill_below is not None:
-        _selective_pd(doc, where, overrides.local_prefill_below)
+        doc = with_selective_pd(doc, where, overrides.local_prefill_below)
     return doc
 
 
-def _selective_pd(doc: dict, where: str, below: int) -> None:
+def with_selective_pd(doc: ServeDocument, where: str, below: int) -> ServeDocument:
     """The PD app whose decode replicas prefill prompts shorter than `below` tokens themselves."""
-    app = the_application(doc, where)
-    if app["import_path"] != PD_IMPORT:
+    app = doc.application
+    if app.import_path != PD_IMPORT:
         raise ConfigError("selectivePd", below, f"off: {where} has no prefill role for a short prompt to skip")
-    experimental = app["args"]["decode_config"].setdefault("experimental_configs", {})
+    decode = app.roles["decode"]
+    experimental = decode.experimental_configs or {}
     if LOCAL_PREFILL_BELOW in experimental:
         raise in_serve_config(
             where, f"decode experimental_configs.{LOCAL_PREFILL_BELOW}", NOT_SHOWN, "left out: stack key selectivePd"
         )
-    app["import_path"] = SELECTIVE_PD_IMPORT
-    experimental[LOCAL_PREFILL_BELOW] = below
+    app = put(app, import_path=SELECTIVE_PD_IMPORT)
+    decode = put(decode, experimental_configs={**experimental, LOCAL_PREFILL_BELOW: below})
+    return doc.with_application(app.with_role("decode", decode))
 
 
 def to_yaml(doc: dict) -> str:

@@ -147,6 +147,10 @@ def test_each_args_refuses_a_bad_field_with_the_stack_keys_line():
     assert _refusal(lambda: LlmServiceArgs(spec, "m", redis_address="rediss://x:6379")).startswith(
         "LlmServiceArgs: invalid config redis_password = null"
     )
+    assert _refusal(lambda: LlmServiceArgs(spec, "m", ingress_modules=["os.py"])).startswith(
+        "LlmServiceArgs: invalid config ingress_modules = [os.py]: modules of ["
+    )
+    assert LlmServiceArgs(spec, "m", ingress_modules=["selective_pd.py"]).ingress_modules == ["selective_pd.py"]
     # None reads as the default (a YAML program leaves the field out); the defaults are the stack keys'.
     assert LlmServiceArgs(spec, "m", namespace=None).namespace == "llm"
 

@@ -25,6 +25,7 @@ from ray_llm_eks.domain.platform.sizing import (
     total,
 )
 from ray_llm_eks.domain.render.ray_service import MODEL_CACHE_HOST_PATH
+from ray_llm_eks.domain.serving import api_keys
 from ray_llm_eks.domain.serving.serve_config import role_resource
 from ray_llm_eks.domain.telemetry import monitoring_release, observability
 from tests.conftest import STACKS, failing_run, region_overrides
@@ -197,6 +198,17 @@ def test_pd_app_shape(dev):
         assert engine["language_model_only"] is True and engine["reasoning_parser"] == "qwen3"
         assert engine["default_chat_template_kwargs"] == {"enable_thinking": False}
         assert config["runtime_env"]["env_vars"]["VLLM_SSM_CONV_STATE_LAYOUT"] == "DS"
+
+
+def test_the_shipped_code_carries_the_modules_the_served_app_imports(dev):
+    """LlmService ships the modules its Args name (the stack's served document decides): selective PD's decode server
+    only where the app runs it."""
+    shipped = set(dev.one("kubernetes:core/v1:ConfigMap", "llm-api-key-ingress").inputs["data"])
+    assert shipped == set(api_keys.SHIPPED_MODULES)
+    selective = run_program("dev", {NS + "selectivePd": "1024"})
+    data = selective.one("kubernetes:core/v1:ConfigMap", "llm-api-key-ingress").inputs["data"]
+    assert set(data) == {*api_keys.SHIPPED_MODULES, *api_keys.SELECTIVE_PD_MODULES}
+    assert data["selective_pd.py"] == (ROOT / "ray_llm_eks" / "serve_ingress" / "selective_pd.py").read_text()
 
 
 def test_every_llm_deployment_maps_to_exactly_one_worker_group(plans):

@@ -13,6 +13,8 @@ import pytest
 from ray_llm_eks.adapters.stack import load_settings, stack_file
 from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.serving import routing, serve_config
+from ray_llm_eks.domain.serving.fields import to_dict
+from ray_llm_eks.domain.serving.serve_app import COLLOCATED_IMPORT, ServeDocument, parse_document
 
 NS = "ray-llm-eks:"
 
@@ -24,6 +26,17 @@ def roles_of(stack: str, overrides: dict | None = None) -> dict[str, dict]:
 
 def router(config: dict) -> dict | None:
     return config.get("deployment_config", {}).get("request_router_config")
+
+
+def one_config(config: dict) -> ServeDocument:
+    """A collocated document of one LLM config."""
+    return parse_document(
+        {"applications": [{"import_path": COLLOCATED_IMPORT, "args": {"llm_configs": [config]}}]}, "f"
+    )
+
+
+def routed(doc: ServeDocument) -> dict:
+    return to_dict(doc.roles["collocated"])
 
 
 def test_xpyd_routes_prefill_by_prefix_and_leaves_decode_to_serve():
@@ -69,11 +82,13 @@ def test_every_field_reaches_rays_names():
 
 
 def test_the_stack_replaces_a_serve_files_router():
-    configs = {"collocated": {"deployment_config": {"request_router_config": {"request_router_class": "x"}}}}
-    routing.apply(
-        configs, routing.parse({"collocated": {"policy": "powerOfTwo"}}), "ray_llm_eks/serve_configs/data-parallel.yaml"
-    )
-    assert "request_router_config" not in configs["collocated"]["deployment_config"]
+    file_router = {"request_router_class": routing.PREFIX_AFFINITY_CLASS}
+    doc = one_config({"deployment_config": {"request_router_config": file_router, "num_replicas": 2}})
+    chosen = routing.parse({"collocated": {"policy": "powerOfTwo"}})
+    assert routed(routing.with_routing(doc, chosen, "f"))["deployment_config"] == {"num_replicas": 2}
+    chosen = routing.parse({"collocated": {"policy": "prefixAffinity"}})
+    again = routed(routing.with_routing(doc, chosen, "f"))["deployment_config"]
+    assert list(again) == ["num_replicas", "request_router_config"]  # the stack's router after the file's fields
 
 
 INVALID = {
@@ -158,7 +173,7 @@ def test_a_serve_files_router_config_is_checked_here_not_on_the_cluster(case):
     doc = serve_config.load_serve_file("data-parallel")
     doc["applications"][0]["args"]["llm_configs"][0]["deployment_config"]["request_router_config"] = router_config
     with pytest.raises(ConfigError, match=rule) as caught:
-        serve_config.check_application(doc, "data-parallel", None)
+        parse_document(doc, "data-parallel")
     assert "request_router_config" in str(caught.value)
 
 
@@ -168,7 +183,7 @@ def test_a_deployments_override_is_checked_too():
         {"name": "LLMServer", "request_router_config": {"request_router_class": "x"}}
     ]
     with pytest.raises(ConfigError, match=r"deployments\[LLMServer\]"):
-        serve_config.check_application(doc, "data-parallel", None)
+        parse_document(doc, "data-parallel")
 
 
 # ---- the allow-list is Ray 2.58's own
@@ -227,14 +242,12 @@ def test_prefix_affinity_needs_the_prefix_cache_vllm_keeps_off_for_hybrid_models
         roles_of("dev", {NS + "routing": json.dumps({"prefill": {"policy": "prefixAffinity"}})})
     assert roles_of("dev", {NS + "routing": json.dumps({"prefill": {"policy": "powerOfTwo"}})})
     affinity = {"collocated": routing.RoleRouting("prefixAffinity")}
-    plain = {"collocated": {"engine_kwargs": {}}}
-    routing.apply(plain, affinity, "f", hybrid=lambda _c: False)  # a dense model caches prefixes by default
-    assert router(plain["collocated"])["request_router_class"] == routing.PREFIX_AFFINITY_CLASS
+    plain = routing.with_routing(one_config({"engine_kwargs": {}}), affinity, "f", hybrid=lambda _c: False)
+    assert router(routed(plain))["request_router_class"] == routing.PREFIX_AFFINITY_CLASS  # dense: cached by default
     with pytest.raises(ConfigError, match="enable_prefix_caching"):
-        routing.apply({"collocated": {"engine_kwargs": {"enable_prefix_caching": False}}}, affinity, "f")
-    asked = {"collocated": {"engine_kwargs": {"enable_prefix_caching": True}}}
-    routing.apply(asked, affinity, "f", hybrid=lambda _c: True)
-    assert router(asked["collocated"]) is not None
+        routing.with_routing(one_config({"engine_kwargs": {"enable_prefix_caching": False}}), affinity, "f")
+    asked = one_config({"engine_kwargs": {"enable_prefix_caching": True}})
+    assert router(routed(routing.with_routing(asked, affinity, "f", hybrid=lambda _c: True))) is not None
 
 
 def test_the_routed_stacks_turn_the_prefix_cache_on():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from ray_llm_eks.domain.render.ray_service import ray_service_spec
+from ray_llm_eks.domain.render.ray_service import ray_service_spec, served_document
 from ray_llm_eks.domain.serving import api_keys, serve_config
 from ray_llm_eks.serve_ingress import local_prefill
 from tests.conftest import settings_error, settings_of
@@ -64,11 +64,10 @@ def test_selective_pd_renders_the_selective_builder_and_the_threshold_on_decode_
 
 
 def test_selective_pd_ships_its_decode_server_with_the_ingress_code():
-    spec = ray_service_spec(settings_of({NS + "selectivePd": "1024"}))
-    assert set(api_keys.SELECTIVE_PD_MODULES) <= set(api_keys.ingress_sources(spec["serveConfigV2"]))
-    assert not set(api_keys.SELECTIVE_PD_MODULES) & set(
-        api_keys.ingress_sources(ray_service_spec(settings_of())["serveConfigV2"])
-    )
+    selective = settings_of({NS + "selectivePd": "1024"})
+    assert set(api_keys.SELECTIVE_PD_MODULES) <= set(api_keys.shipped_modules(served_document(selective)))
+    assert not set(api_keys.SELECTIVE_PD_MODULES) & set(api_keys.shipped_modules(served_document(settings_of())))
+    spec = ray_service_spec(selective)
     assert yaml.safe_load(spec["serveConfigV2"])["applications"][0]["import_path"] == serve_config.SELECTIVE_PD_IMPORT
 
 

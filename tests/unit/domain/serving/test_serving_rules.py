@@ -163,22 +163,25 @@ def test_every_serve_file_passes_ray_and_our_checks(name):
     from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
     from ray.serve.schema import ServeDeploySchema
 
-    from ray_llm_eks.domain.serving.serve_config import check_application, llm_configs_by_role
+    from ray_llm_eks.domain.serving.fields import to_dict
+    from ray_llm_eks.domain.serving.serve_app import document_dict, parse_document
+    from ray_llm_eks.domain.serving.serve_config import check_application
 
-    doc = yaml.safe_load((ROOT / "ray_llm_eks" / "serve_configs" / f"{name}.yaml").read_text())
-    ServeDeploySchema.model_validate(doc)
+    doc = parse_document(yaml.safe_load((ROOT / "ray_llm_eks" / "serve_configs" / f"{name}.yaml").read_text()), name)
+    ServeDeploySchema.model_validate(document_dict(doc))
     check_application(doc, name, "0.26.0")
-    for config in llm_configs_by_role(doc, name).values():
-        LLMConfig.model_validate(config)
+    for config in doc.roles.values():
+        LLMConfig.model_validate(to_dict(config))
 
 
 def _breaks(mutate) -> str:
+    from ray_llm_eks.domain.serving.serve_app import parse_document
     from ray_llm_eks.domain.serving.serve_config import check_application
 
     doc = _pd_file()
     mutate(doc["applications"][0]["args"])
-    with pytest.raises(ConfigError) as caught:
-        check_application(doc, "pd", "0.26.0")
+    with pytest.raises(ConfigError) as caught:  # the structure's rules are the parse's, the rest check_application's
+        check_application(parse_document(doc, "pd"), "pd", "0.26.0")
     return str(caught.value)
 
 
