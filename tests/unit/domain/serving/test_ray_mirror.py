@@ -85,6 +85,9 @@ def _json_types(prop: dict) -> set[str]:
     return kinds
 
 
+# Ray 2.58's LLMConfig.callback_config defaults to a class, which pydantic leaves out of the schema with a warning:
+# the schema's field types, which this reads, are all there.
+@pytest.mark.filterwarnings("ignore::pydantic.json_schema.PydanticJsonSchemaWarning")
 @pytest.mark.parametrize("cls", IMPORTABLE, ids=lambda c: c.__name__)
 def test_each_typed_scalar_has_a_json_type_ray_allows(cls):
     properties = ray_model(cls).model_json_schema()["properties"]
