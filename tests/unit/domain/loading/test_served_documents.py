@@ -71,29 +71,32 @@ applications:
 http_options:
   port: 8000
 """
-OWN_COLLOCATED = """\
+# A collocated application of the user's own: its one LLM config follows.
+COLLOCATED_APP = """\
 applications:
   - name: llm
     route_prefix: /
     import_path: ray.serve.llm:build_openai_app
     args:
       llm_configs:
+"""
+OWN_COLLOCATED = (
+    COLLOCATED_APP
+    + """\
         - model_loading_config: {model_id: meta-llama/Llama-3.1-8B-Instruct}
           engine_kwargs: {max_model_len: 8192}
 """
-OWN_AUTOSCALING = """\
-applications:
-  - name: llm
-    route_prefix: /
-    import_path: ray.serve.llm:build_openai_app
-    args:
-      llm_configs:
+)
+OWN_AUTOSCALING = (
+    COLLOCATED_APP
+    + """\
         - model_loading_config: {model_id: Qwen/Qwen3.5-9B}
           engine_kwargs: {max_model_len: 4096, max_num_seqs: 48}
           deployment_config:
             autoscaling_config: {min_replicas: 1, max_replicas: 1, upscale_delay_s: 30}
             max_ongoing_requests: 64
 """
+)
 
 # case -> (stack, overrides, the serve file of one's own it names or None)
 CASES: dict[str, tuple[str, dict, str | None]] = {
