@@ -6,6 +6,8 @@
 #   tools/gpu/device.sh go        carry the last piece and .whl/kit: check the pieces' sha256, install the wheels
 #                                 into /tmp/site, copy the repository to /tmp/kit, start the rehearsal(s) detached
 #                                 (setsid: they outlive the call), then wait like `poll`
+#   tools/gpu/device.sh more      carry .whl/kit: once the runs are done, start the runs of RUNS (or .whl/kit/runs)
+#                                 on the installed wheels, numbered after the earlier ones, then wait like `poll`
 #   tools/gpu/device.sh poll      wait for them (printing their new lines) until done or WAIT seconds, then copy
 #                                 the results to $OUT: results.tar.gz (rehearsal-<n>.log, bench and sweep JSON,
 #                                 plain engines' logs), ray-logs-<n>.tar.gz where small, gpu.txt
@@ -66,6 +68,36 @@ poll() {
   [ "$seen" = 1 ]
 }
 
+copy_repo() {
+  rm -rf "$KIT" && mkdir -p "$KIT/repo" && cp -r .whl/kit "$KIT/kit"
+  tar --exclude=./.whl --exclude=./.git -cf - . | tar -xf - -C "$KIT/repo"
+}
+
+start_runs() {
+  # The runs of RUNS (or .whl/kit/runs), one after the other in a detached driver, their logs numbered after $1.
+  if [ -z "${RUNS:-}" ] && [ -f .whl/kit/runs ]; then RUNS=$(cat .whl/kit/runs); fi
+  printf '%s\n' "${RUNS:-$DEFAULT_RUNS}" > "$RES/runs"
+  cat > "$RES/driver.sh" <<EOF
+#!/usr/bin/env bash
+cd $KIT/repo
+n=$1
+while IFS= read -r args; do
+  [ -n "\$args" ] || continue
+  n=\$((n + 1))
+  echo "run \$n: \$args" > $RES/STATE
+  case "\$args" in
+  cmd:*) bash -c "\${args#cmd:}" > $RES/rehearsal-\$n.log 2>&1 < /dev/null ;;
+  *) python3 -m rehearsal.run --target gpu --save-logs $RES/logs-\$n \$args > $RES/rehearsal-\$n.log 2>&1 < /dev/null ;;
+  esac
+  echo "run \$n exit \$?" >> $RES/rehearsal-\$n.log
+done < $RES/runs
+echo "ALL DONE (\$n runs)" > $RES/STATE
+EOF
+  chmod +x "$RES/driver.sh"
+  setsid nohup "$RES/driver.sh" > "$RES/driver.log" 2>&1 < /dev/null &
+  echo "[$(el) s] started: $(wc -l < "$RES/runs") run(s) after $1; poll with: tools/gpu/device.sh poll"
+}
+
 case "$mode" in
 stage)
   n="$2"
@@ -85,10 +117,9 @@ go)
   pieces=$(cat .whl/kit/pieces)
   last=$((pieces - 1))
   cp ".whl/p$last/wheels.tar.part$last" "$W/"
-  rm -rf "$KIT" && mkdir -p "$KIT/repo" && cp -r .whl/kit "$KIT/kit"
+  copy_repo
   # No botocore here: make verify and the bench read the facts the CPU side cached (ray_llm_eks/adapters/botocore_facts.py).
   mkdir -p "$RAY_LLM_EKS_CACHE" && cp .whl/kit/botocore-facts-*.json "$RAY_LLM_EKS_CACHE/"
-  tar --exclude=./.whl --exclude=./.git -cf - . | tar -xf - -C "$KIT/repo"
   parts=$(for i in $(seq 0 "$last"); do echo "$W/wheels.tar.part$i"; done)
   sum=$(cat $parts | sha256sum | cut -d' ' -f1)
   [ "$sum" = "$(cat .whl/kit/wheels.sha256)" ] || { echo "CHECKSUM MISMATCH: $(ls -la $W)"; exit 3; }
@@ -100,32 +131,19 @@ go)
     python3 -c "import vllm, ray, nixl; from ray.serve.llm import build_pd_openai_app; print('vllm', vllm.__version__, 'ray', ray.__version__)"
     echo "[$(el) s] imports checked"
   } 2>&1 | tee "$RES/install.log"
-  if [ -z "${RUNS:-}" ] && [ -f .whl/kit/runs ]; then RUNS=$(cat .whl/kit/runs); fi
-  printf '%s\n' "${RUNS:-$DEFAULT_RUNS}" > "$RES/runs"
-  cat > "$RES/driver.sh" <<EOF
-#!/usr/bin/env bash
-cd $KIT/repo
-n=0
-while IFS= read -r args; do
-  [ -n "\$args" ] || continue
-  n=\$((n + 1))
-  echo "run \$n: \$args" > $RES/STATE
-  case "\$args" in
-  cmd:*) bash -c "\${args#cmd:}" > $RES/rehearsal-\$n.log 2>&1 < /dev/null ;;
-  *) python3 -m rehearsal.run --target gpu --save-logs $RES/logs-\$n \$args > $RES/rehearsal-\$n.log 2>&1 < /dev/null ;;
-  esac
-  echo "run \$n exit \$?" >> $RES/rehearsal-\$n.log
-done < $RES/runs
-echo "ALL DONE (\$n runs)" > $RES/STATE
-EOF
-  chmod +x "$RES/driver.sh"
-  setsid nohup "$RES/driver.sh" > "$RES/driver.log" 2>&1 < /dev/null &
-  echo "[$(el) s] started: $(cat "$RES/runs" | wc -l) run(s); poll with: tools/gpu/device.sh poll"
+  start_runs 0
+  poll
+  ;;
+more)
+  grep -q "ALL DONE" "$RES/STATE" 2>/dev/null || { echo "runs still going, or none installed: $(cat "$RES/STATE" 2>/dev/null)"; exit 3; }
+  # The wheels stay installed; the repository is copied again so that what changed since `go` is what runs.
+  copy_repo
+  start_runs "$(find "$RES" -maxdepth 1 -name 'rehearsal-*.log' | wc -l)"
   poll
   ;;
 poll) poll ;;
 *)
-  echo "usage: tools/gpu/device.sh stage N | go | poll" >&2
+  echo "usage: tools/gpu/device.sh stage N | go | more | poll" >&2
   exit 2
   ;;
 esac

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Which lane NIXL's UCX backend gives a KV transfer between two processes on this GPU machine, and why: whether
+# CUDA IPC works here at all (PyTorch's own, no UCX), what UCX's debug log says of cuda_ipc, then the protocol UCX
+# chose (UCX_PROTO_INFO) and the probe's figures for a READ (vLLM 0.26's pull connector) and a WRITE (its push
+# connector) under each setting. Run in the rehearsal's Python (torch and nixl), e.g. as a `cmd:` line of
+# tools/gpu/device.sh; a few seconds a line.
+set -u
+PROBE="timeout 180 python3 -m rehearsal.nixl_probe --device cuda"
+
+echo "== CUDA IPC between two processes (torch.multiprocessing shares a CUDA tensor by cudaIpcGetMemHandle)"
+timeout 120 python3 - <<'EOF' 2>&1 | grep -v '^ ' | tail -4
+import torch, torch.multiprocessing as mp
+
+def child(queue, answer):
+    try:
+        answer.put(float(queue.get().sum().item()))
+    except Exception as exc:  # what CUDA says where IPC is refused
+        answer.put(f"{type(exc).__name__}: {exc}")
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    queue, answer = ctx.Queue(), ctx.Queue()
+    proc = ctx.Process(target=child, args=(queue, answer))
+    proc.start()
+    tensor = torch.ones(1 << 20, device="cuda")
+    queue.put(tensor)
+    print("cuda ipc: the other process read", answer.get(timeout=60), "of", tensor.numel())
+    proc.join(30)
+EOF
+
+echo "== cuda_ipc in UCX's debug log (one READ)"
+UCX_LOG_LEVEL=debug $PROBE --transfers 1 2>&1 | grep -iE 'cuda_ipc|cuda-ipc|reachab|nvlink|ipc' \
+  | sed -E 's/^\[[0-9.]+\] \[[^]]*\] *//' | sort | uniq -c | sort -rn | head -30
+
+for setting in "" "UCX_CUDA_IPC_ENABLE_GET_ZCOPY=on" "UCX_TLS=cuda_ipc,cuda_copy,self UCX_CUDA_IPC_ENABLE_GET_ZCOPY=on"; do
+  for op in READ WRITE; do
+    echo "== $op with ${setting:-the defaults}"
+    env $setting UCX_PROTO_INFO=y $PROBE --op "$op" > "${TMPDIR:-/tmp}/lane.out" 2>&1
+    grep -E -A4 'intra-node.*remote memory (read|write)|remote memory (read|write).*intra-node' "${TMPDIR:-/tmp}/lane.out" | head -10
+    grep -iE 'error|failed|unreachable|no .*transport' "${TMPDIR:-/tmp}/lane.out" | head -4
+    tail -1 "${TMPDIR:-/tmp}/lane.out"
+  done
+done
