@@ -34,12 +34,25 @@ def _pieces(tensor, descriptors: int) -> list:
     return [tensor[i : i + step] for i in range(0, tensor.numel(), step)]
 
 
-def _target(folder: str, device: str, size: int, descriptors: int) -> None:
-    """The side holding the KV (prefill): registers its buffer, publishes metadata and descriptors, waits."""
+def _agent_and_buffer(name: str, device: str, size: int, agent_first: bool):
+    """A NIXL agent with the UCX backend and a buffer of `size` bytes on `device`, made in vLLM's order (the KV cache
+    is allocated, so CUDA is up, before its connector starts NIXL: nixl/base_worker.py `register_kv_caches`) unless
+    `agent_first` starts UCX first."""
     from nixl._api import nixl_agent, nixl_agent_config
 
-    agent = nixl_agent("target", nixl_agent_config(backends=["UCX"]))
+    def agent():
+        return nixl_agent(name, nixl_agent_config(backends=["UCX"]))
+
+    if agent_first:
+        made = agent()
+        return made, _buffer(device, size)
     held = _buffer(device, size)
+    return agent(), held
+
+
+def _target(folder: str, device: str, size: int, descriptors: int, agent_first: bool = False) -> None:
+    """The side holding the KV (prefill): registers its buffer, publishes metadata and descriptors, waits."""
+    agent, held = _agent_and_buffer("target", device, size, agent_first)
     agent.register_memory(held)
     descs = agent.get_xfer_descs(_pieces(held, descriptors))
     Path(folder, "target.meta").write_bytes(agent.get_agent_metadata())
@@ -62,12 +75,12 @@ def _wait_all(agent, handles: list, timeout: float) -> None:
             raise RuntimeError(f"{len(pending)} NIXL transfers still running after {timeout:.0f} s")
 
 
-def probe(device: str, mib: float, descriptors: int, transfers: int, timeout: float = 300.0, op: str = "READ") -> dict:
-    from nixl._api import nixl_agent, nixl_agent_config
-
+def probe(device: str, mib: float, descriptors: int, transfers: int, timeout: float = 300.0, op: str = "READ",
+          agent_first: bool = False) -> dict:  # fmt: skip
     size = int(mib * MIB)
     folder = tempfile.mkdtemp(prefix="nixl-probe-")
-    child = mp.get_context("spawn").Process(target=_target, args=(folder, device, size, descriptors), daemon=True)
+    child = mp.get_context("spawn").Process(target=_target, args=(folder, device, size, descriptors, agent_first),
+                                            daemon=True)  # fmt: skip
     child.start()
     try:
         end = time.monotonic() + 120
@@ -75,10 +88,9 @@ def probe(device: str, mib: float, descriptors: int, transfers: int, timeout: fl
             if not child.is_alive() or time.monotonic() > end:
                 raise RuntimeError("the target process did not publish its metadata")
             time.sleep(0.05)
-        agent = nixl_agent("initiator", nixl_agent_config(backends=["UCX"]))
+        agent, local = _agent_and_buffer("initiator", device, size * transfers, agent_first)
         remote = agent.add_remote_agent(Path(folder, "target.meta").read_bytes())
         remote_descs = agent.deserialize_descs(Path(folder, "target.descs").read_bytes())
-        local = _buffer(device, size * transfers)
         local.zero_()
         agent.register_memory(local)
         regions = [local[i * size : (i + 1) * size] for i in range(transfers)]
@@ -105,6 +117,7 @@ def probe(device: str, mib: float, descriptors: int, transfers: int, timeout: fl
         return {
             "device": device,
             "op": op,
+            "agent_first": agent_first,
             "mib_per_transfer": mib,
             "descriptors_per_transfer": descriptors,
             "transfers": transfers,
@@ -129,9 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--descriptors", type=int, default=104)
     parser.add_argument("--transfers", type=int, default=16)
     parser.add_argument("--op", default="READ", choices=("READ", "WRITE"), help="READ: the pull connector's (default)")
+    parser.add_argument("--agent-first", action="store_true",
+                        help="start NIXL's UCX before the buffers exist (before CUDA is up), unlike vLLM")  # fmt: skip
     args = parser.parse_args(argv)
     try:
-        result = probe(args.device, args.mib, args.descriptors, args.transfers, op=args.op)
+        result = probe(args.device, args.mib, args.descriptors, args.transfers, op=args.op,
+                       agent_first=args.agent_first)  # fmt: skip
     except (RuntimeError, ImportError, OSError) as exc:
         print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
         return 1
