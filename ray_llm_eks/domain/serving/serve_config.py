@@ -218,11 +218,6 @@ def check_application(doc: ServeDocument, where: str, vllm_version: str | None) 
             engine_args.check(f"{where}: {role}", to_dict(config.engine))
 
 
-def gpus_per_replica(engine_kwargs: Mapping) -> int:
-    """GPUs of one engine: tensor x pipeline parallel (vLLM's world size without data parallelism)."""
-    return int(engine_kwargs.get("tensor_parallel_size", 1)) * int(engine_kwargs.get("pipeline_parallel_size", 1))
-
-
 def check_tensor_parallel(role: str, instance_type: str, gpus_per_node: int, tensor_parallel: int) -> None:
     """Tensor parallelism shares one node's GPUs: the cause to name before any replica arithmetic."""
     if tensor_parallel > gpus_per_node:
@@ -319,7 +314,7 @@ def check_room(config: LlmConfig, role: str, pool: PoolShape) -> None:
     engine, deployment = config.engine, config.deployment
     replicas = deployment.get("num_replicas", 1)
     check_tensor_parallel(role, pool.instance_type, pool.gpus_per_node, engine.get("tensor_parallel_size", 1))
-    gpus = gpus_per_replica(engine)
+    gpus = engine.gpus_per_replica
     # An autoscaling role's bounds are checked against its pool's by ray_llm_eks/domain/fit/scaling.py.
     fixed = "autoscaling_config" not in deployment
     if fixed and replicas * gpus > pool.nodes * pool.gpus_per_node:
@@ -339,7 +334,7 @@ def pinned(config: LlmConfig, role: str, pool: PoolShape) -> LlmConfig:
     # place a prefill engine on a decode node (both offer GPU and accelerator_type:L4).
     # A replica larger than one node spans nodes only through pipeline parallelism (tensor
     # parallelism must fit one node, model_fit checks it): then PACK, else all on one node.
-    strategy = "STRICT_PACK" if gpus_per_replica(config.engine) <= pool.gpus_per_node else "PACK"
+    strategy = "STRICT_PACK" if config.engine.gpus_per_replica <= pool.gpus_per_node else "PACK"
     placement = PlacementGroupConfig.of(bundle_per_worker={"GPU": 1, role_resource(role): 1}, strategy=strategy)
     return put(config, placement_group_config=placement)
 

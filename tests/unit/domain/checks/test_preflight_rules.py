@@ -17,6 +17,7 @@ from ray_llm_eks.domain.platform import aws_facts, prices
 from ray_llm_eks.domain.serving import fit_prediction, model_table
 from ray_llm_eks.domain.serving.fit_prediction import Engine, predict
 from ray_llm_eks.domain.serving.model_table import GIB
+from ray_llm_eks.domain.serving.serve_app import ServeDocument, parse_document
 from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
 from ray_llm_eks.domain.stack import cost
 from tests.conftest import region_overrides, settings_error, settings_of
@@ -113,10 +114,11 @@ def test_a_stack_asking_256_sequences_of_qwen35_on_an_l4_fails_in_one_line():
     assert "maxNumSeqs = 0: a whole number of sequences per engine, 1 or more" in str(error)
 
 
-def collocated_llama(engine_kwargs: dict) -> dict:
+def collocated_llama(engine_kwargs: dict) -> ServeDocument:
     """A rendered collocated serve document for Llama-3.1-8B with these engine arguments."""
     llm = {"model_loading_config": {"model_id": LLAMA_8B}, "engine_kwargs": engine_kwargs}
-    return {"applications": [{"import_path": "ray.serve.llm:build_openai_app", "args": {"llm_configs": [llm]}}]}
+    app = {"import_path": "ray.serve.llm:build_openai_app", "args": {"llm_configs": [llm]}}
+    return parse_document({"applications": [app]}, "t")
 
 
 def test_unset_max_model_len_means_the_whole_context():
