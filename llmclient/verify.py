@@ -232,8 +232,7 @@ def expectations(doc: dict, model_spec, floor_bytes_per_s: float | None, hf_conf
     deployed = parse_document(doc, "deployed")
     if "decode" not in deployed.roles:
         raise VerifyError("the serve config has no prefill/decode application: no KV moves to verify")
-    loading = deployed.roles["decode"].model
-    spec = _model_facts(loading.model_id or "", loading.source, model_spec, hf_config)
+    spec = _model_facts(*deployed.roles["decode"].model.id_and_source, model_spec, hf_config)
     decode = role_view.view_of("decode", deployed.roles["decode"], lambda *_: spec.max_context)
     transfer = decode.engine.kv_transfer_config
     extra = (transfer.kv_connector_extra_config if transfer is not None else None) or {}
@@ -357,11 +356,12 @@ def main(args) -> int:
     from ray_llm_eks.adapters.stackfile import StackFileError
     from ray_llm_eks.domain.core.errors import ConfigError
     from ray_llm_eks.domain.render import alert_rules
+    from ray_llm_eks.domain.serving.serve_app import document_dict
 
     try:
         settings = stack.load_settings(stack.stack_file(args.stack))
         doc = yaml.safe_load(args.served_config.read_text()) if args.served_config else None
-        doc = doc or settings.serving.serve_document
+        doc = doc or document_dict(settings.serving.serve_document)
         floor = args.floor_gbps * 1e9 if args.floor_gbps else alert_rules.rule_inputs(settings).kv_floor_bytes_per_s
         configs = doc["applications"][0].get("args") or {}
         source = ((configs.get("decode_config") or {}).get("model_loading_config") or {}).get("model_source") or ""

@@ -42,8 +42,8 @@ from ray_llm_eks.domain.serving.fit_prediction import (
 from ray_llm_eks.domain.serving.llm_config import LlmConfig
 from ray_llm_eks.domain.serving.model_table import GIB, MIB, ModelSpec, model_spec
 from ray_llm_eks.domain.serving.role_view import RoleView, view_of
-from ray_llm_eks.domain.serving.serve_app import ServeDocument, parse_document
-from ray_llm_eks.domain.serving.serve_config import check_tensor_parallel, load_serve_file, serve_config_names
+from ray_llm_eks.domain.serving.serve_app import ServeDocument
+from ray_llm_eks.domain.serving.serve_config import check_tensor_parallel, serve_config_names, shipped_document
 
 # How a line names the serve config the fit checks: rendered from the stack's serveConfig file and keys.
 SERVED = "the served document"
@@ -108,7 +108,7 @@ def _shipped_tensor_parallel(role: str) -> dict[int, str]:
     writing a serve file)."""
     found: dict[int, str] = {}
     for name in sorted(serve_config_names(), reverse=True):
-        config = parse_document(load_serve_file(name), name).roles.get(role, LlmConfig())
+        config = shipped_document(name).roles.get(role, LlmConfig())
         found[config.engine.tensor_parallel] = name
     return found
 
@@ -321,7 +321,7 @@ class RoleFit:
 
 def _role(role: str, config: LlmConfig, override: ModelSpec | None) -> tuple[RoleView, ModelSpec, Engine]:
     """One role's view, its model's facts and the engine settings the fit predicts with."""
-    spec = model_spec(config.model.model_id or "", config.model.source, override)
+    spec = model_spec(*config.model.id_and_source, override)
     view = view_of(role, config, lambda *_: spec.max_context)
     engine = Engine.of(view.engine, view.max_model_len)
     if view.max_model_len_auto:

@@ -18,7 +18,6 @@ from ray_llm_eks.domain.fit import model_fit
 from ray_llm_eks.domain.platform import aws_facts
 from ray_llm_eks.domain.serving.llm_config import LlmConfig
 from ray_llm_eks.domain.serving.role_view import RoleView
-from ray_llm_eks.domain.serving.serve_app import parse_document
 from ray_llm_eks.domain.stack import cost
 from ray_llm_eks.domain.stack.settings import GpuPoolSettings, ServingSettings, Settings
 
@@ -152,7 +151,7 @@ def idle_gpu_warnings(settings: Settings, passes: Passes) -> list[str]:
     """One line per pool whose GPUs its role's replicas leave idle: how many, what they cost, and what
     would use them."""
     prices = cost.instance_prices(settings.region, settings.prices)
-    configs = parse_document(settings.serving.serve_document, "rendered").roles
+    configs = settings.serving.serve_document.roles
     warnings = []
     for role, use in pool_gpus(settings.serving.roles, settings.gpu_pools).items():
         if use.idle <= 0:

@@ -15,7 +15,6 @@ from ray_llm_eks.domain.platform import field_checks, image_ref, versions
 from ray_llm_eks.domain.platform.aws_facts import BotocoreFacts, InstanceTable
 from ray_llm_eks.domain.security import ray_auth
 from ray_llm_eks.domain.serving import api_keys, model_table, routing, serve_config
-from ray_llm_eks.domain.serving.serve_app import document_dict
 from ray_llm_eks.domain.stack.settings import GpuPoolSettings, ServingSettings
 from ray_llm_eks.domain.telemetry.observability import ObservabilitySettings
 
@@ -180,7 +179,7 @@ def serving_settings(
         )
     return ServingSettings(
         observability=obs,
-        serve_document=document_dict(fitted.document),
+        serve_document=fitted.document,
         fit=fitted.lines,
         max_num_seqs_derived=frozenset(fitted.derived),
         model_spec=own_spec,

@@ -87,7 +87,7 @@ def view_of(role: str, config: LlmConfig, max_context: Callable[[str, str], int]
     """`max_context(model_id, model_source)`: the model's derived maximum length (the fit's table, a
     modelSpec, or the config.json of a local model); a reader that never asks for the context length leaves it
     out."""
-    model_id, source = config.model.model_id or "", config.model.source
+    model_id, source = config.model.id_and_source
     engine = config.engine
     context = None if max_context is None else lambda: max_context(model_id, source)
     return RoleView(
