@@ -41,7 +41,7 @@ def unkept_fields(sent, live, path: str = "spec") -> list[str]:
 def max_model_lens(serve_config_v2: str) -> dict[str, int | None]:
     """engine_kwargs.max_model_len of each LLM config in a serveConfigV2, by the role it runs."""
     views = role_views(yaml.safe_load(serve_config_v2), "serveConfigV2")
-    return {role: view.engine_kwargs.get("max_model_len") for role, view in views.items()}
+    return {role: view.engine.max_model_len for role, view in views.items()}
 
 
 def names_failed_resource(text: str, type_token: str, name: str) -> bool:

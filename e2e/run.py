@@ -62,6 +62,7 @@ from ray_llm_eks.domain.platform import cluster_checks, versions  # noqa: E402
 from ray_llm_eks.domain.render.ray_service import ray_service_spec, served_document  # noqa: E402
 from ray_llm_eks.domain.security import ray_auth  # noqa: E402
 from ray_llm_eks.domain.serving import api_keys  # noqa: E402
+from ray_llm_eks.domain.serving.serve_app import document_dict  # noqa: E402
 from ray_llm_eks.domain.telemetry import observability  # noqa: E402
 
 STACK = "e2e"
@@ -427,7 +428,8 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
         live["metadata"]["uid"] == first_uid
         and set(lens.values()) == {2048}
         and set(first_lens.values()) == {4096}
-        and yaml.safe_load(live["spec"]["serveConfigV2"]) == served_document(settings_of(BASE_STACK_FILE, cfg)),
+        and yaml.safe_load(live["spec"]["serveConfigV2"])
+        == document_dict(served_document(settings_of(BASE_STACK_FILE, cfg))),
         "same RayService object; its serveConfigV2 is the new served document, max_model_len 4096 -> 2048 per role",
         f"uid kept {live['metadata']['uid'] == first_uid}, max_model_len before {first_lens}, after {lens}",
     )

@@ -101,7 +101,6 @@ def served_model(url: str, api_key: str | None, model: str | None = None) -> tup
 def stack_facts(stack: str) -> dict:
     """SLO, hourly cost and PD-ness of a stack, through the one stack->Settings adapter."""
     from ray_llm_eks.adapters import stack as stack_adapter
-    from ray_llm_eks.domain.serving.serve_config import PD_IMPORTS
     from ray_llm_eks.domain.stack import cost
 
     config = stack_adapter.stack_file(stack)
@@ -116,7 +115,7 @@ def stack_facts(stack: str) -> dict:
         "slo_source": f"stack {stack}",
         "usd_per_hour": estimate.usd_per_hour,
         "cost_source": f"stack {stack}, on-demand, {estimate.scope}",
-        "pd": settings.serving.serve_document["applications"][0]["import_path"] in PD_IMPORTS,
+        "pd": settings.serving.serve_document.pd,
         "namespace": settings.serving.namespace,
     }
 

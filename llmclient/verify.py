@@ -226,24 +226,25 @@ def expectations(doc: dict, model_spec, floor_bytes_per_s: float | None, hf_conf
     """From a serve document as deployed: its decode engine's arguments, the model's facts (`hf_config`: the
     model's config.json when it is a local directory, e.g. the rehearsal's stand-in; else the fit's table or
     the stack's modelSpec)."""
-    from ray_llm_eks.domain.serving import role_view, serve_config
+    from ray_llm_eks.domain.serving import role_view
+    from ray_llm_eks.domain.serving.serve_app import parse_document
 
-    configs = serve_config.llm_configs_by_role(doc, "deployed")
-    if "decode" not in configs:
+    deployed = parse_document(doc, "deployed")
+    if "decode" not in deployed.roles:
         raise VerifyError("the serve config has no prefill/decode application: no KV moves to verify")
-    model_id, source = serve_config.model_of(configs["decode"])
-    spec = _model_facts(model_id, source, model_spec, hf_config)
-    decode = role_view.view_of("decode", configs["decode"], lambda *_: spec.max_context)
-    extra = (decode.engine_kwargs.get("kv_transfer_config") or {}).get("kv_connector_extra_config") or {}
+    spec = _model_facts(*deployed.roles["decode"].model.id_and_source, model_spec, hf_config)
+    decode = role_view.view_of("decode", deployed.roles["decode"], lambda *_: spec.max_context)
+    transfer = decode.engine.kv_transfer_config
+    extra = (transfer.kv_connector_extra_config if transfer is not None else None) or {}
     return Expectations(
-        model=model_id,
-        shape=kv_proof.shape_of(spec, decode.engine_kwargs),
+        model=decode.model_id,
+        shape=kv_proof.shape_of(spec, decode.engine),
         floor_bytes_per_s=floor_bytes_per_s,
         backends=list(extra.get("backends") or []),
         max_model_len=decode.max_model_len,
-        app=doc["applications"][0]["name"],
-        model_source=source,
-        local_below=serve_config.local_prefill_below(doc, "deployed"),
+        app=deployed.application.name,
+        model_source=decode.model_source,
+        local_below=deployed.local_prefill_below,
     )
 
 
@@ -355,11 +356,12 @@ def main(args) -> int:
     from ray_llm_eks.adapters.stackfile import StackFileError
     from ray_llm_eks.domain.core.errors import ConfigError
     from ray_llm_eks.domain.render import alert_rules
+    from ray_llm_eks.domain.serving.serve_app import document_dict
 
     try:
         settings = stack.load_settings(stack.stack_file(args.stack))
         doc = yaml.safe_load(args.served_config.read_text()) if args.served_config else None
-        doc = doc or settings.serving.serve_document
+        doc = doc or document_dict(settings.serving.serve_document)
         floor = args.floor_gbps * 1e9 if args.floor_gbps else alert_rules.rule_inputs(settings).kv_floor_bytes_per_s
         configs = doc["applications"][0].get("args") or {}
         source = ((configs.get("decode_config") or {}).get("model_loading_config") or {}).get("model_source") or ""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from measure import hf_model_spec
 from ray_llm_eks.domain.serving import fit_prediction, model_table, role_view, serve_config, vllm_fit
+from ray_llm_eks.domain.serving.llm_config import EngineKwargs
 from ray_llm_eks.domain.telemetry import ray_metrics as m
 
 # vLLM's decode engine computes the last prompt token itself (it needs that token's logits): one token per
@@ -210,12 +211,12 @@ def spec_from_hf_config(config: Mapping) -> model_table.ModelSpec:
     )
 
 
-def shape_of(model: model_table.ModelSpec, engine_kwargs: Mapping) -> KvShape:
+def shape_of(model: model_table.ModelSpec, engine_kwargs: EngineKwargs) -> KvShape:
     """The KV a request of `model` moves under these engine kwargs, from the fit's copy of vLLM's layout
     (ray_llm_eks/domain/serving/vllm_fit.py: the hybrid block grown to cover a Mamba page, the unpadded state per
     layer)."""
     max_model_len = role_view.effective_max_model_len(engine_kwargs, lambda: model.max_context)
-    engine = fit_prediction.Engine.from_engine_kwargs(engine_kwargs, max_model_len)
+    engine = fit_prediction.Engine.of(engine_kwargs, max_model_len)
     layout = fit_prediction.layout(model, engine)
     tp = engine.tensor_parallel
     per_token = layout.page_bytes // layout.block_size * model.kv_layers * tp if layout.block_size else 0

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from ray_llm_eks.domain.platform import aws_facts
 from ray_llm_eks.domain.serving import serve_config, vllm_fit
 from ray_llm_eks.domain.serving.role_view import replica_bounds
+from ray_llm_eks.domain.serving.serve_app import parse_document
 from rehearsal.substitute import CannotRehearse, LocalDocument, loopback
 
 GIB_MIB = 1024
@@ -80,12 +81,13 @@ class RoleNeed:
 def role_needs(doc: dict) -> list[RoleNeed]:
     """What each LLM role needs of a Ray node, from its config as deployed (roles in the document's order)."""
     needs = []
-    for role, config in serve_config.llm_configs_by_role(doc, "rehearsal").items():
+    for role, config in parse_document(doc, "rehearsal").roles.items():
         bounds = replica_bounds(role, config)
-        bundle = (config.get("placement_group_config") or {}).get("bundle_per_worker") or {}
+        placement = config.placement_group_config
+        bundle = (placement.bundle_per_worker if placement is not None else None) or {}
         custom = {k: float(v) for k, v in bundle.items() if k not in {"GPU", "CPU", "memory"}}
         gpus = bounds.initial * bounds.gpus_per_replica
-        needs.append(RoleNeed(role, gpus, custom, config.get("accelerator_type"), bounds.initial))
+        needs.append(RoleNeed(role, gpus, custom, config.accelerator_type, bounds.initial))
     return needs
 
 

@@ -20,6 +20,7 @@ from ray_llm_eks.adapters import environment
 from ray_llm_eks.adapters.stackfile import StackFileError
 from ray_llm_eks.domain.core.errors import PROJECT, ConfigError
 from ray_llm_eks.domain.serving import api_keys, model_table, role_view, serve_config
+from ray_llm_eks.domain.serving.serve_app import document_dict, parse_document
 from rehearsal import gpu, substitute, topology
 from rehearsal.context import say
 from rehearsal.logs import ROLE_HEADER
@@ -126,7 +127,8 @@ def key_check_here(
     is."""
     if not key_checked(local.document):
         return local, []
-    here = api_keys.on_this_machine(local.document, str(api_keys.SOURCES_DIR), str(keys_dir / api_keys.KEYS_FILE))
+    keyed = parse_document(local.document, "rehearsal")
+    here = document_dict(api_keys.on_this_machine(keyed, str(api_keys.SOURCES_DIR), str(keys_dir / api_keys.KEYS_FILE)))
     lines = substitute.moved_paths(local.document, here, substitute.pod_mounts(spec), STAND_INS)
     return replace(local, document=here), lines
 

@@ -337,7 +337,7 @@ def max_num_seqs_line(doc: dict) -> str:
     nowhere: only "Defaulting max_num_seqs to %d for %s usage context." at DEBUG when unset
     (engine/arg_utils.py EngineArgs._set_default_max_num_seqs_and_batched_tokens_args), and the Mamba refusal
     (config/compilation.py) when an engine does not start."""
-    seqs = {role: view.engine_kwargs.get("max_num_seqs") for role, view in role_views(doc, "rehearsal").items()}
+    seqs = {role: view.engine.max_num_seqs for role, view in role_views(doc, "rehearsal").items()}
     each = ", ".join(f"{role} {n}" if n is not None else f"{role} unset (vLLM's default)" for role, n in seqs.items())
     return f"max_num_seqs per engine: {each} (from the deployed serve config: vLLM 0.26 logs no line with it)"
 

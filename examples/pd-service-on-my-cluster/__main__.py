@@ -12,7 +12,6 @@ from ray_llm_eks.adapters.stackfile import StackConfig
 from ray_llm_eks.components.kuberay import KubeRayOperator, KubeRayOperatorArgs
 from ray_llm_eks.components.llm_service import LlmService, LlmServiceArgs
 from ray_llm_eks.domain.render.ray_service import ray_service_spec
-from ray_llm_eks.domain.serving.serve_config import served_model_id
 
 POOL = {"instanceType": "g6.8xlarge", "minSize": 1, "desiredSize": 1, "maxSize": 1}  # my node groups' type
 KEYS = {  # as `pulumi config` hands a ray-llm-eks stack's keys over (structures as JSON)
@@ -31,7 +30,7 @@ service = LlmService(
     "llm",
     LlmServiceArgs(
         ray_service_spec=ray_service_spec(settings),
-        model_id=served_model_id(settings.serving.serve_document, "rendered"),
+        model_id=settings.serving.serve_document.model_id,
         environment=settings.hardening.environment,
         api_key_check=settings.hardening.api_key_check,
     ),

@@ -28,7 +28,6 @@ from ray_llm_eks.domain.render.ray_service import ray_service_spec, served_docum
 from ray_llm_eks.domain.security import network_policies as policies
 from ray_llm_eks.domain.security.network_policies import network_policies
 from ray_llm_eks.domain.serving.api_keys import shipped_modules
-from ray_llm_eks.domain.serving.serve_config import served_model_id
 from ray_llm_eks.domain.stack.settings import GpuPoolSettings, NodePoolSettings, Settings
 
 
@@ -44,7 +43,7 @@ def llm_service_args(
     serving, mode, hardening = settings.serving, settings.deploy_mode, settings.hardening
     return LlmServiceArgs(
         ray_service_spec=ray_service_spec(settings),  # the store's address is a placeholder until AWS names it
-        model_id=served_model_id(serving.serve_document, "rendered"),
+        model_id=serving.serve_document.model_id,
         namespace=serving.namespace,
         service_name=serving.service_name,
         environment=hardening.environment,

@@ -10,6 +10,7 @@ from dataclasses import asdict
 
 from measure import vllm_log
 from ray_llm_eks.domain.fit import model_fit
+from ray_llm_eks.domain.serving.serve_app import parse_document
 from ray_llm_eks.domain.serving.serve_config import role_of
 from rehearsal import logs, topology, verify
 from rehearsal.checks import Check
@@ -55,7 +56,8 @@ def fits(ctx: Context) -> tuple[dict[str, model_fit.RoleFit], str]:
         return {}, "no prediction: the model is not in ray_llm_eks/domain/serving/model_table.py's table"
     doc = run.prediction_document
     roles = topology.expected_replicas(doc)
-    return model_fit.fit_document(doc, {role: run.emulate.instance_type for role in roles}), ""
+    instance_types = {role: run.emulate.instance_type for role in roles}
+    return model_fit.fit_document(parse_document(doc, "rehearsal"), instance_types), ""
 
 
 def memory_lines(ctx: Context, fail: bool = True) -> list[str]:
@@ -105,7 +107,7 @@ def _kv_buffers(ctx: Context) -> None:
     views = role_views(ctx.document, "rehearsal")
     problems, seen = [], []
     for role in ("prefill", "decode"):
-        want = views[role].engine_kwargs["kv_transfer_config"].get("kv_buffer_device", "cuda")
+        want = views[role].engine["kv_transfer_config"].get("kv_buffer_device", "cuda")
         for replica in ctx.running.get(role, []):
             who = f"{role}/{replica['replica_id']}"
             text = verify.replica_log(ctx.log_dirs, replica)

@@ -284,7 +284,7 @@ SHARED_SHARE, TAIL_WORDS = 0.5, 12
 def _prefill_caches_prefixes(ctx: Context) -> bool:
     """PD whose prefill engines were asked for a prefix cache (hybrid models keep it off unless asked)."""
     prefill = role_views(ctx.document, "rehearsal").get("prefill")
-    return ctx.pd and prefill is not None and bool(prefill.engine_kwargs.get("enable_prefix_caching"))
+    return ctx.pd and prefill is not None and bool(prefill.engine.enable_prefix_caching)
 
 
 def _kv_and_prefix(ctx: Context) -> tuple[kv_proof.KvCounters, dict[str, tuple[float, float]]]:

@@ -19,8 +19,10 @@ from typing import Any
 from ray_llm_eks.domain.core import packaged
 from ray_llm_eks.domain.core.errors import ConfigError, yaml_text
 from ray_llm_eks.domain.core.facts import POOL_NODE_LABEL
-from ray_llm_eks.domain.serving import model_table, serve_config
-from ray_llm_eks.domain.serving.role_view import role_views
+from ray_llm_eks.domain.serving import model_table
+from ray_llm_eks.domain.serving.fields import given
+from ray_llm_eks.domain.serving.llm_config import KvTransferConfig
+from ray_llm_eks.domain.serving.serve_app import ServeDocument
 
 TABLE = packaged.DATA / "known_issues.yaml"
 DECISIONS = ("refuse", "warn")
@@ -173,13 +175,12 @@ def shared_node(spec: Mapping, pool_roles: Mapping[str, str]) -> bool:
     return None in chosen or bool(set(selectors["prefill"]) & set(selectors["decode"]))
 
 
-def facts_of(document: dict, model_spec, spec: Mapping, pool_roles: Mapping[str, str]) -> StackFacts:
+def facts_of(document: ServeDocument, model_spec, spec: Mapping, pool_roles: Mapping[str, str]) -> StackFacts:
     """The facts of a rendered serve document (`model_spec`: the stack's modelSpec or None) and its RayService
     spec."""
-    configs = serve_config.llm_configs_by_role(document, "rendered")
-    views = role_views(document, "rendered")
-    first = next(iter(views.values()))
-    model = model_table.model_spec(first.model_id, first.model_source, model_spec)
+    configs = document.roles
+    first = next(iter(configs.values()))
+    model = model_table.model_spec(*first.model.id_and_source, model_spec)
     from ray_llm_eks.domain.serving.routing import (
         prefix_cache_on,  # here: routing's own imports reach config-time modules
     )
@@ -189,10 +190,10 @@ def facts_of(document: dict, model_spec, spec: Mapping, pool_roles: Mapping[str,
         return StackFacts(pd=False, hybrid=model.hybrid, prefix_caching_roles=caching)
     backends, connectors = set(), set()
     for config in (configs["prefill"], configs["decode"]):
-        transfer = (config.get("engine_kwargs") or {}).get("kv_transfer_config") or {}
-        connectors.add(transfer.get("kv_connector", ""))
-        backends |= set((transfer.get("kv_connector_extra_config") or {}).get("backends") or [DEFAULT_BACKEND])
-    tp = {role: view.tensor_parallel for role, view in views.items()}
+        transfer = config.engine.kv_transfer_config or KvTransferConfig()
+        connectors.add(given(transfer.kv_connector, ""))
+        backends |= set((transfer.kv_connector_extra_config or {}).get("backends") or [DEFAULT_BACKEND])
+    tp = {role: config.engine.tensor_parallel for role, config in configs.items()}
     return StackFacts(
         pd=True,
         kv_backends=frozenset(backends),

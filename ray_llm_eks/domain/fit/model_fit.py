@@ -20,14 +20,15 @@ and an explicit one that cannot fit is refused with vLLM's own reason.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 from ray_llm_eks.domain.core.errors import UNSET, ConfigError, in_serve_config, yaml_text
 from ray_llm_eks.domain.platform import aws_facts
 from ray_llm_eks.domain.platform.aws_facts import INSTANCE_SPECS, InstanceTable
 from ray_llm_eks.domain.serving import vllm_fit
+from ray_llm_eks.domain.serving.fields import ensure, put
 from ray_llm_eks.domain.serving.fit_prediction import (
     CUDA_CONTEXT_GIB,
     MIN_CONTEXT_TOKENS,
@@ -38,15 +39,11 @@ from ray_llm_eks.domain.serving.fit_prediction import (
     largest_max_num_seqs,
     predict,
 )
+from ray_llm_eks.domain.serving.llm_config import LlmConfig
 from ray_llm_eks.domain.serving.model_table import GIB, MIB, ModelSpec, model_spec
 from ray_llm_eks.domain.serving.role_view import RoleView, view_of
-from ray_llm_eks.domain.serving.serve_config import (
-    check_tensor_parallel,
-    llm_configs_by_role,
-    load_serve_file,
-    model_of,
-    serve_config_names,
-)
+from ray_llm_eks.domain.serving.serve_app import ServeDocument
+from ray_llm_eks.domain.serving.serve_config import check_tensor_parallel, serve_config_names, shipped_document
 
 # How a line names the serve config the fit checks: rendered from the stack's serveConfig file and keys.
 SERVED = "the served document"
@@ -111,8 +108,8 @@ def _shipped_tensor_parallel(role: str) -> dict[int, str]:
     writing a serve file)."""
     found: dict[int, str] = {}
     for name in sorted(serve_config_names(), reverse=True):
-        config = llm_configs_by_role(load_serve_file(name), name).get(role) or {}
-        found[(config.get("engine_kwargs") or {}).get("tensor_parallel_size", 1)] = name
+        config = shipped_document(name).roles.get(role, LlmConfig())
+        found[config.engine.tensor_parallel] = name
     return found
 
 
@@ -249,7 +246,7 @@ def check_heads(
 
 
 def accepts(
-    config: Mapping,
+    config: LlmConfig,
     role: str,
     instance_type: str,
     need_efa: bool,
@@ -322,12 +319,11 @@ class RoleFit:
         )
 
 
-def _role(role: str, config: Mapping, override: ModelSpec | None) -> tuple[RoleView, ModelSpec, Engine]:
+def _role(role: str, config: LlmConfig, override: ModelSpec | None) -> tuple[RoleView, ModelSpec, Engine]:
     """One role's view, its model's facts and the engine settings the fit predicts with."""
-    model_id, source = model_of(config)
-    spec = model_spec(model_id, source, override)
+    spec = model_spec(*config.model.id_and_source, override)
     view = view_of(role, config, lambda *_: spec.max_context)
-    engine = Engine.from_engine_kwargs(view.engine_kwargs, view.max_model_len)
+    engine = Engine.of(view.engine, view.max_model_len)
     if view.max_model_len_auto:
         # vLLM fits the context to the KV cache it finds: check only that a minimal context fits beside the weights.
         engine = replace(engine, max_model_len=MIN_CONTEXT_TOKENS)
@@ -341,23 +337,37 @@ def derives_max_num_seqs(model: ModelSpec, engine: Engine) -> bool:
     return model.hybrid and not engine.enforce_eager and engine.max_num_seqs is None
 
 
-def render_max_num_seqs(
-    document: dict, pools: Iterable[tuple[str, str]], override: ModelSpec | None, table: InstanceTable = INSTANCE_SPECS
-) -> tuple[dict, dict[str, int]]:
-    """The serve document with max_num_seqs derived for each hybrid role that leaves it unset: the
-    largest that fits the smallest GPU among the role's pools (`pools`: (role, instance type) pairs).
-    Also returns what it derived, per role."""
-    document = copy.deepcopy(document)
+def derive_max_num_seqs(
+    doc: ServeDocument,
+    pools: Iterable[tuple[str, str]],
+    override: ModelSpec | None,
+    table: InstanceTable = INSTANCE_SPECS,
+) -> dict[str, int]:
+    """max_num_seqs for each hybrid role of a rendered serve document that leaves it unset: the largest that
+    fits the smallest GPU among the role's pools (`pools`: (role, instance type) pairs). A role none fits is
+    left out: the check names vLLM's reason."""
     types = _types_by_role(pools)
     derived = {}
-    for role, config in llm_configs_by_role(document, "rendered").items():
+    for role, config in doc.roles.items():
         _, spec, engine = _role(role, config, override)
         if role not in types or not derives_max_num_seqs(spec, engine):
             continue
         seqs = largest_max_num_seqs(spec, engine, table[_smallest(types[role], table)])
-        if seqs > 0:  # else the check names vLLM's reason
-            config["engine_kwargs"]["max_num_seqs"] = derived[role] = seqs
-    return document, derived
+        if seqs > 0:
+            derived[role] = seqs
+    return derived
+
+
+def with_max_num_seqs(doc: ServeDocument, seqs_by_role: Mapping[str, int]) -> ServeDocument:
+    """The document with each role of `seqs_by_role` running that many sequences per engine."""
+
+    def with_seqs(role: str, config: LlmConfig) -> LlmConfig:
+        if role not in seqs_by_role:
+            return config
+        config = ensure(config, "engine_kwargs")
+        return put(config, engine_kwargs=put(config.engine, max_num_seqs=seqs_by_role[role]))
+
+    return doc.map_roles(with_seqs)
 
 
 def _types_by_role(pools: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
@@ -372,7 +382,7 @@ def _smallest(instance_types: Iterable[str], table: InstanceTable) -> str:
 
 
 def fit_document(
-    document: dict,
+    doc: ServeDocument,
     instance_types: Mapping[str, str],
     override: ModelSpec | None = None,
     derived: Iterable[str] = (),
@@ -381,7 +391,7 @@ def fit_document(
     """The prediction per role of a rendered serve document, without checking it (`derived`: the roles
     whose max_num_seqs the stack derived)."""
     fits = {}
-    for role, config in llm_configs_by_role(document, "rendered").items():
+    for role, config in doc.roles.items():
         view, spec, engine = _role(role, config, override)
         model_id = view.model_id
         source = "derived" if role in derived else "vLLM default" if engine.max_num_seqs is None else "set"
@@ -392,7 +402,7 @@ def fit_document(
 
 
 def check_fit(
-    document: dict,
+    doc: ServeDocument,
     instance_types: Mapping[str, str],
     efa_roles: set[str],
     override: ModelSpec | None,
@@ -402,7 +412,7 @@ def check_fit(
     """Check every LLM config of a rendered serve document against its pool's instance type (`prices`: $/h by
     instance type in the stack's region, to name the cheapest type that fits)."""
     predictions = {}
-    for role, config in llm_configs_by_role(document, "rendered").items():
+    for role, config in doc.roles.items():
         view, spec, engine = _role(role, config, override)
         efa = role in efa_roles
         predictions[role] = check_role(role, view.model_id, spec, engine, instance_types[role], efa, prices, table)
@@ -423,15 +433,24 @@ def parse_max_num_seqs(value: str | None) -> int | None:
     return seqs
 
 
+@dataclass(frozen=True)
+class FitResult:
+    """A rendered serve document fitted to its pools."""
+
+    document: ServeDocument  # with the stack's maxNumSeqs, or the derived max_num_seqs, on its LLM configs
+    lines: tuple[str, ...]  # the fit on the smallest GPU of each role: what `make plan` prints
+    derived: Mapping[str, int]  # the max_num_seqs the stack derived, per role
+
+
 def fit_serving(
-    document: dict,
+    doc: ServeDocument,
     pools: Iterable[tuple[str, str]],
     efa_roles: set[str],
     override: ModelSpec | None,
     max_num_seqs: int | None = None,
     prices: Mapping[str, float] | None = None,
     table: InstanceTable = INSTANCE_SPECS,
-) -> tuple[dict, tuple[str, ...]]:
+) -> FitResult:
     """What the stack does with a rendered serve document: set the stack's maxNumSeqs on every LLM
     config or derive max_num_seqs where it is rendered, check every role on every instance type of its
     pools, and describe the fit on the smallest GPU of each role (the lines `make plan` prints).
@@ -439,19 +458,18 @@ def fit_serving(
     stack's instance types (ours and its instanceTypes)."""
     pools = list(pools)
     if max_num_seqs is not None:
-        document = copy.deepcopy(document)
-        for config in llm_configs_by_role(document, "rendered").values():
-            config.setdefault("engine_kwargs", {})["max_num_seqs"] = max_num_seqs
-    document, derived = render_max_num_seqs(document, pools, override, table)
+        doc = with_max_num_seqs(doc, dict.fromkeys(doc.roles, max_num_seqs))
+    derived = derive_max_num_seqs(doc, pools, override, table)
+    doc = with_max_num_seqs(doc, derived)
     types = _types_by_role(pools)
     for instance_type in {t for ts in types.values() for t in ts}:
         own = {role: instance_type if instance_type in ts else _smallest(ts, table) for role, ts in types.items()}
         try:
-            check_fit(document, own, efa_roles, override, prices, table)
+            check_fit(doc, own, efa_roles, override, prices, table)
         except ConfigError as error:
             if max_num_seqs is None or not error.key.endswith(".max_num_seqs"):
                 raise
             raise ConfigError("maxNumSeqs", max_num_seqs, error.allowed) from None
     smallest = {role: _smallest(ts, table) for role, ts in types.items()}
-    fits = fit_document(document, smallest, override, derived, table)
-    return document, tuple(fit.line() for fit in fits.values())
+    fits = fit_document(doc, smallest, override, derived, table)
+    return FitResult(doc, tuple(fit.line() for fit in fits.values()), MappingProxyType(derived))

@@ -16,8 +16,8 @@ from typing import Any
 
 from ray_llm_eks.domain.fit import model_fit
 from ray_llm_eks.domain.platform import aws_facts
+from ray_llm_eks.domain.serving.llm_config import LlmConfig
 from ray_llm_eks.domain.serving.role_view import RoleView
-from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
 from ray_llm_eks.domain.stack import cost
 from ray_llm_eks.domain.stack.settings import GpuPoolSettings, ServingSettings, Settings
 
@@ -102,12 +102,12 @@ def _replicas(role: str, use: PoolGpus, passes: Passes) -> list[str]:
 
 
 def _tensor_parallel(
-    role: str, use: PoolGpus, config: dict, serving: ServingSettings, table: aws_facts.InstanceTable
+    role: str, use: PoolGpus, config: LlmConfig, serving: ServingSettings, table: aws_facts.InstanceTable
 ) -> list[str]:
     """The largest tensor_parallel_size the replicas still fit the pool's nodes with, passing the role's
     checks (check_role: one node, vLLM's head rules, the memory fit). A serve-file change, so not for PD
     roles, whose prefill and decode sizes are chosen together (NIXL maps one side's ranks onto the other's)."""
-    if "kv_transfer_config" in (config.get("engine_kwargs") or {}):
+    if config.engine.kv_transfer_config is not None:
         return []
     pool, derived = use.pool, use.role in serving.max_num_seqs_derived
     wider = [
@@ -151,7 +151,7 @@ def idle_gpu_warnings(settings: Settings, passes: Passes) -> list[str]:
     """One line per pool whose GPUs its role's replicas leave idle: how many, what they cost, and what
     would use them."""
     prices = cost.instance_prices(settings.region, settings.prices)
-    configs = llm_configs_by_role(settings.serving.serve_document, "rendered")
+    configs = settings.serving.serve_document.roles
     warnings = []
     for role, use in pool_gpus(settings.serving.roles, settings.gpu_pools).items():
         if use.idle <= 0:

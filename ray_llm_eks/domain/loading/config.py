@@ -27,7 +27,7 @@ from ray_llm_eks.domain.platform.aws_facts import BotocoreFacts
 from ray_llm_eks.domain.render import alert_rules
 from ray_llm_eks.domain.security import hardening as hardening_section
 from ray_llm_eks.domain.security.hardening import switched_off
-from ray_llm_eks.domain.serving import model_table, serve_config
+from ray_llm_eks.domain.serving import model_table
 from ray_llm_eks.domain.serving.serve_config import OwnServeFile
 from ray_llm_eks.domain.stack import cost
 from ray_llm_eks.domain.stack.settings import (
@@ -240,9 +240,7 @@ def load_settings(
         region=region,
         partition=facts.region_partition(region),
     )
-    if not hardening.api_key_check and serving.serve_document["applications"][0]["import_path"] == (
-        serve_config.SELECTIVE_PD_IMPORT
-    ):
+    if not hardening.api_key_check and serving.serve_document.selective_pd:
         # Its decode server reaches the pods with the key-checking ingress's code
         # (ray_llm_eks/domain/serving/api_keys.py).
         raise ConfigError("selectivePd", raw.text("selectivePd"), "off while apiKeyCheck is false")

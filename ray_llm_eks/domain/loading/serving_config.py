@@ -15,8 +15,6 @@ from ray_llm_eks.domain.platform import field_checks, image_ref, versions
 from ray_llm_eks.domain.platform.aws_facts import BotocoreFacts, InstanceTable
 from ray_llm_eks.domain.security import ray_auth
 from ray_llm_eks.domain.serving import api_keys, model_table, routing, serve_config
-from ray_llm_eks.domain.serving.role_view import role_views
-from ray_llm_eks.domain.serving.serve_app import document_dict
 from ray_llm_eks.domain.stack.settings import GpuPoolSettings, ServingSettings
 from ray_llm_eks.domain.telemetry.observability import ObservabilitySettings
 
@@ -132,10 +130,6 @@ def _s3_uri(key: str, uri: str) -> str:
     return uri
 
 
-def _without_max_num_seqs(document: dict) -> set[str]:
-    return {role for role, view in role_views(document, "rendered").items() if "max_num_seqs" not in view.engine_kwargs}
-
-
 def serving_settings(
     raw: RawConfig,
     region: str,
@@ -160,15 +154,13 @@ def serving_settings(
     doc = serve_config.render(name, _serve_overrides(raw), shapes, vllm_version, model_facts, own)
     doc = routing.load(raw, doc, name, model_facts)
     api_keys.check_no_own_ingress(doc, serve_config.where_of(name))
-    document = document_dict(doc)
     efa_roles = {p.app_role for p in pools.values() if p.efa}
     # max_num_seqs derived where the fit renders it; every pool of a role must fit the role's engine.
     pool_types = [(p.app_role, p.nodes.instance_type) for p in pools.values()]
     seqs = model_fit.parse_max_num_seqs(raw.text("maxNumSeqs"))
-    unset = set() if seqs is not None else _without_max_num_seqs(document)
-    document, fit = model_fit.fit_serving(document, pool_types, efa_roles, own_spec, seqs, instance_prices, table)
+    fitted = model_fit.fit_serving(doc, pool_types, efa_roles, own_spec, seqs, instance_prices, table)
 
-    sources = {role: view.model_source for role, view in role_views(document, "rendered").items()}
+    sources = {role: config.model.source for role, config in fitted.document.roles.items()}
     weights_s3 = tuple(
         sorted({_s3_uri(f"serveConfig {role} model_source", u) for role, u in sources.items() if "://" in u})
     )
@@ -187,9 +179,9 @@ def serving_settings(
         )
     return ServingSettings(
         observability=obs,
-        serve_document=document,
-        fit=fit,
-        max_num_seqs_derived=frozenset(unset - _without_max_num_seqs(document)),
+        serve_document=fitted.document,
+        fit=fitted.lines,
+        max_num_seqs_derived=frozenset(fitted.derived),
         model_spec=own_spec,
         namespace=namespace,
         service_name=service_name,

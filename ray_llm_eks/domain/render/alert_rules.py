@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ray_llm_eks.domain.serving import serve_config
 from ray_llm_eks.domain.stack.settings import GpuPoolSettings, Settings
 from ray_llm_eks.domain.telemetry import alerts
 
@@ -21,7 +20,7 @@ def rule_inputs(settings: Settings) -> alerts.RuleInputs:
         kv_floor_bytes_per_s=floor,
         thresholds=settings.alerts,
         slo=settings.slo,
-        local_prefill_below=serve_config.local_prefill_below(serving.serve_document) if pd else None,
+        local_prefill_below=serving.serve_document.local_prefill_below if pd else None,
         keyed=settings.hardening.api_key_check,
     )
 

@@ -27,7 +27,8 @@ from ray_llm_eks.domain.platform.sizing import (
 from ray_llm_eks.domain.render import karpenter
 from ray_llm_eks.domain.security import ray_auth
 from ray_llm_eks.domain.serving import api_keys
-from ray_llm_eks.domain.serving.serve_config import role_resource, to_yaml
+from ray_llm_eks.domain.serving.serve_app import ServeDocument, to_yaml
+from ray_llm_eks.domain.serving.serve_config import role_resource
 from ray_llm_eks.domain.stack.settings import GpuPoolSettings, ServingSettings, Settings
 from ray_llm_eks.domain.telemetry import monitoring_release, observability
 
@@ -328,9 +329,9 @@ def worker_annotations(settings: Settings) -> dict[str, str]:
     return dict(NOT_EVICTABLE)
 
 
-def served_document(settings: Settings) -> dict:
-    """The serve document the RayService runs (its serveConfigV2, parsed): the stack's applications
-    behind the key-checking ingress, unless the stack turned the check off (environment dev only)."""
+def served_document(settings: Settings) -> ServeDocument:
+    """The serve document the RayService runs (its serveConfigV2): the stack's application behind the
+    key-checking ingress, unless the stack turned the check off (environment dev only)."""
     if not settings.hardening.api_key_check:
         return settings.serving.serve_document
     return api_keys.with_key_check(settings.serving.serve_document, settings.hardening.max_request_bytes)

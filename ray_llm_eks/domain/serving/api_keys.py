@@ -5,20 +5,27 @@ Kubernetes Secret mounted as a file (rotation without restarts: ray_llm_eks/serv
 
 from __future__ import annotations
 
-import copy
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TypeVar
 
 from ray_llm_eks.domain.core import packaged
 from ray_llm_eks.domain.core.errors import NOT_SHOWN, ConfigError, in_serve_config
 from ray_llm_eks.domain.core.facts import KEY_CHECKED_INGRESS
-from ray_llm_eks.domain.serving import serve_config
+from ray_llm_eks.domain.serving.fields import ensure, put
+from ray_llm_eks.domain.serving.llm_config import LlmConfig
+from ray_llm_eks.domain.serving.serve_app import (
+    GUARDED_PD_IMPORT,
+    PD_IMPORT,
+    IngressClsConfig,
+    ServeApplication,
+    ServeDocument,
+)
 
 INGRESS_CLS = KEY_CHECKED_INGRESS
 SOURCES_DIR = packaged.ROOT / "serve_ingress"
 # Flat modules on the pods' PYTHONPATH; ray_start.py is the head's start with a GCS store (gcs_ft.head_start), the
-# prefill guard the PD apps' decode servers (serve_config.GUARDED_PD_IMPORT, selective_pd.py).
+# prefill guard the PD apps' decode servers (serve_app.GUARDED_PD_IMPORT, selective_pd.py).
 SHIPPED_MODULES = (
     "api_keys.py",
     "api_key_ingress.py",
@@ -43,15 +50,14 @@ MAX_BODY_ENV = "RAY_LLM_EKS_MAX_REQUEST_BYTES"  # read by ray_llm_eks/serve_ingr
 SECRET_NAME = "api-keys"
 CONFIG_MAP_NAME = "api-key-ingress"
 MIN_KEY_LENGTH = 16
+# What carries a runtime_env of its own: the application, and each LLM config.
+H = TypeVar("H", ServeApplication, LlmConfig)
 
 
-def shipped_modules(document: Mapping[str, Any]) -> tuple[str, ...]:
+def shipped_modules(document: ServeDocument) -> tuple[str, ...]:
     """The modules the pods of a served document import: the key check's and the worker setup's, and selective PD's
-    decode server where an application runs it."""
-    selective = any(
-        a.get("import_path") == serve_config.SELECTIVE_PD_IMPORT for a in document.get("applications") or []
-    )
-    return SHIPPED_MODULES + (SELECTIVE_PD_MODULES if selective else ())
+    decode server where the application runs it."""
+    return SHIPPED_MODULES + (SELECTIVE_PD_MODULES if document.selective_pd else ())
 
 
 def ingress_sources(modules: Sequence[str] = SHIPPED_MODULES) -> dict[str, str]:
@@ -59,19 +65,18 @@ def ingress_sources(modules: Sequence[str] = SHIPPED_MODULES) -> dict[str, str]:
     return {name: packaged.read_text(SOURCES_DIR / name) for name in modules}
 
 
-def check_no_own_ingress(document: Mapping, where: str) -> None:
+def check_no_own_ingress(document: ServeDocument, where: str) -> None:
     """The stack sets the ingress class itself; a serve file that sets one would lose the key check."""
-    for app in document.get("applications") or []:
-        if "ingress_cls_config" in (app.get("args") or {}):
-            raise in_serve_config(
-                where,
-                "args.ingress_cls_config",
-                NOT_SHOWN,
-                "left out: the stack sets it (the API key check, ray_llm_eks/domain/serving/api_keys.py)",
-            )
+    if "ingress_cls_config" in document.application.app_args:
+        raise in_serve_config(
+            where,
+            "args.ingress_cls_config",
+            NOT_SHOWN,
+            "left out: the stack sets it (the API key check, ray_llm_eks/domain/serving/api_keys.py)",
+        )
 
 
-def with_key_check(document: dict, max_request_bytes: int) -> dict:
+def with_key_check(document: ServeDocument, max_request_bytes: int) -> ServeDocument:
     """The serve document with every application behind the key-checking ingress, whose requests may carry
     bodies of `max_request_bytes` at most. Ray expands `${PYTHONPATH}` in runtime_env env_vars from the raylet's
     environment (Ray 2.58 ray/_private/utils.py update_envs), so the image's own PYTHONPATH, whatever it is, is
@@ -79,40 +84,40 @@ def with_key_check(document: dict, max_request_bytes: int) -> dict:
     return on_this_machine(document, MODULE_DIR, f"{KEYS_DIR}/{KEYS_FILE}", max_request_bytes)
 
 
-def on_this_machine(document: dict, module_dir: str, keys_file: str, max_request_bytes: int | None = None) -> dict:
+def on_this_machine(
+    document: ServeDocument, module_dir: str, keys_file: str, max_request_bytes: int | None = None
+) -> ServeDocument:
     """`with_key_check` with the ingress code in `module_dir` and the keys in `keys_file` instead of
     the pods' mounts: what a rehearsal on this machine serves. A document that is already keyed
     only has its two paths moved (its body limit kept, unless given)."""
-    checked = copy.deepcopy(document)
-    for app in checked.get("applications") or []:
-        app.setdefault("args", {})["ingress_cls_config"] = {"ingress_cls": INGRESS_CLS}
-        if app.get("import_path") == serve_config.PD_IMPORT:  # decode starts afresh after a prefill restart
-            app["import_path"] = serve_config.GUARDED_PD_IMPORT
-        env = _run_shipped_code(app, module_dir)
-        env[KEYS_FILE_ENV] = keys_file
-        if max_request_bytes is not None:
-            env[MAX_BODY_ENV] = str(max_request_bytes)
+    app = document.application
+    app = put(app, args=put(app.app_args, ingress_cls_config=IngressClsConfig.of(ingress_cls=INGRESS_CLS)))
+    if app.import_path == PD_IMPORT:  # decode starts afresh after a prefill restart
+        app = put(app, import_path=GUARDED_PD_IMPORT)
+    limit = {} if max_request_bytes is None else {MAX_BODY_ENV: str(max_request_bytes)}
+    app = _run_shipped_code(app, module_dir, **{KEYS_FILE_ENV: keys_file, **limit})
     # Ray Serve LLM gives an engine replica its LLM config's runtime_env in place of the application's
     # (Ray 2.58 llm/_internal/serve/core/server/llm_server.py LLMServer.get_deployment_options, a shallow
     # merge: the config's env_vars replace the app's), so each LLM config carries the hook itself.
-    for config in serve_config.llm_configs_by_role(checked, "serveConfig").values():
-        _run_shipped_code(config, module_dir)
-    return checked
+    return document.with_application(app).map_roles(lambda _role, config: _run_shipped_code(config, module_dir))
 
 
-def _run_shipped_code(holder: dict, module_dir: str) -> dict:
-    """The env_vars of `holder`'s runtime_env, with the shipped modules importable and the worker setup
-    hook set: the env_vars mapping, for more."""
-    runtime_env = holder.setdefault("runtime_env", {})
+def _run_shipped_code(holder: H, module_dir: str, **env_vars: str) -> H:
+    """`holder` (the application or an LLM config) with the shipped modules importable and the worker setup hook
+    set in its runtime_env, and `env_vars` after them."""
+    holder = ensure(holder, "runtime_env")
     # The field as well: an engine process inherits the env var, and vLLM's Ray executor calls ray.init there
     # with the replica's runtime_env, which must name the same hook (Ray 2.58 setup_hook.py
     # _check_setup_hook_consistency); Ray Serve LLM would put its own no-op hook in the field otherwise
     # (llm_server.py LLMServer.get_deployment_options, ENABLE_WORKER_PROCESS_SETUP_HOOK).
-    runtime_env["worker_process_setup_hook"] = WORKER_SETUP_HOOK
-    env = runtime_env.setdefault("env_vars", {})
-    env["PYTHONPATH"] = f"{module_dir}:${{PYTHONPATH}}"
-    env[WORKER_SETUP_HOOK_ENV] = WORKER_SETUP_HOOK
-    return env
+    runtime_env = put(holder.runtime_env, worker_process_setup_hook=WORKER_SETUP_HOOK)
+    env = {
+        **(runtime_env.env_vars or {}),
+        "PYTHONPATH": f"{module_dir}:${{PYTHONPATH}}",
+        WORKER_SETUP_HOOK_ENV: WORKER_SETUP_HOOK,
+        **env_vars,
+    }
+    return put(holder, runtime_env=put(runtime_env, env_vars=env))
 
 
 def code_volume() -> dict:

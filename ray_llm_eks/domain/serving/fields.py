@@ -31,6 +31,7 @@ def no_extra() -> Mapping[str, Json]:
 
 
 F = TypeVar("F", bound="Fields")
+T = TypeVar("T")
 # The JSON type a typed scalar field takes, as a line names it.
 SCALAR_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
 
@@ -226,6 +227,11 @@ def ensure(obj: F, *keys: str) -> F:
     """`obj` with an empty mapping for each of `keys` it lacks (a dict's setdefault(key, {}))."""
     missing = {key: obj.NESTED[key]() for key in keys if key not in obj.key_order}
     return put(obj, **missing) if missing else obj
+
+
+def given(value: T | None, default: T) -> T:
+    """A typed field's value, or the default its reader (Ray, vLLM) takes where the config leaves it out."""
+    return default if value is None else value
 
 
 def to_dict(obj: Fields) -> dict[str, Any]:

@@ -6,11 +6,12 @@ refuses."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from ray_llm_eks.domain.platform import aws_facts
 from ray_llm_eks.domain.serving import vllm_fit
+from ray_llm_eks.domain.serving.fields import given
+from ray_llm_eks.domain.serving.llm_config import EngineKwargs
 from ray_llm_eks.domain.serving.model_table import DTYPE_BYTES, GIB, MIB, ModelSpec
 
 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.26 CacheConfig default (vllm/config/cache.py)
@@ -71,21 +72,21 @@ class Engine:
     compile_cache: bool = False
 
     @classmethod
-    def from_engine_kwargs(cls, kwargs: Mapping, max_model_len: int) -> Engine:
+    def of(cls, engine: EngineKwargs, max_model_len: int) -> Engine:
         """`max_model_len`: the effective one (ray_llm_eks/domain/serving/role_view.py effective_max_model_len)."""
         return cls(
             max_model_len=max_model_len,
-            tensor_parallel=kwargs.get("tensor_parallel_size", 1),
-            pipeline_parallel=kwargs.get("pipeline_parallel_size", 1),
-            gpu_memory_utilization=kwargs.get("gpu_memory_utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION),
-            kv_cache_dtype=kwargs.get("kv_cache_dtype", "auto"),
-            max_num_batched_tokens=kwargs.get("max_num_batched_tokens"),
-            language_model_only=bool(kwargs.get("language_model_only", False)),
-            max_num_seqs=kwargs.get("max_num_seqs"),
-            enforce_eager=bool(kwargs.get("enforce_eager", False)),
-            block_size=kwargs.get("block_size"),
-            prefix_caching=bool(kwargs.get("enable_prefix_caching", False)),
-            mamba_ssm_cache_dtype=_not_auto(kwargs.get("mamba_ssm_cache_dtype")),
+            tensor_parallel=engine.tensor_parallel,
+            pipeline_parallel=engine.pipeline_parallel,
+            gpu_memory_utilization=given(engine.gpu_memory_utilization, VLLM_DEFAULT_GPU_MEMORY_UTILIZATION),
+            kv_cache_dtype=given(engine.kv_cache_dtype, "auto"),
+            max_num_batched_tokens=engine.max_num_batched_tokens,
+            language_model_only=bool(engine.language_model_only),
+            max_num_seqs=engine.max_num_seqs,
+            enforce_eager=bool(engine.enforce_eager),
+            block_size=engine.block_size,
+            prefix_caching=bool(engine.enable_prefix_caching),
+            mamba_ssm_cache_dtype=_not_auto(engine.mamba_ssm_cache_dtype),
         )
 
     @property

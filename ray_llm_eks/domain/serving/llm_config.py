@@ -33,6 +33,11 @@ class ModelLoadingConfig(Fields):
         """What vLLM loads: model_source, or model_id where it is left out (as Ray Serve LLM reads it)."""
         return self.model_source or self.model_id or ""
 
+    @property
+    def id_and_source(self) -> tuple[str, str]:
+        """(model_id, source): what the model table looks it up by (ray_llm_eks/domain/serving/model_table.py)."""
+        return self.model_id or "", self.source
+
 
 @dataclass(frozen=True)
 class KvTransferConfig(Fields):

@@ -7,12 +7,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 from ray_llm_eks.domain.core.errors import UNSET, ConfigError, did_you_mean, mapping_of, unknown_field, yaml_text
 from ray_llm_eks.domain.core.raw_config import RawConfig
 from ray_llm_eks.domain.serving import vllm_fit
 from ray_llm_eks.domain.serving.model_families import FAMILIES, ModelFamily
-from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role, model_of
+
+if TYPE_CHECKING:
+    from ray_llm_eks.domain.serving.serve_app import ServeDocument
 
 GIB = 1024**3
 MIB = 1024**2
@@ -277,7 +280,7 @@ def _size(model: str) -> str | None:
     return f"{found.group(1)}b" if found else None
 
 
-def gated_models(document: dict) -> list[str]:
+def gated_models(document: ServeDocument) -> list[str]:
     """Known gated models the serve document loads (they need hfToken)."""
-    sources = {model_of(c)[1] for c in llm_configs_by_role(document, "rendered").values()}
+    sources = {config.model.source for config in document.roles.values()}
     return sorted(s for s in sources if s in KNOWN_MODELS and KNOWN_MODELS[s].gated)

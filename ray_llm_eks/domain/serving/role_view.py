@@ -1,16 +1,16 @@
-"""One typed view of each role of a rendered serve application: the model it serves, its engine
-arguments, its replica bounds, the GPUs one replica takes and the context length vLLM will run it at.
-Built once from the document; every reader asks the view instead of the nested dicts."""
+"""One view of each role of a rendered serve application: the model it serves, its engine arguments, its
+replica bounds, the GPUs one replica takes and the context length vLLM will run it at. Built once from the
+document's typed LLM configs (ray_llm_eks/domain/serving/llm_config.py); readers after the fit ask the view."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Any
 
 from ray_llm_eks.domain.core.errors import ConfigError
-from ray_llm_eks.domain.serving.serve_config import gpus_per_replica, llm_configs_by_role, model_of
+from ray_llm_eks.domain.serving.fields import given
+from ray_llm_eks.domain.serving.llm_config import EngineKwargs, LlmConfig
+from ray_llm_eks.domain.serving.serve_app import parse_document
 
 # Ray Serve 2.58 AutoscalingConfig defaults (ray/serve/config.py): min_replicas 1, max_replicas 1.
 SERVE_DEFAULT_MIN, SERVE_DEFAULT_MAX = 1, 1
@@ -19,13 +19,13 @@ SERVE_DEFAULT_MIN, SERVE_DEFAULT_MAX = 1, 1
 AUTO_MAX_MODEL_LEN = -1
 
 
-def effective_max_model_len(engine_kwargs: Mapping, max_context: Callable[[], int] | None) -> int | None:
+def effective_max_model_len(engine: EngineKwargs, max_context: Callable[[], int] | None) -> int | None:
     """The context vLLM 0.26 runs an engine at, before any auto-fit: max_model_len when set, else (unset, or
     -1) the model's derived length, which `max_context()` gives (vllm/config/model.py _get_and_verify_max_len:
     `if max_model_len is None or max_model_len == -1: max_model_len = int(derived_max_model_len)`, the smallest
     of config.json's max_position_embeddings and its kin, model_arch_config_convertor.py
     derive_max_model_len_and_key)."""
-    value = engine_kwargs.get("max_model_len")
+    value = engine.max_model_len
     if value is None or value == AUTO_MAX_MODEL_LEN:
         return None if max_context is None else max_context()
     return int(value)
@@ -43,15 +43,15 @@ class ReplicaBounds:
     where: str  # how the message names the replica side
 
 
-def replica_bounds(role: str, config: Mapping) -> ReplicaBounds:
-    gpus = gpus_per_replica(config.get("engine_kwargs") or {})
-    deployment = config.get("deployment_config") or {}
-    auto = deployment.get("autoscaling_config")
+def replica_bounds(role: str, config: LlmConfig) -> ReplicaBounds:
+    gpus = config.engine.gpus_per_replica
+    deployment = config.deployment
+    auto = deployment.autoscaling_config
     if auto is None:
-        n = deployment.get("num_replicas", 1)
+        n = given(deployment.num_replicas, 1)
         return ReplicaBounds(n, n, n, False, gpus, f"{role} num_replicas = {n}")
-    low, high = auto.get("min_replicas", SERVE_DEFAULT_MIN), auto.get("max_replicas", SERVE_DEFAULT_MAX)
-    initial = auto.get("initial_replicas", low)
+    low, high = given(auto.min_replicas, SERVE_DEFAULT_MIN), given(auto.max_replicas, SERVE_DEFAULT_MAX)
+    initial = given(auto.initial_replicas, low)
     if not low <= initial <= high:
         raise ConfigError(
             f"autoscaling.{role}",
@@ -69,7 +69,7 @@ class RoleView:
     role: str
     model_id: str  # what clients name the model
     model_source: str  # what vLLM loads (model_id when the config leaves model_source out)
-    engine_kwargs: Mapping[str, Any]  # read-only
+    engine: EngineKwargs
     tensor_parallel: int
     pipeline_parallel: int
     replicas: ReplicaBounds
@@ -83,27 +83,36 @@ class RoleView:
         return self.tensor_parallel * self.pipeline_parallel
 
 
-def view_of(role: str, config: Mapping, max_context: Callable[[str, str], int] | None = None) -> RoleView:
+def view_of(role: str, config: LlmConfig, max_context: Callable[[str, str], int] | None = None) -> RoleView:
     """`max_context(model_id, model_source)`: the model's derived maximum length (the fit's table, a
     modelSpec, or the config.json of a local model); a reader that never asks for the context length leaves it
     out."""
-    model_id, source = model_of(config)
-    engine = config.get("engine_kwargs") or {}
+    model_id, source = config.model.id_and_source
+    engine = config.engine
     context = None if max_context is None else lambda: max_context(model_id, source)
     return RoleView(
         role=role,
         model_id=model_id,
         model_source=source,
-        engine_kwargs=MappingProxyType(dict(engine)),
-        tensor_parallel=int(engine.get("tensor_parallel_size", 1)),
-        pipeline_parallel=int(engine.get("pipeline_parallel_size", 1)),
+        engine=engine,
+        tensor_parallel=engine.tensor_parallel,
+        pipeline_parallel=engine.pipeline_parallel,
         replicas=replica_bounds(role, config),
         max_model_len=effective_max_model_len(engine, context),
-        max_model_len_auto=engine.get("max_model_len") == AUTO_MAX_MODEL_LEN,
+        max_model_len_auto=engine.max_model_len == AUTO_MAX_MODEL_LEN,
     )
 
 
-def role_views(document: dict, where: str, max_context: Callable[[str, str], int] | None = None) -> dict[str, RoleView]:
-    """The view of every role of a rendered serve document, keyed by role (`where` names the document in the
-    error a malformed one raises)."""
-    return {role: view_of(role, c, max_context) for role, c in llm_configs_by_role(document, where).items()}
+def views_of(
+    configs: Mapping[str, LlmConfig], max_context: Callable[[str, str], int] | None = None
+) -> dict[str, RoleView]:
+    """The view of each role's LLM config (a document's `roles`), keyed by role."""
+    return {role: view_of(role, config, max_context) for role, config in configs.items()}
+
+
+def role_views(
+    document: Mapping, where: str, max_context: Callable[[str, str], int] | None = None
+) -> dict[str, RoleView]:
+    """The views of a serve document read back as plain data (a plan's serveConfigV2, a rehearsal's copy):
+    parsed first, `where` naming it in the error a malformed one raises."""
+    return views_of(parse_document(document, where).roles, max_context)

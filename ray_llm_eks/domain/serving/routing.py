@@ -246,9 +246,9 @@ NO_PREFIX_CACHE = (
 )
 
 
-def prefix_cache_on(config: Mapping, hybrid: bool) -> bool:
+def prefix_cache_on(config: LlmConfig, hybrid: bool) -> bool:
     """Whether the role's engine keeps a prefix cache (vLLM 0.26's default, or engine_kwargs)."""
-    asked = (config.get("engine_kwargs") or {}).get("enable_prefix_caching")
+    asked = config.engine.enable_prefix_caching
     return bool(asked) if asked is not None else not hybrid
 
 
@@ -256,7 +256,7 @@ def with_routing(
     doc: ServeDocument,
     routing: Mapping[str, RoleRouting],
     where: str,
-    hybrid: Callable[[Mapping], bool] = lambda _config: False,
+    hybrid: Callable[[LlmConfig], bool] = lambda _config: False,
 ) -> ServeDocument:
     """The document with each routed role's `request_router_config` written into its LLM config (after the
     deployment's other fields); a role the application does not have, or prefix affinity on an engine without a
@@ -287,10 +287,8 @@ def load(raw: RawConfig, doc: ServeDocument, serve_file: str, model_facts: Calla
     `model_facts(model_id, model_source).hybrid` answers from the model table
     (ray_llm_eks/domain/serving/model_table.py)."""
 
-    def hybrid(config: Mapping) -> bool:
-        loading = config.get("model_loading_config") or {}
-        model_id = loading.get("model_id", "")
-        return bool(model_facts(model_id, loading.get("model_source") or model_id).hybrid)
+    def hybrid(config: LlmConfig) -> bool:
+        return bool(model_facts(*config.model.id_and_source).hybrid)
 
     where = f"ray_llm_eks/serve_configs/{serve_file}.yaml"
     return with_routing(doc, parse(raw.mapping(KEY, SHAPE)), where, hybrid)

@@ -14,8 +14,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import yaml
-
 from ray_llm_eks.domain.core import packaged
 from ray_llm_eks.domain.core.errors import NOT_SHOWN, UNSET, ConfigError, did_you_mean, in_serve_config, yaml_text
 from ray_llm_eks.domain.core.facts import COLLOCATED_ROLE, PD_ROLES, POOL_RESOURCE_PREFIX
@@ -129,13 +127,18 @@ class PoolShape:
 
 
 def load_serve_file(name: str) -> Any:
-    """The shipped serve file `name`'s data as YAML loads it (the render parses it)."""
+    """The shipped serve file `name`'s data as YAML loads it."""
     path = SERVE_CONFIG_DIR / f"{name}.yaml"
     if not path.exists():
         slip = did_you_mean(name, serve_config_names())
         shipped = f"shipped: {yaml_text(serve_config_names())}"
         raise ConfigError("serveConfig", name, f"{SERVE_CONFIG_ALLOWED};{slip} {shipped}")
     return packaged.load_yaml(path)
+
+
+def shipped_document(name: str) -> ServeDocument:
+    """The shipped serve file `name`, parsed into the typed document."""
+    return parse_document(load_serve_file(name), where_of(name))
 
 
 def the_application(doc: dict, where: str) -> dict:
@@ -146,18 +149,6 @@ def the_application(doc: dict, where: str) -> dict:
     if app.get("import_path") not in APP_ARGS:
         raise in_serve_config(where, "import_path", app.get("import_path"), f"one of {yaml_text(sorted(APP_ARGS))}")
     return app
-
-
-def served_model_id(doc: dict, where: str) -> str:
-    """The model's id as clients name it: every role serves the same model (the serve-config rules check it)."""
-    return next(iter(llm_configs_by_role(doc, where).values()))["model_loading_config"]["model_id"]
-
-
-def model_of(config: Mapping) -> tuple[str, str]:
-    """(model_id, model_source) of one LLM config; the source defaults to the id, as Ray Serve LLM's does."""
-    loading = config.get("model_loading_config") or {}
-    model_id = loading.get("model_id", "")
-    return model_id, loading.get("model_source") or model_id
 
 
 def llm_configs_by_role(doc: dict, where: str) -> dict[str, dict]:
@@ -216,11 +207,6 @@ def check_application(doc: ServeDocument, where: str, vllm_version: str | None) 
             )
         if vllm_version == engine_args.vllm_arguments()["vllm_version"]:  # else vLLM checks them on start
             engine_args.check(f"{where}: {role}", to_dict(config.engine))
-
-
-def gpus_per_replica(engine_kwargs: Mapping) -> int:
-    """GPUs of one engine: tensor x pipeline parallel (vLLM's world size without data parallelism)."""
-    return int(engine_kwargs.get("tensor_parallel_size", 1)) * int(engine_kwargs.get("pipeline_parallel_size", 1))
 
 
 def check_tensor_parallel(role: str, instance_type: str, gpus_per_node: int, tensor_parallel: int) -> None:
@@ -319,7 +305,7 @@ def check_room(config: LlmConfig, role: str, pool: PoolShape) -> None:
     engine, deployment = config.engine, config.deployment
     replicas = deployment.get("num_replicas", 1)
     check_tensor_parallel(role, pool.instance_type, pool.gpus_per_node, engine.get("tensor_parallel_size", 1))
-    gpus = gpus_per_replica(engine)
+    gpus = engine.gpus_per_replica
     # An autoscaling role's bounds are checked against its pool's by ray_llm_eks/domain/fit/scaling.py.
     fixed = "autoscaling_config" not in deployment
     if fixed and replicas * gpus > pool.nodes * pool.gpus_per_node:
@@ -339,7 +325,7 @@ def pinned(config: LlmConfig, role: str, pool: PoolShape) -> LlmConfig:
     # place a prefill engine on a decode node (both offer GPU and accelerator_type:L4).
     # A replica larger than one node spans nodes only through pipeline parallelism (tensor
     # parallelism must fit one node, model_fit checks it): then PACK, else all on one node.
-    strategy = "STRICT_PACK" if gpus_per_replica(config.engine) <= pool.gpus_per_node else "PACK"
+    strategy = "STRICT_PACK" if config.engine.gpus_per_replica <= pool.gpus_per_node else "PACK"
     placement = PlacementGroupConfig.of(bundle_per_worker={"GPU": 1, role_resource(role): 1}, strategy=strategy)
     return put(config, placement_group_config=placement)
 
@@ -356,7 +342,7 @@ def render(
     pinned to its pools, checked. `model_facts(model_id, model_source)` answers from the model table; `own`: the
     user's file `name` names (checked as the shipped ones are)."""
     where = where_of(name)
-    doc = parse_document(own.document if own is not None else load_serve_file(name), where)
+    doc = parse_document(own.document, where) if own is not None else shipped_document(name)
     if (ours := doc.application.import_path) in (SELECTIVE_PD_IMPORT, GUARDED_PD_IMPORT):
         raise in_serve_config(
             where,
@@ -375,7 +361,7 @@ def render(
     def role_config(role: str, config: LlmConfig) -> LlmConfig:
         config = with_overrides(config, role, overrides, where)
         check_room(config, role, pools[role])
-        model = model_facts(*model_of(config))
+        model = model_facts(*config.model.id_and_source)
         config = with_family(config, role, where, model)
         return pinned(with_kv_buffer(config, role, where, overrides.kv_buffer_device, model), role, pools[role])
 
@@ -399,7 +385,3 @@ def with_selective_pd(doc: ServeDocument, where: str, below: int) -> ServeDocume
     app = put(app, import_path=SELECTIVE_PD_IMPORT)
     decode = put(decode, experimental_configs={**experimental, LOCAL_PREFILL_BELOW: below})
     return doc.with_application(app.with_role("decode", decode))
-
-
-def to_yaml(doc: dict) -> str:
-    return yaml.safe_dump(doc, sort_keys=False, width=120)

@@ -19,7 +19,8 @@ from ray_llm_eks.domain.platform.versions import ChartPin
 from ray_llm_eks.domain.security.hardening import HardeningSettings
 from ray_llm_eks.domain.serving import model_table
 from ray_llm_eks.domain.serving.model_table import ModelSpec
-from ray_llm_eks.domain.serving.role_view import RoleView, role_views
+from ray_llm_eks.domain.serving.role_view import RoleView, views_of
+from ray_llm_eks.domain.serving.serve_app import ServeDocument
 from ray_llm_eks.domain.telemetry.alerts import AlertThresholds
 from ray_llm_eks.domain.telemetry.alerts import default as alerts_default
 from ray_llm_eks.domain.telemetry.observability import ObservabilitySettings
@@ -104,7 +105,7 @@ class GpuPoolSettings:
 class ServingSettings:
     """The Kubernetes half: operator, device plugins and the RayService with its application."""
 
-    serve_document: dict  # rendered serveConfigV2, already checked
+    serve_document: ServeDocument  # rendered, fitted and checked; served as the serveConfigV2 (keyed by default)
     fit: tuple[str, ...]  # per role: the memory vLLM is predicted to find (ray_llm_eks/domain/fit/model_fit.py)
     namespace: str
     service_name: str  # RayService metadata.name
@@ -132,12 +133,10 @@ class ServingSettings:
     @cached_property
     def roles(self) -> Mapping[str, RoleView]:
         """The rendered application's roles, viewed once (ray_llm_eks/domain/serving/role_view.py): model, engine
-        arguments, replica bounds, GPUs per replica, the engine's context. Readers after the fit ask these, not the
-        nested dicts."""
+        arguments, replica bounds, GPUs per replica, the engine's context."""
         spec = self.model_spec
-        views = role_views(
-            self.serve_document,
-            "rendered",
+        views = views_of(
+            self.serve_document.roles,
             lambda model_id, source: model_table.model_spec(model_id, source, spec).max_context,
         )
         return MappingProxyType(views)

@@ -16,6 +16,7 @@ from ray_llm_eks.domain.core import config_keys, facts
 from ray_llm_eks.domain.core.errors import UNSET, ConfigError, mapping_of
 from ray_llm_eks.domain.core.raw_config import RawConfig
 from ray_llm_eks.domain.serving import serve_config
+from ray_llm_eks.domain.serving.fields import given
 from ray_llm_eks.domain.serving.fit_prediction import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
 from ray_llm_eks.domain.telemetry import ray_metrics as m
 from ray_llm_eks.domain.telemetry.slo import Slo
@@ -102,7 +103,7 @@ def load(
     check_against_engines(
         thresholds,
         {
-            role: float(view.engine_kwargs.get("gpu_memory_utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION))
+            role: float(given(view.engine.gpu_memory_utilization, VLLM_DEFAULT_GPU_MEMORY_UTILIZATION))
             for role, view in roles.items()
         },
     )

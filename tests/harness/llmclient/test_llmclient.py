@@ -587,8 +587,9 @@ def test_verify_waits_for_the_transfers_of_split_prompts_only_under_selective_pd
 def test_verify_reads_selective_pds_threshold_from_the_served_config():
     from llmclient import verify
     from ray_llm_eks.adapters import stack as stack_adapter
+    from ray_llm_eks.domain.serving.serve_app import document_dict
 
     on = stack_adapter.load_settings(stack_adapter.stack_file("dev", overrides={"ray-llm-eks:selectivePd": "28"}))
     off = stack_adapter.load_settings(stack_adapter.stack_file("dev"))
-    assert verify.expectations(on.serving.serve_document, None, None).local_below == 28
-    assert verify.expectations(off.serving.serve_document, None, None).local_below is None
+    assert verify.expectations(document_dict(on.serving.serve_document), None, None).local_below == 28
+    assert verify.expectations(document_dict(off.serving.serve_document), None, None).local_below is None

@@ -30,7 +30,7 @@ from ray_llm_eks.adapters import stack
 settings = stack.load_settings(stack.stack_file("dev"))
 from llmclient import bench
 facts = bench.stack_facts("dev")
-print("loaded", settings.stack, facts["pd"], len(settings.serving.serve_document["applications"]))
+print("loaded", settings.stack, facts["pd"], len(settings.serving.serve_document.applications))
 """
 
 

@@ -18,6 +18,7 @@ import yaml
 from ray_llm_eks.adapters import stack as stack_adapter
 from ray_llm_eks.domain.render.ray_service import ray_service_spec, served_document
 from ray_llm_eks.domain.serving import api_keys
+from ray_llm_eks.domain.serving.serve_app import document_dict
 from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role, local_prefill_below
 from rehearsal import substitute
 from rehearsal.context import Clock, Context, RehearsalFailed
@@ -45,8 +46,10 @@ def rendered(stack: str) -> dict:
 def test_the_rehearsal_serves_the_keyed_document_the_rayservice_gets(stack):
     settings = stack_adapter.load_settings(stack_adapter.stack_file(stack))
     doc = rendered(stack)
-    assert doc == yaml.safe_load(ray_service_spec(settings)["serveConfigV2"]) == served_document(settings)
-    assert key_checked(doc) and not key_checked(settings.serving.serve_document)
+    assert (
+        doc == yaml.safe_load(ray_service_spec(settings)["serveConfigV2"]) == document_dict(served_document(settings))
+    )
+    assert key_checked(doc) and not key_checked(document_dict(settings.serving.serve_document))
 
 
 def test_the_pods_mounts_become_local_paths_each_printed(tmp_path):
@@ -87,8 +90,8 @@ def test_the_pods_mounts_become_local_paths_each_printed(tmp_path):
         {},
     )
     assert moved == ["applications[a].runtime_env.env_vars.Y: '/opt/ray-llm-eks/pythonic' -> '/x' (no pod mount)"]
-    unkeyed_document = stack_adapter.load_settings(stack_adapter.stack_file("dev")).serving.serve_document
-    unkeyed = substitute.for_cpu(unkeyed_document, "/m", "qwen3_next")
+    unkeyed_settings = stack_adapter.load_settings(stack_adapter.stack_file("dev"))
+    unkeyed = substitute.for_cpu(document_dict(unkeyed_settings.serving.serve_document), "/m", "qwen3_next")
     assert key_check_here(unkeyed, spec, tmp_path) == (unkeyed, [])
 
 

@@ -15,6 +15,7 @@ import pytest
 from go_binaries import build
 from ray_llm_eks.adapters import stack
 from ray_llm_eks.domain.render import dashboards
+from ray_llm_eks.domain.serving.serve_app import document_dict
 from rehearsal import prometheus, substitute
 from rehearsal.checks import all_checks, observability
 from rehearsal.context import RehearsalFailed
@@ -191,7 +192,7 @@ def test_the_fault_waits_for_a_prefill_replica_newer_than_those_running_when_it_
     monkeypatch.setattr(observability, "run_verify", verify)
     monkeypatch.setattr(observability.time, "sleep", lambda seconds: None)
     ctx = SimpleNamespace(
-        document=stack.load_settings(stack.stack_file("dev")).serving.serve_document,
+        document=document_dict(stack.load_settings(stack.stack_file("dev")).serving.serve_document),
         running={"prefill": [{"replica_id": "first"}]},
         dashboard="http://127.0.0.1:8265",
         app="llm",

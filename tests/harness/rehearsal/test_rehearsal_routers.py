@@ -11,6 +11,7 @@ import pytest
 from llmclient.metrics import parse_text
 from measure import bench, kv_proof
 from ray_llm_eks.domain.serving import routing
+from ray_llm_eks.domain.serving.serve_app import document_dict
 from rehearsal import routers
 from rehearsal.checks import routing as routing_check
 from rehearsal.substitute import LocalDocument
@@ -111,7 +112,7 @@ def test_the_table_shows_both_policies_side_by_side():
 def _local(stack: str) -> LocalDocument:
     from ray_llm_eks.adapters.stack import load_settings, stack_file
 
-    document = load_settings(stack_file(stack)).serving.serve_document
+    document = document_dict(load_settings(stack_file(stack)).serving.serve_document)
     return LocalDocument(document=document, substitutions=[], family="qwen3", hybrid=False, model_ids=["m"], pd=False)
 
 

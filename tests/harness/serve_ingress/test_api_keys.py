@@ -227,8 +227,10 @@ def test_a_character_no_key_holds_is_refused_not_guessed_a_separator(value, foun
 def test_a_serve_file_with_its_own_ingress_is_refused():
     from ray_llm_eks.domain.core.errors import ConfigError
     from ray_llm_eks.domain.serving.api_keys import check_no_own_ingress
+    from ray_llm_eks.domain.serving.serve_app import COLLOCATED_IMPORT, parse_document
 
-    document = {"applications": [{"name": "llm", "args": {"ingress_cls_config": {"ingress_cls": "x:Y"}}}]}
+    args = {"llm_configs": [{}], "ingress_cls_config": {"ingress_cls": "x:Y"}}
+    document = parse_document({"applications": [{"name": "llm", "import_path": COLLOCATED_IMPORT, "args": args}]}, "t")
     with pytest.raises(
         ConfigError, match=r"mine\.yaml: invalid config args\.ingress_cls_config: left out: the stack sets it"
     ):

@@ -14,6 +14,7 @@ import pytest
 
 from ray_llm_eks.adapters import stack
 from ray_llm_eks.domain.render.ray_service import served_document
+from ray_llm_eks.domain.serving.serve_app import document_dict
 from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
 from ray_llm_eks.serve_ingress import worker_setup
 
@@ -75,7 +76,7 @@ def test_an_engines_own_ray_init_finds_the_hook_field_and_env_var_in_agreement(n
     refuses a field that names another hook than the env var (an engine that cannot start)."""
     from ray._private.runtime_env import setup_hook
 
-    document = served_document(stack.load_settings(stack.stack_file(name)))
+    document = document_dict(served_document(stack.load_settings(stack.stack_file(name))))
     for config in llm_configs_by_role(document, name).values():
         replica_env = {"worker_process_setup_hook": "ray.llm._internal.serve._worker_process_setup_hook"}
         replica_env |= config["runtime_env"]  # the merge order of llm_server.LLMServer.get_deployment_options

@@ -10,6 +10,7 @@ import pytest
 from measure import kv_proof
 from measure.kv_proof import INF, KvCounters, KvShape, Sample
 from ray_llm_eks.domain.serving import model_table
+from ray_llm_eks.domain.serving.llm_config import EngineKwargs
 
 # vLLM 0.26 nixl/stats.py: bytes-per-transfer buckets 2^11, 2^13, ... 2^33; transfer-time buckets.
 BYTE_BOUNDS = [2.0 ** (10 + i) for i in range(1, 25, 2)]
@@ -121,11 +122,13 @@ def test_counters_join_engines_to_roles_through_serves_replica_gauge():
 
 
 def test_the_shape_of_the_served_model_comes_from_the_fits_layout():
-    qwen = kv_proof.shape_of(model_table.KNOWN_MODELS["Qwen/Qwen3.5-9B"], {"max_model_len": 4096})
+    qwen = kv_proof.shape_of(model_table.KNOWN_MODELS["Qwen/Qwen3.5-9B"], EngineKwargs.of(max_model_len=4096))
     # 8 attention layers x 4 KV heads x 256 x 2 (K, V) x 2 B; 24 DeltaNet layers of state; the 528-token block.
     assert (qwen.kv_bytes_per_token, qwen.block_size, qwen.hybrid) == (32768, 528, True)
     assert qwen.state_bytes_per_sequence == pytest.approx(49.1 * 2**20, rel=0.01)
-    llama = kv_proof.shape_of(model_table.KNOWN_MODELS["meta-llama/Llama-3.1-8B-Instruct"], {"max_model_len": 4096})
+    llama = kv_proof.shape_of(
+        model_table.KNOWN_MODELS["meta-llama/Llama-3.1-8B-Instruct"], EngineKwargs.of(max_model_len=4096)
+    )
     assert (llama.kv_bytes_per_token, llama.block_size, llama.state_bytes_per_sequence) == (131072, 16, 0)
     assert llama.tokens_read(1000) == 1000 and qwen.tokens_read(1000) == 999
 

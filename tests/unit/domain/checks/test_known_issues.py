@@ -3,7 +3,6 @@ stops hitting when one fact of its condition goes; the shipped stacks get exactl
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 
 import pytest
@@ -13,7 +12,8 @@ from ray_llm_eks.domain.checks import known_issues
 from ray_llm_eks.domain.checks.known_issues import StackFacts
 from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.render import ray_service
-from ray_llm_eks.domain.serving import serve_config
+from ray_llm_eks.domain.serving.fields import put
+from ray_llm_eks.domain.serving.llm_config import LlmConfig
 
 DLC = {"ray": "2.58.0", "vllm": "0.26.0", "nixl": "1.3.1"}
 # The shipped dev stack as the table sees it: PD, LIBFABRIC, NixlConnector, the hybrid Qwen3.5, TP 1/1.
@@ -132,8 +132,11 @@ def test_the_shipped_stacks_get_exactly_their_warnings():
 
 def test_prefix_caching_on_a_hybrid_pd_role_is_refused():
     settings = settings_of("dev")
-    doc = copy.deepcopy(settings.serving.serve_document)
-    serve_config.llm_configs_by_role(doc, "t")["decode"]["engine_kwargs"]["enable_prefix_caching"] = True
+
+    def caching(role: str, config: LlmConfig) -> LlmConfig:
+        return put(config, engine_kwargs=put(config.engine, enable_prefix_caching=True)) if role == "decode" else config
+
+    doc = settings.serving.serve_document.map_roles(caching)
     with pytest.raises(ConfigError, match="vllm-ssm-prefix-cache-assert"):
         known_issues.refuse(replace(settings, serving=replace(settings.serving, serve_document=doc)))
 

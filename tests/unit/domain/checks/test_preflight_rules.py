@@ -17,7 +17,7 @@ from ray_llm_eks.domain.platform import aws_facts, prices
 from ray_llm_eks.domain.serving import fit_prediction, model_table
 from ray_llm_eks.domain.serving.fit_prediction import Engine, predict
 from ray_llm_eks.domain.serving.model_table import GIB
-from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
+from ray_llm_eks.domain.serving.serve_app import ServeDocument, parse_document
 from ray_llm_eks.domain.stack import cost
 from tests.conftest import region_overrides, settings_error, settings_of
 
@@ -53,9 +53,8 @@ def test_llama_8b_at_full_context_fails_and_the_suggested_length_fits():
 
 
 def test_llama_8b_at_8192_fits_dev():
-    document = settings_of({**LLAMA, NS + "maxModelLen": 8192}).serving.serve_document
-    configs = llm_configs_by_role(document, "dev")
-    assert {c["engine_kwargs"]["max_model_len"] for c in configs.values()} == {8192}
+    configs = settings_of({**LLAMA, NS + "maxModelLen": 8192}).serving.serve_document.roles
+    assert {c.engine.max_model_len for c in configs.values()} == {8192}
 
 
 def test_qwen35_weights_and_budget_are_the_hand_arithmetic():
@@ -113,10 +112,11 @@ def test_a_stack_asking_256_sequences_of_qwen35_on_an_l4_fails_in_one_line():
     assert "maxNumSeqs = 0: a whole number of sequences per engine, 1 or more" in str(error)
 
 
-def collocated_llama(engine_kwargs: dict) -> dict:
+def collocated_llama(engine_kwargs: dict) -> ServeDocument:
     """A rendered collocated serve document for Llama-3.1-8B with these engine arguments."""
     llm = {"model_loading_config": {"model_id": LLAMA_8B}, "engine_kwargs": engine_kwargs}
-    return {"applications": [{"import_path": "ray.serve.llm:build_openai_app", "args": {"llm_configs": [llm]}}]}
+    app = {"import_path": "ray.serve.llm:build_openai_app", "args": {"llm_configs": [llm]}}
+    return parse_document({"applications": [app]}, "t")
 
 
 def test_unset_max_model_len_means_the_whole_context():
@@ -152,8 +152,8 @@ def test_unknown_model_needs_its_facts():
     error = settings_error({NS + "modelId": "acme/secret-13b", NS + "modelSpec": facts})
     assert "acme/secret-13b does not fit" in str(error)  # 24.2 GiB of weights > one L4
     small = settings_of({NS + "modelId": "acme/secret-3b", NS + "modelSpec": {**facts, "parameters": 3e9}})
-    configs = llm_configs_by_role(small.serving.serve_document, "dev").values()
-    assert {c["model_loading_config"]["model_id"] for c in configs} == {"acme/secret-3b"}
+    configs = small.serving.serve_document.roles.values()
+    assert {c.model.model_id for c in configs} == {"acme/secret-3b"}
     error = settings_error({NS + "modelId": "acme/x", NS + "modelSpec": {**facts, "kvHead": 8}})
     assert "modelSpec.kvHead" in str(error) and "did you mean kvHeads?" in str(error)
 

@@ -9,6 +9,7 @@ from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.fit import model_fit
 from ray_llm_eks.domain.platform import prices
 from ray_llm_eks.domain.serving import model_table, vllm_fit
+from ray_llm_eks.domain.serving.serve_app import ServeDocument, parse_document
 from tests.unit.domain.checks.test_first_hour_rules import LLAMA_31_8B
 from tests.unit.domain.fit.test_vllm_fit import QWEN35_9B_TEXT_CONFIG
 
@@ -27,11 +28,11 @@ OWN = {
 }
 
 
-def _doc(model_id: str, tensor_parallel: int) -> dict:
+def _doc(model_id: str, tensor_parallel: int) -> ServeDocument:
     engine = {"max_model_len": 4096, "tensor_parallel_size": tensor_parallel, "max_num_batched_tokens": 2048}
     config = {"model_loading_config": {"model_id": model_id}, "engine_kwargs": engine}
     app = {"name": "llm", "import_path": "ray.serve.llm:build_openai_app", "args": {"llm_configs": [config]}}
-    return {"applications": [app]}
+    return parse_document({"applications": [app]}, "t")
 
 
 def _refusal(model_id: str, tensor_parallel: int, instance_type: str, spec=None) -> ConfigError:
@@ -118,9 +119,9 @@ def test_hf_model_spec_reads_the_heads():
 
 
 def test_a_tensor_parallel_fit_line_says_its_budget_is_per_gpu():
-    _, (line,) = model_fit.fit_serving(_doc(QWEN3_32B, 4), [("collocated", "g6.12xlarge")], set(), None)
+    (line,) = model_fit.fit_serving(_doc(QWEN3_32B, 4), [("collocated", "g6.12xlarge")], set(), None).lines
     assert line.startswith("collocated (g6.12xlarge, L4, max_num_seqs vLLM default): per GPU, on each of the ")
     assert "engine's 4 (tensor_parallel_size 4): budget 20.56 GiB" in line
     assert line.endswith("the tokens and concurrency are the whole engine's")
-    _, (single,) = model_fit.fit_serving(_doc("Qwen/Qwen3.5-9B", 1), [("collocated", "g6e.xlarge")], set(), None)
+    (single,) = model_fit.fit_serving(_doc("Qwen/Qwen3.5-9B", 1), [("collocated", "g6e.xlarge")], set(), None).lines
     assert "per GPU" not in single

@@ -15,7 +15,9 @@ from ray_llm_eks.domain.fit import model_fit
 from ray_llm_eks.domain.platform import aws_facts
 from ray_llm_eks.domain.serving import fit_prediction, model_table, vllm_fit
 from ray_llm_eks.domain.serving.fit_prediction import Engine, predict
+from ray_llm_eks.domain.serving.llm_config import EngineKwargs
 from ray_llm_eks.domain.serving.model_table import GIB, MIB
+from ray_llm_eks.domain.serving.serve_app import ServeDocument, parse_document
 
 QWEN = model_table.KNOWN_MODELS["Qwen/Qwen3.5-9B"]
 LLAMA_ID = "meta-llama/Llama-3.1-8B-Instruct"
@@ -178,38 +180,50 @@ def test_the_derived_max_num_seqs_starts_in_every_process_layout_seen():
     assert "of the 84 Mamba blocks" in line and "above max_num_seqs: the margin" in line
 
 
-def _doc(**engine_kwargs) -> dict:
+def _served(model_id: str, engine_kwargs: dict) -> ServeDocument:
+    llm = {"model_loading_config": {"model_id": model_id}, "engine_kwargs": engine_kwargs}
+    app = {"import_path": "ray.serve.llm:build_openai_app", "args": {"llm_configs": [llm]}}
+    return parse_document({"applications": [app]}, "t")
+
+
+def _doc(**engine_kwargs) -> ServeDocument:
+    """The dev stack's Qwen3.5-9B engine, collocated."""
     kwargs = {"max_model_len": 4096, "max_num_batched_tokens": 2048, "language_model_only": True, **engine_kwargs}
-    llm = {"model_loading_config": {"model_id": "Qwen/Qwen3.5-9B"}, "engine_kwargs": kwargs}
-    return {"applications": [{"import_path": "ray.serve.llm:build_openai_app", "args": {"llm_configs": [llm]}}]}
+    return _served("Qwen/Qwen3.5-9B", kwargs)
 
 
-def _kwargs(document: dict) -> dict:
-    return document["applications"][0]["args"]["llm_configs"][0]["engine_kwargs"]
+def _llama(**engine_kwargs) -> ServeDocument:
+    """The same engine for Llama 3.1 8B, an attention-only model without a vision tower to leave out."""
+    return _served(LLAMA_ID, {"max_model_len": 4096, "max_num_batched_tokens": 2048, **engine_kwargs})
+
+
+def _kwargs(document: ServeDocument) -> EngineKwargs:
+    return document.roles["collocated"].engine
 
 
 def test_hybrid_roles_get_the_largest_max_num_seqs_rendered():
-    document, lines = model_fit.fit_serving(_doc(), [("collocated", "g6.8xlarge")], set(), None)
-    assert _kwargs(document)["max_num_seqs"] == fit_prediction.largest_max_num_seqs(QWEN, DEV, L4)
-    assert "max_num_seqs" not in _kwargs(_doc()), "the input document is left as it was"
-    (line,) = lines
+    given = _doc()
+    fitted = model_fit.fit_serving(given, [("collocated", "g6.8xlarge")], set(), None)
+    largest = fit_prediction.largest_max_num_seqs(QWEN, DEV, L4)
+    assert _kwargs(fitted.document)["max_num_seqs"] == largest and fitted.derived == {"collocated": largest}
+    assert "max_num_seqs" not in _kwargs(given), "the input document is left as it was"
+    (line,) = fitted.lines
     assert "max_num_seqs derived" in line and "tokens" in line and "concurrency at 4,096 tokens" in line
 
 
 def test_the_smallest_gpu_of_a_role_decides_and_every_pool_is_checked():
     pools = [("collocated", "g6e.xlarge"), ("collocated", "g6.8xlarge")]
-    document, _ = model_fit.fit_serving(_doc(), pools, set(), None)
+    document = model_fit.fit_serving(_doc(), pools, set(), None).document
     assert _kwargs(document)["max_num_seqs"] == fit_prediction.largest_max_num_seqs(QWEN, DEV, L4)
 
 
 def test_eager_and_attention_only_roles_keep_vllms_default():
-    document, _ = model_fit.fit_serving(_doc(enforce_eager=True), [("collocated", "g6.8xlarge")], set(), None)
+    document = model_fit.fit_serving(_doc(enforce_eager=True), [("collocated", "g6.8xlarge")], set(), None).document
     assert "max_num_seqs" not in _kwargs(document)
-    llama = _doc()
-    llama["applications"][0]["args"]["llm_configs"][0]["model_loading_config"]["model_id"] = LLAMA_ID
-    del _kwargs(llama)["language_model_only"]
-    document, (line,) = model_fit.fit_serving(llama, [("collocated", "g6.8xlarge")], set(), None)
-    assert "max_num_seqs" not in _kwargs(document) and "max_num_seqs vLLM default" in line
+    fitted = model_fit.fit_serving(_llama(), [("collocated", "g6.8xlarge")], set(), None)
+    (line,) = fitted.lines
+    assert "max_num_seqs" not in _kwargs(fitted.document) and "max_num_seqs vLLM default" in line
+    assert not fitted.derived
 
 
 def test_asking_256_on_an_l4_fails_in_one_line_with_vllms_reason():
@@ -225,25 +239,21 @@ def test_asking_256_on_an_l4_fails_in_one_line_with_vllms_reason():
 def test_too_many_sequences_of_a_dense_model_name_the_largest_that_starts():
     """An attention-only model has no Mamba blocks: the runtime reserve alone grows with max_num_seqs. The value
     named is one vLLM would start with, and one more is refused."""
-    llama = _doc(max_num_seqs=100_000)
-    llama["applications"][0]["args"]["llm_configs"][0]["model_loading_config"]["model_id"] = LLAMA_ID
-    del _kwargs(llama)["language_model_only"]
     with pytest.raises(ConfigError) as error:
-        model_fit.fit_serving(llama, [("collocated", "g6.xlarge")], set(), None)
+        model_fit.fit_serving(_llama(max_num_seqs=100_000), [("collocated", "g6.xlarge")], set(), None)
     assert error.value.key == "collocated engine_kwargs.max_num_seqs" and error.value.value == 100_000
     fewer = int(error.value.allowed.removeprefix("at most ").split()[0])
     engine = Engine(4096, 1, 1, 0.92, "auto", 2048)
     l4 = aws_facts.INSTANCE_SPECS["g6.xlarge"]
     assert predict(LLAMA, replace(engine, max_num_seqs=fewer), l4).refusal() is None
     assert predict(LLAMA, replace(engine, max_num_seqs=fewer + 1), l4).refusal() is not None
-    _kwargs(llama)["max_num_seqs"] = fewer
-    model_fit.fit_serving(llama, [("collocated", "g6.xlarge")], set(), None)
+    model_fit.fit_serving(_llama(max_num_seqs=fewer), [("collocated", "g6.xlarge")], set(), None)
 
 
 def test_a_role_fit_predicts_what_a_rehearsal_forced():
     """The GPU run forced 64 sequences and then eager mode on the rendered document: a RoleFit answers
     for both, and a Mamba refusal in the log is compared at the max_num_seqs it names."""
-    document, _ = model_fit.fit_serving(_doc(), [("collocated", "g6.8xlarge")], set(), None)
+    document = model_fit.fit_serving(_doc(), [("collocated", "g6.8xlarge")], set(), None).document
     fit = model_fit.fit_document(document, {"collocated": "g6.8xlarge"})["collocated"]
     for name, (seqs, graphs, _) in MEASURED.items():
         _, measured = _measured(name)
@@ -253,8 +263,9 @@ def test_a_role_fit_predicts_what_a_rehearsal_forced():
 
 
 def test_an_explicit_max_num_seqs_that_fits_is_kept():
-    document, (line,) = model_fit.fit_serving(_doc(max_num_seqs=64), [("collocated", "g6.8xlarge")], set(), None)
-    assert _kwargs(document)["max_num_seqs"] == 64 and "max_num_seqs set" in line
+    fitted = model_fit.fit_serving(_doc(max_num_seqs=64), [("collocated", "g6.8xlarge")], set(), None)
+    (line,) = fitted.lines
+    assert _kwargs(fitted.document)["max_num_seqs"] == 64 and "max_num_seqs set" in line and not fitted.derived
     # vLLM logged 86 blocks, 32,023 tokens and 7.82x at 64 sequences: the line through the cold starts says
     prediction = predict(QWEN, replace(DEV, max_num_seqs=64), L4)
     assert prediction.num_blocks == 85 and f"{prediction.kv_tokens:,} tokens, {prediction.concurrency:.2f}x" in line
@@ -408,7 +419,7 @@ _COMPILED = (
 
 
 def _rendered_dev_fit() -> model_fit.RoleFit:
-    document, _ = model_fit.fit_serving(_doc(), [("collocated", "g6.8xlarge")], set(), None)
+    document = model_fit.fit_serving(_doc(), [("collocated", "g6.8xlarge")], set(), None).document
     return model_fit.fit_document(document, {"collocated": "g6.8xlarge"})["collocated"]
 
 

@@ -12,6 +12,7 @@ import yaml
 from ray_llm_eks.adapters import stack
 from ray_llm_eks.domain.render.ray_service import ray_service_spec, served_document
 from ray_llm_eks.domain.serving import api_keys, serve_config
+from ray_llm_eks.domain.serving.serve_app import document_dict
 
 
 @pytest.fixture(scope="module", params=["dev", "baseline"])
@@ -27,7 +28,7 @@ def _ray_pods(spec: dict) -> list[dict]:
 def test_the_spec_serves_the_served_document_and_it_is_keyed(settings):
     spec = ray_service_spec(settings)
     document = yaml.safe_load(spec["serveConfigV2"])
-    assert document == served_document(settings)
+    assert document == document_dict(served_document(settings))
     shipped = {
         "PYTHONPATH": f"{api_keys.MODULE_DIR}:${{PYTHONPATH}}",
         api_keys.WORKER_SETUP_HOOK_ENV: api_keys.WORKER_SETUP_HOOK,
@@ -56,7 +57,7 @@ def test_the_spec_serves_the_served_document_and_it_is_keyed(settings):
     if app["import_path"] == serve_config.GUARDED_PD_IMPORT:
         app["import_path"] = serve_config.PD_IMPORT
     # The stack's own application is there, unchanged but for the key check and the shipped code.
-    assert document == settings.serving.serve_document
+    assert document == document_dict(settings.serving.serve_document)
 
 
 def test_every_ray_pod_mounts_the_keys_and_the_ingress_code_read_only(settings):
@@ -88,15 +89,16 @@ def test_the_hugging_face_token_reaches_head_and_workers_only_when_the_stack_has
 
 def test_on_this_machine_moves_only_the_two_pod_paths(settings):
     keyed = served_document(settings)
-    local = api_keys.on_this_machine(keyed, "/repo/serve_ingress", "/tmp/keys")
+    moved = api_keys.on_this_machine(keyed, "/repo/serve_ingress", "/tmp/keys")
     limit = settings.hardening.max_request_bytes
-    assert local == api_keys.on_this_machine(settings.serving.serve_document, "/repo/serve_ingress", "/tmp/keys", limit)
-    assert local["applications"][0]["runtime_env"]["env_vars"][api_keys.KEYS_FILE_ENV] == "/tmp/keys"
+    assert moved == api_keys.on_this_machine(settings.serving.serve_document, "/repo/serve_ingress", "/tmp/keys", limit)
+    assert moved.application.runtime_env.env_vars[api_keys.KEYS_FILE_ENV] == "/tmp/keys"
+    local = document_dict(moved)
     assert "/repo/serve_ingress:${PYTHONPATH}" in json.dumps(local)
     pod_paths = json.dumps(local).replace("/repo/serve_ingress", api_keys.MODULE_DIR)
-    assert (
-        json.loads(pod_paths.replace('"/tmp/keys"', json.dumps(f"{api_keys.KEYS_DIR}/{api_keys.KEYS_FILE}"))) == keyed
-    )
+    assert json.loads(
+        pod_paths.replace('"/tmp/keys"', json.dumps(f"{api_keys.KEYS_DIR}/{api_keys.KEYS_FILE}"))
+    ) == document_dict(keyed)
 
 
 def test_worker_groups_come_in_the_order_pulumi_up_hands_the_pools_over():

@@ -40,7 +40,7 @@ def test_view_fields():
     assert (view.model_id, view.model_source, view.gpus_per_replica) == ("m", "org/m", 6)
     assert (view.replicas.min, view.replicas.initial, view.replicas.max, view.replicas.autoscales) == (1, 1, 4, True)
     with pytest.raises(TypeError):
-        view.engine_kwargs["max_model_len"] = 1  # read-only
+        view.engine["max_model_len"] = 1  # read-only
 
 
 @pytest.mark.parametrize(("given", "read"), [(None, None), (-1, None), (4096, 4096)])

@@ -21,7 +21,7 @@ NS = "ray-llm-eks:"
 
 def roles_of(stack: str, overrides: dict | None = None) -> dict[str, dict]:
     settings = load_settings(stack_file(stack, overrides=overrides))
-    return serve_config.llm_configs_by_role(settings.serving.serve_document, stack)
+    return {role: to_dict(config) for role, config in settings.serving.serve_document.roles.items()}
 
 
 def router(config: dict) -> dict | None:

@@ -55,12 +55,12 @@ def test_the_stack_and_the_replica_name_the_same_config_key():
 
 
 def test_selective_pd_renders_the_selective_builder_and_the_threshold_on_decode_only():
-    app = settings_of({NS + "selectivePd": "1024"}).serving.serve_document["applications"][0]
-    assert app["import_path"] == serve_config.SELECTIVE_PD_IMPORT
-    assert app["args"]["decode_config"]["experimental_configs"] == {serve_config.LOCAL_PREFILL_BELOW: 1024}
-    assert "experimental_configs" not in app["args"]["prefill_config"]
-    off = settings_of({}).serving.serve_document["applications"][0]
-    assert off["import_path"] == serve_config.PD_IMPORT and "experimental_configs" not in off["args"]["decode_config"]
+    app = settings_of({NS + "selectivePd": "1024"}).serving.serve_document.application
+    assert app.import_path == serve_config.SELECTIVE_PD_IMPORT
+    assert app.roles["decode"].experimental_configs == {serve_config.LOCAL_PREFILL_BELOW: 1024}
+    assert "experimental_configs" not in app.roles["prefill"]
+    off = settings_of({}).serving.serve_document.application
+    assert off.import_path == serve_config.PD_IMPORT and "experimental_configs" not in off.roles["decode"]
 
 
 def test_selective_pd_ships_its_decode_server_with_the_ingress_code():

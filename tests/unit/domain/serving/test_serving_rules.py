@@ -16,7 +16,7 @@ from ray_llm_eks.domain.core import config_keys
 from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.platform import aws_facts, versions
 from ray_llm_eks.domain.render.ray_service import ray_service_spec
-from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
+from ray_llm_eks.domain.serving.fields import to_dict
 from tests.conftest import region_overrides, settings_error, settings_of
 
 NS = "ray-llm-eks:"
@@ -28,7 +28,7 @@ def spec_of(overrides: dict | None = None) -> dict:
 
 
 def llm_configs(overrides: dict | None = None) -> dict[str, dict]:
-    return llm_configs_by_role(settings_of(overrides).serving.serve_document, "dev")
+    return {role: to_dict(c) for role, c in settings_of(overrides).serving.serve_document.roles.items()}
 
 
 def test_head_needs_room_on_the_system_node():
@@ -163,7 +163,6 @@ def test_every_serve_file_passes_ray_and_our_checks(name):
     from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
     from ray.serve.schema import ServeDeploySchema
 
-    from ray_llm_eks.domain.serving.fields import to_dict
     from ray_llm_eks.domain.serving.serve_app import document_dict, parse_document
     from ray_llm_eks.domain.serving.serve_config import check_application
 

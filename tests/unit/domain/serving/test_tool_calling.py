@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ray_llm_eks.domain.core.errors import ConfigError
-from ray_llm_eks.domain.serving import engine_args, model_families, model_table, serve_config
+from ray_llm_eks.domain.serving import engine_args, model_families, model_table
 from tests.conftest import settings_of
 
 REGISTERED = engine_args.vllm_arguments()
@@ -34,10 +34,9 @@ def test_each_known_model_is_rendered_with_its_familys_parser(model, parser):
 
 def test_the_shipped_stacks_serve_tools():
     for stack in ("dev", "baseline", "tp"):
-        document = settings_of(stack=stack).serving.serve_document
-        for role, config in serve_config.llm_configs_by_role(document, stack).items():
-            assert config["engine_kwargs"]["enable_auto_tool_choice"] is True, (stack, role)
-            assert config["engine_kwargs"]["tool_call_parser"], (stack, role)
+        for role, config in settings_of(stack=stack).serving.serve_document.roles.items():
+            assert config.engine["enable_auto_tool_choice"] is True, (stack, role)
+            assert config.engine["tool_call_parser"], (stack, role)
 
 
 @pytest.mark.parametrize(
