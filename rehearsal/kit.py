@@ -1,6 +1,7 @@
 """`make gpu-wheels`' kit step (tools/gpu/wheels.sh runs it): what the GPU machine cannot make itself, written into
 one folder. The RayService spec of each GPU_STACKS entry, rendered here (the GPU machine has no botocore, so it
-cannot read a stack), and botocore's facts as this machine cached them (make verify and the bench read them there).
+cannot read a stack), botocore's facts as this machine cached them (make verify and the bench read them there), and
+which code the specs came from (rehearsal/kit_source.py).
 
     python -m rehearsal.kit STACKS FOLDER
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 from ray_llm_eks.adapters import botocore_facts
 from ray_llm_eks.adapters.stackfile import StackFileError
 from ray_llm_eks.domain.core.errors import ConfigError
+from rehearsal import kit_source
 from rehearsal.prepare import kit_specs
 from rehearsal.substitute import CannotRehearse
 
@@ -29,6 +31,7 @@ def write(stacks: str, folder: Path) -> list[Path]:
         written.append(path)
     botocore_facts.load()  # rendering the specs read them; a cache that another process removed is written again
     written.append(Path(shutil.copy(botocore_facts.cache_file(), folder)))
+    written.append(kit_source.write(folder))  # the GPU machine refuses the kit once this code changes
     return written
 
 

@@ -74,7 +74,9 @@ copy_repo() {
 }
 
 start_runs() {
-  # The runs of RUNS (or .whl/kit/runs), one after the other in a detached driver, their logs numbered after $1.
+  # The runs of RUNS (or .whl/kit/runs), one after the other in a detached driver, their logs numbered after $1;
+  # none where the kit's specs came from other code than the repository's (rehearsal/kit_source.py).
+  python3 -m rehearsal.kit_source check "$KIT/kit" || exit 3
   if [ -z "${RUNS:-}" ] && [ -f .whl/kit/runs ]; then RUNS=$(cat .whl/kit/runs); fi
   printf '%s\n' "${RUNS:-$DEFAULT_RUNS}" > "$RES/runs"
   cat > "$RES/driver.sh" <<EOF

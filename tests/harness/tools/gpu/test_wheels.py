@@ -27,6 +27,10 @@ def test_the_kit_step_renders_each_stacks_spec_and_ships_botocores_facts(tmp_pat
     (facts,) = kit.glob("botocore-facts-*.json")
     assert json.loads(facts.read_text()), "botocore's facts are empty"
     assert not (tmp_path / ".download").exists(), "KIT_ONLY downloaded wheels"
+    # The GPU machine checks the kit against the code it runs (rehearsal/kit_source.py): this checkout's.
+    check = subprocess.run([sys.executable, "-m", "rehearsal.kit_source", "check", str(kit)], cwd=ROOT,
+                           capture_output=True, text=True)  # fmt: skip
+    assert check.returncode == 0, check.stderr
 
 
 def test_a_stack_that_does_not_plan_is_one_line(tmp_path):
