@@ -3,9 +3,9 @@
 # CUDA IPC works here at all (PyTorch's own, no UCX), what UCX's debug log says of cuda_ipc, then the protocol UCX
 # chose (UCX_PROTO_INFO) and the probe's figures for a READ (vLLM 0.26's pull connector) and a WRITE (its push
 # connector) under each setting. Run in the rehearsal's Python (torch and nixl), e.g. as a `cmd:` line of
-# tools/gpu/device.sh; a few seconds a line.
+# tools/gpu/device.sh; a few seconds a line. PROBE: the probe command (e.g. --device cpu to try the script here).
 set -u
-PROBE="timeout 180 python3 -m rehearsal.nixl_probe --device cuda"
+PROBE="${PROBE:-timeout 180 python3 -m rehearsal.nixl_probe --device cuda}"
 
 echo "== CUDA IPC between two processes (torch.multiprocessing shares a CUDA tensor by cudaIpcGetMemHandle)"
 timeout 120 python3 - <<'EOF' 2>&1 | grep -v '^ ' | tail -4
@@ -32,12 +32,19 @@ echo "== cuda_ipc in UCX's debug log (one READ)"
 UCX_LOG_LEVEL=debug $PROBE --transfers 1 2>&1 | grep -iE 'cuda_ipc|cuda-ipc|reachab|nvlink|ipc' \
   | sed -E 's/^\[[0-9.]+\] \[[^]]*\] *//' | sort | uniq -c | sort -rn | head -30
 
+# One transfer kind under one setting: the protocol UCX chose for it, any error, and the probe's figures.
+lane() {
+  local op="$1" setting="$2" flags="${3:-}" out="${TMPDIR:-/tmp}/lane.out"
+  echo "== $op with ${setting:-the defaults} ${flags}"
+  env $setting UCX_PROTO_INFO=y $PROBE --op "$op" $flags > "$out" 2>&1
+  grep -E -A4 'intra-node.*remote memory (read|write)|remote memory (read|write).*intra-node' "$out" | head -10
+  grep -iE 'error|failed|unreachable|no .*transport' "$out" | head -4
+  tail -1 "$out"
+}
+
+# vLLM's order (buffers, so CUDA, before NIXL's UCX) against the probe's old one (UCX first).
+lane READ "" --agent-first
 for setting in "" "UCX_CUDA_IPC_ENABLE_GET_ZCOPY=on" "UCX_TLS=cuda_ipc,cuda_copy,self UCX_CUDA_IPC_ENABLE_GET_ZCOPY=on"; do
-  for op in READ WRITE; do
-    echo "== $op with ${setting:-the defaults}"
-    env $setting UCX_PROTO_INFO=y $PROBE --op "$op" > "${TMPDIR:-/tmp}/lane.out" 2>&1
-    grep -E -A4 'intra-node.*remote memory (read|write)|remote memory (read|write).*intra-node' "${TMPDIR:-/tmp}/lane.out" | head -10
-    grep -iE 'error|failed|unreachable|no .*transport' "${TMPDIR:-/tmp}/lane.out" | head -4
-    tail -1 "${TMPDIR:-/tmp}/lane.out"
-  done
+  lane READ "$setting"
+  lane WRITE "$setting"
 done
