@@ -6,15 +6,16 @@
 #   tools/gpu/device.sh go        carry the last piece and .whl/kit: check the pieces' sha256, install the wheels
 #                                 into /tmp/site, copy the repository to /tmp/kit, start the rehearsal(s) detached
 #                                 (setsid: they outlive the call), then wait like `poll`
-#   tools/gpu/device.sh more      carry .whl/kit: once the runs are done, start the runs of RUNS (or .whl/kit/runs)
+#   tools/gpu/device.sh more      carry .whl/kit: once the runs are done, start the runs of RUNS (as `go` reads them)
 #                                 on the installed wheels, numbered after the earlier ones, then wait like `poll`
 #   tools/gpu/device.sh poll      wait for them (printing their new lines) until done or WAIT seconds, then copy
 #                                 the results to $OUT: results.tar.gz (rehearsal-<n>.log, bench and sweep JSON,
 #                                 plain engines' logs), ray-logs-<n>.tar.gz where small, gpu.txt
 #
-# RUNS (or the file .whl/kit/runs): rehearsal arguments, one run per line, run one after the other (default: the dev
-# stack's PD app with random weights of the real model at the L4's budget, compile and CUDA graphs on, then a bench);
-# a line `cmd:COMMAND` runs COMMAND in the repository instead (e.g. cmd:python3 -m rehearsal.nixl_probe).
+# RUNS (or the file RUNS_FILE, e.g. a plan of tools/gpu/holds/, or .whl/kit/runs): rehearsal arguments, one run per
+# line, run one after the other (default: the dev stack's PD app with random weights of the real model at the L4's
+# budget, compile and CUDA graphs on, then a bench); a line `cmd:COMMAND` runs COMMAND in the repository instead (e.g.
+# cmd:python3 -m rehearsal.nixl_probe); a line starting with # says why and runs nothing.
 # WAIT: seconds this call may wait (default 540: a call may run 600). The machine goes back 30 s after a call
 # returns unless another comes, and the detached run with it: send the next `poll` as soon as one returns.
 set -u
@@ -74,17 +75,20 @@ copy_repo() {
 }
 
 start_runs() {
-  # The runs of RUNS (or .whl/kit/runs), one after the other in a detached driver, their logs numbered after $1;
-  # none where the kit's specs came from other code than the repository's (rehearsal/kit_source.py).
+  # The runs of RUNS (or RUNS_FILE, or .whl/kit/runs), one after the other in a detached driver, their logs
+  # numbered after $1; none where the kit's specs came from other code than the repository's (rehearsal/kit_source.py).
   python3 -m rehearsal.kit_source check "$KIT/kit" || exit 3
-  if [ -z "${RUNS:-}" ] && [ -f .whl/kit/runs ]; then RUNS=$(cat .whl/kit/runs); fi
+  if [ -z "${RUNS:-}" ]; then
+    if [ -n "${RUNS_FILE:-}" ]; then RUNS=$(cat "$RUNS_FILE") || exit 3
+    elif [ -f .whl/kit/runs ]; then RUNS=$(cat .whl/kit/runs); fi
+  fi
   printf '%s\n' "${RUNS:-$DEFAULT_RUNS}" > "$RES/runs"
   cat > "$RES/driver.sh" <<EOF
 #!/usr/bin/env bash
 cd $KIT/repo
 n=$1
 while IFS= read -r args; do
-  [ -n "\$args" ] || continue
+  case "\$args" in ''|'#'*) continue ;; esac
   n=\$((n + 1))
   echo "run \$n: \$args" > $RES/STATE
   case "\$args" in
@@ -97,7 +101,7 @@ echo "ALL DONE (\$n runs)" > $RES/STATE
 EOF
   chmod +x "$RES/driver.sh"
   setsid nohup "$RES/driver.sh" > "$RES/driver.log" 2>&1 < /dev/null &
-  echo "[$(el) s] started: $(wc -l < "$RES/runs") run(s) after $1; poll with: tools/gpu/device.sh poll"
+  echo "[$(el) s] started: $(grep -cvE '^(#|$)' "$RES/runs") run(s) after $1; poll with: tools/gpu/device.sh poll"
 }
 
 case "$mode" in
@@ -137,7 +141,10 @@ go)
   poll
   ;;
 more)
-  grep -q "ALL DONE" "$RES/STATE" 2>/dev/null || { echo "runs still going, or none installed: $(cat "$RES/STATE" 2>/dev/null)"; exit 3; }
+  if ! grep -q "ALL DONE" "$RES/STATE" 2>/dev/null; then
+    echo "runs still going, or none installed: $(cat "$RES/STATE" 2>/dev/null)"
+    exit 3
+  fi
   # The wheels stay installed; the repository is copied again so that what changed since `go` is what runs.
   copy_repo
   start_runs "$(find "$RES" -maxdepth 1 -name 'rehearsal-*.log' | wc -l)"

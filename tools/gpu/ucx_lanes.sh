@@ -8,7 +8,9 @@ set -u
 PROBE="${PROBE:-timeout 180 python3 -m rehearsal.nixl_probe --device cuda}"
 
 echo "== CUDA IPC between two processes (torch.multiprocessing shares a CUDA tensor by cudaIpcGetMemHandle)"
-timeout 120 python3 - <<'EOF' 2>&1 | grep -v '^ ' | tail -4
+# A file, not stdin: multiprocessing's spawn imports the main module again in the child.
+ipc_check="${TMPDIR:-/tmp}/cuda_ipc_check.py"
+cat > "$ipc_check" <<'EOF'
 import torch, torch.multiprocessing as mp
 
 def child(queue, answer):
@@ -27,6 +29,7 @@ if __name__ == "__main__":
     print("cuda ipc: the other process read", answer.get(timeout=60), "of", tensor.numel())
     proc.join(30)
 EOF
+timeout 120 python3 "$ipc_check" 2>&1 | grep -v '^ ' | tail -4
 
 echo "== cuda_ipc in UCX's debug log (one READ)"
 UCX_LOG_LEVEL=debug $PROBE --transfers 1 2>&1 | grep -iE 'cuda_ipc|cuda-ipc|reachab|nvlink|ipc' \
@@ -44,7 +47,8 @@ lane() {
 
 # vLLM's order (buffers, so CUDA, before NIXL's UCX) against the probe's old one (UCX first).
 lane READ "" --agent-first
-for setting in "" "UCX_CUDA_IPC_ENABLE_GET_ZCOPY=on" "UCX_TLS=cuda_ipc,cuda_copy,self UCX_CUDA_IPC_ENABLE_GET_ZCOPY=on"; do
+for setting in "" "UCX_CUDA_IPC_ENABLE_GET_ZCOPY=on" \
+  "UCX_TLS=cuda_ipc,cuda_copy,self UCX_CUDA_IPC_ENABLE_GET_ZCOPY=on"; do
   lane READ "$setting"
   lane WRITE "$setting"
 done
