@@ -34,14 +34,19 @@ def _pieces(tensor, descriptors: int) -> list:
     return [tensor[i : i + step] for i in range(0, tensor.numel(), step)]
 
 
-def _agent_and_buffer(name: str, device: str, size: int, agent_first: bool):
-    """A NIXL agent with the UCX backend and a buffer of `size` bytes on `device`, made in vLLM's order (the KV cache
-    is allocated, so CUDA is up, before its connector starts NIXL: nixl/base_worker.py `register_kv_caches`) unless
-    `agent_first` starts UCX first."""
+# vLLM 0.26's NIXL agent on UCX alone: nixl/base_worker.py `NixlBaseConnectorWorker.__init__`
+# (kv_connector_extra_config num_threads, default 4; telemetry on).
+VLLM_UCX_THREADS = 4
+
+
+def _agent_and_buffer(name: str, device: str, size: int, agent_first: bool, threads: int):
+    """A NIXL agent with the UCX backend configured as vLLM's and a buffer of `size` bytes on `device`, made in
+    vLLM's order (the KV cache is allocated, so CUDA is up, before its connector starts NIXL) unless `agent_first`
+    starts UCX first."""
     from nixl._api import nixl_agent, nixl_agent_config
 
     def agent():
-        return nixl_agent(name, nixl_agent_config(backends=["UCX"]))
+        return nixl_agent(name, nixl_agent_config(backends=["UCX"], num_threads=threads, capture_telemetry=True))
 
     if agent_first:
         made = agent()
@@ -50,9 +55,9 @@ def _agent_and_buffer(name: str, device: str, size: int, agent_first: bool):
     return agent(), held
 
 
-def _target(folder: str, device: str, size: int, descriptors: int, agent_first: bool = False) -> None:
+def _target(folder: str, device: str, size: int, descriptors: int, agent_first: bool, threads: int) -> None:
     """The side holding the KV (prefill): registers its buffer, publishes metadata and descriptors, waits."""
-    agent, held = _agent_and_buffer("target", device, size, agent_first)
+    agent, held = _agent_and_buffer("target", device, size, agent_first, threads)
     agent.register_memory(held)
     descs = agent.get_xfer_descs(_pieces(held, descriptors))
     Path(folder, "target.meta").write_bytes(agent.get_agent_metadata())
@@ -76,11 +81,11 @@ def _wait_all(agent, handles: list, timeout: float) -> None:
 
 
 def probe(device: str, mib: float, descriptors: int, transfers: int, timeout: float = 300.0, op: str = "READ",
-          agent_first: bool = False) -> dict:  # fmt: skip
+          agent_first: bool = False, threads: int = VLLM_UCX_THREADS) -> dict:  # fmt: skip
     size = int(mib * MIB)
     folder = tempfile.mkdtemp(prefix="nixl-probe-")
-    child = mp.get_context("spawn").Process(target=_target, args=(folder, device, size, descriptors, agent_first),
-                                            daemon=True)  # fmt: skip
+    held_by = (folder, device, size, descriptors, agent_first, threads)
+    child = mp.get_context("spawn").Process(target=_target, args=held_by, daemon=True)
     child.start()
     try:
         end = time.monotonic() + 120
@@ -88,7 +93,7 @@ def probe(device: str, mib: float, descriptors: int, transfers: int, timeout: fl
             if not child.is_alive() or time.monotonic() > end:
                 raise RuntimeError("the target process did not publish its metadata")
             time.sleep(0.05)
-        agent, local = _agent_and_buffer("initiator", device, size * transfers, agent_first)
+        agent, local = _agent_and_buffer("initiator", device, size * transfers, agent_first, threads)
         remote = agent.add_remote_agent(Path(folder, "target.meta").read_bytes())
         remote_descs = agent.deserialize_descs(Path(folder, "target.descs").read_bytes())
         local.zero_()
@@ -118,6 +123,7 @@ def probe(device: str, mib: float, descriptors: int, transfers: int, timeout: fl
             "device": device,
             "op": op,
             "agent_first": agent_first,
+            "ucx_threads": threads,
             "mib_per_transfer": mib,
             "descriptors_per_transfer": descriptors,
             "transfers": transfers,
@@ -144,10 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--op", default="READ", choices=("READ", "WRITE"), help="READ: the pull connector's (default)")
     parser.add_argument("--agent-first", action="store_true",
                         help="start NIXL's UCX before the buffers exist (before CUDA is up), unlike vLLM")  # fmt: skip
+    parser.add_argument("--threads", type=int, default=VLLM_UCX_THREADS,
+                        help=f"NIXL's num_threads (default {VLLM_UCX_THREADS}, vLLM's; 0: NIXL's default)")  # fmt: skip
     args = parser.parse_args(argv)
     try:
         result = probe(args.device, args.mib, args.descriptors, args.transfers, op=args.op,
-                       agent_first=args.agent_first)  # fmt: skip
+                       agent_first=args.agent_first, threads=args.threads)  # fmt: skip
     except (RuntimeError, ImportError, OSError) as exc:
         print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
         return 1

@@ -45,7 +45,9 @@ lane() {
   tail -1 "$out"
 }
 
-# vLLM's order (buffers, so CUDA, before NIXL's UCX) against the probe's old one (UCX first).
+# The probe as it was (UCX started before CUDA, NIXL's default threads), then each difference from vLLM's agent alone.
+lane READ "" "--agent-first --threads 0"
+lane READ "" "--threads 0"
 lane READ "" --agent-first
 for setting in "" "UCX_CUDA_IPC_ENABLE_GET_ZCOPY=on" \
   "UCX_TLS=cuda_ipc,cuda_copy,self UCX_CUDA_IPC_ENABLE_GET_ZCOPY=on"; do

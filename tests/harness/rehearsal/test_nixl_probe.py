@@ -15,7 +15,7 @@ from tests.harness.rehearsal.test_rehearsal_isa import REHEARSAL_VENV
 @pytest.mark.skipif(
     not (REHEARSAL_VENV / ".installed").exists(), reason=f"no rehearsal venv at {REHEARSAL_VENV} (make rehearsal-venv)"
 )
-@pytest.mark.parametrize("order", [[], ["--agent-first"]], ids=["buffers-first", "agent-first"])
+@pytest.mark.parametrize("order", [[], ["--agent-first", "--threads", "0"]], ids=["as-vllm", "agent-first-no-threads"])
 def test_reads_between_two_processes_arrive_and_say_how_they_queue(order):
     done = subprocess.run(
         [str(REHEARSAL_VENV / "bin" / "python"), "-m", "rehearsal.nixl_probe", "--device", "cpu", "--mib", "2",
@@ -25,7 +25,7 @@ def test_reads_between_two_processes_arrive_and_say_how_they_queue(order):
     assert done.returncode == 0, done.stdout[-500:] + done.stderr[-1500:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["data_arrived"] is True
-    assert result["agent_first"] is bool(order)
+    assert result["agent_first"] is bool(order) and result["ucx_threads"] == (0 if order else 4)
     assert result["transfers"] == 3 and result["one_at_a_time_gb_per_s"] > 0 and result["all_at_once_ms"] > 0
     # How the reads queue is what the probe measures, not a property of the code: on a loaded 2-core host a 2 MiB
     # read's time is noise, so only its presence is held here.
