@@ -1,0 +1,150 @@
+"""The PD verdict from sweep benches of several apps on the same GPU and load (rehearsal --sweep-bench FILE each):
+one table of every point side by side (TTFT and TPOT p50/p95, goodput at the SLO, dollars per million output
+tokens), the acceptance figures for PD against two collocated replicas, and the prompt length from which PD pays,
+which is what selective PD's threshold should be.
+
+    python -m measure.pd_verdict --pd ours-pd --collocated collocated LABEL=FILE [LABEL=FILE ...]
+
+Every app gets the same dollars an hour: the comparison is at equal hardware (one prefill and one decode node
+against two collocated ones), `--usd-per-hour` or NODES x the instance type's on-demand price."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from measure.bench import usd_per_million_tokens
+from ray_llm_eks.domain.platform import prices
+
+# The issue's bar for PD at equal hardware: TTFT with 16 in flight at most 3x its value with 1 (~1,000 prompt
+# tokens); goodput at least 0.8x two collocated replicas' at ~1,000 tokens and at least equal at ~3,500.
+TTFT_GROWTH_LIMIT = 3.0
+GOODPUT_SHARE = {1000: 0.8, 3500: 1.0}
+
+
+@dataclass(frozen=True)
+class App:
+    label: str
+    points: tuple[Mapping, ...]
+
+    def at(self, tokens: int, in_flight: int) -> Mapping | None:
+        return next((p for p in self.points if p["prompt_tokens"] == tokens and p["concurrency"] == in_flight), None)
+
+    def prompt_lengths(self) -> list[int]:
+        return sorted({p["prompt_tokens"] for p in self.points})
+
+    def best_goodput(self, tokens: int) -> float:
+        """The most requests a second meeting the SLO at this prompt length, over the points that met it."""
+        return max((p["goodput_rps"] or 0.0 for p in self.points if p["prompt_tokens"] == tokens and p["meets_slo"]),
+                   default=0.0)  # fmt: skip
+
+
+def _pair(ms: Mapping) -> str:
+    return " / ".join("-" if ms.get(q) is None else f"{ms[q]:,.1f}" for q in ("p50", "p95"))
+
+
+def table(apps: Sequence[App], usd_per_hour: float | None) -> str:
+    """Markdown: one row per prompt length, requests in flight and app."""
+    header = ("prompt tokens", "in flight", "app", "TTFT p50 / p95 (ms)", "TPOT p50 / p95 (ms)", "goodput (req/s)",
+              "output tokens/s", "$ per million output tokens", "met the SLO")  # fmt: skip
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    keys = sorted({(p["prompt_tokens"], p["concurrency"]) for a in apps for p in a.points})
+    for tokens, in_flight in keys:
+        for app in apps:
+            if (p := app.at(tokens, in_flight)) is None:
+                continue
+            usd = usd_per_million_tokens(usd_per_hour, p["output_tokens_per_s"])
+            rows.append(f"| {tokens:,} | {in_flight} | {app.label} | {_pair(p['ttft_ms'])} | {_pair(p['tpot_ms'])} | "
+                        f"{p['goodput_rps']:.2f} | {p['output_tokens_per_s']:,.1f} | "
+                        f"{'-' if usd is None else f'{usd:.3f}'} | {'yes' if p['meets_slo'] else 'no'} |")  # fmt: skip
+    return "\n".join(rows)
+
+
+def nearest(lengths: Sequence[int], tokens: int) -> int | None:
+    """The measured prompt length closest to `tokens` (the sweep calibrates words to about these)."""
+    return min(lengths, key=lambda n: abs(n - tokens), default=None)
+
+
+def findings(pd: App, collocated: App) -> list[str]:
+    """The acceptance figures, one line each, and where PD starts to pay."""
+    lines = []
+    lengths = sorted(set(pd.prompt_lengths()) & set(collocated.prompt_lengths()))
+    if (tokens := nearest(lengths, 1000)) is not None:
+        # Against the most requests in flight measured at that prompt length.
+        one = pd.at(tokens, 1)
+        many = max((p for p in pd.points if p["prompt_tokens"] == tokens), key=lambda p: p["concurrency"])
+        if one and many is not one and one["ttft_ms"]["p50"]:
+            growth = many["ttft_ms"]["p50"] / one["ttft_ms"]["p50"]
+            lines.append(f"{pd.label}: TTFT p50 at {many['concurrency']} in flight is {growth:.2f}x its value at 1 "
+                         f"({tokens:,} prompt tokens; at most {TTFT_GROWTH_LIMIT:g}x wanted): "
+                         f"{'met' if growth <= TTFT_GROWTH_LIMIT else 'not met'}")  # fmt: skip
+    for wanted, share in GOODPUT_SHARE.items():
+        if (tokens := nearest(lengths, wanted)) is None:
+            continue
+        ours, theirs = pd.best_goodput(tokens), collocated.best_goodput(tokens)
+        ratio = ours / theirs if theirs else None
+        shown = "-" if ratio is None else f"{ratio:.2f}x"
+        met = ratio is not None and ratio >= share
+        lines.append(f"{pd.label}: best goodput at the SLO {ours:.2f} req/s against {collocated.label}'s {theirs:.2f} "
+                     f"at {tokens:,} prompt tokens = {shown} (at least {share:g}x wanted): "
+                     f"{'met' if met else 'not met'}")  # fmt: skip
+    wins = [pd.best_goodput(t) >= collocated.best_goodput(t) > 0 for t in lengths]
+    # From where PD wins at every longer measured prompt too: one noisy win below a loss sets no threshold.
+    first = next((i for i in range(len(lengths)) if all(wins[i:])), None)
+    if first is None:
+        lines.append(f"PD did not pay at the longest measured prompt ({max(lengths, default=0):,} tokens): "
+                     "selective PD would serve every measured prompt on decode alone")  # fmt: skip
+    elif first == 0:
+        lines.append(f"PD paid at every measured prompt length, from {lengths[0]:,} tokens: no threshold within "
+                     "the sweep")  # fmt: skip
+    else:
+        lines.append(f"PD pays from {lengths[first]:,} prompt tokens and not at {lengths[first - 1]:,}: selectivePd "
+                     f"between them ({lengths[first]} is the measured, cautious choice)")  # fmt: skip
+    return lines
+
+
+def _app(text: str) -> App:
+    label, sep, path = text.partition("=")
+    if not sep or not label:
+        raise argparse.ArgumentTypeError(f"{text!r}: LABEL=FILE (a --sweep-bench JSON)")
+    try:
+        points = json.loads(Path(path).read_text())["points"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise argparse.ArgumentTypeError(f"{path}: not a sweep bench's JSON ({exc})") from None
+    return App(label, tuple(points))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pd_verdict", description=__doc__.splitlines()[0])
+    parser.add_argument("apps", nargs="+", type=_app, metavar="LABEL=FILE")
+    parser.add_argument("--pd", required=True, help="the label of the PD app judged")
+    parser.add_argument("--collocated", required=True, help="the label of the collocated app it is judged against")
+    parser.add_argument("--usd-per-hour", type=float, help="every app's cost (default: NODES x the type's price)")
+    parser.add_argument("--instance-type", default="g6.8xlarge")
+    parser.add_argument("--region", default="us-east-1", help="whose on-demand price (default us-east-1)")
+    parser.add_argument("--nodes", type=int, default=2, help="nodes each app stands for (default 2: 1P1D)")
+    args = parser.parse_args(argv)
+    by_label = {a.label: a for a in args.apps}
+    missing = [label for label in (args.pd, args.collocated) if label not in by_label]
+    if missing:
+        parser.error(f"{missing[0]}: not one of the labels given ({', '.join(by_label)})")
+    usd, source = args.usd_per_hour, "--usd-per-hour"
+    if usd is None:
+        hourly = prices.INSTANCE_USD_PER_HOUR.get(args.region, {}).get(args.instance_type)
+        usd = None if hourly is None else args.nodes * hourly
+        dated = f"prices of {prices.PRICES_AS_OF.get(args.region, '-')}"
+        source = f"{args.nodes} x {args.instance_type} on demand in {args.region}, {dated}" if hourly else (
+            f"no price of {args.instance_type} in {args.region}")  # fmt: skip
+    print(table(args.apps, usd))
+    print(f"\n$ per hour for each app: {'-' if usd is None else f'{usd:.4f}'} ({source})")
+    for line in findings(by_label[args.pd], by_label[args.collocated]):
+        print(f"- {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""The PD verdict (measure/pd_verdict.py) from sweep benches: the side-by-side table, the acceptance figures against
+two collocated replicas, and the prompt length from which PD pays (selective PD's threshold)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from measure import pd_verdict
+
+
+def _point(tokens: int, in_flight: int, ttft_p50: float, goodput: float, meets: bool = True) -> dict:
+    return {"prompt_tokens": tokens, "concurrency": in_flight, "ttft_ms": {"p50": ttft_p50, "p95": ttft_p50 * 1.2},
+            "tpot_ms": {"p50": 3.0, "p95": 4.0}, "goodput_rps": goodput, "output_tokens_per_s": goodput * 128,
+            "meets_slo": meets}  # fmt: skip
+
+
+# PD loses to collocated at 300 and 1,000 prompt tokens and wins at 3,500; its TTFT grows 2.5x from 1 to 16 in flight.
+PD = pd_verdict.App("pd", tuple(
+    _point(*row) for row in [
+        (300, 1, 100, 2.0), (300, 16, 300, 9.0),
+        (1000, 1, 120, 2.0), (1000, 16, 300, 8.5),
+        (3500, 1, 200, 1.5), (3500, 16, 900, 6.0), (3500, 32, 3000, 9.9, False)]))  # fmt: skip
+COLLOCATED = pd_verdict.App("collocated", tuple(
+    _point(*row) for row in [
+        (300, 1, 60, 2.5), (300, 16, 240, 12.0),
+        (1000, 1, 80, 2.4), (1000, 16, 400, 10.0),
+        (3500, 1, 150, 1.8), (3500, 16, 1500, 5.0)]))  # fmt: skip
+
+
+def test_the_findings_judge_pd_against_collocated_as_the_bar_says():
+    lines = pd_verdict.findings(PD, COLLOCATED)
+    growth = next(line for line in lines if "TTFT p50" in line)
+    # The most requests in flight measured at ~1,000 tokens is 16: 300 / 120 = 2.5x, within 3x.
+    assert "at 16 in flight is 2.50x" in growth and growth.endswith(": met"), growth
+    at_1000 = next(line for line in lines if "at 1,000 prompt tokens =" in line)
+    assert "8.50 req/s against collocated's 10.00" in at_1000 and "0.85x" in at_1000 and at_1000.endswith(": met")
+    # At 3,500 the point of 32 in flight broke the SLO: the best goodput meeting it is 6.0, above collocated's 5.0.
+    at_3500 = next(line for line in lines if "at 3,500 prompt tokens =" in line)
+    assert "6.00 req/s against collocated's 5.00" in at_3500 and at_3500.endswith(": met"), at_3500
+    assert lines[-1].startswith("PD pays from 3,500 prompt tokens and not at 1,000: selectivePd between them")
+
+
+def test_a_noisy_win_below_a_loss_sets_no_threshold_and_a_loss_at_the_longest_prompt_says_so():
+    noisy = pd_verdict.App("pd", tuple(
+        _point(t, 16, 300, good) for t, good in [(300, 13.0), (1000, 9.0), (3500, 6.0)]))  # fmt: skip
+    assert pd_verdict.findings(noisy, COLLOCATED)[-1].startswith("PD pays from 3,500 prompt tokens and not at 1,000")
+    losing = pd_verdict.App("pd", tuple(_point(t, 16, 300, 1.0) for t in (300, 1000, 3500)))
+    lines = pd_verdict.findings(losing, COLLOCATED)
+    assert lines[-1].startswith("PD did not pay at the longest measured prompt (3,500 tokens)")
+    assert all(line.endswith("not met") for line in lines if "best goodput" in line)
+
+
+def test_the_table_gives_each_app_its_row_and_dollars_from_its_own_throughput():
+    text = pd_verdict.table([PD, COLLOCATED], usd_per_hour=3.6)
+    rows = text.splitlines()
+    assert len(rows) == 2 + len(PD.points) + len(COLLOCATED.points)
+    # 3.6 $/h at 9.0 x 128 output tokens/s: 3.6 / (1152 x 3600) x 1e6 = 0.868 $ per million.
+    assert "| 300 | 16 | pd | 300.0 / 360.0 | 3.0 / 4.0 | 9.00 | 1,152.0 | 0.868 | yes |" in rows
+    assert "| 3,500 | 32 | pd | 3,000.0 / 3,600.0 | 3.0 / 4.0 | 9.90 | 1,267.2 | 0.789 | no |" in rows
+
+
+def test_the_command_prices_equal_hardware_and_refuses_an_unknown_label(tmp_path, capsys):
+    files = {}
+    for app in (PD, COLLOCATED):
+        files[app.label] = tmp_path / f"{app.label}.json"
+        files[app.label].write_text(json.dumps({"points": list(app.points)}))
+    args = [f"{label}={path}" for label, path in files.items()]
+    assert pd_verdict.main(["--pd", "pd", "--collocated", "collocated", *args]) == 0
+    out = capsys.readouterr().out
+    assert "$ per hour for each app: 4.0288 (2 x g6.8xlarge on demand in us-east-1, prices of 2026-10-08)" in out
+    with pytest.raises(SystemExit):
+        pd_verdict.main(["--pd", "ours", "--collocated", "collocated", *args])
+    assert "ours: not one of the labels given (pd, collocated)" in capsys.readouterr().err
