@@ -9,7 +9,7 @@ import yaml
 
 from ray_llm_eks.domain.platform.cluster_checks import parse_quantity
 from ray_llm_eks.domain.security import pod_security
-from ray_llm_eks.domain.serving.role_view import role_views
+from ray_llm_eks.domain.serving.serve_app import parse_document
 
 
 def _same_quantity(sent, live) -> bool:
@@ -40,8 +40,8 @@ def unkept_fields(sent, live, path: str = "spec") -> list[str]:
 
 def max_model_lens(serve_config_v2: str) -> dict[str, int | None]:
     """engine_kwargs.max_model_len of each LLM config in a serveConfigV2, by the role it runs."""
-    views = role_views(yaml.safe_load(serve_config_v2), "serveConfigV2")
-    return {role: view.engine.max_model_len for role, view in views.items()}
+    roles = parse_document(yaml.safe_load(serve_config_v2), "serveConfigV2").roles
+    return {role: config.engine.max_model_len for role, config in roles.items()}
 
 
 def names_failed_resource(text: str, type_token: str, name: str) -> bool:

@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 from e2e.observe import wait_for_gone
-from ray_llm_eks.domain.serving.role_view import role_views
+from ray_llm_eks.domain.serving.serve_app import parse_document
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "pd-service-yaml"
@@ -111,7 +111,8 @@ def run(work: Path, env: dict[str, str], api, spec: dict, model: str, log, check
 
 
 def served_models(serve_config_v2: str) -> set[str]:
-    return {view.model_id for view in role_views(yaml.safe_load(serve_config_v2), "serveConfigV2").values()}
+    roles = parse_document(yaml.safe_load(serve_config_v2), "serveConfigV2").roles
+    return {config.model.model_id or "" for config in roles.values()}
 
 
 def _yaml_bin() -> list[Path]:

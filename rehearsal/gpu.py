@@ -9,10 +9,10 @@ import copy
 from dataclasses import dataclass
 
 from ray_llm_eks.domain.platform import aws_facts
-from ray_llm_eks.domain.serving import serve_config, vllm_fit
+from ray_llm_eks.domain.serving import vllm_fit
 from ray_llm_eks.domain.serving.role_view import replica_bounds
 from ray_llm_eks.domain.serving.serve_app import parse_document
-from rehearsal.substitute import CannotRehearse, LocalDocument, loopback
+from rehearsal.substitute import CannotRehearse, LocalDocument, edit_roles, loopback
 
 GIB_MIB = 1024
 # NCCL, PyTorch and NVSHMEM without NVLink multicast: the GPU machines this is rehearsed on ask for it (a
@@ -175,11 +175,9 @@ def for_gpus(
         )
         doc["proxy_location"] = "HeadOnly"
 
-    configs = serve_config.llm_configs_by_role(doc, "rehearsal")
-    model_ids = []
-    for role, config in configs.items():
+    def on_this_gpu(role: str, config: dict) -> str:
+        """The role's config as this machine runs it; the model id it serves."""
         loading = config["model_loading_config"]
-        model_ids.append(loading["model_id"])
         if weights is not None:
             subs.append(
                 f"{role}.model_loading_config.model_source: {loading.get('model_source')!r} -> {weights!r} "
@@ -188,7 +186,7 @@ def for_gpus(
             loading["model_source"] = weights
         engine = config.setdefault("engine_kwargs", {})
         if emulate is not None:
-            subs += _emulate(role, engine, here, emulate)
+            subs.extend(_emulate(role, engine, here, emulate))
         if hybrid and not here.flashinfer and "gdn_prefill_backend" not in engine:
             subs.append(
                 f"{role}.engine_kwargs.gdn_prefill_backend: None -> 'triton' (FlashInfer is not installed here; "
@@ -214,7 +212,10 @@ def for_gpus(
                     f"{kv.get('kv_buffer_device')!r})"
                 )
                 extra["backends"] = ["UCX"]
-    return LocalDocument(doc, subs, family, hybrid, model_ids, pd="prefill" in configs)
+        return loading["model_id"]
+
+    model_ids = edit_roles(doc, "rehearsal", on_this_gpu)
+    return LocalDocument(doc, subs, family, hybrid, list(model_ids.values()), pd="prefill" in model_ids)
 
 
 def _emulate(role: str, engine: dict, here: GpuHere, emulate: Emulation) -> list[str]:

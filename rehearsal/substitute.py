@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ray_llm_eks.domain.serving import serve_config
+from ray_llm_eks.domain.serving.fields import to_dict
+from ray_llm_eks.domain.serving.serve_app import PD_ARG_ROLES, document_dict, parse_document, parse_llm_config
 
 # Stand-in per model family of ray_llm_eks/domain/serving/model_families.py: the same layer kinds as the real model, in
 # a class vLLM 0.26 serves as text. Qwen3.5 is registered by vLLM 0.26 only as the multimodal
@@ -49,12 +53,33 @@ class CannotRehearse(ValueError):
     """The topology needs what this machine lacks (one line: what, and why)."""
 
 
+T = TypeVar("T")
+
+
+def edit_roles(doc: dict, where: str, edit: Callable[[str, dict], T]) -> dict[str, T]:
+    """Edit each role's LLM config of `doc` (plain data, changed in place) as plain data: `edit(role, config)` gets
+    the role's config of the parsed document as a dict of its own and changes it; each edited config is parsed back
+    into its role, so a rehearsal deploys only what the stack's parse accepts. What each `edit` returned, by role."""
+    returned: dict[str, T] = {}
+
+    def edited(role, config):
+        plain = to_dict(config)
+        returned[role] = edit(role, plain)
+        return parse_llm_config(plain, where, role)
+
+    new = document_dict(parse_document(doc, where).map_roles(edited))
+    doc.clear()
+    doc.update(new)
+    return returned
+
+
 MUTATIONS = {
     "swap-roles": "prefill kv_role <-> decode kv_role",
     "connector-typo": "kv_connector NixlConnector -> NixlConector on both sides",
     # Above the 256 that vLLM raises a hybrid model's attention block to (page size >= mamba page size).
     "block-size-mismatch": "block_size 256 on prefill, 512 on decode",
 }
+MUTATED_BLOCK_SIZES = {"prefill": 256, "decode": 512}  # block-size-mismatch's, by side
 
 
 @dataclass(frozen=True)
@@ -106,13 +131,12 @@ def for_cpu(
     doc = copy.deepcopy(rendered)
     subs = loopback(doc, port)
 
-    configs = serve_config.llm_configs_by_role(doc, "rehearsal")
     hybrid = family in HYBRID_FAMILIES
-    model_ids = []
-    for role, config in configs.items():
+
+    def on_cpu(role: str, config: dict) -> str:
+        """The role's config as a CPU runs it; the model id it serves."""
         where = f"{role}"
         loading = config["model_loading_config"]
-        model_ids.append(loading["model_id"])
         subs.append(
             f"{where}.model_loading_config.model_source: {loading.get('model_source')!r} -> {model_path!r} "
             f"(tiny random {FAMILY_TEXT[family]}; model_id stays {loading['model_id']!r})"
@@ -152,7 +176,7 @@ def for_cpu(
             )
             engine["mamba_ssm_cache_dtype"] = "float32"
 
-        subs += _tensor_parallel_here(where, config, cores)
+        subs.extend(_tensor_parallel_here(where, config, cores))
 
         kv = engine.get("kv_transfer_config")
         if kv is not None and int(engine.get("tensor_parallel_size", 1)) > 1:
@@ -179,8 +203,10 @@ def for_cpu(
                 f"{where}.runtime_env.env_vars.{OMP_BIND}: {old!r} -> '{nixl_core}' (one OpenMP thread, on the core "
                 "vLLM's NixlConnector pins the engine's main thread to; two on one core: a forward pass took ~60 s)"
             )
+        return loading["model_id"]
 
-    return LocalDocument(doc, subs, family, hybrid, model_ids, pd="prefill" in configs)
+    model_ids = edit_roles(doc, "rehearsal", on_cpu)
+    return LocalDocument(doc, subs, family, hybrid, list(model_ids.values()), pd="prefill" in model_ids)
 
 
 def pod_mounts(spec: dict) -> dict[str, str]:
@@ -221,7 +247,7 @@ def _env_holders(app: dict) -> dict[str, dict]:
     """What carries runtime_env env_vars in an application: itself and each of its LLM configs (Ray Serve LLM
     gives an engine replica its config's env_vars in place of the app's), keyed by their path in the app."""
     args = app.get("args") or {}
-    holders = {"": app} | {f".args.{key}": args[key] for key in serve_config.PD_ARG_ROLES if key in args}
+    holders = {"": app} | {f".args.{key}": args[key] for key in PD_ARG_ROLES if key in args}
     return holders | {f".args.llm_configs[{i}]": config for i, config in enumerate(args.get("llm_configs") or [])}
 
 
@@ -266,15 +292,16 @@ def role_mistakes(doc: dict) -> list[str]:
     serves either way; kv_role only makes a consumer defer freeing blocks a load may race with under async
     scheduling (vLLM 0.26.0 v1/core/sched/scheduler.py Scheduler.__init__, defer_block_free), vLLM's default on
     GPUs and off on the CPU."""
-    configs = serve_config.llm_configs_by_role(doc, "rehearsal")
+    configs = parse_document(doc, "rehearsal").roles
     if "prefill" not in configs:
         return []
     lines = []
     for role, allowed in ROLES.items():
-        kv = configs[role].get("engine_kwargs", {}).get("kv_transfer_config") or {}
-        if kv.get("kv_role") not in allowed:
+        kv = configs[role].engine.kv_transfer_config
+        kv_role = None if kv is None else kv.kv_role
+        if kv_role not in allowed:
             lines.append(
-                f"{role}.engine_kwargs.kv_transfer_config.kv_role = {kv.get('kv_role')!r}: the {role} side must "
+                f"{role}.engine_kwargs.kv_transfer_config.kv_role = {kv_role!r}: the {role} side must "
                 f"be {' or '.join(sorted(allowed))} (no engine reports this; on GPUs the decode side would lose "
                 "its deferred block frees under async scheduling)"
             )
@@ -284,36 +311,44 @@ def role_mistakes(doc: dict) -> list[str]:
 def scale_demo(doc: dict, role: str, target: float = 1) -> str:
     """Lower `role`'s target_ongoing_requests so a few held streams make Serve scale that role up (the
     --scale-demo substitution). Returns the printed line; ValueError where the role cannot scale up."""
-    configs = serve_config.llm_configs_by_role(doc, "rehearsal")
-    if role not in configs:
-        raise ValueError(f"--scale-demo {role}: no such role here; roles: {', '.join(configs)}")
-    deployment = configs[role].get("deployment_config") or {}
-    scaling = deployment.get("autoscaling_config")
-    if not scaling or int(scaling.get("max_replicas", 1)) <= int(scaling.get("min_replicas", 1)):
-        raise ValueError(f"--scale-demo {role}: {role} has no autoscaling range (min_replicas < max_replicas)")
-    old = scaling.get("target_ongoing_requests")
-    scaling["target_ongoing_requests"] = target
-    return (
-        f"{role}.deployment_config.autoscaling_config.target_ongoing_requests: {old!r} -> {target!r} "
-        "(--scale-demo: a few held streams exceed it)"
-    )
+
+    def lower(name: str, config: dict) -> str | None:
+        if name != role:
+            return None
+        deployment = config.get("deployment_config") or {}
+        scaling = deployment.get("autoscaling_config")
+        if not scaling or int(scaling.get("max_replicas", 1)) <= int(scaling.get("min_replicas", 1)):
+            raise ValueError(f"--scale-demo {role}: {role} has no autoscaling range (min_replicas < max_replicas)")
+        old = scaling.get("target_ongoing_requests")
+        scaling["target_ongoing_requests"] = target
+        return (
+            f"{role}.deployment_config.autoscaling_config.target_ongoing_requests: {old!r} -> {target!r} "
+            "(--scale-demo: a few held streams exceed it)"
+        )
+
+    lines = edit_roles(doc, "rehearsal", lower)
+    if role not in lines:
+        raise ValueError(f"--scale-demo {role}: no such role here; roles: {', '.join(lines)}")
+    return lines[role]
 
 
 def mutate(doc: dict, mutation: str) -> str:
     """Inject a mistake that only an engine catches (tests of the failure path). Returns what changed."""
-    configs = serve_config.llm_configs_by_role(doc, "rehearsal")
+    configs = parse_document(doc, "rehearsal").roles
     if "prefill" not in configs:
         raise ValueError(f"--mutate {mutation}: needs a prefill/decode app")
-    pre = configs["prefill"]["engine_kwargs"]
-    dec = configs["decode"]["engine_kwargs"]
-    if mutation == "swap-roles":
-        pk, dk = pre["kv_transfer_config"], dec["kv_transfer_config"]
-        pk["kv_role"], dk["kv_role"] = dk["kv_role"], pk["kv_role"]
-    elif mutation == "connector-typo":
-        for e in (pre, dec):
-            e["kv_transfer_config"]["kv_connector"] = "NixlConector"
-    elif mutation == "block-size-mismatch":
-        pre["block_size"], dec["block_size"] = 256, 512
-    else:
+    if mutation not in MUTATIONS:
         raise ValueError(f"unknown mutation {mutation!r}: one of {sorted(MUTATIONS)}")
+    other_side = {"prefill": "decode", "decode": "prefill"}
+
+    def inject(role: str, config: dict) -> None:
+        engine = config["engine_kwargs"]
+        if mutation == "swap-roles":
+            engine["kv_transfer_config"]["kv_role"] = configs[other_side[role]].engine.kv_transfer_config.kv_role
+        elif mutation == "connector-typo":
+            engine["kv_transfer_config"]["kv_connector"] = "NixlConector"
+        else:
+            engine["block_size"] = MUTATED_BLOCK_SIZES[role]
+
+    edit_roles(doc, "rehearsal", inject)
     return f"MUTATION {mutation}: {MUTATIONS[mutation]}"

@@ -9,7 +9,8 @@ import re
 from collections import Counter
 
 from llmclient import core
-from ray_llm_eks.domain.serving.role_view import role_views
+from ray_llm_eks.domain.serving.role_view import RoleView, views_of
+from ray_llm_eks.domain.serving.serve_app import parse_document
 from ray_llm_eks.domain.serving.serve_config import role_of
 
 # vLLM 0.26's NIXL worker names its engine at start (nixl/base_worker.py, "Initializing NIXL worker %s"); Ray
@@ -19,9 +20,14 @@ ENGINE_ID = re.compile(r"Initializing NIXL worker (\S+)")
 KV_READ = re.compile(r"Remote agent (\S+) available, calling _read_blocks")
 
 
+def role_views(doc: dict) -> dict[str, RoleView]:
+    """The view of each role of a serve document as deployed (plain data: the plan's, or this machine's copy)."""
+    return views_of(parse_document(doc, "rehearsal").roles)
+
+
 def expected_replicas(doc: dict) -> dict[str, int]:
     """role -> replicas at start, from the serve config as deployed (one model per stack: a role is one config)."""
-    return {role: view.replicas.initial for role, view in role_views(doc, "rehearsal").items()}
+    return {role: view.replicas.initial for role, view in role_views(doc).items()}
 
 
 def running_replicas(application: dict) -> dict[str, list[dict]]:
@@ -117,7 +123,7 @@ _TP_RANK = re.compile(r"::Worker\S*_TP(\d+)\b")
 
 def tensor_parallel_size(doc: dict) -> int:
     """The largest tensor_parallel_size among the LLM configs (1: no tensor parallelism)."""
-    return max(view.tensor_parallel for view in role_views(doc, "rehearsal").values())
+    return max(view.tensor_parallel for view in role_views(doc).values())
 
 
 def rank_seconds(process_seconds: dict[str, float]) -> dict[int, float]:
@@ -156,7 +162,7 @@ def logical_cpus(doc: dict, extra: dict[str, int] | None = None, floor: int = 8)
     asks 1 CPU for each replica actor merged with one CPU bundle per TP rank (ray/llm/_internal/serve/core/
     server/llm_server.py get_deployment_options), plus the ingress and one to spare. `extra`: more replicas."""
     need = 2
-    for role, view in role_views(doc, "rehearsal").items():
+    for role, view in role_views(doc).items():
         replicas = view.replicas.initial + (extra or {}).get(role, 0)
         need += replicas * (1 + view.tensor_parallel)
     return max(floor, need)

@@ -10,6 +10,7 @@ from dataclasses import asdict
 
 from measure import vllm_log
 from ray_llm_eks.domain.fit import model_fit
+from ray_llm_eks.domain.serving.fields import given
 from ray_llm_eks.domain.serving.serve_app import parse_document
 from ray_llm_eks.domain.serving.serve_config import role_of
 from rehearsal import logs, topology, verify
@@ -102,12 +103,10 @@ def _memory(ctx: Context) -> None:
 
 def _kv_buffers(ctx: Context) -> None:
     """Every PD engine registered its KV cache where the document says; decode found prefill compatible."""
-    from ray_llm_eks.domain.serving.role_view import role_views
-
-    views = role_views(ctx.document, "rehearsal")
+    roles = parse_document(ctx.document, "rehearsal").roles
     problems, seen = [], []
     for role in ("prefill", "decode"):
-        want = views[role].engine["kv_transfer_config"].get("kv_buffer_device", "cuda")
+        want = given(roles[role].engine.kv_transfer_config.kv_buffer_device, "cuda")
         for replica in ctx.running.get(role, []):
             who = f"{role}/{replica['replica_id']}"
             text = verify.replica_log(ctx.log_dirs, replica)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from llmclient import bench
 from measure import bench as bench_stats
-from ray_llm_eks.domain.serving.role_view import role_views
+from ray_llm_eks.domain.serving.serve_app import parse_document
 from rehearsal import cpu_threads, scale_demo, substitute, topology
 from rehearsal.checks import Check, by_flag, measure_threads
 from rehearsal.context import Context, RehearsalFailed, say
@@ -51,7 +51,7 @@ def _bench_options(parser: argparse.ArgumentParser) -> None:
 
 def _bench(ctx: Context) -> None:
     """`make bench` against the rehearsal: the stack's SLO and cost, the engines' KV figures, a small sweep."""
-    tokenizer = next(iter(role_views(ctx.document, "rehearsal").values())).model_source
+    tokenizer = next(iter(parse_document(ctx.document, "rehearsal").roles.values())).model.source
     args = bench.bench_arguments(
         [ctx.url, "--out", str(ctx.args.bench), "--stack", ctx.args.stack, "--label", f"{ctx.args.stack} (CPU)"]
         + ["--model", ctx.model, "--tokenizer", tokenizer, "--isl", "128", "--osl", "32"]

@@ -31,8 +31,7 @@ from dataclasses import dataclass
 from llmclient import faultload
 from ray_llm_eks.adapters import ports
 from ray_llm_eks.adapters.ports import free_port
-from ray_llm_eks.domain.serving import serve_config
-from rehearsal import faults, topology, verify
+from rehearsal import faults, substitute, topology, verify
 from rehearsal.checks import Check, by_flag, observability
 from rehearsal.context import Context, RehearsalFailed, say
 from rehearsal.ray_cluster import MULTI_NODE_ENV, MULTI_NODE_IP, Node
@@ -251,14 +250,21 @@ def _change_serve_config(ctx: Context) -> tuple[Callable[[], bool], dict]:
     from rehearsal.deploy import deploy
 
     doc = copy.deepcopy(ctx.document)
-    config = serve_config.llm_configs_by_role(doc, "rehearsal")["decode"]
-    engine = config.setdefault("engine_kwargs", {})
-    before_seqs = int(engine.get("max_num_seqs", 16))
-    engine["max_num_seqs"] = max(1, before_seqs - 1)
+
+    def fewer_seqs(role: str, config: dict) -> list[int] | None:
+        """decode's max_num_seqs one lower: [before, after]."""
+        if role != "decode":
+            return None
+        engine = config.setdefault("engine_kwargs", {})
+        before_seqs = int(engine.get("max_num_seqs", 16))
+        engine["max_num_seqs"] = max(1, before_seqs - 1)
+        return [before_seqs, engine["max_num_seqs"]]
+
+    seqs = substitute.edit_roles(doc, "rehearsal", fewer_seqs)["decode"]
     before = _decode_replicas(ctx)
     deploy(ctx.dashboard, doc)
     ctx.document = doc
-    facts = {"decode max_num_seqs": [before_seqs, engine["max_num_seqs"]], "decode replicas before": sorted(before)}
+    facts = {"decode max_num_seqs": seqs, "decode replicas before": sorted(before)}
     return (lambda: bool(_decode_replicas(ctx)) and not _decode_replicas(ctx) & before), facts
 
 

@@ -24,9 +24,8 @@ import sys
 import time
 
 from ray_llm_eks.domain.render import alert_rules, dashboards
-from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
 from ray_llm_eks.domain.telemetry import alerts
-from rehearsal import prometheus, ray_token, topology
+from rehearsal import prometheus, ray_token, substitute, topology
 from rehearsal.checks import Check, by_flag
 from rehearsal.context import Context, RehearsalFailed, say
 from rehearsal.deploy import deploy
@@ -210,9 +209,17 @@ def _replaced(ctx: Context, before: set[str], cap: float) -> float:
 def _fault(ctx: Context) -> None:
     url = ctx.results.get("prometheus")
     doc = copy.deepcopy(ctx.document)
-    prefill = llm_configs_by_role(doc, "fault")["prefill"]["engine_kwargs"]
-    old = prefill.get("block_size", "vLLM's")
-    prefill["block_size"] = FAULT_BLOCK_SIZE
+
+    def faulty_block_size(role: str, config: dict) -> object:
+        """prefill's block_size FAULT_BLOCK_SIZE: what it was."""
+        if role != "prefill":
+            return None
+        engine = config.setdefault("engine_kwargs", {})
+        old = engine.get("block_size", "vLLM's")
+        engine["block_size"] = FAULT_BLOCK_SIZE
+        return old
+
+    old = substitute.edit_roles(doc, "fault", faulty_block_size)["prefill"]
     _, before = _prefill_replicas(ctx)
     deploy(ctx.dashboard, doc)
     ctx.mark(f"fault: prefill block_size {old} -> {FAULT_BLOCK_SIZE}, in place (decode keeps its own)")

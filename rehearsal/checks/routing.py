@@ -20,8 +20,8 @@ from llmclient import aiperf, core, metrics
 from llmclient import verify as verify_client
 from measure import bench, kv_proof
 from ray_llm_eks.domain.serving import routing
-from ray_llm_eks.domain.serving.role_view import role_views
-from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
+from ray_llm_eks.domain.serving.role_view import views_of
+from ray_llm_eks.domain.serving.serve_app import parse_document
 from rehearsal import routers, substitute, topology, verify
 from rehearsal.checks import Check, by_flag
 from rehearsal.context import Context, RehearsalFailed, say
@@ -65,16 +65,20 @@ def _options(parser: argparse.ArgumentParser) -> None:
 def routed_role(document: dict) -> str | None:
     """The role whose router is compared: the first of collocated, prefill that starts with 2+ replicas."""
     starts = topology.expected_replicas(document)
-    views = role_views(document, "rehearsal")
-    return next((r for r in routing.ROUTABLE_ROLES if r in views and starts.get(r, 0) >= 2), None)
+    roles = parse_document(document, "rehearsal").roles
+    return next((r for r in routing.ROUTABLE_ROLES if r in roles and starts.get(r, 0) >= 2), None)
 
 
 def _prepare(local: substitute.LocalDocument, args: argparse.Namespace) -> list[str]:
     role = routed_role(local.document)
     if role is None:
         raise ValueError("--compare-routers needs a collocated or prefill role with 2 replicas or more (dp, xpyd)")
-    deployment = llm_configs_by_role(local.document, "rehearsal")[role].setdefault("deployment_config", {})
-    stack_router = deployment.pop("request_router_config", None)
+
+    def without_router(name: str, config: dict) -> dict | None:
+        """The router `name`'s config had, taken out of the routed role's (Serve's power of two instead)."""
+        return config.setdefault("deployment_config", {}).pop("request_router_config", None) if name == role else None
+
+    stack_router = substitute.edit_roles(local.document, "rehearsal", without_router)[role]
     args.compare_routers_role = role
     args.compare_routers_config = stack_router or DEFAULT_AFFINITY
     source = "the stack's" if stack_router else "Ray's default prefix affinity (the stack routes by power of two)"
@@ -128,7 +132,7 @@ def _late_probes(ctx: Context) -> int:
 
 def _phase(ctx: Context, policy: str, seed: int, deployment: str, out: Path) -> routers.Phase:
     role = ctx.args.compare_routers_role
-    tokenizer = role_views(ctx.document, "rehearsal")[role].model_source
+    tokenizer = parse_document(ctx.document, "rehearsal").roles[role].model.source
     workload = bench.Workload(
         "multiturn", isl=USER_TOKENS, osl=ANSWER_TOKENS, turns=TURNS, context_tokens=CONTEXT
     )  # fmt: skip
@@ -283,7 +287,7 @@ SHARED_SHARE, TAIL_WORDS = 0.5, 12
 
 def _prefill_caches_prefixes(ctx: Context) -> bool:
     """PD whose prefill engines were asked for a prefix cache (hybrid models keep it off unless asked)."""
-    prefill = role_views(ctx.document, "rehearsal").get("prefill")
+    prefill = parse_document(ctx.document, "rehearsal").roles.get("prefill")
     return ctx.pd and prefill is not None and bool(prefill.engine.enable_prefix_caching)
 
 
@@ -303,7 +307,7 @@ def prefix_over_nixl(ctx: Context) -> None:
     rng = random.Random(7)
     # The stack's modelSpec: the context of a model of the user's that the run loads from the hub.
     override = rehearsed_settings(ctx.args.stack, ctx.args.set).serving.model_spec
-    views = role_views(ctx.document, "rehearsal", verify_client.served_context(override))
+    views = views_of(parse_document(ctx.document, "rehearsal").roles, verify_client.served_context(override))
     max_model_len = views["prefill"].max_model_len
     start, _ = _kv_and_prefix(ctx)
     per_word, _ = asyncio.run(verify_client.calibrate(ctx.url, ctx.model, ctx.api_key, seed=7))

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.serving.fields import given
 from ray_llm_eks.domain.serving.llm_config import EngineKwargs, LlmConfig
-from ray_llm_eks.domain.serving.serve_app import parse_document
 
 # Ray Serve 2.58 AutoscalingConfig defaults (ray/serve/config.py): min_replicas 1, max_replicas 1.
 SERVE_DEFAULT_MIN, SERVE_DEFAULT_MAX = 1, 1
@@ -108,11 +107,3 @@ def views_of(
 ) -> dict[str, RoleView]:
     """The view of each role's LLM config (a document's `roles`), keyed by role."""
     return {role: view_of(role, config, max_context) for role, config in configs.items()}
-
-
-def role_views(
-    document: Mapping, where: str, max_context: Callable[[str, str], int] | None = None
-) -> dict[str, RoleView]:
-    """The views of a serve document read back as plain data (a plan's serveConfigV2, a rehearsal's copy):
-    parsed first, `where` naming it in the error a malformed one raises."""
-    return views_of(parse_document(document, where).roles, max_context)

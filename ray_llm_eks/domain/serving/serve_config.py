@@ -22,12 +22,9 @@ from ray_llm_eks.domain.serving.fields import drop, ensure, put, to_dict
 from ray_llm_eks.domain.serving.llm_config import AutoscalingConfig, LlmConfig, PlacementGroupConfig
 from ray_llm_eks.domain.serving.model_families import FAMILY_ENGINE_KEYS, FAMILY_ENV_KEYS, ModelFamily
 from ray_llm_eks.domain.serving.serve_app import (
-    APP_ARGS,
     GUARDED_PD_IMPORT,
     LOCAL_PREFILL_BELOW,
-    PD_ARG_ROLES,
     PD_IMPORT,
-    PD_IMPORTS,
     SELECTIVE_PD_IMPORT,
     ServeDocument,
     parse_document,
@@ -139,34 +136,6 @@ def load_serve_file(name: str) -> Any:
 def shipped_document(name: str) -> ServeDocument:
     """The shipped serve file `name`, parsed into the typed document."""
     return parse_document(load_serve_file(name), where_of(name))
-
-
-def the_application(doc: dict, where: str) -> dict:
-    apps = doc.get("applications")
-    if not isinstance(apps, list) or len(apps) != 1:
-        raise in_serve_config(where, "applications", NOT_SHOWN, "exactly one application")
-    app = apps[0]
-    if app.get("import_path") not in APP_ARGS:
-        raise in_serve_config(where, "import_path", app.get("import_path"), f"one of {yaml_text(sorted(APP_ARGS))}")
-    return app
-
-
-def llm_configs_by_role(doc: dict, where: str) -> dict[str, dict]:
-    """The LLM configs of the application, keyed by the pool role each one runs on."""
-    app = the_application(doc, where)
-    args = app.get("args") or {}
-    if app["import_path"] in PD_IMPORTS:
-        return {role: args[key] for key, role in PD_ARG_ROLES.items() if key in args}
-    configs = args.get("llm_configs") or []
-    if len(configs) != 1:
-        raise in_serve_config(where, "args.llm_configs", NOT_SHOWN, "exactly one entry (one model per stack)")
-    return {COLLOCATED_ROLE: configs[0]}
-
-
-def local_prefill_below(doc: dict, where: str = "rendered") -> int | None:
-    """selective PD's threshold as the decode config carries it (None: the app always splits)."""
-    decode = llm_configs_by_role(doc, where).get("decode") or {}
-    return (decode.get("experimental_configs") or {}).get(LOCAL_PREFILL_BELOW)
 
 
 # kv_role each side of a PD app may have. No engine refuses a swapped pair: vLLM 0.26's NixlConnector

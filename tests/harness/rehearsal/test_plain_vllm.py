@@ -10,7 +10,8 @@ import subprocess
 import pytest
 import yaml
 
-from ray_llm_eks.domain.serving import serve_config
+from ray_llm_eks.domain.serving.fields import to_dict
+from ray_llm_eks.domain.serving.serve_app import parse_document
 from rehearsal import gpu as gpu_rules
 from rehearsal import plain_vllm
 from rehearsal.prepare import deployed_spec
@@ -75,7 +76,7 @@ for argv in json.loads(sys.argv[1]):
     not (REHEARSAL_VENV / ".installed").exists(), reason=f"no rehearsal venv at {REHEARSAL_VENV} (make rehearsal-venv)"
 )
 def test_vllms_own_parser_reads_every_role_of_the_dev_stack_back(dev_doc):
-    roles = serve_config.llm_configs_by_role(dev_doc, "test")
+    roles = {role: to_dict(config) for role, config in parse_document(dev_doc, "test").roles.items()}
     argvs = [["--model", "m", *plain_vllm.serve_flags(c["engine_kwargs"])] for c in roles.values()]
     done = subprocess.run([str(REHEARSAL_VENV / "bin" / "python"), "-c", PARSE, json.dumps(argvs)],
                           capture_output=True, text=True)  # fmt: skip

@@ -18,8 +18,8 @@ import yaml
 from ray_llm_eks.adapters import stack as stack_adapter
 from ray_llm_eks.domain.render.ray_service import ray_service_spec, served_document
 from ray_llm_eks.domain.serving import api_keys
-from ray_llm_eks.domain.serving.serve_app import document_dict
-from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role, local_prefill_below
+from ray_llm_eks.domain.serving.fields import to_dict
+from ray_llm_eks.domain.serving.serve_app import document_dict, parse_document
 from rehearsal import substitute
 from rehearsal.context import Clock, Context, RehearsalFailed
 from rehearsal.logs import root_errors
@@ -40,6 +40,11 @@ from rehearsal.ray_cluster import start_ray
 
 def rendered(stack: str) -> dict:
     return rendered_document(stack)
+
+
+def role_configs(doc: dict) -> dict[str, dict]:
+    """Each role's LLM config of a document, as plain data."""
+    return {role: to_dict(config) for role, config in parse_document(doc, "test").roles.items()}
 
 
 @pytest.mark.parametrize("stack", ["dev", "baseline"])
@@ -110,7 +115,7 @@ def test_only_what_cannot_exist_on_a_cpu_changes(stack):
     local = substitute.for_cpu(doc, "/models/stand-in", stand_in_family(doc), port=18000, nixl_core=3)
     assert local.family == "qwen3_next" and local.hybrid  # Qwen3.5: Gated DeltaNet + full attention
     assert local.pd == (stack == "dev")
-    before, after = llm_configs_by_role(doc, "rehearsal"), llm_configs_by_role(local.document, "rehearsal")
+    before, after = role_configs(doc), role_configs(local.document)
     assert before.keys() == after.keys()
     for role, old in before.items():
         new = copy.deepcopy(after[role])
@@ -368,13 +373,18 @@ def test_the_timeline_names_each_engines_max_num_seqs_from_the_deployed_config()
     from rehearsal.run import max_num_seqs_line
 
     doc = copy.deepcopy(rendered("dev"))
-    configs = llm_configs_by_role(doc, "test")
-    configs["prefill"].setdefault("engine_kwargs", {})["max_num_seqs"] = 7
-    configs["decode"].setdefault("engine_kwargs", {}).pop("max_num_seqs", None)
+
+    def seqs(role: str, config: dict) -> None:
+        if role == "prefill":
+            config.setdefault("engine_kwargs", {})["max_num_seqs"] = 7
+        else:
+            config.setdefault("engine_kwargs", {}).pop("max_num_seqs", None)
+
+    substitute.edit_roles(doc, "test", seqs)
     line = max_num_seqs_line(doc)
     assert line.startswith("max_num_seqs per engine: prefill 7, decode unset (vLLM's default) ")
     assert "vLLM 0.26 logs no line with it" in line
-    baseline = llm_configs_by_role(rendered("baseline"), "test")["collocated"]["engine_kwargs"]
+    baseline = parse_document(rendered("baseline"), "test").roles["collocated"].engine
     assert max_num_seqs_line(rendered("baseline")).startswith(
         f"max_num_seqs per engine: collocated {baseline.get('max_num_seqs', 'unset')}"
     )
@@ -388,8 +398,8 @@ def test_set_renders_the_stack_with_a_key_over_its_file():
     }
     app = yaml.safe_load(deployed_spec("dev", ["selectivePd=28"])["serveConfigV2"])["applications"][0]
     assert app["import_path"] == "selective_pd:build_selective_pd_app"
-    assert local_prefill_below({"applications": [app]}) == 28
-    assert local_prefill_below(rendered("dev")) is None
+    assert parse_document({"applications": [app]}, "test").local_prefill_below == 28
+    assert parse_document(rendered("dev"), "test").local_prefill_below is None
 
 
 @pytest.mark.parametrize(
@@ -458,11 +468,10 @@ def test_the_stand_in_is_built_for_the_longest_context_a_role_runs_at():
     from rehearsal.tiny_model import STAND_IN_MAX_POSITIONS
 
     doc = copy.deepcopy(rendered("dev"))
-    configs = llm_configs_by_role(doc, "test")
-    for config in configs.values():
-        config.setdefault("engine_kwargs", {}).pop("max_model_len", None)
+    substitute.edit_roles(
+        doc, "test", lambda role, config: config.setdefault("engine_kwargs", {}).pop("max_model_len", None)
+    )
     assert _max_len(doc) == STAND_IN_MAX_POSITIONS
-    first, second = list(configs.values())[:2]
-    first["engine_kwargs"]["max_model_len"] = -1
-    second["engine_kwargs"]["max_model_len"] = 3 * STAND_IN_MAX_POSITIONS
+    lengths = dict(zip(parse_document(doc, "test").roles, (-1, 3 * STAND_IN_MAX_POSITIONS), strict=True))
+    substitute.edit_roles(doc, "test", lambda role, config: config["engine_kwargs"].update(max_model_len=lengths[role]))
     assert _max_len(doc) == 3 * STAND_IN_MAX_POSITIONS

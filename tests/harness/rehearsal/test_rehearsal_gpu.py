@@ -10,18 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
+from ray_llm_eks.domain.serving.fields import to_dict
+from ray_llm_eks.domain.serving.serve_app import parse_document
 from rehearsal import gpu, prepare, run
 from rehearsal.checks import engines
 from rehearsal.context import Clock, Context, RehearsalFailed
-from rehearsal.substitute import CannotRehearse
+from rehearsal.substitute import CannotRehearse, edit_roles
 from tests.conftest import ROOT
 
 H200 = gpu.GpuHere(count=1, name="NVIDIA H200", total_mib=143771, efa=False, flashinfer=False)
 
 
 def configs(doc: dict) -> dict[str, dict]:
-    return llm_configs_by_role(doc, "test")
+    return {role: to_dict(config) for role, config in parse_document(doc, "test").roles.items()}
 
 
 def test_the_l4_is_emulated_with_its_budget_and_its_memory_dependent_defaults():
@@ -47,9 +48,12 @@ def test_the_l4_is_emulated_with_its_budget_and_its_memory_dependent_defaults():
         "ingress_cls": "api_key_ingress:ApiKeyIngress"
     }
     assert "is the L4's 0.92 x 22888 MiB = 20.56 GiB" in "\n".join(local.substitutions)
+
     # Unset, they would be the H200's own defaults: the L4's are rendered instead.
-    for config in configs(doc).values():
+    def unset(role: str, config: dict) -> None:
         del config["engine_kwargs"]["max_num_seqs"], config["engine_kwargs"]["max_num_batched_tokens"]
+
+    edit_roles(doc, "test", unset)
     local = gpu.for_gpus(doc, H200, family="qwen3_next", hybrid=True, port=18000, emulate=gpu.emulation("L4"))
     for config in configs(local.document).values():
         assert (config["engine_kwargs"]["max_num_seqs"], config["engine_kwargs"]["max_num_batched_tokens"]) == (
@@ -127,8 +131,8 @@ LOG = """\
 
 def _context(tmp_path: Path, kv: str) -> Context:
     rendered = prepare.rendered_document("dev")
-    for config in configs(rendered).values():
-        config["engine_kwargs"]["max_num_seqs"] = 64  # what that run forced
+    forced = 64  # what that run forced
+    edit_roles(rendered, "test", lambda role, config: config["engine_kwargs"].update(max_num_seqs=forced))
     (tmp_path / "worker-wp-01-9.out").write_text(LOG.format(kv=kv))
     run_ = prepare.GpuRun(H200, gpu.emulation("L4"), [], prepare.served_model(rendered), False, False, rendered)
     ctx = Context(argparse.Namespace(), rendered, "", None, "m", True, "", list, [tmp_path], tmp_path, "r", Clock(),

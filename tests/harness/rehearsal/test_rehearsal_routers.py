@@ -11,10 +11,10 @@ import pytest
 from llmclient.metrics import parse_text
 from measure import bench, kv_proof
 from ray_llm_eks.domain.serving import routing
-from ray_llm_eks.domain.serving.serve_app import document_dict
+from ray_llm_eks.domain.serving.serve_app import document_dict, parse_document
 from rehearsal import routers
 from rehearsal.checks import routing as routing_check
-from rehearsal.substitute import LocalDocument
+from rehearsal.substitute import LocalDocument, edit_roles
 
 # As Ray 2.58 writes them (seen in a dp rehearsal's serve/replica_llm_LLMServer_*.log).
 LOG = """\
@@ -119,8 +119,8 @@ def _local(stack: str) -> LocalDocument:
 def test_prepare_deploys_power_of_two_and_keeps_the_stacks_router_for_the_switch():
     local, args = _local("dp"), argparse.Namespace()
     lines = routing_check._prepare(local, args)
-    (config,) = routing_check.llm_configs_by_role(local.document, "t").values()
-    assert "request_router_config" not in config["deployment_config"]
+    (config,) = parse_document(local.document, "t").roles.values()
+    assert "request_router_config" not in config.deployment
     assert args.compare_routers_role == "collocated"
     assert args.compare_routers_config["request_router_class"] == routing.PREFIX_AFFINITY_CLASS
     assert args.compare_routers_config["request_router_kwargs"] == {"imbalanced_threshold": 16}
@@ -129,10 +129,7 @@ def test_prepare_deploys_power_of_two_and_keeps_the_stacks_router_for_the_switch
     assert env["RAY_SERVE_QUEUE_LENGTH_RESPONSE_DEADLINE_S"] == routing_check.PROBE_DEADLINE_HERE
     xpyd = _local("xpyd")
     routing_check._prepare(xpyd, argparse.Namespace())
-    assert (
-        "request_router_config"
-        not in routing_check.llm_configs_by_role(xpyd.document, "t")["prefill"]["deployment_config"]
-    )
+    assert "request_router_config" not in parse_document(xpyd.document, "t").roles["prefill"].deployment
 
 
 def test_prepare_refuses_a_stack_without_two_replicas_of_a_routed_role():
@@ -141,14 +138,17 @@ def test_prepare_refuses_a_stack_without_two_replicas_of_a_routed_role():
 
 
 def test_prefix_over_nixl_runs_only_where_pd_prefill_asks_for_a_prefix_cache():
-    from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
-
     def runs(document: dict, pd: bool) -> bool:
         return routing_check._prefill_caches_prefixes(argparse.Namespace(document=document, pd=pd))
 
     document = _local("dev").document
     assert not runs(document, pd=True)  # dev's prefill leaves prefix caching to vLLM's default for its model
-    llm_configs_by_role(document, "t")["prefill"]["engine_kwargs"]["enable_prefix_caching"] = True
+
+    def prefill_caches(role: str, config: dict) -> None:
+        if role == "prefill":
+            config["engine_kwargs"]["enable_prefix_caching"] = True
+
+    edit_roles(document, "t", prefill_caches)
     assert runs(document, pd=True) and not runs(document, pd=False)
     assert not runs(_local("baseline").document, pd=False)  # collocated: no prefill role
 

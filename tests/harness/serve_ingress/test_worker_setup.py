@@ -14,8 +14,8 @@ import pytest
 
 from ray_llm_eks.adapters import stack
 from ray_llm_eks.domain.render.ray_service import served_document
-from ray_llm_eks.domain.serving.serve_app import document_dict
-from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
+from ray_llm_eks.domain.serving.fields import to_dict
+from ray_llm_eks.domain.serving.serve_app import document_dict, parse_document
 from ray_llm_eks.serve_ingress import worker_setup
 
 
@@ -77,7 +77,7 @@ def test_an_engines_own_ray_init_finds_the_hook_field_and_env_var_in_agreement(n
     from ray._private.runtime_env import setup_hook
 
     document = document_dict(served_document(stack.load_settings(stack.stack_file(name))))
-    for config in llm_configs_by_role(document, name).values():
+    for config in map(to_dict, parse_document(document, name).roles.values()):
         replica_env = {"worker_process_setup_hook": "ray.llm._internal.serve._worker_process_setup_hook"}
         replica_env |= config["runtime_env"]  # the merge order of llm_server.LLMServer.get_deployment_options
         inherited = config["runtime_env"]["env_vars"][setup_hook.ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR]

@@ -17,7 +17,7 @@ from ray_llm_eks.domain.checks import preflight
 from ray_llm_eks.domain.platform import aws_facts, prices
 from ray_llm_eks.domain.serving import fit_prediction, model_table
 from ray_llm_eks.domain.serving.fit_prediction import Engine
-from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
+from ray_llm_eks.domain.serving.serve_app import parse_document
 from tests.conftest import SHIPPED_STACKS, failing_run
 
 NS = "ray-llm-eks:"
@@ -46,7 +46,7 @@ def test_dev_renders_the_largest_max_num_seqs_and_plan_prints_the_fit(plans):
     seqs = fit_prediction.largest_max_num_seqs(
         model_table.KNOWN_MODELS["Qwen/Qwen3.5-9B"], Engine(4096, 1, 1, 0.92, "auto", 2048, True), L4
     )
-    assert {role: c["engine_kwargs"]["max_num_seqs"] for role, c in llm_configs_by_role(document, "x").items()} == {
+    assert {role: c["engine_kwargs"]["max_num_seqs"] for role, c in parse_document(document, "x").roles.items()} == {
         "prefill": seqs,
         "decode": seqs,
     }
@@ -60,7 +60,7 @@ def test_dev_renders_the_largest_max_num_seqs_and_plan_prints_the_fit(plans):
 def test_a_stack_asking_64_sequences_gets_them():
     plan = run_program("dev", {NS + "maxNumSeqs": 64})
     document = yaml.safe_load(plan.one("kubernetes:ray.io/v1:RayService").inputs["spec"]["serveConfigV2"])
-    assert {c["engine_kwargs"]["max_num_seqs"] for c in llm_configs_by_role(document, "x").values()} == {64}
+    assert {c["engine_kwargs"]["max_num_seqs"] for c in parse_document(document, "x").roles.values()} == {64}
     # vLLM logged 86 blocks at 64 sequences on a cold start; the fit's line through the cold starts says 85
     # (within its tolerance of 6 blocks).
     assert "max_num_seqs 64, CUDA graphs) + KV cache 1.37 GiB -> 85 blocks of 528 tokens" in plan.summary()
@@ -334,7 +334,7 @@ WEIGHTS = {NS + "modelSource": "s3://acme-models/qwen3.5-9b/"}
 
 def test_weights_in_s3_give_the_workers_service_account_read_access_to_that_prefix_only():
     plan = run_program("dev", WEIGHTS)
-    configs = llm_configs_by_role(yaml.safe_load(manifest_spec(plan)["serveConfigV2"]), "dev")
+    configs = parse_document(yaml.safe_load(manifest_spec(plan)["serveConfigV2"]), "dev").roles
     assert {c["model_loading_config"]["model_source"] for c in configs.values()} == {WEIGHTS[NS + "modelSource"]}
     assert {c["model_loading_config"]["model_id"] for c in configs.values()} == {"Qwen/Qwen3.5-9B"}
     (policy,) = [p for p in plan.of_type("aws:iam/rolePolicy:RolePolicy") if p.name.startswith("weights")]

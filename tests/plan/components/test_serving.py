@@ -57,9 +57,10 @@ def serve_doc(plan: Plan) -> dict:
 
 
 def llm_configs(plan: Plan) -> dict[str, dict]:
-    from ray_llm_eks.domain.serving.serve_config import llm_configs_by_role
+    from ray_llm_eks.domain.serving.fields import to_dict
+    from ray_llm_eks.domain.serving.serve_app import parse_document
 
-    return llm_configs_by_role(serve_doc(plan), plan.stack)
+    return {role: to_dict(config) for role, config in parse_document(serve_doc(plan), plan.stack).roles.items()}
 
 
 def ray_checkable(config: dict) -> dict:

@@ -12,7 +12,9 @@ import yaml
 from ray_llm_eks.adapters import stack
 from ray_llm_eks.domain.render.ray_service import ray_service_spec, served_document
 from ray_llm_eks.domain.serving import api_keys, serve_config
-from ray_llm_eks.domain.serving.serve_app import document_dict
+from ray_llm_eks.domain.serving.fields import to_dict
+from ray_llm_eks.domain.serving.llm_config import LlmConfig
+from ray_llm_eks.domain.serving.serve_app import document_dict, parse_document, parse_llm_config
 
 
 @pytest.fixture(scope="module", params=["dev", "baseline"])
@@ -39,10 +41,10 @@ def test_the_spec_serves_the_served_document_and_it_is_keyed(settings):
     }
     app = document["applications"][0]
     assert app["args"]["ingress_cls_config"] == {"ingress_cls": api_keys.INGRESS_CLS}
-    holders = [app, *serve_config.llm_configs_by_role(document, "spec").values()]
+
     # Every worker of the app, engine replicas included (their LLM config's env replaces the app's),
     # can import the shipped code and runs its setup hook; the ingress alone reads the keys.
-    for holder, wanted in zip(holders, [shipped | keys] + [shipped] * (len(holders) - 1), strict=True):
+    def without_shipped_code(holder: dict, wanted: dict) -> None:
         assert holder["runtime_env"].pop("worker_process_setup_hook") == api_keys.WORKER_SETUP_HOOK
         env = holder["runtime_env"]["env_vars"]
         assert {key: env.get(key) for key in wanted} == wanted
@@ -52,6 +54,15 @@ def test_the_spec_serves_the_served_document_and_it_is_keyed(settings):
             del holder["runtime_env"]["env_vars"]
         if not holder["runtime_env"]:
             del holder["runtime_env"]
+
+    def role_without_shipped_code(role: str, config: LlmConfig) -> LlmConfig:
+        plain = to_dict(config)
+        without_shipped_code(plain, shipped)
+        return parse_llm_config(plain, "spec", role)
+
+    without_shipped_code(app, shipped | keys)
+    document = document_dict(parse_document(document, "spec").map_roles(role_without_shipped_code))
+    app = document["applications"][0]
     del app["args"]["ingress_cls_config"]
     # A PD app runs Ray's builder through the prefill guard (ray_llm_eks/serve_ingress/prefill_guard.py).
     if app["import_path"] == serve_config.GUARDED_PD_IMPORT:

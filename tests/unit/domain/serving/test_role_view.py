@@ -2,7 +2,8 @@
 
 import pytest
 
-from ray_llm_eks.domain.serving.role_view import role_views
+from ray_llm_eks.domain.serving.role_view import views_of
+from ray_llm_eks.domain.serving.serve_app import parse_document
 
 
 def _doc(engine_kwargs: dict, deployment: dict | None = None) -> dict:
@@ -12,6 +13,10 @@ def _doc(engine_kwargs: dict, deployment: dict | None = None) -> dict:
         "deployment_config": deployment or {"num_replicas": 2},
     }
     return {"applications": [{"import_path": "ray.serve.llm:build_openai_app", "args": {"llm_configs": [config]}}]}
+
+
+def role_views(doc: dict, where: str, max_context=None):
+    return views_of(parse_document(doc, where).roles, max_context)
 
 
 def _context(model_id: str, source: str) -> int:
