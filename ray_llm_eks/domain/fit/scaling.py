@@ -20,7 +20,7 @@ from ray_llm_eks.domain.core.raw_config import RawConfig
 from ray_llm_eks.domain.fit.pool_use import nodes_used
 from ray_llm_eks.domain.platform import aws_facts
 from ray_llm_eks.domain.platform.placement import GPU_TAINT, gpu_labels
-from ray_llm_eks.domain.serving.role_view import ReplicaBounds, RoleView
+from ray_llm_eks.domain.serving.role_view import ReplicaBounds
 from ray_llm_eks.domain.stack.settings import GpuPoolSettings
 
 # Stack key `autoscaling`: {role: {...}} in the stack's spelling -> Ray Serve AutoscalingConfig field.
@@ -140,10 +140,12 @@ def check_shared_role(pools: list[GpuPoolSettings], bounds: ReplicaBounds) -> No
         )
 
 
-def reconcile_pools(pools: Mapping[str, GpuPoolSettings], roles: Mapping[str, RoleView]) -> dict[str, GpuPoolSettings]:
-    """Each pool's node bounds from its role's replica bounds (roles: the rendered application's views)."""
+def reconcile_pools(
+    pools: Mapping[str, GpuPoolSettings], bounds: Mapping[str, ReplicaBounds]
+) -> dict[str, GpuPoolSettings]:
+    """Each pool's node bounds from its role's replica bounds (`bounds`: each role's of the serve document)."""
     reconciled = dict(pools)
-    for role, role_bound in ((role, view.replicas) for role, view in roles.items()):
+    for role, role_bound in bounds.items():
         mine = [p for p in pools.values() if p.app_role == role]
         if len(mine) > 1:
             check_shared_role(mine, role_bound)

@@ -20,7 +20,7 @@ from ray_llm_eks.domain.cluster.deploy_mode import DeployMode
 from ray_llm_eks.domain.core.errors import UNSET, ConfigError, mapping_of, refused_when_deploying, yaml_text
 from ray_llm_eks.domain.core.facts import GPU_ROLES
 from ray_llm_eks.domain.core.raw_config import Getter, RawConfig, check_fields
-from ray_llm_eks.domain.fit import roles, scaling
+from ray_llm_eks.domain.fit import roles
 from ray_llm_eks.domain.loading.serving_config import serving_settings
 from ray_llm_eks.domain.platform import aws_facts, field_checks, instance_types, pins, prices, sizing, subnets
 from ray_llm_eks.domain.platform.aws_facts import BotocoreFacts
@@ -222,10 +222,7 @@ def load_settings(
     pools = _gpu_pools(raw, network, cluster.kubernetes_version, facts, table, mode.existing_cluster)
     price_overrides = prices.load(raw)
     prices_here = cost.instance_prices(region, price_overrides)
-    serving = serving_settings(raw, region, pools, facts, obs, prices_here, table, own_serve)
-    # Node bounds of autoscaling roles follow their replicas (ray_llm_eks/domain/fit/scaling.py), or must agree with
-    # them.
-    pools = scaling.reconcile_pools(pools, serving.roles)
+    serving, pools = serving_settings(raw, region, pools, facts, obs, prices_here, table, own_serve)
     hardening = hardening_section.load(
         raw,
         public_cidrs=cluster.public_access_cidrs,

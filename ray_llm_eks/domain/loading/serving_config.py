@@ -15,6 +15,7 @@ from ray_llm_eks.domain.platform import field_checks, image_ref, versions
 from ray_llm_eks.domain.platform.aws_facts import BotocoreFacts, InstanceTable
 from ray_llm_eks.domain.security import ray_auth
 from ray_llm_eks.domain.serving import api_keys, model_table, routing, serve_config
+from ray_llm_eks.domain.serving.role_view import replica_bounds
 from ray_llm_eks.domain.stack.settings import GpuPoolSettings, ServingSettings
 from ray_llm_eks.domain.telemetry.observability import ObservabilitySettings
 
@@ -139,19 +140,24 @@ def serving_settings(
     instance_prices: Mapping[str, float],
     table: InstanceTable,
     own: serve_config.OwnServeFile | None = None,
-) -> ServingSettings:
-    """`instance_prices`: on-demand $/h by instance type in the stack's region (a refusal names the cheapest type
+) -> tuple[ServingSettings, dict[str, GpuPoolSettings]]:
+    """The serving section, and the GPU pools with their node bounds reconciled with its replicas.
+    `instance_prices`: on-demand $/h by instance type in the stack's region (a refusal names the cheapest type
     that fits); `table`: the instance types the stack plans with; `own`: the serve file of the user's that
     serveConfig names (the adapter reads it beside the stack file)."""
     image, held = _image(raw, region, facts)
     ray_version, vllm_version = held["ray"], held.get("vllm")
     name = raw.text("serveConfig")
-    shapes = roles.role_shapes(pools)
     own_spec = model_table.load(raw)
     model_facts = lambda model_id, source: model_table.model_spec(model_id, source, own_spec)  # noqa: E731
     if serve_config.is_own_file(name) and own is None:
         raise ConfigError("serveConfig", name, f"{serve_config.SERVE_CONFIG_ALLOWED}: not read here")
-    doc = serve_config.render(name, _serve_overrides(raw), shapes, vllm_version, model_facts, own)
+    overrides = _serve_overrides(raw)
+    doc = serve_config.overridden(name, overrides, {p.app_role for p in pools.values()}, vllm_version, own)
+    # Node bounds of autoscaling roles follow their replicas (ray_llm_eks/domain/fit/scaling.py), or must agree with
+    # them; the render pins each role to its pools as reconciled.
+    pools = scaling.reconcile_pools(pools, {role: replica_bounds(role, c) for role, c in doc.roles.items()})
+    doc = serve_config.render(doc, name, overrides, roles.role_shapes(pools), model_facts)
     doc = routing.load(raw, doc, name, model_facts)
     api_keys.check_no_own_ingress(doc, serve_config.where_of(name))
     efa_roles = {p.app_role for p in pools.values() if p.efa}
@@ -177,7 +183,7 @@ def serving_settings(
             "(ray_llm_eks/domain/platform/aws_facts.py EKS_ADDON_REGISTRY_ACCOUNTS): the "
             "EFA device plugin image is pulled from there",
         )
-    return ServingSettings(
+    serving = ServingSettings(
         observability=obs,
         serve_document=fitted.document,
         fit=fitted.lines,
@@ -199,3 +205,4 @@ def serving_settings(
         serve_config=name,
         versions=held,
     )
+    return serving, pools

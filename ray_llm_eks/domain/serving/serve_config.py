@@ -10,7 +10,7 @@ argument names for the image's vLLM version. The tests also run Ray's own schema
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -299,17 +299,16 @@ def pinned(config: LlmConfig, role: str, pool: PoolShape) -> LlmConfig:
     return put(config, placement_group_config=placement)
 
 
-def render(
+def overridden(
     name: str,
     overrides: ServeOverrides,
-    pools: Mapping[str, PoolShape],
+    pool_roles: Collection[str],
     vllm_version: str | None,
-    model_facts: Callable[[str, str], ModelFacts],
     own: OwnServeFile | None = None,
 ) -> ServeDocument:
-    """The serve config a stack deploys: the file, overridden, completed for its model family,
-    pinned to its pools, checked. `model_facts(model_id, model_source)` answers from the model table; `own`: the
-    user's file `name` names (checked as the shipped ones are)."""
+    """The serve file `name` checked, with the stack's model, context length and replicas over the file's: what
+    each role's replica bounds, and so its pools' node bounds, are read from. `pool_roles`: the roles the stack's
+    pools run; `own`: the user's file `name` names (checked as the shipped ones are)."""
     where = where_of(name)
     doc = parse_document(own.document, where) if own is not None else shipped_document(name)
     if (ours := doc.application.import_path) in (SELECTIVE_PD_IMPORT, GUARDED_PD_IMPORT):
@@ -320,15 +319,28 @@ def render(
             f"{PD_IMPORT}: the stack renders its own PD builders (the key check, the stack key selectivePd)",
         )
     check_application(doc, where, vllm_version)
-    if set(doc.roles) != set(pools):
+    if set(doc.roles) != set(pool_roles):
         raise ConfigError(
             "gpuPools",
-            sorted(pools),
+            sorted(pool_roles),
             f"exactly the pools {where} runs on: {yaml_text(sorted(doc.roles))} (one per role)",
         )
+    return doc.map_roles(lambda role, config: with_overrides(config, role, overrides, where))
+
+
+def render(
+    doc: ServeDocument,
+    name: str,
+    overrides: ServeOverrides,
+    pools: Mapping[str, PoolShape],
+    model_facts: Callable[[str, str], ModelFacts],
+) -> ServeDocument:
+    """The serve config a stack deploys: the overridden serve file `name` (`overridden`) completed for its model
+    family, pinned to its pools (node bounds reconciled with its replicas), checked. `model_facts(model_id,
+    model_source)` answers from the model table."""
+    where = where_of(name)
 
     def role_config(role: str, config: LlmConfig) -> LlmConfig:
-        config = with_overrides(config, role, overrides, where)
         check_room(config, role, pools[role])
         model = model_facts(*config.model.id_and_source)
         config = with_family(config, role, where, model)
