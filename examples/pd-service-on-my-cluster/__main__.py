@@ -7,10 +7,9 @@ import json
 import pulumi
 import pulumi_kubernetes as k8s
 
+from ray_llm_eks import KubeRayOperator, KubeRayOperatorArgs, LlmService, LlmServiceArgs
 from ray_llm_eks.adapters.stack import load_settings
 from ray_llm_eks.adapters.stackfile import StackConfig
-from ray_llm_eks.components.kuberay import KubeRayOperator, KubeRayOperatorArgs
-from ray_llm_eks.components.llm_service import LlmService, LlmServiceArgs
 from ray_llm_eks.domain.render.ray_service import ray_service_spec
 
 POOL = {"instanceType": "g6.8xlarge", "minSize": 1, "desiredSize": 1, "maxSize": 1}  # my node groups' type

@@ -7,18 +7,21 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 from dataclasses import asdict
 from pathlib import Path
 
 import jsonschema
+import pytest
 
 from ray_llm_eks.adapters import stack
 from ray_llm_eks.adapters.environment import CACHE_ENV, cache_dir
-from ray_llm_eks.adapters.stackfile import ROOT, load_stack, project_schema
+from ray_llm_eks.adapters.stackfile import load_stack, project_schema
 from ray_llm_eks.domain.serving import api_keys
-from tests.conftest import copy_project
+from tests.conftest import ROOT, copy_project
 
 # Run in the installed copy: the dev stack's values in, its Args (and where their modules came from) out.
 PROBE = """
@@ -53,18 +56,28 @@ def _args(config) -> dict:
     return asdict(built)
 
 
-def test_a_wheel_installed_apart_from_the_checkout_builds_the_same_args(tmp_path: Path):
-    """About 10 s, most of it pip's isolated build environment (setuptools and wheel from the index)."""
-    source, wheels, target = tmp_path / "source", tmp_path / "wheels", tmp_path / "site"
+PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The package's wheel, built from the files git tracks. About 10 s, most of it pip's isolated build
+    environment (setuptools and wheel from the index)."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    source, wheels = tmp / "source", tmp / "wheels"
     copy_project(ROOT, source)
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(source)], check=True, cwd=tmp_path)
-    (wheel,) = wheels.glob("ray_llm_eks-*.whl")
+    subprocess.run([*PIP, "wheel", "--no-deps", "-w", str(wheels), str(source)], check=True, cwd=tmp)
+    (built,) = wheels.glob("ray_llm_eks-*.whl")
+    return built
+
+
+def test_a_wheel_installed_apart_from_the_checkout_builds_the_same_args(wheel: Path, tmp_path: Path):
+    target = tmp_path / "site"
     # The Python example names this wheel by its path (its requirements.txt works wherever the folder is copied).
     example = ROOT / "examples" / "pd-service-on-my-cluster" / "requirements.txt"
     named = [line for line in example.read_text().splitlines() if line and not line.startswith("#")]
     assert named == [f"./wheels/{wheel.name}"]
-    subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True, cwd=tmp_path)
+    subprocess.run([*PIP, "install", "--no-deps", "--target", str(target), str(wheel)], check=True, cwd=tmp_path)
     # One name in site-packages, so a consumer's own `components` or `domain` package cannot collide with ours.
     assert sorted(p.name for p in target.iterdir() if not p.name.endswith(".dist-info")) == ["ray_llm_eks"]
 
@@ -85,6 +98,98 @@ def test_a_wheel_installed_apart_from_the_checkout_builds_the_same_args(tmp_path
     assert installed["model_id"] == here["model_id"]
     assert installed["ingress"] == sorted(api_keys.ingress_sources())
     assert installed["schema"]  # the component package's schema ships with it, and matches its Args
+
+
+# Run by the installed wheel's interpreter in a copy of the Python example (offline/ is not in the wheel): Pulumi's
+# mocks in place of the engine, and an audit hook recording every path the program opens or lists.
+EXAMPLE_DRIVER = """
+import json, os, runpy, sys
+
+paths = []
+
+
+def audit(event, args):
+    if event in ("open", "os.listdir", "os.scandir") and args and isinstance(args[0], (str, bytes, os.PathLike)):
+        paths.append(os.path.abspath(os.fsdecode(args[0])))
+
+
+sys.addaudithook(audit)
+import pulumi
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+specs = []
+
+
+class Mocks(pulumi.runtime.Mocks):
+    def new_resource(self, args):
+        if args.typ == "kubernetes:ray.io/v1:RayService":
+            specs.append(args.inputs["spec"])
+        return f"{args.name}-id", dict(args.inputs)
+
+    def call(self, args):
+        return {}
+
+
+pulumi.runtime.set_mocks(Mocks(), project="pd-service-on-my-cluster", stack="dev", preview=False)
+_sync_await(run_pulumi_func(lambda: runpy.run_path("__main__.py", run_name="__main__")))
+import ray_llm_eks
+
+groups = [[g["groupName"] for g in s["rayClusterConfig"]["workerGroupSpecs"]] for s in specs]
+print(json.dumps({"package": ray_llm_eks.__file__, "worker_groups": groups, "paths": paths}))
+"""
+
+
+def test_the_installed_wheel_plans_the_python_example(wheel: Path, tmp_path: Path):
+    """The wheel in a venv of its own, outside the checkout, with its dependencies found through a .pth naming this
+    interpreter's site-packages (a path line: no .pth of the checkout's venv runs), plans the Python example from a
+    copy of its folder under `python -I`; no module of the package opens or lists a path of the checkout. About 5 s."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = Path(
+        subprocess.run(
+            [str(python), "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True, capture_output=True, text=True,
+        ).stdout.strip()
+    )  # fmt: skip
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(purelib), str(wheel)], check=True)
+    (purelib / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    example = tmp_path / "example"
+    shutil.copytree(ROOT / "examples" / "pd-service-on-my-cluster", example)
+    (example / "driver.py").write_text(EXAMPLE_DRIVER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_")}
+    env[CACHE_ENV] = str(cache_dir())  # botocore's facts: the cache already made
+    ran = subprocess.run(
+        [str(python), "-I", "driver.py"], capture_output=True, text=True, cwd=example, env=env, timeout=120
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    planned = json.loads(ran.stdout.strip().splitlines()[-1])
+
+    assert Path(planned["package"]).is_relative_to(purelib)
+    assert planned["worker_groups"] == [["prefill", "decode"]]
+
+    def of_checkout(path: Path) -> bool:
+        return path.is_relative_to(ROOT) and not path.is_relative_to(ROOT / ".venv")
+
+    read = [path for path in map(Path, planned["paths"]) if of_checkout(path) or of_checkout(path.resolve())]
+    assert read == [], f"the installed package read the checkout: {read[:5]}"
+
+
+def test_the_package_names_the_drawn_components_and_imports_none_of_them_until_asked():
+    """`from ray_llm_eks import LlmService` is the component's own class; `import ray_llm_eks` alone imports no
+    module of the package (the standard-library-only tools, the policy pack among them, import single modules)."""
+    import ray_llm_eks
+
+    code = "import sys, ray_llm_eks; print(' '.join(sorted(m for m in sys.modules if m.startswith('ray_llm_eks'))))"
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert ran.stdout.split() == ["ray_llm_eks"]
+    for name in ray_llm_eks.__all__:
+        public = getattr(ray_llm_eks, name)
+        assert (public.__name__, public.__module__.rpartition(".")[0]) == (name, "ray_llm_eks.components")
+    with pytest.raises(AttributeError):
+        ray_llm_eks.Settings  # noqa: B018 (not a public name)
 
 
 def test_the_checked_in_schema_is_the_one_the_component_provider_host_infers():
