@@ -27,6 +27,8 @@ from ray_llm_eks.adapters.botocore_facts import BotocoreFactsMissing
 from ray_llm_eks.adapters.stackfile import StackFileError
 from ray_llm_eks.domain.core.errors import ConfigError
 
+ROOT = Path(__file__).resolve().parents[1]  # the checkout, whose stack files this reads
+
 
 def _delta(after: bench_stats.KvFigures, before: bench_stats.KvFigures) -> bench_stats.KvFigures:
     return bench_stats.KvFigures(
@@ -103,7 +105,7 @@ def stack_facts(stack: str) -> dict:
     from ray_llm_eks.adapters import stack as stack_adapter
     from ray_llm_eks.domain.stack import cost
 
-    config = stack_adapter.stack_file(stack)
+    config = stack_adapter.stack_file(stack, ROOT)
     settings = stack_adapter.load_settings(config)
     estimate = cost.estimate(settings, settings.prices)
     view = next(iter(settings.serving.roles.values()))

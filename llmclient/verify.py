@@ -24,6 +24,8 @@ from llmclient import core
 from measure import kv_proof
 from measure.kv_proof import KvCounters, KvShape, Sample, Verdict
 
+ROOT = Path(__file__).resolve().parents[1]  # the checkout, whose stack files this reads
+
 # nixl 1.3.1 nixl/_api.py nixl_agent.__init__ logs one line per backend it instantiated.
 BACKEND_LINE = re.compile(r"Backend (\w+) was instantiated")
 WORDS = [
@@ -359,7 +361,7 @@ def main(args) -> int:
     from ray_llm_eks.domain.serving.serve_app import document_dict
 
     try:
-        settings = stack.load_settings(stack.stack_file(args.stack))
+        settings = stack.load_settings(stack.stack_file(args.stack, ROOT))
         doc = yaml.safe_load(args.served_config.read_text()) if args.served_config else None
         doc = doc or document_dict(settings.serving.serve_document)
         floor = args.floor_gbps * 1e9 if args.floor_gbps else alert_rules.rule_inputs(settings).kv_floor_bytes_per_s

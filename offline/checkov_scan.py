@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from ray_llm_eks.adapters.stackfile import ROOT
+from offline import ROOT
 
 SKIPS_FILE = ROOT / "policy" / "checkov-skips.yaml"
 DOCS_FILE = ROOT / "docs" / "security.md"

@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from offline import ROOT
 from ray_llm_eks.adapters import stack as stack_adapter
 from ray_llm_eks.adapters.environment import OFFLINE_PLAN_ENV
-from ray_llm_eks.adapters.stackfile import ROOT, SECRET_TEXT
+from ray_llm_eks.adapters.stackfile import SECRET_TEXT
 from ray_llm_eks.domain.stack import cost
 
 if TYPE_CHECKING:

@@ -9,10 +9,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from offline import chart_render, checkov_scan
+from offline import ROOT, chart_render, checkov_scan
 from offline.plan import Plan, precheck, root_message, run_program
 from policy.rules import Resource, Violation, check_all, policies
-from ray_llm_eks.adapters.stackfile import ROOT
 
 
 def plan_resources(plan: Plan) -> list[Resource]:

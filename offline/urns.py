@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from offline import ROOT
 from offline.mocks import urn_of
-from ray_llm_eks.adapters.stackfile import ROOT
 
 if TYPE_CHECKING:
     from offline.plan import Plan

@@ -66,7 +66,7 @@ def rehearsed_settings(stack: str, settings: list[str] | None = None):
     """The stack's Settings as this run renders them: its file with the `--set` keys over it."""
     from ray_llm_eks.adapters import stack as stack_adapter  # here: a GPU machine given --spec needs no stack adapter
 
-    return stack_adapter.load_settings(stack_adapter.stack_file(stack, overrides=stack_overrides(settings or [])))
+    return stack_adapter.load_settings(stack_adapter.stack_file(stack, ROOT, overrides=stack_overrides(settings or [])))
 
 
 def deployed_spec(stack: str, settings: list[str] | None = None) -> dict:

@@ -209,7 +209,7 @@ def settings_of(overrides: dict | None = None, stack: str = "dev"):
     running it. Unit tests use this; tests/plan runs the program."""
     from ray_llm_eks.adapters import stack as stack_adapter
 
-    return stack_adapter.load_settings(stack_adapter.stack_file(stack, overrides=overrides))
+    return stack_adapter.load_settings(stack_adapter.stack_file(stack, ROOT, overrides=overrides))
 
 
 def settings_error(overrides: dict, stack: str = "dev") -> ValueError:

@@ -12,11 +12,14 @@ import argparse
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from ray_llm_eks.adapters import registry, stack
 from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.platform import image_ref, pins
 from ray_llm_eks.domain.stack.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]  # the checkout, whose stack files this reads
 
 # Which version of an add-on EKS installs by default for a Kubernetes version (AWS CLI v2, JMESPath).
 DEFAULT_VERSION_QUERY = "addons[0].addonVersions[?compatibilities[?defaultVersion]].addonVersion | [0]"
@@ -62,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--again", action="store_true", help="resolve what the stack keeps too (an upgrade)")
     args = parser.parse_args(argv)
     try:
-        config = stack.stack_file(args.stack)
+        config = stack.stack_file(args.stack, ROOT)
         settings = stack.load_settings(config)
         region = settings.region
 

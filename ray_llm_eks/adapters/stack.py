@@ -1,7 +1,7 @@
 """The one way from a stack to Settings, for every caller: the running program (Pulumi's config),
 `make plan`, the rehearsals, the e2e and the tests (a Pulumi.<stack>.yaml read as the CLI reads it).
 
-    config = stack_file("dev")            # or running_stack() inside the Pulumi program
+    config = stack_file("dev", ROOT)      # ROOT: the checkout; or running_stack() inside the Pulumi program
     settings = load_settings(config)      # typed and validated, or one ConfigError; its deploy_mode too
 
 A secret key's value never reaches ray_llm_eks/domain/: it reads as SECRET_MARKER, and Settings records only
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ray_llm_eks.adapters import botocore_facts, environment, stackfile
-from ray_llm_eks.adapters.stackfile import ROOT, StackConfig
+from ray_llm_eks.adapters.stackfile import StackConfig
 from ray_llm_eks.domain.core import config_keys, yaml_files
 from ray_llm_eks.domain.core.errors import PROJECT, ConfigError, did_you_mean
 from ray_llm_eks.domain.core.facts import SECRET_MARKER
@@ -27,8 +27,9 @@ from ray_llm_eks.domain.serving import serve_config
 from ray_llm_eks.domain.stack.settings import Settings
 
 
-def stack_file(stack: str, root: Path = ROOT, overrides: Mapping[str, Any] | None = None) -> StackConfig:
-    """A stack file's config as the Pulumi CLI would hand it to the program (secrets as markers)."""
+def stack_file(stack: str, root: Path, overrides: Mapping[str, Any] | None = None) -> StackConfig:
+    """Pulumi.<stack>.yaml of the project folder `root` (the checkout, or a copy of its project files) as the Pulumi
+    CLI would hand its config to the program (secrets as markers)."""
     return stackfile.load_stack(stack, root, dict(overrides) if overrides is not None else None)
 
 

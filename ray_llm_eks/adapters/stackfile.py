@@ -20,9 +20,9 @@ from ray_llm_eks.domain.core.facts import SECRET_MARKER
 from ray_llm_eks.domain.platform import field_checks
 
 SECRET_TEXT = SECRET_MARKER  # what a secret value reads as anywhere outside Pulumi
-ROOT = Path(__file__).resolve().parents[2]  # the checkout: ray_llm_eks/adapters/ is two below it
-# Vendored copy of Pulumi's project-file schema (`make check-upstream` compares it with the pinned SDK's own).
-PROJECT_SCHEMA = ROOT / "offline" / "schemas" / "pulumi-project.schema.json"
+# Vendored copy of Pulumi's project-file schema, shipped with the package (`make check-upstream` compares it with the
+# pinned SDK's own): a project folder a caller names need not be a checkout.
+PROJECT_SCHEMA = Path(__file__).resolve().parent / "data" / "pulumi-project.schema.json"
 
 
 class StackFileError(ValueError):
@@ -63,7 +63,7 @@ def _load_yaml(path: Path):
     return yaml_files.parse_pulumi(path.read_text(), _shown(path))
 
 
-def provider_namespaces(root: Path = ROOT) -> list[str]:
+def provider_namespaces(root: Path) -> list[str]:
     """Config namespaces besides the project's that a stack may set: `pulumi` (the engine's own, e.g.
     pulumi:tags) and one per provider package the program installs (pulumi-aws -> aws)."""
     pins = (root / "requirements.txt").read_text().splitlines()
@@ -75,7 +75,7 @@ def project_schema() -> dict:
     return json.loads(PROJECT_SCHEMA.read_text())
 
 
-def load_project(root: Path = ROOT) -> dict:
+def load_project(root: Path) -> dict:
     project = _load_yaml(root / "Pulumi.yaml")
     errors = sorted(jsonschema.Draft202012Validator(project_schema()).iter_errors(project), key=str)
     if errors:
@@ -84,7 +84,7 @@ def load_project(root: Path = ROOT) -> dict:
     return project
 
 
-def stack_names(root: Path = ROOT) -> list[str]:
+def stack_names(root: Path) -> list[str]:
     return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
 
 
@@ -197,7 +197,7 @@ def _check_shape(doc, file: str) -> None:
         raise StackFileError(f"{file}: {key} is not a field of a stack file (the Pulumi CLI ignores it): {way}")
 
 
-def load_stack(stack: str, root: Path = ROOT, overrides: dict | None = None) -> StackConfig:
+def load_stack(stack: str, root: Path, overrides: dict | None = None) -> StackConfig:
     """Config of one stack, checked against the project's declarations. `overrides` (tests) maps
     keys to YAML-level values and replaces/extends the file's; a None value removes a key."""
     project = load_project(root)

@@ -19,11 +19,11 @@ def check_pulumi_cli_config(ctx: Context) -> list[str]:
     problems = fingerprints(entry, ctx, pkg, {"workspace/config.go": ["validateStackConfigValue", "mergeConfig"]}, "go")
     problems += fingerprints(entry, ctx, sdk, {"go/common/workspace/project.go": ["ValidateConfigValue"]}, "go")
     theirs = json.loads(sdk.read("go/common/workspace/project.json"))
-    ours = json.loads((ROOT / "offline" / "schemas" / "pulumi-project.schema.json").read_text())
+    ours = json.loads((ROOT / "ray_llm_eks" / "adapters" / "data" / "pulumi-project.schema.json").read_text())
     if theirs != ours:
         problems.append(
-            f"offline/schemas/pulumi-project.schema.json differs from {sdk}: go/common/workspace/project.json "
-            "(copy it over, then make test)"
+            f"ray_llm_eks/adapters/data/pulumi-project.schema.json differs from {sdk}: "
+            "go/common/workspace/project.json (copy it over, then make test)"
         )
     return problems
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_llm_eks.adapters.stackfile import ROOT
+from tests.conftest import ROOT
 
 FAKE = r"""#!/bin/bash
 echo "$*" >> "$FAKE_DIR/calls"

@@ -14,11 +14,11 @@ import yaml
 from offline import plan as plan_cli
 from offline.mocks import PlanMocks, RecordingMonitor
 from offline.plan import run_program
-from ray_llm_eks.adapters.stackfile import PROJECT_SCHEMA, ROOT, StackFileError, load_project, load_stack, stack_names
+from ray_llm_eks.adapters.stackfile import PROJECT_SCHEMA, StackFileError, load_project, load_stack, stack_names
 from ray_llm_eks.domain.core import config_keys
 from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.security.hardening import HardeningSettings, security_switches
-from tests.conftest import STACKS, copy_project, plan_fails, shipped_stacks
+from tests.conftest import ROOT, STACKS, copy_project, plan_fails, shipped_stacks
 
 SHARED_SCHEMAS = ROOT.parent / "shared" / "schemas"
 
@@ -31,13 +31,13 @@ def project_copy(tmp_path: Path) -> Path:
 
 
 def test_every_stack_file_is_found_and_loads():
-    assert {"dev", "prod"} <= set(stack_names())
+    assert {"dev", "prod"} <= set(stack_names(ROOT))
     for stack in STACKS:
-        assert load_stack(stack).values["aws:region"]
+        assert load_stack(stack, ROOT).values["aws:region"]
 
 
 def test_project_file_matches_pulumis_schema():
-    project = load_project()
+    project = load_project(ROOT)
     assert project["name"] == "ray-llm-eks" and project["runtime"]["name"] == "python"
     # No key declared there: the CLI would require each one without a default on every stack.
     assert "config" not in project
@@ -65,7 +65,7 @@ def test_a_key_declared_in_pulumi_yaml_without_default_is_required_like_the_cli(
 def test_vendored_schemas_equal_the_shared_ones():
     # The project schema is the pinned Pulumi CLI's own: make check-upstream compares it with that version.
     for path in (p for p in SHARED_SCHEMAS.iterdir() if p.name != PROJECT_SCHEMA.name):
-        assert (PROJECT_SCHEMA.parent / path.name).read_bytes() == path.read_bytes(), path.name
+        assert (ROOT / "offline" / "schemas" / path.name).read_bytes() == path.read_bytes(), path.name
 
 
 def test_a_project_file_pulumi_would_refuse_is_refused(project_copy):
@@ -80,7 +80,7 @@ def test_a_key_the_program_does_not_read_is_refused():
     with pytest.raises(
         ConfigError, match=r"Pulumi\.dev\.yaml: invalid config ray-llm-eks:vpcCdir: not a key of this project"
     ):
-        load_stack("dev", overrides={"ray-llm-eks:vpcCdir": "10.0.0.0/16"})
+        load_stack("dev", ROOT, overrides={"ray-llm-eks:vpcCdir": "10.0.0.0/16"})
 
 
 def test_the_running_program_refuses_a_key_it_does_not_read(monkeypatch):
@@ -104,27 +104,27 @@ def test_the_running_program_refuses_a_key_it_does_not_read(monkeypatch):
 
 def test_declared_type_is_enforced_like_the_cli():
     with pytest.raises(ConfigError, match="clusterLogRetentionDays = thirty: a whole number"):
-        load_stack("dev", overrides={"ray-llm-eks:clusterLogRetentionDays": "thirty"})
+        load_stack("dev", ROOT, overrides={"ray-llm-eks:clusterLogRetentionDays": "thirty"})
     with pytest.raises(ConfigError, match=r"clusterLogRetentionDays = '3\.5': a whole number"):
-        load_stack("dev", overrides={"ray-llm-eks:clusterLogRetentionDays": "3.5"})
+        load_stack("dev", ROOT, overrides={"ray-llm-eks:clusterLogRetentionDays": "3.5"})
     with pytest.raises(ConfigError, match=r"kubernetesVersion = 1\.35: a string \(YAML reads 1\.35 as a number: quote"):
-        load_stack("dev", overrides={"ray-llm-eks:kubernetesVersion": 1.35})
+        load_stack("dev", ROOT, overrides={"ray-llm-eks:kubernetesVersion": 1.35})
     with pytest.raises(ConfigError, match="availabilityZones = us-east-1a: a list of strings"):
-        load_stack("dev", overrides={"ray-llm-eks:availabilityZones": "us-east-1a"})
+        load_stack("dev", ROOT, overrides={"ray-llm-eks:availabilityZones": "us-east-1a"})
 
 
 def test_other_namespaces_are_not_checked_against_the_project():
-    assert load_stack("dev", overrides={"aws:profile": "work"}).values["aws:profile"] == "work"
+    assert load_stack("dev", ROOT, overrides={"aws:profile": "work"}).values["aws:profile"] == "work"
 
 
 def test_secure_values_are_never_decrypted():
-    config = load_stack("dev", overrides={"ray-llm-eks:clusterName": {"secure": "v1:abc:def"}})
+    config = load_stack("dev", ROOT, overrides={"ray-llm-eks:clusterName": {"secure": "v1:abc:def"}})
     assert config.values["ray-llm-eks:clusterName"] == "[secret]"
     assert "ray-llm-eks:clusterName" in config.secret_keys
 
 
 def test_structured_values_reach_the_program_as_json():
-    values = load_stack("dev").values
+    values = load_stack("dev", ROOT).values
     assert json.loads(values["ray-llm-eks:gpuPools"])["prefill"]["instanceType"] == "g6.8xlarge"
     assert values["ray-llm-eks:kubernetesVersion"] == "1.35"
 
@@ -199,7 +199,7 @@ def test_declared_keys_are_exactly_the_keys_the_program_reads():
     from ray_llm_eks.domain.loading.config import load_deploy_mode, load_settings
 
     asked: set[str] = set()
-    values = load_stack("dev").values
+    values = load_stack("dev", ROOT).values
 
     def get(key: str):
         asked.add(key)
@@ -215,11 +215,11 @@ def test_declared_keys_are_exactly_the_keys_the_program_reads():
 
 def test_a_secret_key_set_in_plain_text_is_refused():
     with pytest.raises(ConfigError, match=r"hfToken = \(plain text, not shown\): a secret: pulumi config") as caught:
-        load_stack("dev", overrides={"ray-llm-eks:hfToken": "hf_plain"})
+        load_stack("dev", ROOT, overrides={"ray-llm-eks:hfToken": "hf_plain"})
     assert "hf_plain" not in str(caught.value)
     # A key nobody reads may hold a secret too: its value is never shown.
     with pytest.raises(ConfigError) as caught:
-        load_stack("dev", overrides={"ray-llm-eks:hfTokn": "hf_plain", "aws:secretKy": "aws_plain"})
+        load_stack("dev", ROOT, overrides={"ray-llm-eks:hfTokn": "hf_plain", "aws:secretKy": "aws_plain"})
     assert "plain" not in str(caught.value) and "did you mean ray-llm-eks:hfToken?" in str(caught.value)
 
 

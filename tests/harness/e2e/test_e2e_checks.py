@@ -25,10 +25,11 @@ from ray_llm_eks.adapters.kube_client import warning_text
 from ray_llm_eks.domain.core.facts import POOL_NODE_LABEL
 from ray_llm_eks.domain.render.ray_service import ray_service_spec
 from ray_llm_eks.domain.security import pod_security
+from tests.conftest import ROOT
 
 
 def test_a_field_pruned_or_changed_by_the_api_server_is_named():
-    sent = ray_service_spec(stack.load_settings(stack.stack_file("dev")))
+    sent = ray_service_spec(stack.load_settings(stack.stack_file("dev", ROOT)))
     live = copy.deepcopy(sent)
     live["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["schedulerName"] = "default-scheduler"  # defaulted
     assert unkept_fields(sent, live) == []
@@ -55,7 +56,7 @@ def test_a_field_pruned_or_changed_by_the_api_server_is_named():
 
 
 def test_max_model_len_is_read_per_role_not_found_as_text():
-    served = ray_service_spec(stack.load_settings(stack.stack_file("dev")))["serveConfigV2"]
+    served = ray_service_spec(stack.load_settings(stack.stack_file("dev", ROOT)))["serveConfigV2"]
     # The seed document holds "2048" already (max_num_batched_tokens): a text search would pass here.
     assert "2048" in served
     assert max_model_lens(served) == {"prefill": 4096, "decode": 4096}
@@ -188,7 +189,7 @@ def test_psa_labels_are_picked_from_the_rest():
 
 
 def test_a_pod_copy_keeps_the_spec_and_drops_what_the_server_wrote():
-    spec = ray_service_spec(stack.load_settings(stack.stack_file("dev")))
+    spec = ray_service_spec(stack.load_settings(stack.stack_file("dev", ROOT)))
     template = spec["rayClusterConfig"]["workerGroupSpecs"][0]["template"]
     live = {"metadata": {"name": "w-1", "namespace": "llm", "uid": "u", "resourceVersion": "7",
                          "ownerReferences": [{"kind": "RayCluster"}], "labels": {"ray.io/group": "g"}},

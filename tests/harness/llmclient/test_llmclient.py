@@ -409,7 +409,7 @@ def test_bench_with_a_stack_takes_the_tokenizer_from_its_model_source(server, tm
 
     own_name = {"ray-llm-eks:modelId": "acme-llama", "ray-llm-eks:modelSource": "Qwen/Qwen3.5-9B"}
     stack_file = stack_adapter.stack_file
-    monkeypatch.setattr(stack_adapter, "stack_file", lambda stack: stack_file(stack, overrides=own_name))
+    monkeypatch.setattr(stack_adapter, "stack_file", lambda stack, root: stack_file(stack, root, overrides=own_name))
     monkeypatch.setenv("RAY_LLM_EKS_BENCH_VENV", str(tmp_path / "no-venv"))
     out = tmp_path / "run"
     assert main(["bench", url(server), "--out", str(out), "--model", "acme-llama", "--stack", "dev"]) == 1
@@ -589,7 +589,7 @@ def test_verify_reads_selective_pds_threshold_from_the_served_config():
     from ray_llm_eks.adapters import stack as stack_adapter
     from ray_llm_eks.domain.serving.serve_app import document_dict
 
-    on = stack_adapter.load_settings(stack_adapter.stack_file("dev", overrides={"ray-llm-eks:selectivePd": "28"}))
-    off = stack_adapter.load_settings(stack_adapter.stack_file("dev"))
+    on = stack_adapter.load_settings(stack_adapter.stack_file("dev", ROOT, overrides={"ray-llm-eks:selectivePd": "28"}))
+    off = stack_adapter.load_settings(stack_adapter.stack_file("dev", ROOT))
     assert verify.expectations(document_dict(on.serving.serve_document), None, None).local_below == 28
     assert verify.expectations(document_dict(off.serving.serve_document), None, None).local_below is None

@@ -16,8 +16,7 @@ import yaml
 
 from offline import plan as plan_cli
 from ray_llm_eks.adapters import botocore_facts
-from ray_llm_eks.adapters.stackfile import ROOT
-from tests.conftest import plan_fails
+from tests.conftest import ROOT, plan_fails
 from tests.unit.domain.checks.test_first_hour_rules import LLAMA_2_7B
 
 NS = "ray-llm-eks:"

@@ -17,9 +17,8 @@ from offline.policy_check import main as policy_main
 from offline.policy_check import plan_resources, violations
 from policy import rules
 from policy.crossguard import resource_validator, stack_validator
-from ray_llm_eks.adapters.stackfile import ROOT
 from ray_llm_eks.domain.core.facts import POOL_NODE_LABEL
-from tests.conftest import SHIPPED_STACKS
+from tests.conftest import ROOT, SHIPPED_STACKS
 
 
 @pytest.mark.parametrize("stack", sorted(SHIPPED_STACKS | {"dp", "tp", "xpyd"}))

@@ -27,7 +27,7 @@ from tests.conftest import ROOT, copy_project
 PROBE = """
 import json, sys
 from ray_llm_eks.adapters import stack
-from ray_llm_eks.adapters.stackfile import StackConfig
+from ray_llm_eks.adapters.stackfile import StackConfig, project_schema
 from ray_llm_eks.domain.serving import api_keys
 import ray_llm_eks.components.llm_service, ray_llm_eks.stack_args
 from ray_llm_eks import provider
@@ -44,6 +44,7 @@ print(json.dumps({
     "model_id": args.model_id,
     "ingress": sorted(api_keys.ingress_sources()),
     "schema": provider.schema() == json.loads(files("ray_llm_eks").joinpath("schema.json").read_text()),
+    "project_schema": project_schema(),
 }))
 """
 
@@ -81,7 +82,7 @@ def test_a_wheel_installed_apart_from_the_checkout_builds_the_same_args(wheel: P
     # One name in site-packages, so a consumer's own `components` or `domain` package cannot collide with ours.
     assert sorted(p.name for p in target.iterdir() if not p.name.endswith(".dist-info")) == ["ray_llm_eks"]
 
-    config = load_stack("dev")
+    config = load_stack("dev", ROOT)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env |= {"PYTHONPATH": str(target), CACHE_ENV: str(cache_dir())}  # botocore's facts: the cache already made
     given = json.dumps({"project": config.project, "stack": config.stack, "values": config.values})
@@ -98,6 +99,7 @@ def test_a_wheel_installed_apart_from_the_checkout_builds_the_same_args(wheel: P
     assert installed["model_id"] == here["model_id"]
     assert installed["ingress"] == sorted(api_keys.ingress_sources())
     assert installed["schema"]  # the component package's schema ships with it, and matches its Args
+    assert installed["project_schema"] == project_schema()  # Pulumi's project schema too, for a folder of any user
 
 
 # Run by the installed wheel's interpreter in a copy of the Python example (offline/ is not in the wheel): Pulumi's
@@ -276,7 +278,7 @@ def test_the_yaml_example_uses_the_schema_s_components_inputs_and_outputs():
 
     program = yaml.safe_load((ROOT / "examples" / "pd-service-yaml" / "Pulumi.yaml").read_text())
     schema = json.loads((Path(provider.__file__).parent / provider.SCHEMA_FILE).read_text())
-    jsonschema.validate(program, project_schema())  # a project the CLI takes (offline/schemas)
+    jsonschema.validate(program, project_schema())  # a project the CLI takes (ray_llm_eks/adapters/data)
     assert program["packages"] == {provider.PACKAGE: "../.."}  # the checkout, PulumiPlugin.yaml at its root
     components = {}
     for name, resource in program["resources"].items():

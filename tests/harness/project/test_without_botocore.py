@@ -27,8 +27,8 @@ try:
 except importlib.metadata.PackageNotFoundError:
     pass
 from ray_llm_eks.adapters import stack
-settings = stack.load_settings(stack.stack_file("dev"))
 from llmclient import bench
+settings = stack.load_settings(stack.stack_file("dev", bench.ROOT))
 facts = bench.stack_facts("dev")
 print("loaded", settings.stack, facts["pd"], len(settings.serving.serve_document.applications))
 """

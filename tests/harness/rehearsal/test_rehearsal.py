@@ -49,7 +49,7 @@ def role_configs(doc: dict) -> dict[str, dict]:
 
 @pytest.mark.parametrize("stack", ["dev", "baseline"])
 def test_the_rehearsal_serves_the_keyed_document_the_rayservice_gets(stack):
-    settings = stack_adapter.load_settings(stack_adapter.stack_file(stack))
+    settings = stack_adapter.load_settings(stack_adapter.stack_file(stack, ROOT))
     doc = rendered(stack)
     assert (
         doc == yaml.safe_load(ray_service_spec(settings)["serveConfigV2"]) == document_dict(served_document(settings))
@@ -95,7 +95,7 @@ def test_the_pods_mounts_become_local_paths_each_printed(tmp_path):
         {},
     )
     assert moved == ["applications[a].runtime_env.env_vars.Y: '/opt/ray-llm-eks/pythonic' -> '/x' (no pod mount)"]
-    unkeyed_settings = stack_adapter.load_settings(stack_adapter.stack_file("dev"))
+    unkeyed_settings = stack_adapter.load_settings(stack_adapter.stack_file("dev", ROOT))
     unkeyed = substitute.for_cpu(document_dict(unkeyed_settings.serving.serve_document), "/m", "qwen3_next")
     assert key_check_here(unkeyed, spec, tmp_path) == (unkeyed, [])
 

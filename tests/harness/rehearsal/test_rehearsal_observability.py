@@ -42,7 +42,7 @@ def test_each_run_starts_prometheus_on_an_empty_tsdb(tmp_path):
 
 
 def test_every_panel_that_must_have_data_exists_in_the_shipped_dashboards():
-    shipped = dashboards.shipped_dashboards(stack.load_settings(stack.stack_file("dev")))
+    shipped = dashboards.shipped_dashboards(stack.load_settings(stack.stack_file("dev", ROOT)))
     titles = {
         name: {q.panel for q in dashboards.panel_queries(name, json.loads(text))} for name, text in shipped.items()
     }
@@ -192,7 +192,7 @@ def test_the_fault_waits_for_a_prefill_replica_newer_than_those_running_when_it_
     monkeypatch.setattr(observability, "run_verify", verify)
     monkeypatch.setattr(observability.time, "sleep", lambda seconds: None)
     ctx = SimpleNamespace(
-        document=document_dict(stack.load_settings(stack.stack_file("dev")).serving.serve_document),
+        document=document_dict(stack.load_settings(stack.stack_file("dev", ROOT)).serving.serve_document),
         running={"prefill": [{"replica_id": "first"}]},
         dashboard="http://127.0.0.1:8265",
         app="llm",

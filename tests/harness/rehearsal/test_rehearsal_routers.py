@@ -15,6 +15,7 @@ from ray_llm_eks.domain.serving.serve_app import document_dict, parse_document
 from rehearsal import routers
 from rehearsal.checks import routing as routing_check
 from rehearsal.substitute import LocalDocument, edit_roles
+from tests.conftest import ROOT
 
 # As Ray 2.58 writes them (seen in a dp rehearsal's serve/replica_llm_LLMServer_*.log).
 LOG = """\
@@ -112,7 +113,7 @@ def test_the_table_shows_both_policies_side_by_side():
 def _local(stack: str) -> LocalDocument:
     from ray_llm_eks.adapters.stack import load_settings, stack_file
 
-    document = document_dict(load_settings(stack_file(stack)).serving.serve_document)
+    document = document_dict(load_settings(stack_file(stack, ROOT)).serving.serve_document)
     return LocalDocument(document=document, substitutions=[], family="qwen3", hybrid=False, model_ids=["m"], pd=False)
 
 

@@ -23,6 +23,7 @@ from ray_llm_eks.adapters.ports import free_port
 from ray_llm_eks.domain.render.ray_service import ray_service_spec
 from ray_llm_eks.serve_ingress import ray_start
 from rehearsal.processes import end_processes, our_pids
+from tests.conftest import ROOT
 from tests.harness.rehearsal.test_rehearsal_isa import REHEARSAL_VENV
 
 RAY_PYTHON = REHEARSAL_VENV / "bin" / "python"
@@ -66,7 +67,7 @@ def head(tmp_path_factory):
     redis = subprocess.Popen(server, stdout=subprocess.DEVNULL)
     # The prod head's own rayStartParams, and what KubeRay adds (BuildPod, setMissingRayStartParams, and
     # configureGCSFaultTolerance's redis-password); here on loopback with ports of its own.
-    spec = ray_service_spec(stack.load_settings(stack.stack_file("prod")))
+    spec = ray_service_spec(stack.load_settings(stack.stack_file("prod", ROOT)))
     params = dict(spec["rayClusterConfig"]["headGroupSpec"]["rayStartParams"])
     params.update({"block": "true", "redis-password": "$REDIS_PASSWORD", "dashboard-host": "127.0.0.1"})
     params.update({"port": str(gcs_port), "dashboard-port": str(dashboard_port), "temp-dir": f"/tmp/rllm-{run_id}"})

@@ -17,6 +17,7 @@ from ray_llm_eks.domain.render.ray_service import served_document
 from ray_llm_eks.domain.serving.fields import to_dict
 from ray_llm_eks.domain.serving.serve_app import document_dict, parse_document
 from ray_llm_eks.serve_ingress import worker_setup
+from tests.conftest import ROOT
 
 
 def _fake_vllm(monkeypatch, on_access):
@@ -76,7 +77,7 @@ def test_an_engines_own_ray_init_finds_the_hook_field_and_env_var_in_agreement(n
     refuses a field that names another hook than the env var (an engine that cannot start)."""
     from ray._private.runtime_env import setup_hook
 
-    document = document_dict(served_document(stack.load_settings(stack.stack_file(name))))
+    document = document_dict(served_document(stack.load_settings(stack.stack_file(name, ROOT))))
     for config in map(to_dict, parse_document(document, name).roles.values()):
         replica_env = {"worker_process_setup_hook": "ray.llm._internal.serve._worker_process_setup_hook"}
         replica_env |= config["runtime_env"]  # the merge order of llm_server.LLMServer.get_deployment_options

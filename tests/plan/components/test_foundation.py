@@ -16,6 +16,7 @@ from ray_llm_eks.adapters.stackfile import load_stack
 from ray_llm_eks.components.cluster import access_entry_name
 from ray_llm_eks.domain.core.facts import POOL_NODE_LABEL
 from ray_llm_eks.domain.platform.placement import LOCAL_NVME_ROOT
+from tests.conftest import ROOT
 
 CLUSTER = "eks:index:Cluster"
 MNG = "eks:index:ManagedNodeGroup"
@@ -267,7 +268,7 @@ def test_outputs(plans):
         out = plan.outputs
         assert out["kubeconfig"] == "[secret]"
         assert set(out) >= {"region", "clusterName", "gpuAvailabilityZone", "gpuSubnetId"}
-        expected_roles = set(json.loads(load_stack(plan.stack).values["ray-llm-eks:gpuPools"]))
+        expected_roles = set(json.loads(load_stack(plan.stack, ROOT).values["ray-llm-eks:gpuPools"]))
         assert set(out["gpuNodeGroupNames"]) == expected_roles
         assert all(is_placeholder(v) for v in out["gpuNodeGroupNames"].values())
     assert plans["dev"].outputs["region"] == "us-east-1"
@@ -280,7 +281,7 @@ def test_deploy_time_values_are_placeholders_never_invented(plans):
             if r.custom:
                 assert is_placeholder(r.id), r.urn
         text = json.dumps(plan.resources_json())
-        own_ami = load_stack(plan.stack).values.get("ray-llm-eks:gpuAmiId", "no AMI id set")
+        own_ami = load_stack(plan.stack, ROOT).values.get("ray-llm-eks:gpuAmiId", "no AMI id set")
         assert "ami-0" not in text.replace(own_ami, "") and "arn:aws:eks" not in text
 
 

@@ -12,7 +12,7 @@ from offline.mocks import is_placeholder
 from offline.plan import Plan, run_program
 from ray_llm_eks.domain.core.facts import POOL_NODE_LABEL
 from ray_llm_eks.domain.telemetry import observability
-from tests.conftest import failing_run
+from tests.conftest import ROOT, failing_run
 
 NS = "ray-llm-eks:"
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -110,7 +110,7 @@ def test_the_rule_carries_the_stacks_alerts(dev):
     from ray_llm_eks.domain.telemetry import alerts
 
     (rule,) = dev.of_type(RULE)
-    assert rule.inputs["spec"] == alert_rules.prometheus_rule_spec(stack.load_settings(stack.stack_file("dev")))
+    assert rule.inputs["spec"] == alert_rules.prometheus_rule_spec(stack.load_settings(stack.stack_file("dev", ROOT)))
     assert "NixlTransferFailed" in alerts.alert_names(rule.inputs["spec"])
 
 

@@ -11,7 +11,7 @@ import pytest
 from offline.plan import run_program
 from ray_llm_eks.adapters import stack
 from ray_llm_eks.domain.fit import pool_use
-from tests.conftest import STACKS
+from tests.conftest import ROOT, STACKS
 
 NS = "ray-llm-eks:"
 
@@ -83,7 +83,7 @@ def test_an_autoscaling_role_warns_of_gpus_idle_even_at_max():
 
 
 def test_only_what_the_checks_accept_is_named_and_an_unknown_price_is_said():
-    config = stack.stack_file("dev", overrides=_pools("g5.12xlarge"))
+    config = stack.stack_file("dev", ROOT, overrides=_pools("g5.12xlarge"))
     settings = stack.load_settings(config)
     asked = []
 

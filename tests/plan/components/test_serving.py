@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from offline.plan import Plan, run_program
-from ray_llm_eks.adapters.stackfile import ROOT, SecretValue
+from ray_llm_eks.adapters.stackfile import SecretValue
 from ray_llm_eks.domain.core import config_keys
 from ray_llm_eks.domain.core.facts import POOL_NODE_LABEL
 from ray_llm_eks.domain.platform import aws_facts, versions
@@ -28,7 +28,7 @@ from ray_llm_eks.domain.render.ray_service import MODEL_CACHE_HOST_PATH
 from ray_llm_eks.domain.serving import api_keys
 from ray_llm_eks.domain.serving.serve_config import role_resource
 from ray_llm_eks.domain.telemetry import monitoring_release, observability
-from tests.conftest import STACKS, failing_run, region_overrides
+from tests.conftest import ROOT, STACKS, failing_run, region_overrides
 
 EMBEDDED = observability.ObservabilitySettings("embedded")
 

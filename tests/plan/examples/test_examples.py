@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from offline.plan import run_program
-from ray_llm_eks.adapters.stackfile import ROOT
+from tests.conftest import ROOT
 
 MY_CLUSTER = ROOT / "examples" / "pd-service-on-my-cluster"
 

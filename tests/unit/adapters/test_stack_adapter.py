@@ -8,6 +8,7 @@ from pulumi.runtime import config as runtime_config
 
 from ray_llm_eks.adapters import stack
 from ray_llm_eks.domain.core.facts import SECRET_MARKER
+from tests.conftest import ROOT
 
 
 @pytest.fixture
@@ -38,7 +39,7 @@ def test_a_secret_given_in_plain_text_reaches_domain_as_the_marker_only(monkeypa
     still sees only that it is set."""
     from ray_llm_eks.adapters.stackfile import SecretValue
 
-    config = stack.stack_file("dev", overrides={"ray-llm-eks:hfToken": SecretValue("hf_plain")})
+    config = stack.stack_file("dev", ROOT, overrides={"ray-llm-eks:hfToken": SecretValue("hf_plain")})
     assert config.values["ray-llm-eks:hfToken"] == "hf_plain"
     asked: dict[str, str | None] = {}
     real = stack.config.load_settings
@@ -60,7 +61,7 @@ def test_a_bad_value_read_from_a_stack_file_names_the_file_and_one_handed_over_d
     from ray_llm_eks.adapters import stack as stack_adapter
     from ray_llm_eks.domain.core.errors import ConfigError
 
-    read = stack_adapter.stack_file("dev", overrides={"ray-llm-eks:systemNodes": {"instanceType": "m7i.xlarg"}})
+    read = stack_adapter.stack_file("dev", ROOT, overrides={"ray-llm-eks:systemNodes": {"instanceType": "m7i.xlarg"}})
     for config, prefix in ((read, "Pulumi.dev.yaml: "), (replace(read, file=None), "")):
         with pytest.raises(ConfigError) as refused:
             stack_adapter.load_settings(config)

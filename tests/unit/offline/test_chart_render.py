@@ -13,7 +13,7 @@ import pytest
 
 from offline import chart_render, checkov_scan, policy_check
 from ray_llm_eks.adapters import environment
-from ray_llm_eks.adapters.stackfile import ROOT
+from tests.conftest import ROOT
 
 CHARTS = ROOT / "tests" / "data" / "charts"
 FIXTURE = "checkov-fixture"

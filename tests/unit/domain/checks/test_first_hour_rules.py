@@ -9,8 +9,8 @@ import zipfile
 
 import pytest
 
-from ray_llm_eks.adapters.stackfile import ROOT
 from ray_llm_eks.domain.serving import engine_args
+from tests.conftest import ROOT
 
 # meta-llama/Llama-2-7b-hf's config.json (its published values; 6,738,415,616 parameters) and the
 # architecture fields of meta-llama/Llama-3.1-8B-Instruct's.

@@ -14,6 +14,7 @@ from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.render import ray_service
 from ray_llm_eks.domain.serving.fields import put
 from ray_llm_eks.domain.serving.llm_config import LlmConfig
+from tests.conftest import ROOT
 
 DLC = {"ray": "2.58.0", "vllm": "0.26.0", "nixl": "1.3.1"}
 # The shipped dev stack as the table sees it: PD, LIBFABRIC, NixlConnector, the hybrid Qwen3.5, TP 1/1.
@@ -110,7 +111,7 @@ def test_the_table_refuses_a_malformed_entry():
 
 
 def settings_of(stack: str, overrides: dict | None = None):
-    return load_settings(stack_file(stack, overrides=overrides))
+    return load_settings(stack_file(stack, ROOT, overrides=overrides))
 
 
 def test_the_shipped_stacks_get_exactly_their_warnings():

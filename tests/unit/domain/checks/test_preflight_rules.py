@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from ray_llm_eks.adapters.stackfile import ROOT, SecretValue
+from ray_llm_eks.adapters.stackfile import SecretValue
 from ray_llm_eks.domain.checks import preflight
 from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.fit import model_fit
@@ -19,7 +19,7 @@ from ray_llm_eks.domain.serving.fit_prediction import Engine, predict
 from ray_llm_eks.domain.serving.model_table import GIB
 from ray_llm_eks.domain.serving.serve_app import ServeDocument, parse_document
 from ray_llm_eks.domain.stack import cost
-from tests.conftest import region_overrides, settings_error, settings_of
+from tests.conftest import ROOT, region_overrides, settings_error, settings_of
 
 NS = "ray-llm-eks:"
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"

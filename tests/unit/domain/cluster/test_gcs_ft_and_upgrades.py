@@ -14,16 +14,17 @@ from ray_llm_eks.adapters import stack
 from ray_llm_eks.domain.cluster import gcs_ft, upgrades
 from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.render.ray_service import ZONE_LABEL, ray_service_spec, replacement_paths
+from tests.conftest import ROOT
 
 
 @pytest.fixture(scope="module")
 def dev_settings():
-    return stack.load_settings(stack.stack_file("dev"))
+    return stack.load_settings(stack.stack_file("dev", ROOT))
 
 
 @pytest.fixture(scope="module")
 def prod_settings():
-    return stack.load_settings(stack.stack_file("prod"))
+    return stack.load_settings(stack.stack_file("prod", ROOT))
 
 
 def test_prod_gets_redis_and_dev_gets_none_and_says_why(dev_settings, prod_settings):
@@ -84,11 +85,13 @@ def test_existing_cluster_mode_turns_the_default_redis_off_and_refuses_an_asked_
 def test_settings_of_an_existing_cluster_stack_have_no_store_and_no_internal_endpoint():
     """The deploy mode is read with the other keys and applied once there (no caller patches Settings)."""
     existing = {"ray-llm-eks:existingCluster": True}
-    settings = stack.load_settings(stack.stack_file("prod", overrides=existing))
+    settings = stack.load_settings(stack.stack_file("prod", ROOT, overrides=existing))
     assert settings.deploy_mode.existing_cluster and not settings.gcs_ft.on and settings.gcs_ft.existing_cluster
     assert not settings.hardening.internal_endpoint
     with pytest.raises(ConfigError, match="gcsFaultTolerance = redis: off or rocksdb in existing-cluster mode"):
-        stack.load_settings(stack.stack_file("prod", overrides={**existing, "ray-llm-eks:gcsFaultTolerance": "redis"}))
+        stack.load_settings(
+            stack.stack_file("prod", ROOT, overrides={**existing, "ray-llm-eks:gcsFaultTolerance": "redis"})
+        )
 
 
 def test_new_cluster_is_refused_without_room_for_a_second_cluster():

@@ -11,13 +11,12 @@ import jsonschema
 import pytest
 import yaml
 
-from ray_llm_eks.adapters.stackfile import ROOT
 from ray_llm_eks.domain.core.facts import EFA_RESOURCE, GPU_RESOURCE, POOL_NODE_LABEL
 from ray_llm_eks.domain.platform import aws_facts
 from ray_llm_eks.domain.platform.placement import GPU_TAINT, ZONE_LABEL
 from ray_llm_eks.domain.render import karpenter
 from ray_llm_eks.domain.render.ray_service import ray_service_spec
-from tests.conftest import settings_error, settings_of
+from tests.conftest import ROOT, settings_error, settings_of
 
 SCHEMAS = ROOT / "offline" / "schemas"
 NS = "ray-llm-eks:"

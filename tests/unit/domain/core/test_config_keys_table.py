@@ -34,7 +34,7 @@ def _loaded(key: str, value) -> tuple:
         overrides[NS + "existingCluster"] = True
     if key == "environment":
         overrides[NS + "endpointPublicAccessCidrs"] = ["198.51.100.0/24"]
-    config = stack.stack_file("dev", overrides=overrides)
+    config = stack.stack_file("dev", ROOT, overrides=overrides)
     settings = stack.load_settings(config)
     return settings, settings.deploy_mode
 

@@ -9,7 +9,7 @@ import pytest
 from ray_llm_eks.adapters import botocore_facts
 from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.loading.config import load_settings
-from tests.conftest import settings_error
+from tests.conftest import ROOT, settings_error
 
 NS = "ray-llm-eks:"
 GPU = {"instanceType": "g6.8xlarge", "minSize": 1, "desiredSize": 1, "maxSize": 1}
@@ -226,7 +226,9 @@ def test_max_num_seqs_is_recorded_as_derived_only_where_the_fit_wrote_it():
     from ray_llm_eks.adapters.stack import stack_file
 
     def derived(stack: str, **overrides) -> set[str]:
-        return set(load_stack_settings(stack_file(stack, overrides=overrides or None)).serving.max_num_seqs_derived)
+        return set(
+            load_stack_settings(stack_file(stack, ROOT, overrides=overrides or None)).serving.max_num_seqs_derived
+        )
 
     assert derived("baseline") == {"collocated"}
     assert derived("dev") == {"prefill", "decode"}

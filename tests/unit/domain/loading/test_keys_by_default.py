@@ -13,12 +13,13 @@ from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.core.facts import SECRET_MARKER
 from ray_llm_eks.domain.loading.config import secret_checks
 from ray_llm_eks.domain.render.ray_service import ray_service_spec, served_document
+from tests.conftest import ROOT
 
 NS = "ray-llm-eks:"
 
 
 def _settings(name: str = "dev", **overrides):
-    return stack.load_settings(stack.stack_file(name, overrides={NS + k: v for k, v in overrides.items()}))
+    return stack.load_settings(stack.stack_file(name, ROOT, overrides={NS + k: v for k, v in overrides.items()}))
 
 
 def test_the_check_is_on_unless_the_stack_turns_it_off():
@@ -52,7 +53,7 @@ def test_with_keys_or_with_the_check_off_deploying_goes_on():
 
 
 def test_a_key_given_as_a_secret_counts_as_set():
-    config = stack.stack_file("dev")
+    config = stack.stack_file("dev", ROOT)
     keyed = replace(config, values={**config.values, NS + "apiKeys": SECRET_MARKER})
     assert stack.load_settings(keyed).api_keys_set
 

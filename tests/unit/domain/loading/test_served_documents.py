@@ -127,7 +127,7 @@ def served(case: str, tmp_path: Path) -> dict:
     if own is not None:
         (tmp_path / "my-serve.yaml").write_text(own)
         overrides = {**overrides, NS + "serveConfig": "my-serve.yaml"}
-    config = stack_adapter.stack_file(stack, overrides=overrides)
+    config = stack_adapter.stack_file(stack, ROOT, overrides=overrides)
     settings = stack_adapter.load_settings(dataclasses.replace(config, folder=tmp_path))
     return {
         "serveConfigV2": ray_service_spec(settings)["serveConfigV2"],

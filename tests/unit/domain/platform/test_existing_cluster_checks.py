@@ -34,7 +34,7 @@ KUBECONFIG = yaml.safe_dump(
 
 
 def dev_settings():
-    return stack.load_settings(stack.stack_file("dev"))
+    return stack.load_settings(stack.stack_file("dev", ROOT))
 
 
 def seed_nodes(settings, mutate=None) -> list[dict]:

@@ -10,13 +10,14 @@ import pytest
 
 from ray_llm_eks.adapters import stack
 from ray_llm_eks.domain.render import dashboards
+from tests.conftest import ROOT
 from tools import exported_metrics
 
 
 @pytest.fixture(scope="module")
 def shipped() -> dict[str, dict]:
     """dev's dashboards with selectivePd on: every panel a PD stack can ship."""
-    settings = stack.load_settings(stack.stack_file("dev", overrides={"ray-llm-eks:selectivePd": "1024"}))
+    settings = stack.load_settings(stack.stack_file("dev", ROOT, overrides={"ray-llm-eks:selectivePd": "1024"}))
     return {name: json.loads(text) for name, text in dashboards.shipped_dashboards(settings).items()}
 
 

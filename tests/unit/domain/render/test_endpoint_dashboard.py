@@ -10,11 +10,12 @@ import pytest
 from ray_llm_eks.adapters import stack
 from ray_llm_eks.domain.render import dashboards
 from ray_llm_eks.domain.telemetry import alerts
+from tests.conftest import ROOT
 
 
 @pytest.fixture(scope="module")
 def dev_settings():
-    return stack.load_settings(stack.stack_file("dev"))
+    return stack.load_settings(stack.stack_file("dev", ROOT))
 
 
 def panels(board: dict) -> dict[str, dict]:
@@ -54,7 +55,7 @@ def test_the_cost_per_token_uses_this_stacks_hourly_cost(dev_settings):
 
 
 def test_a_collocated_stack_has_no_kv_transfer_panels():
-    baseline = stack.load_settings(stack.stack_file("baseline"))
+    baseline = stack.load_settings(stack.stack_file("baseline", ROOT))
     titles = set(panels(dashboards.endpoint_dashboard(dashboards.endpoint_inputs(baseline))))
     assert "Time to first token" in titles
     assert not {t for t in titles if t.startswith(("KV transfer", "Decode prompt"))}
@@ -92,7 +93,7 @@ def test_with_selective_pd_a_panel_shows_the_two_paths_and_the_share_that_skippe
     assert dashboards.SELECTIVE_PD_PANEL not in panels(
         dashboards.endpoint_dashboard(dashboards.endpoint_inputs(dev_settings))
     )
-    on = stack.load_settings(stack.stack_file("dev", overrides={"ray-llm-eks:selectivePd": "1024"}))
+    on = stack.load_settings(stack.stack_file("dev", ROOT, overrides={"ray-llm-eks:selectivePd": "1024"}))
     inputs = dashboards.endpoint_inputs(on)
     assert inputs.local_prefill_below == 1024
     panel = panels(dashboards.endpoint_dashboard(inputs))[dashboards.SELECTIVE_PD_PANEL]

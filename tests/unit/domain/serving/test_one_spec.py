@@ -15,11 +15,12 @@ from ray_llm_eks.domain.serving import api_keys, serve_config
 from ray_llm_eks.domain.serving.fields import to_dict
 from ray_llm_eks.domain.serving.llm_config import LlmConfig
 from ray_llm_eks.domain.serving.serve_app import document_dict, parse_document, parse_llm_config
+from tests.conftest import ROOT
 
 
 @pytest.fixture(scope="module", params=["dev", "baseline"])
 def settings(request):
-    return stack.load_settings(stack.stack_file(request.param))
+    return stack.load_settings(stack.stack_file(request.param, ROOT))
 
 
 def _ray_pods(spec: dict) -> list[dict]:
@@ -115,7 +116,7 @@ def test_on_this_machine_moves_only_the_two_pod_paths(settings):
 def test_worker_groups_come_in_the_order_pulumi_up_hands_the_pools_over():
     """The CLI passes gpuPools as JSON with sorted keys (Go's encoding/json): whatever order the
     stack file lists the pools in, the plan's worker groups are the deployed ones, in name order."""
-    config = stack.stack_file("dev")
+    config = stack.stack_file("dev", ROOT)
     pools = json.loads(config.values["ray-llm-eks:gpuPools"])
     assert list(pools) == sorted(pools) == ["decode", "prefill"]  # the file lists prefill first
     groups = ray_service_spec(stack.load_settings(config))["rayClusterConfig"]["workerGroupSpecs"]

@@ -15,12 +15,13 @@ from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.serving import routing, serve_config
 from ray_llm_eks.domain.serving.fields import to_dict
 from ray_llm_eks.domain.serving.serve_app import COLLOCATED_IMPORT, ServeDocument, parse_document
+from tests.conftest import ROOT
 
 NS = "ray-llm-eks:"
 
 
 def roles_of(stack: str, overrides: dict | None = None) -> dict[str, dict]:
-    settings = load_settings(stack_file(stack, overrides=overrides))
+    settings = load_settings(stack_file(stack, ROOT, overrides=overrides))
     return {role: to_dict(config) for role, config in settings.serving.serve_document.roles.items()}
 
 

@@ -11,13 +11,13 @@ import pytest
 import yaml
 
 from e2e.checks import max_model_lens
-from ray_llm_eks.adapters.stackfile import ROOT, SecretValue
+from ray_llm_eks.adapters.stackfile import SecretValue
 from ray_llm_eks.domain.core import config_keys
 from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.platform import aws_facts, versions
 from ray_llm_eks.domain.render.ray_service import ray_service_spec
 from ray_llm_eks.domain.serving.fields import to_dict
-from tests.conftest import region_overrides, settings_error, settings_of
+from tests.conftest import ROOT, region_overrides, settings_error, settings_of
 
 NS = "ray-llm-eks:"
 

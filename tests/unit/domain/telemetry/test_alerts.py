@@ -12,11 +12,12 @@ from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.render import alert_rules
 from ray_llm_eks.domain.serving import serve_config
 from ray_llm_eks.domain.telemetry import alerts, slo
+from tests.conftest import ROOT
 
 
 def settings(name: str = "dev", **values):
     overrides = {f"ray-llm-eks:{k}": v for k, v in values.items()}
-    return stack.load_settings(stack.stack_file(name, overrides=overrides))
+    return stack.load_settings(stack.stack_file(name, ROOT, overrides=overrides))
 
 
 def test_defaults_when_the_stack_sets_nothing():

@@ -12,7 +12,6 @@ import jsonschema
 import pytest
 import yaml
 
-from ray_llm_eks.adapters.stackfile import ROOT
 from ray_llm_eks.domain.core import config_keys
 from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.platform import versions
@@ -20,6 +19,7 @@ from ray_llm_eks.domain.platform.sizing import Resources
 from ray_llm_eks.domain.platform.versions import ChartPin
 from ray_llm_eks.domain.telemetry import monitoring_release, observability
 from ray_llm_eks.domain.telemetry.observability import ObservabilitySettings, parse
+from tests.conftest import ROOT
 
 SCHEMAS = ROOT / "offline" / "schemas"
 STACK_CHART = ChartPin(*versions.KUBE_PROMETHEUS_STACK_CHART, config_keys.default("kubePrometheusStackVersion"))

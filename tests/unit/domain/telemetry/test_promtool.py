@@ -73,7 +73,7 @@ def test_with_selective_pd_decode_computing_local_path_prompts_is_not_an_alert(t
 @needs_promtool
 @pytest.mark.parametrize("name", ["dev", "baseline", "prod"])
 def test_every_shipped_stack_renders_rules_promtool_accepts(tmp_path, name):
-    spec = alert_rules.prometheus_rule_spec(stack.load_settings(stack.stack_file(name)))
+    spec = alert_rules.prometheus_rule_spec(stack.load_settings(stack.stack_file(name, ROOT)))
     rules = _write_rules(tmp_path, spec)
     done = subprocess.run([promtool(), "check", "rules", str(rules)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
