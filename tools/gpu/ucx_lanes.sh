@@ -31,6 +31,24 @@ if __name__ == "__main__":
 EOF
 timeout 120 python3 "$ipc_check" 2>&1 | grep -v '^ ' | tail -4
 
+echo "== NVLink as NVML reports it"
+# UCX 1.21.0 (the one nixl-cu13 1.3.1 bundles) turns cuda_ipc GETs off where NVML counts no NVLink
+# (src/uct/cuda/cuda_ipc/cuda_ipc_iface.c, UCX_CUDA_IPC_ENABLE_GET_ZCOPY=auto), and where NVML counts links whose
+# remote PCI query fails, it caches the count after answering 0 once: the first UCX worker of a process gets GETs
+# off, the later ones on (fixed in 1.22.0, openucx/ucx#11554). A count above 0 with a failing query is that case.
+nvidia-smi nvlink -s 2>&1 | head -4
+python3 - <<'EOF_NVML' 2>&1 | tail -3
+import pynvml as n
+n.nvmlInit()
+h = n.nvmlDeviceGetHandleByIndex(0)
+count = n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_NVLINK_LINK_COUNT])[0]
+print("nvml link count:", count.value.uiVal if count.nvmlReturn == 0 else f"error {count.nvmlReturn}")
+try:
+    print("link 0 remote PCI:", n.nvmlDeviceGetNvLinkRemotePciInfo_v2(h, 0).busId)
+except n.NVMLError as exc:
+    print("link 0 remote PCI query failed:", exc)
+EOF_NVML
+
 echo "== cuda_ipc in UCX's debug log (one READ)"
 UCX_LOG_LEVEL=debug $PROBE --transfers 1 2>&1 | grep -iE 'cuda_ipc|cuda-ipc|reachab|nvlink|ipc' \
   | sed -E 's/^\[[0-9.]+\] \[[^]]*\] *//' | sort | uniq -c | sort -rn | head -30
@@ -49,6 +67,10 @@ lane() {
 lane READ "" "--agent-first --threads 0"
 lane READ "" "--threads 0"
 lane READ "" --agent-first
+# NIXL 1.3.1 sends a READ of fewer than 1,024 descriptors through its shared UCX worker (the first one made) and
+# splits a larger one over the others (src/plugins/ucx/ucx_backend.cpp split_batch_size): with UCX 1.21.0's
+# NVLink caching above, the two can take different lanes.
+lane READ "" "--descriptors 2048"
 for setting in "" "UCX_CUDA_IPC_ENABLE_GET_ZCOPY=on" \
   "UCX_TLS=cuda_ipc,cuda_copy,self UCX_CUDA_IPC_ENABLE_GET_ZCOPY=on"; do
   lane READ "$setting"
