@@ -71,6 +71,10 @@ lane READ "" --agent-first
 # splits a larger one over the others (src/plugins/ucx/ucx_backend.cpp split_batch_size): with UCX 1.21.0's
 # NVLink caching above, the two can take different lanes.
 lane READ "" "--descriptors 2048"
+# The same READ between two Ray actors placed as Ray Serve LLM places vLLM's GPU worker (our engines' layout; plain
+# vllm serve holds its agent in the EngineCore process): with and without our app's worker setup hook.
+lane READ "" --ray
+lane READ "" "--ray --no-setup-hook"
 for setting in "" "UCX_CUDA_IPC_ENABLE_GET_ZCOPY=on" \
   "UCX_TLS=cuda_ipc,cuda_copy,self UCX_CUDA_IPC_ENABLE_GET_ZCOPY=on"; do
   lane READ "$setting"
