@@ -290,7 +290,7 @@ def in_cluster(work, bins, cfg, settings, shapes, timeline, checks, cluster_only
         timeline.log(f"control plane up; nodes {sorted(nodes)}")
         if yaml_only:
             (work / "state").mkdir()
-            yaml_example(work, cluster, {**cfg, **EXISTING_CLUSTER}, timeline, checks)
+            yaml_example(work, cluster, timeline, checks)
         elif cluster_only:
             # Without the Pulumi half: the scheduling checks on our RayService applied straight to the API.
             negative_cases(api, settings, nodes, timeline, checks)
@@ -339,12 +339,10 @@ def pulumi_env(work: Path, cluster: LocalCluster) -> dict[str, str]:
     }
 
 
-def yaml_example(work: Path, cluster: LocalCluster, cfg: dict, timeline: Timeline, checks: Checks) -> None:
-    """examples/pd-service-yaml through the real CLI and YAML language host (e2e/yaml_example.py), with the
-    seed stack's RayService spec as its stack config."""
-    spec = ray_service_spec(settings_of(BASE_STACK_FILE, cfg))
-    (model,) = yaml_run.served_models(spec["serveConfigV2"])
-    yaml_run.run(work, pulumi_env(work, cluster), cluster.api, spec, model, timeline.log, checks)
+def yaml_example(work: Path, cluster: LocalCluster, timeline: Timeline, checks: Checks) -> None:
+    """examples/pd-service-yaml through the real CLI and YAML language host (e2e/yaml_example.py): its LlmService
+    renders the RayService from typed inputs, nothing made by our Python first."""
+    yaml_run.run(work, pulumi_env(work, cluster), cluster.api, yaml_run.example_model(), timeline.log, checks)
 
 
 def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None:
@@ -554,7 +552,7 @@ def scenario(work, cluster, api, cfg, settings, nodes, timeline, checks) -> None
     ).run()
 
     # 11. The Pulumi YAML example, through the component package, on the same API server.
-    yaml_example(work, cluster, cfg, timeline, checks)
+    yaml_example(work, cluster, timeline, checks)
 
 
 def observability_admitted(stack: Stack, api: KubeClient, objs: list, checks: Checks) -> None:

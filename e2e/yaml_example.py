@@ -67,8 +67,8 @@ def cli(args: list[str], cwd: Path, env: dict[str, str], log, stdin: str | None 
                           input=stdin)  # fmt: skip
 
 
-def run(work: Path, env: dict[str, str], api, spec: dict, model: str, log, checks) -> None:
-    """`spec`: the RayService spec the example's stack config carries; `model`: its modelId."""
+def run(work: Path, env: dict[str, str], api, model: str, log, checks) -> None:
+    """`model`: the model the example's serving application serves (its serve config's)."""
     env = dict(env, PATH=os.pathsep.join([str(d) for d in _yaml_bin()] + [env["PATH"]]))
     package = package_dir(work / "yaml-package", sys.executable)
     proj = project(work / "yaml-project", package)
@@ -77,7 +77,7 @@ def run(work: Path, env: dict[str, str], api, spec: dict, model: str, log, check
         return
     stack_file = proj / f"Pulumi.{STACK}.yaml"
     doc = yaml.safe_load(stack_file.read_text()) or {}
-    doc["config"] = {"pd-service-yaml:rayServiceSpec": spec, "pd-service-yaml:modelId": model}
+    doc["config"] = {"pd-service-yaml:region": "us-east-1"}
     stack_file.write_text(yaml.safe_dump(doc, sort_keys=False))
     token = secrets.token_hex(24)
     done = cli(["config", "set", "--secret", "rayAuthToken"], proj, env, log, stdin=token)
@@ -93,10 +93,11 @@ def run(work: Path, env: dict[str, str], api, spec: dict, model: str, log, check
         models = served_models(live["serveConfigV2"])
         checks.expect(models == {model}, f"YAML example: the RayService serves {model}",
                       str(models))  # fmt: skip
-        sent_groups = [g["groupName"] for g in spec["rayClusterConfig"]["workerGroupSpecs"]]
+        # The component rendered them from the example's gpuPools, one worker group per pool.
+        pools = [pool["name"] for pool in project_doc(proj)["resources"]["llm"]["properties"]["gpuPools"]]
         live_groups = [g["groupName"] for g in live["rayClusterConfig"]["workerGroupSpecs"]]
-        checks.expect(live_groups == sent_groups, "YAML example: the RayService has the spec's worker groups",
-                      f"{live_groups} != {sent_groups}")  # fmt: skip
+        checks.expect(live_groups == pools, "YAML example: the RayService has one worker group per gpuPools entry",
+                      f"{live_groups} != {pools}")  # fmt: skip
     exported = cli(["stack", "export"], proj, env, log).stdout or "{}"
     shown = exported + done.stdout + done.stderr  # done: the up's
     checks.expect(token not in shown, "YAML example: Ray's token is in neither the state nor the CLI's output")
@@ -108,6 +109,17 @@ def run(work: Path, env: dict[str, str], api, spec: dict, model: str, log, check
     checks.expect(done.returncode == 0, "YAML example: pulumi destroy succeeds", (done.stdout + done.stderr)[-600:])
     checks.expect(bool(services) and wait_for_gone(api, f"/api/v1/namespaces/{NS}", 60),
                   f"YAML example: namespace {NS} and its RayService are gone after destroy")  # fmt: skip
+
+
+def example_model() -> str:
+    """The model the example serves: its serving application's, as the shipped serve file names it."""
+    llm = yaml.safe_load((EXAMPLE / "Pulumi.yaml").read_text())["resources"]["llm"]["properties"]
+    (model,) = served_models((REPO / "ray_llm_eks" / "serve_configs" / f"{llm['serveConfig']}.yaml").read_text())
+    return model
+
+
+def project_doc(proj: Path) -> dict:
+    return yaml.safe_load((proj / "Pulumi.yaml").read_text())
 
 
 def served_models(serve_config_v2: str) -> set[str]:

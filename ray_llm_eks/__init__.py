@@ -28,6 +28,7 @@ _PUBLIC = {
     "MonitoringStackArgs": "observability",
     "LlmService": "llm_service",
     "LlmServiceArgs": "llm_service",
+    "GpuPoolInput": "llm_service",
     "ServiceMonitoring": "observability",
     "ServiceMonitoringArgs": "observability",
     "InternalEndpoint": "load_balancer",

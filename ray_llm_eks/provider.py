@@ -26,19 +26,35 @@ from pulumi.provider.experimental.component import ComponentProvider
 from ray_llm_eks.components import device_plugins, kuberay, llm_service
 from ray_llm_eks.components.device_plugins import DevicePluginsArgs
 from ray_llm_eks.components.kuberay import KubeRayOperatorArgs
-from ray_llm_eks.components.llm_service import LlmServiceArgs
+from ray_llm_eks.components.llm_service import GpuPoolInput, LlmServiceArgs
 
 PACKAGE = "ray-llm-eks"  # pyproject.toml [project] name; pulumi.run.plugin hosts this module by it
 VERSION = "0.1.0"  # pyproject.toml [project] version
 SCHEMA_FILE = "schema.json"  # beside this file: the schema the host infers, checked in
 
 
+# Input types nested in Args: the host hands each as a dict keyed by its field names (component.py
+# map_input_properties), which becomes the dataclass here.
+NESTED = (GpuPoolInput,)
+
+
 def _args(kind: type, given: Any) -> Any:
     if isinstance(given, kind):
         return given
     # The annotations are text (`from __future__ import annotations`), some naming types imported for checking only.
-    ints = {f.name for f in dataclasses.fields(kind) if "int" in re.split(r"[^\w.]+", str(f.type))}
-    return kind(**{k: _whole(v) if k in ints else v for k, v in dict(given).items()})
+    # A type's words, unqualified: `typing.Optional[typing.Sequence[ray_llm_eks...GpuPoolInput]]` names GpuPoolInput.
+    words = {
+        f.name: {w.rsplit(".", 1)[-1] for w in re.split(r"[^\w.]+", str(f.type))} for f in dataclasses.fields(kind)
+    }
+    ints = {name for name, names in words.items() if "int" in names}
+    nested = {name: t for name, names in words.items() for t in NESTED if t.__name__ in names}
+
+    def value(key: str, given: Any) -> Any:
+        if key in nested and isinstance(given, list | tuple):
+            return [_args(nested[key], item) for item in given]
+        return _whole(given) if key in ints else given
+
+    return kind(**{k: value(k, v) for k, v in dict(given).items()})
 
 
 def _whole(value: Any) -> Any:

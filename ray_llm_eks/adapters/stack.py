@@ -33,6 +33,14 @@ def stack_file(stack: str, root: Path, overrides: Mapping[str, Any] | None = Non
     return stackfile.load_stack(stack, root, dict(overrides) if overrides is not None else None)
 
 
+def service_settings(stack: str, keys: Mapping[str, str]) -> Settings:
+    """Settings of a service on a cluster this program does not make (existingCluster), from the ray-llm-eks
+    stack keys `keys` (full names, values as `pulumi config` hands them over: structures as JSON): a component's
+    typed inputs become the keys a stack file takes and pass the same checks, each rule kept in one place."""
+    values = {f"{PROJECT}:existingCluster": "true", **keys}
+    return load_settings(StackConfig(PROJECT, stack, values, frozenset()))
+
+
 def running_stack() -> StackConfig:
     """The config the Pulumi engine handed to this program (the CLI, the Automation API or mocks)."""
     import pulumi

@@ -4,6 +4,8 @@ behind one OpenAI-compatible endpoint, on any cluster that runs the KubeRay oper
 No `from __future__ import annotations` here: Pulumi's component provider host reads the Args' and the
 component's annotations as types (pulumi/provider/experimental/analyzer.py, inspect.get_annotations)."""
 
+import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
+from ray_llm_eks.adapters import stack
 from ray_llm_eks.components.args import fill_defaults
 from ray_llm_eks.components.network_policies import NamespaceNetworkPolicies
 from ray_llm_eks.domain.cluster import gcs_ft
@@ -27,7 +30,9 @@ from ray_llm_eks.domain.platform.field_checks import (
 from ray_llm_eks.domain.render.ray_service import (
     HF_TOKEN_KEY,
     HF_TOKEN_SECRET,
+    ray_service_spec,
     replacement_paths,
+    served_document,
     worker_groups_annotation,
 )
 from ray_llm_eks.domain.security import pod_security, ray_auth, secret_content
@@ -50,14 +55,61 @@ def auth_secret_name(spec: Mapping[str, Any]) -> str | None:
 
 
 @dataclass(frozen=True)
-class LlmServiceArgs:
-    """What the PD LLM service deploys: a RayService spec (ray_llm_eks.domain.render.ray_service.ray_service_spec
-    renders one from a stack) and the objects around it in its namespace."""
+class GpuPoolInput:
+    """One GPU node group of the cluster the service's Ray workers run on: a ray-llm-eks stack's `gpuPools` entry
+    (docs/configuration.md), checked as the stack's are."""
 
-    ray_service_spec: Mapping[str, Any]
-    """The RayService's spec: serveConfigV2, rayClusterConfig (its workerGroupSpecs), upgradeStrategy."""
-    model_id: str
-    """The served model's id, as clients name it (the serve config's model_loading_config.model_id)."""
+    name: str
+    """The serve config's role it runs (prefill, decode or collocated), or a name of yours with `serves`."""
+    instance_type: str
+    """The nodes' EC2 instance type: a GPU type the stack knows (with EFA for prefill and decode)."""
+    min_size: int | None = None
+    """Fewest nodes (1 where unset)."""
+    desired_size: int | None = None
+    """Nodes to start with (1 where unset)."""
+    max_size: int | None = None
+    """Most nodes (1 where unset)."""
+    serves: str | None = None
+    """The role a pool of another name runs."""
+
+    def stack_value(self) -> dict[str, Any]:
+        """This pool as the stack's gpuPools entry."""
+        given = {"instanceType": self.instance_type, "minSize": self.min_size, "desiredSize": self.desired_size,
+                 "maxSize": self.max_size, "serves": self.serves}  # fmt: skip
+        return {key: value for key, value in given.items() if value is not None}
+
+
+@dataclass(frozen=True)
+class LlmServiceArgs:
+    """What the PD LLM service deploys: a RayService and the objects around it in its namespace. The component renders
+    the RayService from the model, the GPU pools and the serving application (`gpu_pools`, `region`, `serve_config`,
+    ...), or takes one already rendered (`ray_service_spec`): one of the two."""
+
+    ray_service_spec: Mapping[str, Any] | None = None
+    """A RayService spec already rendered (serveConfigV2, rayClusterConfig with its workerGroupSpecs,
+    upgradeStrategy; ray_llm_eks.domain.render.ray_service.ray_service_spec renders one from a stack)."""
+    model_id: str | None = None
+    """The served model's id, as clients name it (the serve config's model_loading_config.model_id); with
+    `gpu_pools`, the serve config's where unset."""
+    gpu_pools: Sequence[GpuPoolInput] | None = None
+    """The GPU node groups the Ray workers run on, one per role of the serve config: the component renders the
+    RayService for them."""
+    region: str | None = None
+    """The AWS region of the cluster (with `gpu_pools`): the instance types' facts, the weights' S3 region."""
+    serve_config: str | None = None
+    """With `gpu_pools`: the serving application, a shipped one (pd-disaggregated where unset, collocated,
+    pd-xpyd, tensor-parallel, data-parallel)."""
+    model_source: str | None = None
+    """With `gpu_pools`: where the weights come from (a Hugging Face repository or an s3:// prefix); the serve
+    config's where unset."""
+    max_model_len: int | None = None
+    """With `gpu_pools`: the longest request in tokens; the serve config's where unset."""
+    image: str | None = None
+    """With `gpu_pools`: the serving image, `repo:tag@sha256:...` (with `ray_version`); where unset the AWS Deep
+    Learning Container the stack pins, by its tag (the stack's program looks its digest up at `up`, the component
+    does not)."""
+    ray_version: str | None = None
+    """The Ray version inside `image` (required with it)."""
     namespace: str | None = default("namespace")
     """The RayService's namespace, created by the component (a DNS label, not default, kube-* or the operator's)."""
     service_name: str | None = default("serviceName")
@@ -97,6 +149,16 @@ class LlmServiceArgs:
         check_service_name("service_name", self.service_name, ARGS)
         check_environment("environment", self.environment, ARGS)
         check_ready_timeout("ready_timeout_seconds", self.ready_timeout_seconds, ARGS)
+        if (self.ray_service_spec is None) == (self.gpu_pools is None):
+            both = self.ray_service_spec is not None
+            raise ConfigError(
+                "ray_service_spec" if both else "gpu_pools",
+                "given with gpu_pools" if both else None,
+                "one of gpu_pools (the component renders the RayService) and ray_service_spec (one rendered already)",
+                ARGS,
+            )
+        if self.gpu_pools is not None:
+            self._render()
         if not isinstance(self.model_id, str) or not self.model_id:
             raise ConfigError("model_id", self.model_id, "the served model's id, a non-empty string", ARGS)
         groups = (
@@ -122,6 +184,50 @@ class LlmServiceArgs:
                 "set together with redis_address / redis_password (the GCS store's address and AUTH token)",
                 ARGS,
             )
+
+    def _render(self) -> None:
+        """The RayService of the typed inputs, through the checks a stack's keys pass (adapters.stack
+        service_settings): its spec, the served model's id and the modules its pods import."""
+        if not isinstance(self.region, str) or not self.region:
+            raise ConfigError("region", self.region, "the cluster's AWS region (e.g. us-east-1), with gpu_pools", ARGS)
+        pools = {pool.name: pool.stack_value() for pool in self.gpu_pools}
+        given = {
+            "aws:region": self.region,
+            "ray-llm-eks:gpuPools": json.dumps(pools),
+            "ray-llm-eks:environment": self.environment,
+            "ray-llm-eks:apiKeyCheck": json.dumps(self.api_key_check),
+            "ray-llm-eks:namespace": self.namespace,
+            "ray-llm-eks:serviceName": self.service_name,
+            "ray-llm-eks:serviceReadyTimeoutSeconds": str(self.ready_timeout_seconds),
+            "ray-llm-eks:serveConfig": self.serve_config,
+            "ray-llm-eks:modelId": self.model_id,
+            "ray-llm-eks:modelSource": self.model_source,
+            "ray-llm-eks:maxModelLen": None if self.max_model_len is None else str(self.max_model_len),
+            "ray-llm-eks:image": self.image,
+            "ray-llm-eks:rayVersion": self.ray_version,
+        }
+        try:
+            settings = stack.service_settings(pulumi.get_stack(), {k: v for k, v in given.items() if v is not None})
+        except ConfigError as err:
+            if err.file is not None:  # a serve file's line names that file
+                raise
+            raise ConfigError(args_path(err.key), err.value, err.allowed, ARGS) from None
+        object.__setattr__(self, "ray_service_spec", ray_service_spec(settings))
+        object.__setattr__(self, "model_id", settings.serving.serve_document.model_id)
+        object.__setattr__(self, "ingress_modules", api_keys.shipped_modules(served_document(settings)))
+
+
+def args_path(stack_key: str) -> str:
+    """The Args' name of what a stack key's line refuses (`ray-llm-eks:gpuPools.prefill.instanceType` ->
+    `gpu_pools.prefill.instance_type`): the component's caller gave fields, not keys. A pool's name stays as given."""
+    head, *rest = stack_key.removeprefix("ray-llm-eks:").split(".")
+    if rest and len(rest) > 1:
+        rest[-1] = snake_case(rest[-1])
+    return ".".join(["region" if head == "aws:region" else snake_case(head), *rest])
+
+
+def snake_case(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
 def ready_annotations(timeout_seconds: int, wait_for_ready: bool) -> dict[str, str]:

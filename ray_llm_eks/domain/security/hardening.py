@@ -63,7 +63,8 @@ def load(
     there is no internal endpoint either: its NLB needs the AWS Load Balancer Controller, installed only on the
     cluster the stack builds."""
     environment = check_environment("environment", raw.text("environment"))
-    if environment not in DEV_ENVIRONMENTS:
+    # The API endpoint is the cluster's: on a cluster the stack does not make, neither set nor read.
+    if environment not in DEV_ENVIRONMENTS and not existing_cluster:
         if not raw.is_set("endpointPublicAccessCidrs"):
             raise ConfigError(
                 "endpointPublicAccessCidrs",

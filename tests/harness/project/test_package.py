@@ -203,7 +203,10 @@ def test_the_checked_in_schema_is_the_one_the_component_provider_host_infers():
     assert provider.schema() == checked_in, "ray_llm_eks/schema.json is stale: `make docs` writes it"
     # What a YAML program relies on: plain inputs it may leave out, and the two it must give.
     service = checked_in["resources"]["ray-llm-eks:index:LlmService"]
-    assert service["requiredInputs"] == ["modelId", "rayServiceSpec"]
+    assert service["requiredInputs"] == []  # gpuPools or rayServiceSpec: the Args' check says which is missing
+    pools = service["inputProperties"]["gpuPools"]
+    assert pools["type"] == "array" and pools["items"]["$ref"] == "#/types/ray-llm-eks:index:GpuPoolInput"
+    assert checked_in["types"]["ray-llm-eks:index:GpuPoolInput"]["required"] == ["instanceType", "name"]
     assert service["inputProperties"]["hfToken"].get("plain") is None  # an Output (a secret) may be given
 
 
@@ -260,6 +263,70 @@ def test_each_args_refuses_a_bad_field_with_the_stack_keys_line():
     assert LlmServiceArgs(spec, "m", ingress_modules=["selective_pd.py"]).ingress_modules == ["selective_pd.py"]
     # None reads as the default (a YAML program leaves the field out); the defaults are the stack keys'.
     assert LlmServiceArgs(spec, "m", namespace=None).namespace == "llm"
+
+
+POOLS = {"prefill": {"instanceType": "g6.8xlarge"}, "decode": {"instanceType": "g6.8xlarge"}}
+
+
+def test_llm_service_renders_from_typed_inputs_what_the_stack_keys_of_the_same_values_render():
+    """gpu_pools, region, serve_config and the rest are the stack's keys under the Args' names: the spec, the served
+    model and the pods' modules are those of a stack on an existing cluster with the same values."""
+    from ray_llm_eks.components.llm_service import GpuPoolInput, LlmServiceArgs
+    from ray_llm_eks.domain.render.ray_service import ray_service_spec, served_document
+
+    pools = [GpuPoolInput(name, pool["instanceType"]) for name, pool in POOLS.items()]
+    args = LlmServiceArgs(
+        gpu_pools=pools, region="eu-west-1", environment="dev", api_key_check=True, max_model_len=8192
+    )
+    keys = {"aws:region": "eu-west-1", "ray-llm-eks:existingCluster": "true", "ray-llm-eks:environment": "dev",
+            "ray-llm-eks:maxModelLen": "8192", "ray-llm-eks:gpuPools": json.dumps(POOLS)}  # fmt: skip
+    settings = stack.load_settings(stack.StackConfig("ray-llm-eks", "stack", keys, frozenset()))
+    assert args.ray_service_spec == ray_service_spec(settings)
+    assert args.model_id == settings.serving.serve_document.model_id == "Qwen/Qwen3.5-9B"
+    assert args.ingress_modules == api_keys.shipped_modules(served_document(settings))
+    assert "max_model_len: 8192" in args.ray_service_spec["serveConfigV2"]
+    # collocated: one pool, and what it serves decides the modules the pods import
+    one = LlmServiceArgs(gpu_pools=[GpuPoolInput("collocated", "g6.8xlarge", max_size=2)], region="us-east-1",
+                         serve_config="collocated", environment="dev", api_key_check=False)  # fmt: skip
+    groups = one.ray_service_spec["rayClusterConfig"]["workerGroupSpecs"]
+    assert [(g["groupName"], g["maxReplicas"]) for g in groups] == [("collocated", 2)]
+
+
+def test_llm_service_refuses_typed_inputs_by_the_args_names():
+    """The stack's rules refuse them, in one line that names the field the caller gave (not the stack key)."""
+    from ray_llm_eks.components.llm_service import GpuPoolInput, LlmServiceArgs
+
+    pools = [GpuPoolInput(name, pool["instanceType"]) for name, pool in POOLS.items()]
+    assert _refusal(lambda: LlmServiceArgs(model_id="m")) == (
+        "LlmServiceArgs: invalid config gpu_pools = null: one of gpu_pools (the component renders the RayService) and"
+        " ray_service_spec (one rendered already)"
+    )
+    assert _refusal(lambda: LlmServiceArgs(gpu_pools=pools)).startswith("LlmServiceArgs: invalid config region = null")
+    assert _refusal(lambda: LlmServiceArgs({"a": 1}, gpu_pools=pools, region="us-east-1")).startswith(
+        "LlmServiceArgs: invalid config ray_service_spec = given with gpu_pools: one of"
+    )
+    bad_type = [GpuPoolInput("prefill", "m5.large"), pools[1]]
+    assert _refusal(lambda: LlmServiceArgs(gpu_pools=bad_type, region="us-east-1")).startswith(
+        "LlmServiceArgs: invalid config gpu_pools.prefill.instance_type = m5.large: an instance type with NVIDIA GPUs"
+    )
+    assert _refusal(lambda: LlmServiceArgs(gpu_pools=pools[:1], region="us-east-1")).startswith(
+        "LlmServiceArgs: invalid config gpu_pools = [prefill]: exactly the pools"
+    )
+    assert _refusal(lambda: LlmServiceArgs(gpu_pools=pools, region="us-east-1", max_model_len=3)) == (
+        "LlmServiceArgs: invalid config max_model_len = 3: a context length in tokens, 16 or more"
+    )
+
+
+def test_the_provider_makes_the_nested_pool_inputs_typed():
+    """The host hands gpuPools as a list of dicts keyed by the fields' names, every number a double."""
+    from ray_llm_eks import provider
+    from ray_llm_eks.components.llm_service import GpuPoolInput, LlmServiceArgs
+
+    given = {"region": "us-east-1", "gpu_pools": [{"name": "prefill", "instance_type": "g6.8xlarge", "max_size": 2.0},
+                                                  {"name": "decode", "instance_type": "g6.8xlarge"}]}  # fmt: skip
+    args = provider._args(LlmServiceArgs, given)
+    assert args.gpu_pools == [GpuPoolInput("prefill", "g6.8xlarge", max_size=2), GpuPoolInput("decode", "g6.8xlarge")]
+    assert isinstance(args.gpu_pools[0].max_size, int)
 
 
 SCHEMA_TYPES = {"string": str, "boolean": bool, "integer": int, "number": (int, float), "object": dict, "array": list}

@@ -105,3 +105,10 @@ def test_network_policies_may_be_off_in_dev_only():
         }
     )
     assert "networkPolicies = false: true in environment staging" in str(error)
+
+
+def test_a_cluster_the_stack_does_not_make_needs_no_api_endpoint_networks():
+    """endpointPublicAccessCidrs limits the API endpoint of the cluster the stack makes; on an existing cluster (a
+    component on the user's own, too) production asks no networks of an endpoint it never sets."""
+    settings = settings_of({**PROD_OPEN, "ray-llm-eks:existingCluster": True})
+    assert settings.hardening.environment == "production" and settings.hardening.network_policies
