@@ -10,6 +10,4 @@ except ImportError:  # `python ray_llm_eks` from the checkout: its parent holds 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from ray_llm_eks import provider
 
-from pulumi.provider.experimental import component_provider_host
-
-component_provider_host(list(provider.HOSTED), provider.PACKAGE, version=provider.VERSION)
+provider.host()

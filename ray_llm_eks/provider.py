@@ -21,12 +21,17 @@ from collections.abc import Mapping
 from typing import Any
 
 import pulumi
+from pulumi.errors import InputPropertyError
+from pulumi.provider import main
 from pulumi.provider.experimental.component import ComponentProvider
+from pulumi.provider.provider import ConstructResult
+from pulumi.provider.server import ComponentInitError
 
 from ray_llm_eks.components import device_plugins, kuberay, llm_service
 from ray_llm_eks.components.device_plugins import DevicePluginsArgs
 from ray_llm_eks.components.kuberay import KubeRayOperatorArgs
 from ray_llm_eks.components.llm_service import GpuPoolInput, LlmServiceArgs
+from ray_llm_eks.domain.core.errors import ConfigError
 
 PACKAGE = "ray-llm-eks"  # pyproject.toml [project] name; pulumi.run.plugin hosts this module by it
 VERSION = "0.1.0"  # pyproject.toml [project] version
@@ -94,9 +99,37 @@ class DevicePlugins(device_plugins.DevicePlugins):
 HOSTED = (LlmService, KubeRayOperator, DevicePlugins)
 
 
+class Provider(ComponentProvider):
+    """The SDK's component provider, whose refusal of an input is the engine's own: an Args' line reaches the caller
+    as a bad property (its path in the schema's names and the one line), where the SDK would report any error of a
+    constructor as an unexpected exception with its Python traceback (component.py construct, ComponentInitError)."""
+
+    def construct(self, name: str, resource_type: str, inputs: Any, options: Any = None) -> ConstructResult:
+        try:
+            return super().construct(name, resource_type, inputs, options)
+        except ComponentInitError as err:
+            if isinstance(err.inner, ConfigError):
+                raise InputPropertyError(schema_path(err.inner.key), str(err.inner)) from None
+            raise
+
+
+def schema_path(args_path: str) -> str:
+    """An Args' field path as the schema names it (`gpu_pools.prefill.instance_type` ->
+    `gpuPools.prefill.instanceType`): the analyzer's camelCase of each field (provider/experimental/analyzer.py)."""
+    return ".".join(re.sub(r"_([a-z0-9])", lambda m: m.group(1).upper(), part) for part in args_path.split("."))
+
+
+def host() -> None:
+    """Serve HOSTED to the engine (the plugin's entry point; pulumi/provider/experimental/host.py does the same with
+    the SDK's provider)."""
+    import sys
+
+    main(Provider(list(HOSTED), PACKAGE, None, VERSION), sys.argv[1:])
+
+
 def schema() -> Mapping[str, Any]:
     """The package schema as the component provider host infers it (the same call it makes at start)."""
-    return json.loads(ComponentProvider(list(HOSTED), PACKAGE, None, VERSION).schema)
+    return json.loads(Provider(list(HOSTED), PACKAGE, None, VERSION).schema)
 
 
 def schema_text() -> str:

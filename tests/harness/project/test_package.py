@@ -317,6 +317,25 @@ def test_llm_service_refuses_typed_inputs_by_the_args_names():
     )
 
 
+def test_a_refused_input_reaches_the_engine_as_a_bad_property_without_a_traceback():
+    """The engine shows an InputPropertyError as `property <path> has a problem: <reason>`; any other error of a
+    component's constructor the SDK reports with the constructor's Python traceback."""
+    import pytest
+    from pulumi.errors import InputPropertyError
+
+    from ray_llm_eks import provider
+
+    host = provider.Provider(list(provider.HOSTED), provider.PACKAGE, None, provider.VERSION)
+    pools = [{"name": "prefill", "instanceType": "m5.large"}, {"name": "decode", "instanceType": "g6.8xlarge"}]
+    with pytest.raises(InputPropertyError) as refused:
+        host.construct("llm", "ray-llm-eks:index:LlmService", {"region": "us-east-1", "gpuPools": pools})
+    assert refused.value.property_path == "gpuPools.prefill.instanceType"
+    assert refused.value.reason.startswith("LlmServiceArgs: invalid config gpu_pools.prefill.instance_type = m5.large")
+    with pytest.raises(InputPropertyError) as refused:
+        host.construct("kuberay", "ray-llm-eks:index:KubeRayOperator", {"chartVersion": "latest"})
+    assert refused.value.property_path == "chartVersion"
+
+
 def test_the_provider_makes_the_nested_pool_inputs_typed():
     """The host hands gpuPools as a list of dicts keyed by the fields' names, every number a double."""
     from ray_llm_eks import provider
