@@ -191,7 +191,7 @@ service = LlmService(
         secrets.hf_token,
         secrets.api_keys,
         store,
-        [cluster.cluster_security_group_id, store.head_security_group.id] if store else [],
+        [cluster.cluster_security_group_id, store.head_security_group_id] if store else [],
         sealed,
         secrets.ray_auth_token,
     ),

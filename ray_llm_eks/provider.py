@@ -1,13 +1,14 @@
 """The components other Pulumi programs consume through `pulumi package add` (PulumiPlugin.yaml), from
 Pulumi YAML, TypeScript, Go, .NET or Java: the PD LLM service on a cluster that already has the KubeRay
-operator, the operator, and the device plugins; each takes plain inputs (its Args), so a YAML program can
-give them. The component provider host (Pulumi SDK 3.272, pulumi/provider/experimental) hosts every
-ComponentResource class this module defines and infers the schema from their Args (schema.json holds it).
+operator, the operator, the device plugins, the VPC (Network), the GCS store, the internal endpoint and the
+service's monitoring; each takes plain inputs (its Args) or other resources' outputs (ids, the store's address and
+AUTH token), so a YAML program can wire them as the shipped program does. The component provider host (Pulumi SDK
+3.272, pulumi/provider/experimental) hosts every ComponentResource class this module defines and infers the schema
+from their Args and their annotated outputs (schema.json holds it).
 
-Left out: Network's inputs are plain (NetworkArgs), but what it gives, the subnets by zone, are objects
-Cluster and GpuNodePool read in-process; those two take typed Args too (ClusterArgs, GpuNodePoolArgs) beside
-other components' objects, GcsStore hands an AUTH token to LlmService in-process, ExistingCluster hands out
-a provider (a resource, not an output a YAML program can use). A consumer of those uses the Python package.
+Left out: Cluster, GpuNodePool, ClusterAutoscaler and MonitoringStack take other components' objects in-process
+(the Network, the eks Cluster, the Pod Identity agent, a namespace resource), ExistingCluster hands out a provider
+(a resource, not an output a YAML program can use). A consumer of those uses the Python package.
 
 The provider constructs a component with its inputs as a dict keyed by the Args' field names
 (pulumi/provider/experimental/component.py, map_inputs); each class here turns it into the Args, which
@@ -27,10 +28,22 @@ from pulumi.provider.experimental.component import ComponentProvider
 from pulumi.provider.provider import ConstructResult
 from pulumi.provider.server import ComponentInitError
 
-from ray_llm_eks.components import device_plugins, kuberay, llm_service
+from ray_llm_eks.components import (
+    device_plugins,
+    gcs_store,
+    kuberay,
+    llm_service,
+    load_balancer,
+    network,
+    observability,
+)
 from ray_llm_eks.components.device_plugins import DevicePluginsArgs
+from ray_llm_eks.components.gcs_store import GcsStoreArgs
 from ray_llm_eks.components.kuberay import KubeRayOperatorArgs
 from ray_llm_eks.components.llm_service import GpuPoolInput, LlmServiceArgs
+from ray_llm_eks.components.load_balancer import InternalEndpointArgs
+from ray_llm_eks.components.network import NetworkArgs
+from ray_llm_eks.components.observability import ServiceMonitoringArgs
 from ray_llm_eks.domain.core.errors import ConfigError
 
 PACKAGE = "ray-llm-eks"  # pyproject.toml [project] name; pulumi.run.plugin hosts this module by it
@@ -96,7 +109,45 @@ class DevicePlugins(device_plugins.DevicePlugins):
         super().__init__(name, _args(DevicePluginsArgs, args), opts)
 
 
-HOSTED = (LlmService, KubeRayOperator, DevicePlugins)
+class Network(network.Network):
+    """The cluster's VPC: public and private subnets in each zone, NAT, and the GPU zone's subnet for EFA nodes."""
+
+    TYPE = f"{PACKAGE}:index:Network"
+
+    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(name, _args(NetworkArgs, args), opts)
+
+
+class GcsStore(gcs_store.GcsStore):
+    """The Ray head's GCS fault-tolerance store: an ElastiCache Valkey replication group in the VPC's private subnets,
+    reachable from the head pod's security group alone."""
+
+    TYPE = f"{PACKAGE}:index:GcsStore"
+
+    def __init__(self, name: str, args: GcsStoreArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(name, _args(GcsStoreArgs, args), opts)
+
+
+class InternalEndpoint(load_balancer.InternalEndpoint):
+    """An internal network load balancer in front of the RayService's serve port (the AWS Load Balancer Controller
+    makes it)."""
+
+    TYPE = f"{PACKAGE}:index:InternalEndpoint"
+
+    def __init__(self, name: str, args: InternalEndpointArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(name, _args(InternalEndpointArgs, args), opts)
+
+
+class ServiceMonitoring(observability.ServiceMonitoring):
+    """PodMonitors, the alert rule and the dashboards of a RayService, for a Prometheus Operator's release."""
+
+    TYPE = f"{PACKAGE}:index:ServiceMonitoring"
+
+    def __init__(self, name: str, args: ServiceMonitoringArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(name, _args(ServiceMonitoringArgs, args), opts or pulumi.ResourceOptions())
+
+
+HOSTED = (LlmService, KubeRayOperator, DevicePlugins, Network, GcsStore, InternalEndpoint, ServiceMonitoring)
 
 
 class Provider(ComponentProvider):

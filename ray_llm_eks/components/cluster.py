@@ -303,7 +303,7 @@ class Cluster(pulumi.ComponentResource):
             name,
             name=args.name,
             version=args.kubernetes_version,
-            vpc_id=network.vpc.id,
+            vpc_id=network.vpc_id,
             private_subnet_ids=network.private_subnet_ids,
             public_subnet_ids=network.public_subnet_ids,
             node_associate_public_ip_address=False,

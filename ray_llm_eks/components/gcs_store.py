@@ -71,6 +71,13 @@ class GcsStore(pulumi.ComponentResource):
 
     TYPE = "ray-llm-eks:gcs_store:GcsStore"  # the shipped program's resources keep their URNs
 
+    address: pulumi.Output[str]
+    """The store's address for the Ray head, rediss://host:port (LlmService's redis_address)."""
+    password: pulumi.Output[str]
+    """Its AUTH token, a secret (LlmService's redis_password)."""
+    head_security_group_id: pulumi.Output[str]
+    """The security group the Ray head pod needs to reach the store (LlmService's head_security_group_ids)."""
+
     def __init__(self, name: str, args: GcsStoreArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(self.TYPE, name, None, opts)
         cluster_name, vpc_id = args.cluster_name, args.vpc_id
@@ -86,6 +93,7 @@ class GcsStore(pulumi.ComponentResource):
                 parent=self, custom_timeouts=pulumi.CustomTimeouts(delete=teardown.POD_SECURITY_GROUP_DELETE_TIMEOUT)
             ),
         )
+        self.head_security_group_id = self.head_security_group.id
         self.security_group = aws.ec2.SecurityGroup(
             f"{name}-store",
             vpc_id=vpc_id,
@@ -95,7 +103,7 @@ class GcsStore(pulumi.ComponentResource):
                     protocol="tcp",
                     from_port=gcs_ft.REDIS_PORT,
                     to_port=gcs_ft.REDIS_PORT,
-                    security_groups=[self.head_security_group.id],
+                    security_groups=[self.head_security_group_id],
                 )
             ],
             opts=child,

@@ -110,6 +110,9 @@ class LlmServiceArgs:
     does not)."""
     ray_version: str | None = None
     """The Ray version inside `image` (required with it)."""
+    gcs_fault_tolerance: str | None = None
+    """With `gpu_pools`: the Ray head's GCS fault tolerance, off (where unset) or rocksdb; a GcsStore's redis takes a
+    spec rendered with it (`ray_service_spec`, as the stack's program renders one)."""
     namespace: str | None = default("namespace")
     """The RayService's namespace, created by the component (a DNS label, not default, kube-* or the operator's)."""
     service_name: str | None = default("serviceName")
@@ -205,6 +208,7 @@ class LlmServiceArgs:
             "ray-llm-eks:maxModelLen": None if self.max_model_len is None else str(self.max_model_len),
             "ray-llm-eks:image": self.image,
             "ray-llm-eks:rayVersion": self.ray_version,
+            "ray-llm-eks:gcsFaultTolerance": self.gcs_fault_tolerance,
         }
         try:
             settings = stack.service_settings(pulumi.get_stack(), {k: v for k, v in given.items() if v is not None})

@@ -220,6 +220,9 @@ class InternalEndpoint(pulumi.ComponentResource):
 
     TYPE = "ray-llm-eks:load_balancer:InternalEndpoint"  # the shipped program's resources keep their URNs
 
+    url: pulumi.Output[str]
+    """The OpenAI base URL of the load balancer (http://, or https:// with a certificate), once AWS names it."""
+
     def __init__(self, name: str, args: InternalEndpointArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(self.TYPE, name, None, opts)
         manifest = internal_nlb_service(args)

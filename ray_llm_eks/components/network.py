@@ -65,6 +65,15 @@ class Network(pulumi.ComponentResource):
 
     TYPE = "ray-llm-eks:network:Network"  # the shipped program's resources keep their URNs
 
+    vpc_id: pulumi.Output[str]
+    """The VPC's id."""
+    gpu_subnet_id: pulumi.Output[str]
+    """The private subnet of the GPU zone, where every EFA node goes."""
+    private_subnet_ids: list[pulumi.Output[str]]
+    """The private subnets, one per zone: the nodes', the pods' and the GCS store's."""
+    public_subnet_ids: list[pulumi.Output[str]]
+    """The public subnets, one per zone: the NAT gateways' and internet-facing load balancers'."""
+
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(self.TYPE, name, None, opts)
         region = args.region
@@ -162,12 +171,13 @@ class Network(pulumi.ComponentResource):
         )
 
         self.gpu_availability_zone = args.gpu_availability_zone
+        self.vpc_id = self.vpc.id
         self.gpu_subnet_id = self.private_subnets[args.gpu_availability_zone].id
         self.private_subnet_ids = [s.id for s in self.private_subnets.values()]
         self.public_subnet_ids = [s.id for s in self.public_subnets.values()]
         self.register_outputs(
             {
-                "vpcId": self.vpc.id,
+                "vpcId": self.vpc_id,
                 "gpuSubnetId": self.gpu_subnet_id,
                 "privateSubnetIds": self.private_subnet_ids,
                 "publicSubnetIds": self.public_subnet_ids,

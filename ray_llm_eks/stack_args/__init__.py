@@ -193,7 +193,7 @@ def gcs_store_args(settings: Settings, network: Network) -> GcsStoreArgs:
     ft = settings.gcs_ft
     return GcsStoreArgs(
         cluster_name=settings.cluster.name,
-        vpc_id=network.vpc.id,
+        vpc_id=network.vpc_id,
         private_subnet_ids=network.private_subnet_ids,
         node_type=ft.redis_node_type,
         replicas=ft.redis_replicas,
@@ -251,7 +251,7 @@ def load_balancer_controller_args(settings: Settings, network: Network) -> LoadB
     return LoadBalancerControllerArgs(
         cluster_name=settings.cluster.name,
         region=settings.region,
-        vpc_id=network.vpc.id,
+        vpc_id=network.vpc_id,
         chart_version=settings.serving.lb_controller.version,
     )
 
