@@ -81,72 +81,52 @@ def _whole(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-class LlmService(llm_service.LlmService):
+def _hosted(base: type, args_type: type, doc: str) -> type:
+    """`base` served as `ray-llm-eks:index:<its name>`: its constructor turns the host's dict into `args_type` (the
+    analyzer reads the constructor's `args` annotation for the inputs and `base`'s annotations for the outputs)."""
+
+    def __init__(self, name: str, args: Any, opts: pulumi.ResourceOptions | None = None) -> None:
+        base.__init__(self, name, _args(args_type, args), opts)
+
+    __init__.__annotations__ = {"name": str, "args": args_type, "opts": pulumi.ResourceOptions | None, "return": None}
+    body = {"TYPE": f"{PACKAGE}:index:{base.__name__}", "__init__": __init__, "__doc__": doc, "__module__": __name__}
+    return type(base.__name__, (base,), body)
+
+
+LlmService = _hosted(
+    llm_service.LlmService,
+    LlmServiceArgs,
     """The PD LLM service (a RayService, its namespace, Secrets and NetworkPolicies) on a cluster that runs
-    the KubeRay operator."""
-
-    TYPE = f"{PACKAGE}:index:LlmService"
-
-    def __init__(self, name: str, args: LlmServiceArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(name, _args(LlmServiceArgs, args), opts)
-
-
-class KubeRayOperator(kuberay.KubeRayOperator):
-    """The KubeRay operator from its Helm chart, in kuberay-system."""
-
-    TYPE = f"{PACKAGE}:index:KubeRayOperator"
-
-    def __init__(self, name: str, args: KubeRayOperatorArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(name, _args(KubeRayOperatorArgs, args), opts)
-
-
-class DevicePlugins(device_plugins.DevicePlugins):
-    """The NVIDIA and AWS EFA device plugins, on GPU nodes."""
-
-    TYPE = f"{PACKAGE}:index:DevicePlugins"
-
-    def __init__(self, name: str, args: DevicePluginsArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(name, _args(DevicePluginsArgs, args), opts)
-
-
-class Network(network.Network):
-    """The cluster's VPC: public and private subnets in each zone, NAT, and the GPU zone's subnet for EFA nodes."""
-
-    TYPE = f"{PACKAGE}:index:Network"
-
-    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(name, _args(NetworkArgs, args), opts)
-
-
-class GcsStore(gcs_store.GcsStore):
+    the KubeRay operator.""",
+)
+KubeRayOperator = _hosted(
+    kuberay.KubeRayOperator, KubeRayOperatorArgs, """The KubeRay operator from its Helm chart, in kuberay-system."""
+)
+DevicePlugins = _hosted(
+    device_plugins.DevicePlugins, DevicePluginsArgs, """The NVIDIA and AWS EFA device plugins, on GPU nodes."""
+)
+Network = _hosted(
+    network.Network,
+    NetworkArgs,
+    """The cluster's VPC: public and private subnets in each zone, NAT, and the GPU zone's subnet for EFA nodes.""",
+)
+GcsStore = _hosted(
+    gcs_store.GcsStore,
+    GcsStoreArgs,
     """The Ray head's GCS fault-tolerance store: an ElastiCache Valkey replication group in the VPC's private subnets,
-    reachable from the head pod's security group alone."""
-
-    TYPE = f"{PACKAGE}:index:GcsStore"
-
-    def __init__(self, name: str, args: GcsStoreArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(name, _args(GcsStoreArgs, args), opts)
-
-
-class InternalEndpoint(load_balancer.InternalEndpoint):
+    reachable from the head pod's security group alone.""",
+)
+InternalEndpoint = _hosted(
+    load_balancer.InternalEndpoint,
+    InternalEndpointArgs,
     """An internal network load balancer in front of the RayService's serve port (the AWS Load Balancer Controller
-    makes it)."""
-
-    TYPE = f"{PACKAGE}:index:InternalEndpoint"
-
-    def __init__(self, name: str, args: InternalEndpointArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(name, _args(InternalEndpointArgs, args), opts)
-
-
-class ServiceMonitoring(observability.ServiceMonitoring):
-    """PodMonitors, the alert rule and the dashboards of a RayService, for a Prometheus Operator's release."""
-
-    TYPE = f"{PACKAGE}:index:ServiceMonitoring"
-
-    def __init__(self, name: str, args: ServiceMonitoringArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(name, _args(ServiceMonitoringArgs, args), opts or pulumi.ResourceOptions())
-
-
+    makes it).""",
+)
+ServiceMonitoring = _hosted(
+    observability.ServiceMonitoring,
+    ServiceMonitoringArgs,
+    """PodMonitors, the alert rule and the dashboards of a RayService, for a Prometheus Operator's release.""",
+)
 HOSTED = (LlmService, KubeRayOperator, DevicePlugins, Network, GcsStore, InternalEndpoint, ServiceMonitoring)
 
 
