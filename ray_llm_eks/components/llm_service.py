@@ -215,7 +215,10 @@ class LlmServiceArgs:
         except ConfigError as err:
             if err.file is not None:  # a serve file's line names that file
                 raise
-            raise ConfigError(args_path(err.key), err.value, err.allowed, ARGS) from None
+            # The rule may name other keys of the same values (`set image and rayVersion together`): by their fields.
+            keys = "|".join(key.removeprefix("ray-llm-eks:") for key in given if key.startswith("ray-llm-eks:"))
+            allowed = re.sub(rf"\b({keys})\b", lambda m: snake_case(m.group(1)), err.allowed)
+            raise ConfigError(args_path(err.key), err.value, allowed, ARGS) from None
         object.__setattr__(self, "ray_service_spec", ray_service_spec(settings))
         object.__setattr__(self, "model_id", settings.serving.serve_document.model_id)
         object.__setattr__(self, "ingress_modules", api_keys.shipped_modules(served_document(settings)))

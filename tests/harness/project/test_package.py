@@ -312,6 +312,10 @@ def test_llm_service_refuses_typed_inputs_by_the_args_names():
     assert _refusal(lambda: LlmServiceArgs(gpu_pools=pools[:1], region="us-east-1")).startswith(
         "LlmServiceArgs: invalid config gpu_pools = [prefill]: exactly the pools"
     )
+    assert _refusal(lambda: LlmServiceArgs(gpu_pools=pools, region="us-east-1", image="mine/ray:1")) == (
+        "LlmServiceArgs: invalid config ray_version (not set): set image and ray_version together: ray_version must"
+        " equal the image's Ray"
+    )
     assert _refusal(lambda: LlmServiceArgs(gpu_pools=pools, region="us-east-1", max_model_len=3)) == (
         "LlmServiceArgs: invalid config max_model_len = 3: a context length in tokens, 16 or more"
     )
