@@ -1,0 +1,21 @@
+"""Option: EKS Auto Mode makes the GPU nodes (nodeProvisioning autoMode). Like Karpenter's, everything on the GPU nodes
+depends on its NodePools, so on destroy they go after them."""
+
+import pulumi
+
+import ray_llm_eks.stack_args as args
+from ray_llm_eks.components.auto_mode import AutoModeNodePools
+from ray_llm_eks.domain.cluster import node_provisioning
+from ray_llm_eks.program.graph import Graph
+
+
+def warn(graph: Graph) -> None:
+    for line in node_provisioning.warnings(graph.settings.node_provisioning):  # what Auto Mode does not allow
+        pulumi.log.warn(line)
+
+
+def add(graph: Graph) -> None:
+    settings = graph.settings
+    if not graph.existing_cluster and settings.node_provisioning.by_auto_mode:
+        pools = AutoModeNodePools("auto-mode", args.auto_mode_args(settings), graph.cluster.eks, graph.on_system_nodes)
+        graph.nodes.append(pools)
