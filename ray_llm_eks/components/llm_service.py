@@ -19,7 +19,7 @@ from ray_llm_eks.components.args import fill_defaults
 from ray_llm_eks.components.network_policies import NamespaceNetworkPolicies
 from ray_llm_eks.domain.cluster import gcs_ft
 from ray_llm_eks.domain.core.config_keys import default
-from ray_llm_eks.domain.core.errors import ConfigError
+from ray_llm_eks.domain.core.errors import ConfigError, yaml_text
 from ray_llm_eks.domain.core.facts import ENVIRONMENT_ANNOTATION, HEAD_PORTS, SERVE_PORT
 from ray_llm_eks.domain.platform.field_checks import (
     check_environment,
@@ -36,7 +36,7 @@ from ray_llm_eks.domain.render.ray_service import (
     worker_groups_annotation,
 )
 from ray_llm_eks.domain.security import pod_security, ray_auth, secret_content
-from ray_llm_eks.domain.serving import api_keys
+from ray_llm_eks.domain.serving import api_keys, serve_config
 
 ARGS = "LlmServiceArgs"  # names the Args in a bad field's line (ray_llm_eks/domain/core/errors.py line())
 
@@ -193,6 +193,10 @@ class LlmServiceArgs:
         service_settings): its spec, the served model's id and the modules its pods import."""
         if not isinstance(self.region, str) or not self.region:
             raise ConfigError("region", self.region, "the cluster's AWS region (e.g. us-east-1), with gpu_pools", ARGS)
+        shipped = serve_config.serve_config_names()
+        if self.serve_config is not None and self.serve_config not in shipped:  # no stack file for a path to be beside
+            allowed = f"a shipped serving application, one of {yaml_text(shipped)}"
+            raise ConfigError("serve_config", self.serve_config, allowed, ARGS)
         pools = {pool.name: pool.stack_value() for pool in self.gpu_pools}
         given = {
             "aws:region": self.region,

@@ -316,6 +316,10 @@ def test_llm_service_refuses_typed_inputs_by_the_args_names():
         "LlmServiceArgs: invalid config ray_version (not set): set image and ray_version together: ray_version must"
         " equal the image's Ray"
     )
+    assert _refusal(lambda: LlmServiceArgs(gpu_pools=pools, region="us-east-1", serve_config="mine.yaml")) == (
+        "LlmServiceArgs: invalid config serve_config = mine.yaml: a shipped serving application, one of [collocated,"
+        " data-parallel, pd-disaggregated, pd-xpyd, tensor-parallel]"
+    )
     assert _refusal(lambda: LlmServiceArgs(gpu_pools=pools, region="us-east-1", max_model_len=3)) == (
         "LlmServiceArgs: invalid config max_model_len = 3: a context length in tokens, 16 or more"
     )
