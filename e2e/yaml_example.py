@@ -27,6 +27,7 @@ import yaml
 
 from e2e.observe import wait_for_gone
 from ray_llm_eks.domain.serving.serve_app import parse_document
+from ray_llm_eks.domain.serving.serve_config import shipped_document
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "pd-service-yaml"
@@ -114,8 +115,7 @@ def run(work: Path, env: dict[str, str], api, model: str, log, checks) -> None:
 def example_model() -> str:
     """The model the example serves: its serving application's, as the shipped serve file names it."""
     llm = yaml.safe_load((EXAMPLE / "Pulumi.yaml").read_text())["resources"]["llm"]["properties"]
-    (model,) = served_models((REPO / "ray_llm_eks" / "serve_configs" / f"{llm['serveConfig']}.yaml").read_text())
-    return model
+    return shipped_document(llm["serveConfig"]).model_id
 
 
 def project_doc(proj: Path) -> dict:

@@ -18,6 +18,7 @@ validate_resource_type). The shipped program's components keep their own type to
 import dataclasses
 import json
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,7 @@ import pulumi
 from pulumi.errors import InputPropertyError
 from pulumi.provider import main
 from pulumi.provider.experimental.component import ComponentProvider
+from pulumi.provider.experimental.util import camel_case
 from pulumi.provider.provider import ConstructResult
 from pulumi.provider.server import ComponentInitError
 
@@ -146,21 +148,23 @@ class Provider(ComponentProvider):
 
 def schema_path(args_path: str) -> str:
     """An Args' field path as the schema names it (`gpu_pools.prefill.instance_type` ->
-    `gpuPools.prefill.instanceType`): the analyzer's camelCase of each field (provider/experimental/analyzer.py)."""
-    return ".".join(re.sub(r"_([a-z0-9])", lambda m: m.group(1).upper(), part) for part in args_path.split("."))
+    `gpuPools.prefill.instanceType`): the analyzer's own camelCase of each field."""
+    return ".".join(camel_case(part) for part in args_path.split("."))
+
+
+def hosted_provider() -> Provider:
+    return Provider(list(HOSTED), PACKAGE, None, VERSION)
 
 
 def host() -> None:
     """Serve HOSTED to the engine (the plugin's entry point; pulumi/provider/experimental/host.py does the same with
     the SDK's provider)."""
-    import sys
-
-    main(Provider(list(HOSTED), PACKAGE, None, VERSION), sys.argv[1:])
+    main(hosted_provider(), sys.argv[1:])
 
 
 def schema() -> Mapping[str, Any]:
     """The package schema as the component provider host infers it (the same call it makes at start)."""
-    return json.loads(Provider(list(HOSTED), PACKAGE, None, VERSION).schema)
+    return json.loads(hosted_provider().schema)
 
 
 def schema_text() -> str:

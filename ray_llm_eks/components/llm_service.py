@@ -19,7 +19,7 @@ from ray_llm_eks.components.args import fill_defaults
 from ray_llm_eks.components.network_policies import NamespaceNetworkPolicies
 from ray_llm_eks.domain.cluster import gcs_ft
 from ray_llm_eks.domain.core.config_keys import default
-from ray_llm_eks.domain.core.errors import ConfigError, yaml_text
+from ray_llm_eks.domain.core.errors import PROJECT, ConfigError, yaml_text
 from ray_llm_eks.domain.core.facts import ENVIRONMENT_ANNOTATION, HEAD_PORTS, SERVE_PORT
 from ray_llm_eks.domain.platform.field_checks import (
     check_environment,
@@ -39,6 +39,16 @@ from ray_llm_eks.domain.security import pod_security, ray_auth, secret_content
 from ray_llm_eks.domain.serving import api_keys, serve_config
 
 ARGS = "LlmServiceArgs"  # names the Args in a bad field's line (ray_llm_eks/domain/core/errors.py line())
+# The Args' fields a RayService is rendered from, by the stack key that takes the same value (docs/configuration.md):
+# the typed inputs pass the stack keys' own checks, and a refusal names the field back.
+STACK_KEYS = {
+    "gpu_pools": "gpuPools", "environment": "environment", "api_key_check": "apiKeyCheck", "namespace": "namespace",
+    "service_name": "serviceName", "ready_timeout_seconds": "serviceReadyTimeoutSeconds",
+    "serve_config": "serveConfig", "model_id": "modelId", "model_source": "modelSource",
+    "max_model_len": "maxModelLen", "image": "image", "ray_version": "rayVersion",
+    "gcs_fault_tolerance": "gcsFaultTolerance",
+}  # fmt: skip
+FIELD_OF_KEY = {key: field for field, key in STACK_KEYS.items()} | {"aws:region": "region"}
 
 
 def named_service_accounts(spec: Mapping[str, Any]) -> list[str]:
@@ -52,6 +62,11 @@ def auth_secret_name(spec: Mapping[str, Any]) -> str | None:
     """The Secret of Ray's token the spec's authOptions names (token mode): the component creates it."""
     options = spec.get("rayClusterConfig", {}).get("authOptions") or {}
     return options.get("secretName") if options.get("mode") == "token" else None
+
+
+# A pool's fields by the key of a stack's gpuPools entry that takes the same value (docs/configuration.md).
+POOL_KEYS = {"instance_type": "instanceType", "min_size": "minSize", "desired_size": "desiredSize",
+             "max_size": "maxSize", "serves": "serves"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -74,9 +89,7 @@ class GpuPoolInput:
 
     def stack_value(self) -> dict[str, Any]:
         """This pool as the stack's gpuPools entry."""
-        given = {"instanceType": self.instance_type, "minSize": self.min_size, "desiredSize": self.desired_size,
-                 "maxSize": self.max_size, "serves": self.serves}  # fmt: skip
-        return {key: value for key, value in given.items() if value is not None}
+        return {key: value for field, key in POOL_KEYS.items() if (value := getattr(self, field)) is not None}
 
 
 @dataclass(frozen=True)
@@ -197,31 +210,19 @@ class LlmServiceArgs:
         if self.serve_config is not None and self.serve_config not in shipped:  # no stack file for a path to be beside
             allowed = f"a shipped serving application, one of {yaml_text(shipped)}"
             raise ConfigError("serve_config", self.serve_config, allowed, ARGS)
-        pools = {pool.name: pool.stack_value() for pool in self.gpu_pools}
-        given = {
-            "aws:region": self.region,
-            "ray-llm-eks:gpuPools": json.dumps(pools),
-            "ray-llm-eks:environment": self.environment,
-            "ray-llm-eks:apiKeyCheck": json.dumps(self.api_key_check),
-            "ray-llm-eks:namespace": self.namespace,
-            "ray-llm-eks:serviceName": self.service_name,
-            "ray-llm-eks:serviceReadyTimeoutSeconds": str(self.ready_timeout_seconds),
-            "ray-llm-eks:serveConfig": self.serve_config,
-            "ray-llm-eks:modelId": self.model_id,
-            "ray-llm-eks:modelSource": self.model_source,
-            "ray-llm-eks:maxModelLen": None if self.max_model_len is None else str(self.max_model_len),
-            "ray-llm-eks:image": self.image,
-            "ray-llm-eks:rayVersion": self.ray_version,
-            "ray-llm-eks:gcsFaultTolerance": self.gcs_fault_tolerance,
-        }
+        values = {key: getattr(self, field) for field, key in STACK_KEYS.items()}
+        values["gpuPools"] = {pool.name: pool.stack_value() for pool in self.gpu_pools}
+        # As `pulumi config` hands values over: text as is, the rest as JSON.
+        given = {key: value for key, value in values.items() if value is not None}
+        keys = {f"{PROJECT}:{key}": v if isinstance(v, str) else json.dumps(v) for key, v in given.items()}
         try:
-            settings = stack.service_settings(pulumi.get_stack(), {k: v for k, v in given.items() if v is not None})
+            settings = stack.service_settings(pulumi.get_stack(), {"aws:region": self.region, **keys})
         except ConfigError as err:
             if err.file is not None:  # a serve file's line names that file
                 raise
             # The rule may name other keys of the same values (`set image and rayVersion together`): by their fields.
-            keys = "|".join(key.removeprefix("ray-llm-eks:") for key in given if key.startswith("ray-llm-eks:"))
-            allowed = re.sub(rf"\b({keys})\b", lambda m: snake_case(m.group(1)), err.allowed)
+            fields = re.compile(rf"\b({'|'.join(FIELD_OF_KEY)})\b")
+            allowed = fields.sub(lambda m: FIELD_OF_KEY[m.group(1)], err.allowed)
             raise ConfigError(args_path(err.key), err.value, allowed, ARGS) from None
         object.__setattr__(self, "ray_service_spec", ray_service_spec(settings))
         object.__setattr__(self, "model_id", settings.serving.serve_document.model_id)
@@ -231,14 +232,10 @@ class LlmServiceArgs:
 def args_path(stack_key: str) -> str:
     """The Args' name of what a stack key's line refuses (`ray-llm-eks:gpuPools.prefill.instanceType` ->
     `gpu_pools.prefill.instance_type`): the component's caller gave fields, not keys. A pool's name stays as given."""
-    head, *rest = stack_key.removeprefix("ray-llm-eks:").split(".")
-    if rest and len(rest) > 1:
-        rest[-1] = snake_case(rest[-1])
-    return ".".join(["region" if head == "aws:region" else snake_case(head), *rest])
-
-
-def snake_case(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+    head, *rest = stack_key.removeprefix(f"{PROJECT}:").split(".")
+    if len(rest) > 1:
+        rest[-1] = {key: field for field, key in POOL_KEYS.items()}.get(rest[-1], rest[-1])
+    return ".".join([FIELD_OF_KEY.get(head, head), *rest])
 
 
 def ready_annotations(timeout_seconds: int, wait_for_ready: bool) -> dict[str, str]:

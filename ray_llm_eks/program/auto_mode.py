@@ -15,7 +15,8 @@ def warn(graph: Graph) -> None:
 
 
 def add(graph: Graph) -> None:
-    settings = graph.settings
-    if not graph.existing_cluster and settings.node_provisioning.by_auto_mode:
-        pools = AutoModeNodePools("auto-mode", args.auto_mode_args(settings), graph.cluster.eks, graph.on_system_nodes)
+    if graph.auto_mode_nodes:
+        pools = AutoModeNodePools(
+            "auto-mode", args.auto_mode_args(graph.settings), graph.cluster.eks, graph.on_system_nodes
+        )
         graph.nodes.append(pools)

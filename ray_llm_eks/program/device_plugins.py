@@ -8,7 +8,6 @@ from ray_llm_eks.program.graph import Graph
 
 def add(graph: Graph) -> None:
     settings = graph.settings
-    auto_mode_nodes = not graph.existing_cluster and settings.node_provisioning.by_auto_mode
-    if settings.deploy_mode.install_device_plugins and not auto_mode_nodes:
+    if settings.deploy_mode.install_device_plugins and not graph.auto_mode_nodes:
         made = DevicePlugins("device-plugins", args.device_plugins_args(settings), graph.on_system_nodes)
         graph.installed.append(made)

@@ -8,8 +8,7 @@ from ray_llm_eks.program.graph import Graph
 
 
 def add(graph: Graph) -> None:
-    settings = graph.settings
-    if not graph.existing_cluster and settings.node_provisioning.by_karpenter:
-        karpenter = Karpenter("karpenter", args.karpenter_args(settings), graph.cluster.eks, graph.agent(),
+    if graph.karpenter_nodes:
+        karpenter = Karpenter("karpenter", args.karpenter_args(graph.settings), graph.cluster.eks, graph.agent(),
                               graph.on_system_nodes)  # fmt: skip
         graph.nodes.append(karpenter)

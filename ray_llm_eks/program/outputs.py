@@ -34,10 +34,7 @@ def export(graph: Graph, start: Start, service: LlmService) -> None:
     pulumi.export("dashboardTokenCommand", service.dashboard_token)  # the token the dashboard asks for
     pulumi.export("gcsFaultTolerance", gcs_ft.describe(settings.gcs_ft, settings.hardening.environment))
     single = [role for role, view in serving.roles.items() if view.replicas.min < 2]
-    provisioning = settings.node_provisioning
-    karpenter_nodes = not graph.existing_cluster and provisioning.by_karpenter
-    auto_mode_nodes = not graph.existing_cluster and provisioning.by_auto_mode
-    impact = upgrades.summary(settings.upgrade_strategy, single, karpenter_nodes, auto_mode_nodes)
+    impact = upgrades.summary(settings.upgrade_strategy, single, graph.karpenter_nodes, graph.auto_mode_nodes)
     pulumi.export("upgradeImpact", impact)  # make plan prints it
     pulumi.export("servingFit", list(serving.fit))  # per role: KV cache, blocks, tokens, concurrency (model_fit)
     pulumi.export("estimatedHourlyCostUsd", start.estimate.usd_per_hour)

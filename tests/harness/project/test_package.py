@@ -333,7 +333,7 @@ def test_a_refused_input_reaches_the_engine_as_a_bad_property_without_a_tracebac
 
     from ray_llm_eks import provider
 
-    host = provider.Provider(list(provider.HOSTED), provider.PACKAGE, None, provider.VERSION)
+    host = provider.hosted_provider()
     pools = [{"name": "prefill", "instanceType": "m5.large"}, {"name": "decode", "instanceType": "g6.8xlarge"}]
     with pytest.raises(InputPropertyError) as refused:
         host.construct("llm", "ray-llm-eks:index:LlmService", {"region": "us-east-1", "gpuPools": pools})
