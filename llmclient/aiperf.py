@@ -15,9 +15,9 @@ from pathlib import Path
 
 import yaml
 
+from llmclient import ROOT
 from ray_llm_eks.adapters import environment
 
-ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS = ROOT / "llmclient" / "bench-requirements.txt"
 CACHE = environment.cache_dir()
 SUMMARY = "profile_export_aiperf.json"

@@ -19,15 +19,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from llmclient import aiperf, core, verify
+from llmclient import ROOT, aiperf, core, verify
 from llmclient.metrics import MetricsError
 from measure import bench as bench_stats
 from measure import kv_proof
 from ray_llm_eks.adapters.botocore_facts import BotocoreFactsMissing
 from ray_llm_eks.adapters.stackfile import StackFileError
 from ray_llm_eks.domain.core.errors import ConfigError
-
-ROOT = Path(__file__).resolve().parents[1]  # the checkout, whose stack files this reads
 
 
 def _delta(after: bench_stats.KvFigures, before: bench_stats.KvFigures) -> bench_stats.KvFigures:
@@ -142,8 +140,8 @@ def plot(json_files: list[Path], png: Path, title: str | None = None) -> None:
     """The PNG, drawn by llmclient/plot.py in the bench venv (matplotlib is pinned there, beside AIPerf)."""
     command = [str(aiperf.executable("python")), "-m", "llmclient.plot", "--out", str(png)]
     command += ["--title", title] if title else []
-    env = dict(os.environ, PYTHONPATH=str(aiperf.ROOT), MPLBACKEND="Agg")
-    subprocess.run([*command, *map(str, json_files)], check=True, env=env, cwd=aiperf.ROOT, timeout=300)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MPLBACKEND="Agg")
+    subprocess.run([*command, *map(str, json_files)], check=True, env=env, cwd=ROOT, timeout=300)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -20,11 +20,9 @@ from pathlib import Path
 
 import yaml
 
-from llmclient import core
+from llmclient import ROOT, core
 from measure import kv_proof
 from measure.kv_proof import KvCounters, KvShape, Sample, Verdict
-
-ROOT = Path(__file__).resolve().parents[1]  # the checkout, whose stack files this reads
 
 # nixl 1.3.1 nixl/_api.py nixl_agent.__init__ logs one line per backend it instantiated.
 BACKEND_LINE = re.compile(r"Backend (\w+) was instantiated")

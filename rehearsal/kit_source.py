@@ -11,7 +11,8 @@ import hashlib
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from rehearsal import ROOT
+
 DIGEST_FILE = "rendered-from"
 # What a spec is rendered from: the product's code and data, and the stack files.
 SOURCES = ("ray_llm_eks",)

@@ -22,12 +22,11 @@ from ray_llm_eks.domain.core.errors import PROJECT, ConfigError
 from ray_llm_eks.domain.serving import api_keys, model_table, role_view
 from ray_llm_eks.domain.serving.fields import to_dict
 from ray_llm_eks.domain.serving.serve_app import document_dict, parse_document
-from rehearsal import gpu, substitute, topology
+from rehearsal import ROOT, gpu, substitute, topology
 from rehearsal.context import say
 from rehearsal.logs import ROLE_HEADER
 from rehearsal.tiny_model import STAND_IN_MAX_POSITIONS
 
-ROOT = Path(__file__).resolve().parent.parent
 CACHE = environment.cache_dir()
 
 

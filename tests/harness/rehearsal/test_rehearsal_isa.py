@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from ray_llm_eks.adapters.environment import cache_dir
-from rehearsal import isa_cap
-from rehearsal.prepare import ROOT
+from rehearsal import ROOT, isa_cap
 
 ISA = "Intel AVX-512 with Intel DL Boost and bfloat16 support"
 
