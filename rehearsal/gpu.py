@@ -164,6 +164,7 @@ def for_gpus(
     weights_why: str = "",
     emulate: Emulation | None = None,
     nodes_on_one_host: int = 1,
+    eager: bool = False,
 ) -> LocalDocument:
     """The document as this GPU machine runs it; every change printed with its reason."""
     doc = copy.deepcopy(rendered)
@@ -187,6 +188,12 @@ def for_gpus(
         engine = config.setdefault("engine_kwargs", {})
         if emulate is not None:
             subs.extend(_emulate(role, engine, here, emulate))
+        if eager and engine.get("enforce_eager") is not True:
+            subs.append(
+                f"{role}.engine_kwargs.enforce_eager: {engine.get('enforce_eager')!r} -> True (--eager: no "
+                "torch.compile, no CUDA graphs; an engine starts minutes sooner, decode steps are slower)"
+            )
+            engine["enforce_eager"] = True
         if hybrid and not here.flashinfer and "gdn_prefill_backend" not in engine:
             subs.append(
                 f"{role}.engine_kwargs.gdn_prefill_backend: None -> 'triton' (FlashInfer is not installed here; "

@@ -310,7 +310,7 @@ def _gpu(args, rendered: dict, port: int) -> tuple[substitute.LocalDocument, Gpu
     family = stand_in_family(rendered)
     local = gpu.for_gpus(
         rendered, here, family=family, hybrid=bool(model and model.hybrid), port=port, weights=weights,
-        weights_why=why, emulate=emulate, nodes_on_one_host=len(nodes),
+        weights_why=why, emulate=emulate, nodes_on_one_host=len(nodes), eager=getattr(args, "eager", False),
     )  # fmt: skip
     lines = [f"GPUs here: {here.count} x {here.name}, {here.total_mib} MiB each as CUDA reports it"
              + ("" if here.efa else "; no EFA") + ("" if here.flashinfer else "; no FlashInfer")]  # fmt: skip

@@ -79,6 +79,8 @@ def parser_for(all_checks: list[checks.Check]) -> argparse.ArgumentParser:
         help="--random-weights with the model's first N layers only (a mechanism "
         "run that starts in a minute: the layer kinds and widths stay, the figures are not the model's)",
     )
+    gpu.add_argument("--eager", action="store_true", help="engines without torch.compile and CUDA graphs (a "
+                     "mechanism run whose measure does not depend on them: KV transfers, queues)")  # fmt: skip
     gpu.add_argument("--emulate", metavar="GPU", help="rehearse a smaller GPU (e.g. L4): its budget and defaults")
     gpu.add_argument("--cpu-engines", action="store_true", help="dry run of the GPU layout with CPU engines")
     checks.add_options(parser, all_checks)

@@ -71,6 +71,20 @@ def test_the_l4_is_emulated_with_its_budget_and_its_memory_dependent_defaults():
     )
 
 
+def test_eager_engines_are_asked_for_and_said(monkeypatch, capsys, tmp_path):
+    doc = prepare.rendered_document("dev")
+    local = gpu.for_gpus(doc, H200, family="qwen3_next", hybrid=True, port=18000, eager=True)
+    assert {role: config["engine_kwargs"]["enforce_eager"] for role, config in configs(local.document).items()} == {
+        "prefill": True, "decode": True}  # fmt: skip
+    assert sum("enforce_eager: None -> True (--eager" in line for line in local.substitutions) == 2
+    # From the command line through to the GPU substitutions (dry-run on CPU engines).
+    monkeypatch.setattr(prepare, "make_model", lambda *_: tmp_path)
+    monkeypatch.setattr(prepare, "CACHE", tmp_path)
+    args = run.parser_for([]).parse_args(["--stack", "dev", "--target", "gpu", "--cpu-engines", "--eager"])
+    prepare.prepare(args, [], 18000)
+    assert "decode.engine_kwargs.enforce_eager: None -> True (--eager" in capsys.readouterr().out
+
+
 def test_without_emulation_efa_or_missing_packages_little_changes():
     doc = prepare.rendered_document("dev")
     here = gpu.GpuHere(count=2, name="NVIDIA L4", total_mib=22888, efa=True, flashinfer=True)
