@@ -180,7 +180,8 @@ class _Side:
         paths = (parts[5] for parts in (line.split(None, 5) for line in maps) if len(parts) > 5)
         names = {Path(path.removesuffix(" (deleted)")).name for path in paths}
         libraries = sorted(name for name in names if name.startswith(("libuc", "libnixl", "libplugin_UCX")))
-        watched = ("UCX_", "CUDA_", "RAY_EXPERIMENTAL_NOSET", "PYTORCH_", "NIXL_", "LD_PRELOAD", "OMP_NUM_THREADS")
+        watched = ("UCX_", "CUDA_", "RAY_EXPERIMENTAL_NOSET", "PYTORCH_", "NIXL_", "LD_PRELOAD", "OMP_NUM_THREADS",
+                   "PYTHONPATH")  # fmt: skip
         return {"pid": os.getpid(), "ucx_libraries": libraries,
                 "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(watched)}}  # fmt: skip
 
@@ -196,7 +197,9 @@ def probe_in_ray(device: str, mib: float, descriptors: int, transfers: int, time
 
     size = int(mib * MIB)
     gpus = 0.5 if device == "cuda" else 0
-    env = RAY_WORKER_ENV | {"PYTHONPATH": os.pathsep.join([str(SERVE_INGRESS.parent.parent), str(SERVE_INGRESS)])}
+    # The runtime_env's PYTHONPATH replaces the worker's: keep this process's (where Ray itself may come from).
+    paths = [str(SERVE_INGRESS.parent.parent), str(SERVE_INGRESS), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = RAY_WORKER_ENV | {"PYTHONPATH": os.pathsep.join(paths)}
     runtime_env = {"env_vars": env} | ({"worker_process_setup_hook": WORKER_SETUP_HOOK} if setup_hook else {})
     ray.init(num_cpus=2, num_gpus=1 if device == "cuda" else 0, include_dashboard=False, log_to_driver=True,
              runtime_env=runtime_env)  # fmt: skip

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 
+from ray_llm_eks.domain.core.facts import PD_ROLES
 from ray_llm_eks.domain.render import alert_rules, dashboards
 from ray_llm_eks.domain.telemetry import alerts
 from rehearsal import prometheus, ray_token, substitute, topology
@@ -37,6 +38,10 @@ from rehearsal.verify import application
 # (docs/measurements.md, the dev rehearsal's make verify); the floor is well under it. The stack's own floor is
 # for EFA between GPU nodes.
 REHEARSAL_FLOOR_GBPS = 0.01
+# Prefill and decode on one GPU read KV from each other's process over CUDA IPC: 66 MiB in 0.9 ms (77 GB/s) on an
+# H100 with UCX's cuda_ipc GETs on, in 140 ms (0.5 GB/s, TCP over loopback) with UCX 1.21.0's default `auto`, which
+# turns them off without NVLink (docs/measurements.md). Between the two: a GPU run whose KV fell back to TCP fails.
+SHARED_GPU_FLOOR_GBPS = 5.0
 WINDOW = "2m"  # the rate window the panel queries get (Grafana's $__rate_interval)
 PANEL_RANGE, STEP = 300.0, 5.0  # the last 5 minutes, as a panel shows them: the run's traffic is in them
 # The panels a healthy PD run must fill, by their first query (refId A; a later one may be a constant such as
@@ -81,9 +86,17 @@ def _settings(ctx: Context):
     return rehearsed_settings(ctx.args.stack, ctx.args.set)
 
 
+def floor_gbps(ctx: Context) -> float:
+    """The KV throughput this run's PD path must reach: over CUDA IPC where both roles share a GPU, else loopback's."""
+    if ctx.target != "gpu" or ctx.gpu is None or ctx.gpu.cpu_engines or ctx.gpu.here.efa:
+        return REHEARSAL_FLOOR_GBPS
+    devices = {role: {d for node in ctx.gpu.nodes if node.role == role for d in node.devices} for role in PD_ROLES}
+    return SHARED_GPU_FLOOR_GBPS if set.intersection(*devices.values()) else REHEARSAL_FLOOR_GBPS
+
+
 def _rule_inputs(ctx: Context) -> alerts.RuleInputs:
     stack_inputs = alert_rules.rule_inputs(_settings(ctx))
-    floor = REHEARSAL_FLOOR_GBPS * 1e9 if ctx.pd else None
+    floor = floor_gbps(ctx) * 1e9 if ctx.pd else None
     return dataclasses.replace(stack_inputs, pd=ctx.pd, kv_floor_bytes_per_s=floor)
 
 
@@ -107,7 +120,7 @@ def _start_prometheus(ctx: Context) -> None:
 def _verify_command(ctx: Context) -> list[str]:
     command = [sys.executable, "-m", "llmclient", "verify", ctx.url, "--stack", ctx.args.stack]
     command += ["--served-config", str(ctx.run_dir / "serve-config.yaml"), "--dashboard", ctx.dashboard]
-    command += ["--floor-gbps", str(REHEARSAL_FLOOR_GBPS), "--wait", "60"]
+    command += ["--floor-gbps", str(floor_gbps(ctx)), "--wait", "60"]
     # The engines' logs from their files here: the dashboard's log API reads a whole file within its own timeout,
     # which a loaded machine missed (the backend then read as none logged).
     command += [x for d in ctx.log_dirs for x in ("--log-dir", str(d))]

@@ -37,16 +37,19 @@ echo "== NVLink as NVML reports it"
 # remote PCI query fails, it caches the count after answering 0 once: the first UCX worker of a process gets GETs
 # off, the later ones on (fixed in 1.22.0, openucx/ucx#11554). A count above 0 with a failing query is that case.
 nvidia-smi nvlink -s 2>&1 | head -4
-python3 - <<'EOF_NVML' 2>&1 | tail -3
+python3 - <<'EOF_NVML' 2>&1 | tail -6
 import pynvml as n
 n.nvmlInit()
 h = n.nvmlDeviceGetHandleByIndex(0)
 count = n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_NVLINK_LINK_COUNT])[0]
 print("nvml link count:", count.value.uiVal if count.nvmlReturn == 0 else f"error {count.nvmlReturn}")
+# nvidia-ml-py names it with or without _v2 depending on its version.
+remote_pci = getattr(n, "nvmlDeviceGetNvLinkRemotePciInfo_v2", None) or n.nvmlDeviceGetNvLinkRemotePciInfo
 try:
-    print("link 0 remote PCI:", n.nvmlDeviceGetNvLinkRemotePciInfo_v2(h, 0).busId)
+    print("link 0 state:", n.nvmlDeviceGetNvLinkState(h, 0))
+    print("link 0 remote PCI:", remote_pci(h, 0).busId)
 except n.NVMLError as exc:
-    print("link 0 remote PCI query failed:", exc)
+    print("link 0 query failed:", exc)
 EOF_NVML
 
 echo "== cuda_ipc in UCX's debug log (one READ)"
@@ -58,7 +61,10 @@ lane() {
   local op="$1" setting="$2" flags="${3:-}" out="${TMPDIR:-/tmp}/lane.out"
   echo "== $op with ${setting:-the defaults} ${flags}"
   env $setting UCX_PROTO_INFO=y $PROBE --op "$op" $flags > "$out" 2>&1
-  grep -E -A4 'intra-node.*remote memory (read|write)|remote memory (read|write).*intra-node' "$out" | head -10
+  # The table of this op between GPU buffers (UCX prints one per op and memory pair; host ones come first).
+  local table='remote memory read by ucp_get.* into cuda'
+  [ "$op" = WRITE ] && table='remote memory write by ucp_put.* from cuda'
+  grep -E -A4 "$table" "$out" | head -10
   grep -iE 'error|failed|unreachable|no .*transport' "$out" | head -4
   tail -1 "$out"
 }

@@ -224,6 +224,26 @@ def with_family(config: LlmConfig, role: str, where: str, model: ModelFacts) -> 
     return put(config, runtime_env=runtime_env) if runtime_env else drop(config, "runtime_env")
 
 
+# UCX 1.21.0 (the one nixl-cu13 1.3.1 bundles) turns cuda_ipc GETs off where NVML counts no NVLink
+# (src/uct/cuda/cuda_ipc/cuda_ipc_iface.c, the default `auto`), as on every L4 and on a PCIe H100: vLLM's pull
+# connector then READs each request's KV through TCP over loopback, ~0.5 GB/s and one transfer after another, wherever
+# NIXL runs its UCX backend between two processes of one node. On, the same READ took 0.9 ms instead of 140 ms
+# (docs/measurements.md). NIXL turns it on itself after 1.3.1 (ai-dynamo/nixl #2208); its LIBFABRIC backend ignores it.
+KV_TRANSFER_ENV = {"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "on"}
+
+
+def with_kv_transfer_env(config: LlmConfig) -> LlmConfig:
+    """A KV-moving role's environment for NIXL's UCX backend; a serve file's own value stays."""
+    if config.engine.kv_transfer_config is None:
+        return config
+    config = ensure(config, "runtime_env")
+    env = dict(config.runtime_env.get("env_vars") or {})
+    added = {key: value for key, value in KV_TRANSFER_ENV.items() if key not in env}
+    if not added:
+        return config
+    return put(config, runtime_env=put(config.runtime_env, env_vars={**env, **added}))
+
+
 def with_kv_buffer(config: LlmConfig, role: str, where: str, device: str, model: ModelFacts) -> LlmConfig:
     kv_transfer = config.engine.kv_transfer_config
     if kv_transfer is None:
@@ -343,7 +363,7 @@ def render(
     def role_config(role: str, config: LlmConfig) -> LlmConfig:
         check_room(config, role, pools[role])
         model = model_facts(*config.model.id_and_source)
-        config = with_family(config, role, where, model)
+        config = with_kv_transfer_env(with_family(config, role, where, model))
         return pinned(with_kv_buffer(config, role, where, overrides.kv_buffer_device, model), role, pools[role])
 
     doc = doc.map_roles(role_config)

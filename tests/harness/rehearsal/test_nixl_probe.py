@@ -4,12 +4,15 @@ two processes (or two Ray actors), READs one at a time and all at once, the data
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
 
 from tests.conftest import ROOT
 from tests.harness.rehearsal.test_rehearsal_isa import REHEARSAL_VENV
+
+EXTRA_SITE = "/tmp/nixl-probe-extra-site"  # stands for the GPU machine's wheel folder; need not exist
 
 
 @pytest.mark.skipif(
@@ -24,7 +27,7 @@ def test_reads_between_two_processes_arrive_and_say_how_they_queue(order):
     done = subprocess.run(
         [str(REHEARSAL_VENV / "bin" / "python"), "-m", "rehearsal.nixl_probe", "--device", "cpu", "--mib", "2",
          "--descriptors", "8", "--transfers", "3", *order],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=os.environ | {"PYTHONPATH": EXTRA_SITE},
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-500:] + done.stderr[-1500:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -41,6 +44,8 @@ def test_reads_between_two_processes_arrive_and_say_how_they_queue(order):
         for side in (result["initiator"], result["target"]):
             assert side["env"]["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] == "1", side
             assert any(lib.startswith("libucp") for lib in side["ucx_libraries"]), side
+            # Where Ray comes from PYTHONPATH (the GPU machine's installed wheels), its actors keep that path.
+            assert side["env"]["PYTHONPATH"].split(os.pathsep)[-1] == EXTRA_SITE, side
         assert result["initiator"]["pid"] != result["target"]["pid"]
     else:
         assert result["between"] == "processes"

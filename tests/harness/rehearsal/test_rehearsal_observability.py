@@ -16,7 +16,7 @@ from go_binaries import build
 from ray_llm_eks.adapters import stack
 from ray_llm_eks.domain.render import dashboards
 from ray_llm_eks.domain.serving.serve_app import document_dict
-from rehearsal import prometheus, substitute
+from rehearsal import gpu, prometheus, substitute
 from rehearsal.checks import all_checks, observability
 from rehearsal.context import RehearsalFailed
 from tests.conftest import ROOT
@@ -64,6 +64,8 @@ def test_verify_is_the_users_command_against_the_rehearsal(tmp_path):
         results={"prometheus": "http://127.0.0.1:9090"},
         metrics_urls=["http://127.0.0.1:1/metrics"],
         log_dirs=[tmp_path / "head", tmp_path / "decode"],
+        target="cpu",
+        gpu=None,
     )
     command = observability._verify_command(ctx)
     assert command[1:5] == ["-m", "llmclient", "verify", "http://127.0.0.1:8000"]
@@ -74,6 +76,23 @@ def test_verify_is_the_users_command_against_the_rehearsal(tmp_path):
     assert ["--served-config", str(tmp_path / "serve-config.yaml")] == command[7:9]
     ctx.results = {}
     assert observability._verify_command(ctx)[-2:] == ["--metrics-url", "http://127.0.0.1:1/metrics"]
+
+
+def test_the_kv_floor_is_cuda_ipcs_where_prefill_and_decode_share_a_gpu():
+    """On one GPU, KV over TCP (UCX's cuda_ipc GETs off) must fail verify; on the CPU, loopback's floor stays."""
+
+    def floor(target: str, devices: dict[str, tuple[int, ...]], efa: bool = False) -> float:
+        nodes = [gpu.NodeLayout(role, 1, d, {}, None) for role, d in devices.items()]
+        here = gpu.GpuHere(count=2, name="NVIDIA H100 80GB HBM3", total_mib=81079, efa=efa, flashinfer=False)
+        run = SimpleNamespace(here=here, nodes=nodes, cpu_engines=False)
+        return observability.floor_gbps(SimpleNamespace(target=target, gpu=run if target == "gpu" else None))
+
+    assert floor("gpu", {"prefill": (0,), "decode": (0,)}) == observability.SHARED_GPU_FLOOR_GBPS == 5.0
+    assert floor("gpu", {"prefill": (0,), "decode": (1,)}) == observability.REHEARSAL_FLOOR_GBPS
+    assert floor("gpu", {"prefill": (0,), "decode": (0,)}, efa=True) == observability.REHEARSAL_FLOOR_GBPS
+    assert floor("cpu", {}) == observability.REHEARSAL_FLOOR_GBPS
+    # Today's TCP lane (make verify's upper bound from the buckets: 2.68 GB/s) is below it; CUDA IPC's 77 GB/s above.
+    assert 2.68 < observability.SHARED_GPU_FLOOR_GBPS < 77
 
 
 def test_the_checks_run_in_their_order_and_the_fault_last():

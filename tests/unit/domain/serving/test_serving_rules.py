@@ -16,7 +16,8 @@ from ray_llm_eks.domain.core import config_keys
 from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.platform import aws_facts, versions
 from ray_llm_eks.domain.render.ray_service import ray_service_spec
-from ray_llm_eks.domain.serving.fields import to_dict
+from ray_llm_eks.domain.serving.fields import put, to_dict
+from ray_llm_eks.domain.serving.serve_config import KV_TRANSFER_ENV, with_kv_transfer_env
 from tests.conftest import ROOT, region_overrides, settings_error, settings_of
 
 NS = "ray-llm-eks:"
@@ -27,8 +28,8 @@ def spec_of(overrides: dict | None = None) -> dict:
     return ray_service_spec(settings_of(overrides))
 
 
-def llm_configs(overrides: dict | None = None) -> dict[str, dict]:
-    return {role: to_dict(c) for role, c in settings_of(overrides).serving.serve_document.roles.items()}
+def llm_configs(overrides: dict | None = None, stack: str = "dev") -> dict[str, dict]:
+    return {role: to_dict(c) for role, c in settings_of(overrides, stack).serving.serve_document.roles.items()}
 
 
 def test_head_needs_room_on_the_system_node():
@@ -52,7 +53,23 @@ def test_family_settings_follow_the_model_not_the_file():
     for config in llm_configs(llama).values():
         engine = config["engine_kwargs"]
         assert not {"language_model_only", "reasoning_parser", "default_chat_template_kwargs"} & set(engine)
-        assert "runtime_env" not in config
+        # Qwen3.5's conv-state layout is gone; what every KV-moving role gets stays.
+        assert config["runtime_env"] == {"env_vars": KV_TRANSFER_ENV}
+
+
+def test_every_kv_moving_role_reads_kv_over_cuda_ipc_gets_where_ucx_carries_it():
+    """Without it, UCX 1.21.0 turns cuda_ipc GETs off on GPUs without NVLink and vLLM's pull connector READs each
+    request's KV through TCP, one after another (docs/measurements.md: 140 ms a 66 MiB READ instead of 0.9 ms)."""
+    assert KV_TRANSFER_ENV == {"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "on"}
+    for stack in ("dev", "prod", "xpyd"):
+        for role, config in llm_configs({}, stack=stack).items():
+            assert config["runtime_env"]["env_vars"]["UCX_CUDA_IPC_ENABLE_GET_ZCOPY"] == "on", (stack, role)
+    for config in llm_configs({}, stack="baseline").values():  # nothing moves KV: nothing added
+        assert "UCX_CUDA_IPC_ENABLE_GET_ZCOPY" not in config.get("runtime_env", {}).get("env_vars", {})
+    # A serve file that sets it keeps its own value.
+    decode = settings_of({}).serving.serve_document.roles["decode"]
+    own = put(decode, runtime_env=put(decode.runtime_env, env_vars={"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "auto"}))
+    assert with_kv_transfer_env(own).runtime_env.env_vars == {"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "auto"}
 
 
 def test_a_serve_file_may_not_carry_family_settings(monkeypatch):
