@@ -40,7 +40,7 @@ class AutoModeNodePools(pulumi.ComponentResource):
     TYPE = "ray-llm-eks:auto_mode:AutoModeNodePools"
 
     def __init__(self, name: str, args: AutoModeNodePoolsArgs, cluster: eks.Cluster, opts: pulumi.ResourceOptions):
-        """`cluster`: the EKS cluster with Auto Mode on (Cluster.eks in ray_llm_eks/components/cluster.py)."""
+        """`cluster`: the EKS cluster with Auto Mode on (Cluster.eks_cluster in ray_llm_eks/components/cluster.py)."""
         super().__init__(self.TYPE, name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.node_classes = [

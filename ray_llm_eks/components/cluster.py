@@ -1,7 +1,8 @@
 """Cluster: the EKS control plane, its log group, the node role, the system node group and the one
-Kubernetes provider every in-cluster resource uses."""
+Kubernetes provider every in-cluster resource uses.
 
-from __future__ import annotations
+No `from __future__ import annotations`: the component provider host reads the Args' annotations as types
+(ray_llm_eks/components/llm_service.py says where)."""
 
 import hashlib
 import json
@@ -16,7 +17,6 @@ import pulumi_kubernetes as k8s
 
 from ray_llm_eks.adapters import botocore_facts
 from ray_llm_eks.components.args import fill_defaults
-from ray_llm_eks.components.network import Network
 from ray_llm_eks.components.node_metadata import hop_limit_one
 from ray_llm_eks.domain.core import config_keys
 from ray_llm_eks.domain.core.config_keys import default
@@ -35,6 +35,7 @@ from ray_llm_eks.domain.platform.field_checks import (
     check_public_access_cidrs,
     check_region,
     check_service_cidr,
+    check_subnet_ids,
     check_system_disk,
     node_sizes,
 )
@@ -92,7 +93,7 @@ class NodeGroupArgs:
         disk = None if self.disk_size_gib is None else ("disk_size_gib", self.disk_size_gib)
         check_node_group("desired_size", sizes, disk, NODE_GROUP_ARGS)
 
-    def with_disk_default(self, gib: int) -> NodeGroupArgs:
+    def with_disk_default(self, gib: int) -> "NodeGroupArgs":
         """These nodes, their root volume `gib` where the caller left it out (each group's default differs)."""
         return self if self.disk_size_gib is not None else replace(self, disk_size_gib=gib)
 
@@ -146,6 +147,14 @@ class ClusterArgs:
     """The EKS cluster's name (config key clusterName)."""
     region: str
     """The cluster's AWS region: its partition names the policies and the node role's trust."""
+    vpc_id: pulumi.Input[str]
+    """The VPC the cluster goes in (Network's vpc_id)."""
+    private_subnet_ids: Sequence[pulumi.Input[str]]
+    """The VPC's private subnets, one per zone: the control plane's and the nodes' (Network's private_subnet_ids)."""
+    public_subnet_ids: Sequence[pulumi.Input[str]]
+    """The VPC's public subnets, one per zone (Network's public_subnet_ids)."""
+    system_subnet_id: pulumi.Input[str]
+    """The private subnet of the system node group, in the GPU nodes' zone (Network's gpu_subnet_id)."""
     kubernetes_version: str | None = default("kubernetesVersion")
     """The EKS Kubernetes version (config key kubernetesVersion)."""
     admin_principal_arns: Sequence[str] | None = ()
@@ -180,6 +189,8 @@ class ClusterArgs:
         fill_defaults(self)
         facts = botocore_facts.load()
         check_cluster_name("name", self.name, ARGS)
+        check_subnet_ids("private_subnet_ids", self.private_subnet_ids, "private", ARGS)
+        check_subnet_ids("public_subnet_ids", self.public_subnet_ids, "public", ARGS)
         check_kubernetes_version("kubernetes_version", self.kubernetes_version, ARGS)
         partition = facts.region_partition(check_region("region", self.region, facts, ARGS))
         admins = check_principal_arns("admin_principal_arns", self.admin_principal_arns, partition, ARGS)
@@ -269,10 +280,30 @@ def access_entry_name(principal_arn: str) -> str:
 
 class Cluster(pulumi.ComponentResource):
     """EKS with API authentication, private nodes, a restricted public endpoint, control-plane
-    logging into a log group we own, secrets encrypted with our KMS key, and the system nodes."""
+    logging into a log group we own, secrets encrypted with our KMS key, and the system nodes. The whole network
+    (NAT routes included) must be there first: nodes need egress to join and pull images (dependsOn the Network)."""
 
-    def __init__(self, name: str, args: ClusterArgs, network: Network, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("ray-llm-eks:cluster:Cluster", name, None, opts)
+    TYPE = "ray-llm-eks:cluster:Cluster"  # the shipped program's resources keep their URNs
+
+    eks_cluster: eks.Cluster
+    """The pulumi-eks cluster (GpuNodePool's cluster)."""
+    node_role: aws.iam.Role
+    """The IAM role of every node group (GpuNodePool's node_role)."""
+    cluster_security_group_id: pulumi.Output[str]
+    """The EKS cluster security group, which every node and pod has (LlmService's head_security_group_ids)."""
+    kubeconfig: pulumi.Output[str]
+    """The cluster's kubeconfig (a secret), for a Kubernetes provider."""
+
+    def __init__(
+        self,
+        name: str,
+        args: ClusterArgs,
+        opts: pulumi.ResourceOptions | None = None,
+        network: pulumi.Resource | None = None,
+    ):
+        """`network`: the VPC's component, which the control plane waits for as a whole (not only the subnets it
+        names): a caller of the hosted component says so with dependsOn."""
+        super().__init__(self.TYPE, name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.name = args.name
         region = args.region
@@ -297,15 +328,16 @@ class Cluster(pulumi.ComponentResource):
             deletion_window_in_days=7,
             opts=protected,
         )
-        self.node_role = NodeRole(f"{name}-node-role", region, opts=child)
+        node_role = NodeRole(f"{name}-node-role", region, opts=child)
+        self.node_role = node_role.role
 
-        self.eks = eks.Cluster(
+        self.eks_cluster = eks.Cluster(
             name,
             name=args.name,
             version=args.kubernetes_version,
-            vpc_id=network.vpc_id,
-            private_subnet_ids=network.private_subnet_ids,
-            public_subnet_ids=network.public_subnet_ids,
+            vpc_id=args.vpc_id,
+            private_subnet_ids=list(args.private_subnet_ids),
+            public_subnet_ids=list(args.public_subnet_ids),
             node_associate_public_ip_address=False,
             authentication_mode=eks.AuthenticationMode.API,
             skip_default_node_group=True,
@@ -342,7 +374,9 @@ class Cluster(pulumi.ComponentResource):
             # protect: its own resources too (the control plane, its role and security groups), which pulumi-eks
             # creates as its children and which inherit it.
             opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[network, self.log_group, self.node_role], protect=args.keep_data or None
+                parent=self,
+                depends_on=[*([network] if network else []), self.log_group, node_role],
+                protect=args.keep_data or None,
             ),
         )
 
@@ -351,22 +385,22 @@ class Cluster(pulumi.ComponentResource):
             # the cluster role: AWS's managed policy for it (EKS user guide, security-groups-for-pods).
             aws.iam.RolePolicyAttachment(
                 f"{name}-vpc-resource-controller",
-                role=self.eks.eks_cluster.role_arn.apply(lambda arn: arn.rsplit("/", 1)[-1]),
+                role=self.eks_cluster.eks_cluster.role_arn.apply(lambda arn: arn.rsplit("/", 1)[-1]),
                 policy_arn=f"arn:{partition}:iam::aws:policy/AmazonEKSVPCResourceController",
                 opts=child,
             )
-        self.cluster_security_group_id = self.eks.cluster_security_group_id
+        self.cluster_security_group_id = self.eks_cluster.cluster_security_group_id
 
         self.system_nodes = eks.ManagedNodeGroup(
             f"{name}-system",
-            cluster=self.eks,
-            node_role=self.node_role.role,
+            cluster=self.eks_cluster,
+            node_role=self.node_role,
             # In the GPU nodes' zone: EBS volumes are zonal (Prometheus's,
             # ray_llm_eks/domain/telemetry/observability.py), and a
             # node replaced into another zone would strand the pod that mounts one; the Ray head also sits
             # next to its workers. The GPU zone holds every GPU node anyway (EFA), so a second zone would
             # keep nothing serving.
-            subnet_ids=[network.gpu_subnet_id],
+            subnet_ids=[args.system_subnet_id],
             instance_types=[args.system_nodes.instance_type],
             scaling_config=scaling(args.system_nodes),
             disk_size=args.system_nodes.disk_size_gib,
@@ -379,7 +413,7 @@ class Cluster(pulumi.ComponentResource):
         # Built once from the kubeconfig; nothing that changes is interpolated into it, since a
         # replaced provider replaces every Kubernetes object on it.
         self.provider = k8s.Provider(
-            f"{name}-k8s", kubeconfig=self.eks.kubeconfig_json, opts=pulumi.ResourceOptions(parent=self)
+            f"{name}-k8s", kubeconfig=self.eks_cluster.kubeconfig_json, opts=pulumi.ResourceOptions(parent=self)
         )
-        self.kubeconfig = pulumi.Output.secret(self.eks.kubeconfig_json)
+        self.kubeconfig = pulumi.Output.secret(self.eks_cluster.kubeconfig_json)
         self.register_outputs({"clusterName": args.name, "kubeconfig": self.kubeconfig})

@@ -29,9 +29,13 @@ import pulumi_random as random
 from ray_llm_eks.components.args import fill_defaults
 from ray_llm_eks.domain.cluster import gcs_ft
 from ray_llm_eks.domain.core.config_keys import default
-from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.platform import teardown
-from ray_llm_eks.domain.platform.field_checks import check_cluster_name, check_redis_node_type, check_redis_replicas
+from ray_llm_eks.domain.platform.field_checks import (
+    check_cluster_name,
+    check_redis_node_type,
+    check_redis_replicas,
+    check_subnet_ids,
+)
 
 # ElastiCache for Valkey 8 (the engine AWS prices 20% under Redis OSS on nodes, elasticache pricing page).
 ENGINE, ENGINE_VERSION = "valkey", "8.0"
@@ -59,8 +63,7 @@ class GcsStoreArgs:
     def __post_init__(self) -> None:
         fill_defaults(self)
         check_cluster_name("cluster_name", self.cluster_name, ARGS)
-        if isinstance(self.private_subnet_ids, str) or not self.private_subnet_ids:
-            raise ConfigError("private_subnet_ids", self.private_subnet_ids, "at least one private subnet id", ARGS)
+        check_subnet_ids("private_subnet_ids", self.private_subnet_ids, "private", ARGS)
         check_redis_node_type("node_type", self.node_type, ARGS)
         check_redis_replicas("replicas", self.replicas, ARGS)
 

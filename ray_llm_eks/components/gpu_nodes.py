@@ -1,6 +1,7 @@
-"""GpuNodePool: one managed node group per GPU pool (EFA-enabled for the prefill/decode roles)."""
+"""GpuNodePool: one managed node group per GPU pool (EFA-enabled for the prefill/decode roles).
 
-from __future__ import annotations
+No `from __future__ import annotations`: the component provider host reads the Args' annotations as types
+(ray_llm_eks/components/llm_service.py says where)."""
 
 from dataclasses import dataclass
 
@@ -11,8 +12,7 @@ import yaml
 
 from ray_llm_eks.adapters import botocore_facts
 from ray_llm_eks.components.args import fill_defaults
-from ray_llm_eks.components.cluster import Cluster, NodeGroupArgs, scaling
-from ray_llm_eks.components.network import Network
+from ray_llm_eks.components.cluster import NodeGroupArgs, scaling
 from ray_llm_eks.components.node_metadata import hop_limit_one
 from ray_llm_eks.components.node_template_tags import NodeTemplateTags, NodeTemplateTagsArgs
 from ray_llm_eks.domain.core.config_keys import default
@@ -44,6 +44,12 @@ class GpuNodePoolArgs:
     (gpuPools)."""
     availability_zone: str
     """The GPU subnet's zone: an EFA pool's cluster placement group is there (config key gpuAvailabilityZone)."""
+    cluster: pulumi.Input[eks.Cluster]
+    """The pulumi-eks cluster the node group joins (Cluster's eks_cluster)."""
+    node_role: pulumi.Input[aws.iam.Role]
+    """The nodes' IAM role (Cluster's node_role)."""
+    subnet_id: pulumi.Input[str]
+    """The private subnet of availability_zone every node goes in (Network's gpu_subnet_id)."""
     kubernetes_version: str | None = default("kubernetesVersion")
     """The cluster's EKS version: the AMI's (config key kubernetesVersion)."""
     ami_release_version: str | None = None
@@ -87,15 +93,15 @@ class GpuNodePool(pulumi.ComponentResource):
     """GPU nodes of one pool, all in the GPU subnet, in one cluster placement group (pulumi-eks
     builds the EFA launch template: one EFA interface per network card, placement group, checks)."""
 
-    def __init__(
-        self,
-        name: str,
-        args: GpuNodePoolArgs,
-        cluster: Cluster,
-        network: Network,
-        opts: pulumi.ResourceOptions | None = None,
-    ):
-        super().__init__("ray-llm-eks:gpu_nodes:GpuNodePool", name, None, opts)
+    TYPE = "ray-llm-eks:gpu_nodes:GpuNodePool"  # the shipped program's resources keep their URNs
+
+    node_group_name: pulumi.Output[str]
+    """The EKS managed node group's name."""
+    ami_id: pulumi.Output[str]
+    """The AMI of every node (ami_id, or the release's from SSM)."""
+
+    def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(self.TYPE, name, None, opts)
         self.pool_name = name
         if args.ami_id is not None:
             ami_id = pulumi.Output.from_input(args.ami_id)
@@ -108,9 +114,9 @@ class GpuNodePool(pulumi.ComponentResource):
 
         self.node_group = eks.ManagedNodeGroup(
             f"{name}-gpu",
-            cluster=cluster.eks,
-            node_role=cluster.node_role.role,
-            subnet_ids=[network.gpu_subnet_id],
+            cluster=args.cluster,
+            node_role=args.node_role,
+            subnet_ids=[args.subnet_id],
             instance_types=[args.nodes.instance_type],
             scaling_config=scaling(args.nodes),
             disk_size=args.nodes.disk_size_gib,

@@ -291,9 +291,9 @@ class Karpenter(pulumi.ComponentResource):
         agent: pulumi.Resource,
         opts: pulumi.ResourceOptions,
     ):
-        """`cluster`: the EKS cluster (Cluster.eks in ray_llm_eks/components/cluster.py), for the nodes' access entry;
-        `agent`: its EKS Pod Identity agent (ray_llm_eks/components/pod_identity.py), the controller role's way to the
-        pod."""
+        """`cluster`: the EKS cluster (Cluster.eks_cluster in ray_llm_eks/components/cluster.py), for the nodes'
+        access entry; `agent`: its EKS Pod Identity agent (ray_llm_eks/components/pod_identity.py), the controller
+        role's way to the pod."""
         super().__init__(self.TYPE, name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         partition = botocore_facts.load().region_partition(args.region)

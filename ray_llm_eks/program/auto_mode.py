@@ -17,6 +17,6 @@ def warn(graph: Graph) -> None:
 def add(graph: Graph) -> None:
     if graph.auto_mode_nodes:
         pools = AutoModeNodePools(
-            "auto-mode", args.auto_mode_args(graph.settings), graph.cluster.eks, graph.on_system_nodes
+            "auto-mode", args.auto_mode_args(graph.settings), graph.cluster.eks_cluster, graph.on_system_nodes
         )
         graph.nodes.append(pools)

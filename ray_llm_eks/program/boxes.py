@@ -29,13 +29,13 @@ def cluster(start: Start) -> Graph:
         )
         return Graph(settings, target.provider, [], deferred=[*start.deferred, *target.deferred])
     network = Network("net", args.network_args(settings))
-    eks = Cluster("eks", args.cluster_args(settings), network)
+    eks = Cluster("eks", args.cluster_args(settings, network), network=network)
     store = None
     if settings.gcs_ft.redis:  # the head's GCS fault tolerance store (ray_llm_eks/domain/cluster/gcs_ft.py)
         store = GcsStore("gcs-store", args.gcs_store_args(settings, network))
     # With Karpenter or Auto Mode (nodeProvisioning) no GPU node group: NodePools make the GPU nodes (options).
     pools = {
-        name: GpuNodePool(name, args.gpu_node_pool_args(pool), eks, network)
+        name: GpuNodePool(name, args.gpu_node_pool_args(pool, eks, network))
         for name, pool in settings.gpu_pools.items()
         if not settings.node_provisioning.by_node_pools
     }

@@ -9,6 +9,8 @@ from ray_llm_eks.program.graph import Graph
 
 def add(graph: Graph) -> None:
     if graph.karpenter_nodes:
-        karpenter = Karpenter("karpenter", args.karpenter_args(graph.settings), graph.cluster.eks, graph.agent(),
-                              graph.on_system_nodes)  # fmt: skip
+        eks = graph.cluster.eks_cluster
+        karpenter = Karpenter(
+            "karpenter", args.karpenter_args(graph.settings), eks, graph.agent(), graph.on_system_nodes
+        )
         graph.nodes.append(karpenter)

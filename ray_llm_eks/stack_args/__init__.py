@@ -6,7 +6,7 @@ from __future__ import annotations
 import pulumi
 
 from ray_llm_eks.components.auto_mode import AutoModeNodePoolsArgs
-from ray_llm_eks.components.cluster import ClusterArgs, NodeGroupArgs
+from ray_llm_eks.components.cluster import Cluster, ClusterArgs, NodeGroupArgs
 from ray_llm_eks.components.cluster_autoscaler import ClusterAutoscalerArgs
 from ray_llm_eks.components.device_plugins import DevicePluginsArgs
 from ray_llm_eks.components.existing_cluster import ExistingClusterArgs
@@ -130,11 +130,15 @@ def node_group_args(nodes: NodePoolSettings) -> NodeGroupArgs:
     )
 
 
-def cluster_args(settings: Settings) -> ClusterArgs:
+def cluster_args(settings: Settings, network: Network) -> ClusterArgs:
     cluster = settings.cluster
     return ClusterArgs(
         name=cluster.name,
         region=settings.region,
+        vpc_id=network.vpc_id,
+        private_subnet_ids=network.private_subnet_ids,
+        public_subnet_ids=network.public_subnet_ids,
+        system_subnet_id=network.gpu_subnet_id,
         kubernetes_version=cluster.kubernetes_version,
         admin_principal_arns=cluster.admin_principal_arns,
         public_access_cidrs=cluster.public_access_cidrs,
@@ -156,10 +160,13 @@ def pod_identity_agent_version(settings: Settings) -> str | None:
     return dict(settings.cluster.addon_versions).get(POD_IDENTITY_AGENT_ADDON)
 
 
-def gpu_node_pool_args(pool: GpuPoolSettings) -> GpuNodePoolArgs:
+def gpu_node_pool_args(pool: GpuPoolSettings, cluster: Cluster, network: Network) -> GpuNodePoolArgs:
     return GpuNodePoolArgs(
         nodes=node_group_args(pool.nodes),
         availability_zone=pool.availability_zone,
+        cluster=cluster.eks_cluster,
+        node_role=cluster.node_role,
+        subnet_id=network.gpu_subnet_id,
         kubernetes_version=pool.kubernetes_version,
         ami_release_version=pool.ami.release_version,
         ami_id=pool.ami.ami_id,

@@ -156,6 +156,12 @@ def check_endpoint_source_ranges(
     return tuple(ranges)
 
 
+def check_subnet_ids(key: str, ids: Sequence, kind: str, file: str | None = None) -> None:
+    """Subnet ids, each perhaps known only at deploy time: a list of one or more, not a lone string."""
+    if isinstance(ids, str) or not ids:
+        raise ConfigError(key, ids, f"at least one {kind} subnet id", file)
+
+
 def check_redis_node_type(key: str, value: str, file: str | None = None) -> str:
     if not isinstance(value, str) or not re.fullmatch(r"cache\.[a-z0-9]+\.[a-z0-9]+", value):
         raise ConfigError(key, value, "an ElastiCache node type such as cache.t4g.small", file)

@@ -543,6 +543,12 @@ def test_existing_cluster_args_refuse_a_bad_field_with_the_stack_keys_line():
     assert (checked.install_kuberay, checked.install_device_plugins, checked.offline_plan) == (True, True, False)
 
 
+# Where a cluster goes (the Network's outputs) and what a GPU pool joins (the Cluster's): the Args keep them as given.
+VPC = {"vpc_id": "vpc-1", "private_subnet_ids": ["subnet-a", "subnet-b"], "public_subnet_ids": ["subnet-c"],
+       "system_subnet_id": "subnet-a"}  # fmt: skip
+NODES_TARGET = {"cluster": "eks", "node_role": "role", "subnet_id": "subnet-a"}
+
+
 def test_cluster_and_node_group_args_refuse_a_bad_field_with_the_stack_keys_line():
     """The cluster's and its node groups' checks are the stack keys' (ray_llm_eks/domain/platform/field_checks.py)."""
     from ray_llm_eks.components.cluster import ClusterArgs, NodeGroupArgs
@@ -561,26 +567,34 @@ def test_cluster_and_node_group_args_refuse_a_bad_field_with_the_stack_keys_line
         "NodeGroupArgs: invalid config min_size = '1': a count of 0 or more"
     )
     assert _refusal(lambda: NodeGroupArgs("m7i")).startswith("NodeGroupArgs: invalid config instance_type = m7i:")
-    assert _refusal(lambda: ClusterArgs("ray-llm", "us-east-1", service_cidr="10.0.0.0/8")).endswith(
+    assert _refusal(lambda: ClusterArgs("ray-llm", "us-east-1", **VPC, service_cidr="10.0.0.0/8")).endswith(
         "service_cidr = 10.0.0.0/8: a private (RFC 1918) block with prefix /12 to /24"
     )
-    assert _refusal(lambda: ClusterArgs("ray-llm", "us-east-1", public_access_cidrs=[])).endswith(
+    assert _refusal(lambda: ClusterArgs("ray-llm", "us-east-1", **VPC, public_access_cidrs=[])).endswith(
         "public_access_cidrs = []: at least one CIDR (pulumi reaches the API)"
     )
-    assert _refusal(lambda: ClusterArgs("ray-llm", "us-east-1", log_retention_days=2)).startswith(
+    assert _refusal(lambda: ClusterArgs("ray-llm", "us-east-1", **VPC, log_retention_days=2)).startswith(
         "ClusterArgs: invalid config log_retention_days = 2: one of [1, 3, 5"
     )
-    assert _refusal(lambda: ClusterArgs("ray-llm", "us-east-1", log_types=["kernel"])).startswith(
+    assert _refusal(lambda: ClusterArgs("ray-llm", "us-east-1", **VPC, log_types=["kernel"])).startswith(
         "ClusterArgs: invalid config log_types = kernel: EKS log types [api, audit"
     )
     assert _refusal(
-        lambda: ClusterArgs("ray-llm", "us-east-1", admin_principal_arns=["arn:aws-cn:iam::123456789012:role/ci"])
+        lambda: ClusterArgs(
+            "ray-llm", "us-east-1", **VPC, admin_principal_arns=["arn:aws-cn:iam::123456789012:role/ci"]
+        )
     ).endswith("(not an sts assumed-role ARN)")
     small = NodeGroupArgs("m7i.xlarge", disk_size_gib=50)
-    assert _refusal(lambda: ClusterArgs("ray-llm", "us-east-1", system_nodes=small)).startswith(
+    assert _refusal(lambda: ClusterArgs("ray-llm", "us-east-1", **VPC, system_nodes=small)).startswith(
         "ClusterArgs: invalid config system_nodes.disk_size_gib = 50: at least 90 GiB"
     )
-    cluster = ClusterArgs("ray-llm", "us-east-1", kubernetes_version=None, system_nodes=None)
+    assert _refusal(lambda: ClusterArgs("ray-llm", "us-east-1", **{**VPC, "private_subnet_ids": "subnet-a"})) == (
+        "ClusterArgs: invalid config private_subnet_ids = subnet-a: at least one private subnet id"
+    )
+    assert _refusal(lambda: ClusterArgs("ray-llm", "us-east-1", **{**VPC, "public_subnet_ids": []})).endswith(
+        "public_subnet_ids = []: at least one public subnet id"
+    )
+    cluster = ClusterArgs("ray-llm", "us-east-1", **VPC, kubernetes_version=None, system_nodes=None)
     assert cluster.kubernetes_version == "1.35" and cluster.public_access_cidrs == ("0.0.0.0/0",)
     nodes = cluster.system_nodes
     assert (nodes.instance_type, nodes.min_size, nodes.desired_size, nodes.max_size) == ("m7i.xlarge", 1, 1, 1)
@@ -593,22 +607,24 @@ def test_gpu_node_pool_args_refuse_a_bad_field_with_the_stack_keys_line():
     from ray_llm_eks.components.node_template_tags import NodeTemplateTagsArgs
 
     g6 = NodeGroupArgs("g6.8xlarge", min_size=0, max_size=2)
-    assert _refusal(lambda: GpuNodePoolArgs(g6, "us-east-1a")).startswith(
+    assert _refusal(lambda: GpuNodePoolArgs(g6, "us-east-1a", **NODES_TARGET)).startswith(
         "GpuNodePoolArgs: invalid config ami_release_version (not set): exactly one of ami_release_version"
     )
-    assert _refusal(lambda: GpuNodePoolArgs(g6, "us-east-1a", ami_id="ami-1")) == (
+    assert _refusal(lambda: GpuNodePoolArgs(g6, "us-east-1a", **NODES_TARGET, ami_id="ami-1")) == (
         "GpuNodePoolArgs: invalid config ami_id = ami-1: an AMI id such as ami-0123456789abcdef0"
     )
-    assert _refusal(lambda: GpuNodePoolArgs(NodeGroupArgs("m7i.xlarge"), "us-east-1a", ami_id=None)).startswith(
-        "GpuNodePoolArgs: invalid config nodes.instance_type = m7i.xlarge: an instance type with NVIDIA GPUs"
-    )
+    assert _refusal(
+        lambda: GpuNodePoolArgs(NodeGroupArgs("m7i.xlarge"), "us-east-1a", **NODES_TARGET, ami_id=None)
+    ).startswith("GpuNodePoolArgs: invalid config nodes.instance_type = m7i.xlarge: an instance type with NVIDIA GPUs")
     assert _refusal(lambda: NodeTemplateTagsArgs("prefill", "g6.4xlarge", efa=True)).startswith(
         "NodeTemplateTagsArgs: invalid config instance_type = g6.4xlarge: a GPU instance type with EFA"
     )
     assert _refusal(lambda: NodeTemplateTagsArgs("-prefill", "g6.8xlarge")).startswith(
         "NodeTemplateTagsArgs: invalid config pool_name = -prefill: a label value"
     )
-    pool = GpuNodePoolArgs(g6, "us-east-1a", ami_release_version="v20261112", efa=None, kubernetes_version=None)
+    pool = GpuNodePoolArgs(
+        g6, "us-east-1a", **NODES_TARGET, ami_release_version="v20261112", efa=None, kubernetes_version=None
+    )
     assert (pool.nodes.desired_size, pool.nodes.disk_size_gib, pool.efa, pool.scales) == (1, 100, False, True)
 
 
@@ -640,7 +656,7 @@ def test_every_args_with_a_region_refuses_one_botocore_does_not_know():
     from ray_llm_eks.components.observability import EbsCsiDriverArgs
 
     made = {
-        "ClusterArgs": lambda region: ClusterArgs("ray-llm", region),
+        "ClusterArgs": lambda region: ClusterArgs("ray-llm", region, **VPC),
         "ClusterAutoscalerArgs": lambda region: ClusterAutoscalerArgs("ray-llm", region),
         "KarpenterArgs": lambda region: KarpenterArgs("ray-llm", region, [], []),
         "LoadBalancerControllerArgs": lambda region: LoadBalancerControllerArgs("ray-llm", region, "vpc-1"),
