@@ -124,9 +124,16 @@ class ClusterAutoscaler(pulumi.ComponentResource):
 
     TYPE = "ray-llm-eks:cluster_autoscaler:ClusterAutoscaler"  # the shipped program's resources keep their URNs
 
-    def __init__(self, name: str, args: ClusterAutoscalerArgs, agent: pulumi.Resource, opts: pulumi.ResourceOptions):
+    def __init__(
+        self,
+        name: str,
+        args: ClusterAutoscalerArgs,
+        opts: pulumi.ResourceOptions | None = None,
+        agent: pulumi.Resource | None = None,
+    ):
         """`agent`: the cluster's EKS Pod Identity agent (ray_llm_eks/components/pod_identity.py), the role's way to the
-        pod."""
+        pod, which the release waits for; a caller of the hosted component, whose cluster runs the agent add-on, says so
+        with dependsOn."""
         super().__init__(self.TYPE, name, None, opts)
         cluster_name = args.cluster_name
         pin = ChartPin(*CLUSTER_AUTOSCALER_CHART, args.chart_version)

@@ -289,12 +289,13 @@ class MonitoringStack(pulumi.ComponentResource):
         self,
         name: str,
         args: MonitoringStackArgs,
-        agent: pulumi.Resource | None,
-        storage: EbsCsiDriver | None,
-        opts: pulumi.ResourceOptions,
+        opts: pulumi.ResourceOptions | None = None,
+        agent: pulumi.Resource | None = None,
+        storage: pulumi.Resource | None = None,
     ):
-        """`agent`: the cluster's EKS Pod Identity agent (amp: the remote writer's role); `storage`: the EBS
-        CSI driver (embedded: it attaches Prometheus's volume)."""
+        """`agent`: the cluster's EKS Pod Identity agent (amp: the remote writer's role's way to the pod); `storage`:
+        the EBS CSI driver (embedded: it attaches Prometheus's volume). Each is waited for where given; a caller of
+        the hosted component, whose cluster runs them, says so with dependsOn."""
         super().__init__(self.TYPE, name, None, opts)
         cluster_name, tags, network_policies = args.cluster_name, dict(args.tags or {}), list(args.network_policies)
         child = pulumi.ResourceOptions(parent=self)
@@ -317,17 +318,15 @@ class MonitoringStack(pulumi.ComponentResource):
         self.workspace: aws.amp.Workspace | None = None
         kept = (args.mode, args.retention_days, args.storage_gib, args.grafana_anonymous)  # stack_values takes them
         if args.mode == "embedded":
-            assert storage is not None
             self.volume = PrometheusVolume(
                 f"{name}-prometheus-volume",
                 args,
                 self.namespace,
-                pulumi.ResourceOptions(parent=self, depends_on=[storage]),
+                pulumi.ResourceOptions(parent=self, depends_on=[storage] if storage else []),
             )
             waits_for.append(self.volume)
             values = monitoring_release.stack_values(*kept)
         else:
-            assert agent is not None
             self.workspace = aws.amp.Workspace(f"{name}-workspace", alias=cluster_name, tags=dict(tags), opts=child)
             role = pod_identity_role(
                 f"{name}-remote-write-role",
@@ -355,7 +354,7 @@ class MonitoringStack(pulumi.ComponentResource):
                     namespace=observability.NAMESPACE,
                     service_account=observability.PROMETHEUS_NAME,
                     role_arn=role.arn,
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[agent, policy]),
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[r for r in (agent, policy) if r is not None]),
                 )
             )
             if args.rule_spec is not None:  # the workspace evaluates the alert rules (an agent evaluates none)

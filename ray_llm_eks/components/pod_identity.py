@@ -113,11 +113,12 @@ def release_with_role(
     cluster_name: str,
     role: aws.iam.Role,
     policies: list[pulumi.Resource],
-    agent: pulumi.Resource,
+    agent: pulumi.Resource | None,
     parent: pulumi.Resource,
 ) -> k8s.helm.v3.Release:
     """The association of the role with the service account (once its policies are attached), then
-    the release: credentials exist before the pod asks for them; on destroy the pod goes first."""
+    the release: credentials exist before the pod asks for them; on destroy the pod goes first. `agent`: the
+    cluster's Pod Identity agent where the caller has it in hand; none: the caller's component waits for it."""
     namespace, account = controller.service_account
     association = aws.eks.PodIdentityAssociation(
         f"{name}-pod-identity",
@@ -132,5 +133,5 @@ def release_with_role(
         controller.pin,
         namespace,
         controller.values,
-        pulumi.ResourceOptions(parent=parent, depends_on=[agent, association]),
+        pulumi.ResourceOptions(parent=parent, depends_on=[r for r in (agent, association) if r is not None]),
     )

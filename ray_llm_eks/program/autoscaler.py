@@ -12,6 +12,6 @@ def add(graph: Graph) -> None:
     by_node_pools = settings.node_provisioning.by_node_pools
     if not graph.existing_cluster and not by_node_pools and scaling.autoscaler_needed(settings.gpu_pools):
         made = ClusterAutoscaler(
-            "cluster-autoscaler", args.cluster_autoscaler_args(settings), graph.agent(), graph.on_system_nodes
+            "cluster-autoscaler", args.cluster_autoscaler_args(settings), graph.on_system_nodes, agent=graph.agent()
         )
         graph.installed.append(made)

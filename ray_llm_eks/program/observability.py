@@ -18,9 +18,9 @@ def monitoring_stack(graph: Graph, csi: EbsCsiDriver | None) -> None:
             MonitoringStack(
                 "monitoring",
                 args.monitoring_stack_args(graph.settings, graph.network.gpu_availability_zone),
-                graph.agent(),
-                csi,
                 pulumi.ResourceOptions(providers=[graph.provider], depends_on=graph.nodes),
+                agent=graph.agent(),
+                storage=csi,
             )
         )
 
