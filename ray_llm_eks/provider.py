@@ -1,14 +1,16 @@
 """The components other Pulumi programs consume through `pulumi package add` (PulumiPlugin.yaml), from
-Pulumi YAML, TypeScript, Go, .NET or Java: the PD LLM service on a cluster that already has the KubeRay
-operator, the operator, the device plugins, the VPC (Network), the GCS store, the internal endpoint and the
-service's monitoring; each takes plain inputs (its Args) or other resources' outputs (ids, the store's address and
-AUTH token), so a YAML program can wire them as the shipped program does. The component provider host (Pulumi SDK
-3.272, pulumi/provider/experimental) hosts every ComponentResource class this module defines and infers the schema
-from their Args and their annotated outputs (schema.json holds it).
+Pulumi YAML, TypeScript, Go, .NET or Java: every box of the README's diagram, from the VPC (Network), the cluster
+and its GPU node pools to the PD LLM service, its internal endpoint and monitoring. Each takes plain inputs (its
+Args) or other resources' outputs (ids, the kubeconfig, the store's address and AUTH token; a GPU pool the
+pulumi-eks cluster and node role, which pulumi-eks itself takes as resources), so a YAML program can wire them as
+the shipped program does. Where the shipped program hands a component an object only to wait for it (the Network
+to the Cluster, the Pod Identity agent to the autoscaler), a caller gives the component dependsOn instead. The
+component provider host (Pulumi SDK 3.272, pulumi/provider/experimental) hosts every ComponentResource class this
+module defines and infers the schema from their Args and their annotated outputs (schema.json holds it).
 
-Left out: Cluster, GpuNodePool, ClusterAutoscaler and MonitoringStack take other components' objects in-process
-(the Network, the eks Cluster, the Pod Identity agent, a namespace resource), ExistingCluster hands out a provider
-(a resource, not an output a YAML program can use). A consumer of those uses the Python package.
+Left out: ExistingCluster, which hands out a provider (a resource, not an output a YAML program can use), and the
+pieces behind the boxes (the EBS CSI driver, the Pod Identity agent, ...): a consumer of those uses the Python
+package.
 
 The provider constructs a component with its inputs as a dict keyed by the Args' field names
 (pulumi/provider/experimental/component.py, map_inputs); each class here turns it into the Args, which
@@ -31,22 +33,29 @@ from pulumi.provider.provider import ConstructResult
 from pulumi.provider.server import ComponentInitError
 
 from ray_llm_eks.components import (
+    cluster,
+    cluster_autoscaler,
     device_plugins,
     gcs_store,
+    gpu_nodes,
     kuberay,
     llm_service,
     load_balancer,
     network,
     observability,
 )
+from ray_llm_eks.components.cluster import ClusterArgs, NodeGroupArgs
+from ray_llm_eks.components.cluster_autoscaler import ClusterAutoscalerArgs
 from ray_llm_eks.components.device_plugins import DevicePluginsArgs
 from ray_llm_eks.components.gcs_store import GcsStoreArgs
+from ray_llm_eks.components.gpu_nodes import GpuNodePoolArgs
 from ray_llm_eks.components.kuberay import KubeRayOperatorArgs
 from ray_llm_eks.components.llm_service import GpuPoolInput, LlmServiceArgs
 from ray_llm_eks.components.load_balancer import InternalEndpointArgs
 from ray_llm_eks.components.network import NetworkArgs
-from ray_llm_eks.components.observability import ServiceMonitoringArgs
+from ray_llm_eks.components.observability import MonitoringStackArgs, ServiceMonitoringArgs
 from ray_llm_eks.domain.core.errors import ConfigError
+from ray_llm_eks.domain.platform.aws_facts import InstanceSpec
 
 PACKAGE = "ray-llm-eks"  # pyproject.toml [project] name; pulumi.run.plugin hosts this module by it
 VERSION = "0.1.0"  # pyproject.toml [project] version
@@ -55,7 +64,7 @@ SCHEMA_FILE = "schema.json"  # beside this file: the schema the host infers, che
 
 # Input types nested in Args: the host hands each as a dict keyed by its field names (component.py
 # map_input_properties), which becomes the dataclass here.
-NESTED = (GpuPoolInput,)
+NESTED = (GpuPoolInput, NodeGroupArgs, InstanceSpec)
 
 
 def _args(kind: type, given: Any) -> Any:
@@ -72,6 +81,8 @@ def _args(kind: type, given: Any) -> Any:
     def value(key: str, given: Any) -> Any:
         if key in nested and isinstance(given, list | tuple):
             return [_args(nested[key], item) for item in given]
+        if key in nested and isinstance(given, Mapping):
+            return _args(nested[key], given)
         return _whole(given) if key in ints else given
 
     return kind(**{k: value(k, v) for k, v in dict(given).items()})
@@ -129,7 +140,45 @@ ServiceMonitoring = _hosted(
     ServiceMonitoringArgs,
     """PodMonitors, the alert rule and the dashboards of a RayService, for a Prometheus Operator's release.""",
 )
-HOSTED = (LlmService, KubeRayOperator, DevicePlugins, Network, GcsStore, InternalEndpoint, ServiceMonitoring)
+Cluster = _hosted(
+    cluster.Cluster,
+    ClusterArgs,
+    """The EKS cluster in the VPC's subnets: API authentication, a restricted public endpoint, control-plane logs
+    in a log group of its own, secrets encrypted with its KMS key, the node role and the system node group. Give it
+    dependsOn the Network: nodes need the NAT routes to join.""",
+)
+GpuNodePool = _hosted(
+    gpu_nodes.GpuNodePool,
+    GpuNodePoolArgs,
+    """One GPU pool's managed node group in one subnet (EFA interfaces and a cluster placement group where efa),
+    labelled and tainted for the pool named by the resource's name.""",
+)
+ClusterAutoscaler = _hosted(
+    cluster_autoscaler.ClusterAutoscaler,
+    ClusterAutoscalerArgs,
+    """The Cluster Autoscaler from its Helm chart, its AWS role through EKS Pod Identity: give it dependsOn the
+    cluster's Pod Identity agent add-on.""",
+)
+MonitoringStack = _hosted(
+    observability.MonitoringStack,
+    MonitoringStackArgs,
+    """kube-prometheus-stack and the DCGM exporter: Prometheus on its own EBS volume (embedded: give it dependsOn
+    the EBS CSI driver) or remote-writing to an Amazon Managed Service for Prometheus workspace (amp: give it
+    dependsOn the cluster's Pod Identity agent add-on).""",
+)
+HOSTED = (
+    LlmService,
+    KubeRayOperator,
+    DevicePlugins,
+    Network,
+    GcsStore,
+    InternalEndpoint,
+    ServiceMonitoring,
+    Cluster,
+    GpuNodePool,
+    ClusterAutoscaler,
+    MonitoringStack,
+)
 
 
 class Provider(ComponentProvider):

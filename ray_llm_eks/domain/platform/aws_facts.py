@@ -4,9 +4,10 @@ read from botocore's own API models (loaded and cached by ray_llm_eks/adapters/b
 
 Nothing here calls AWS or reads a file, so `make plan` and the tests can reject a wrong value
 without credentials.
-"""
 
-from __future__ import annotations
+No `from __future__ import annotations`: the component provider host reads InstanceSpec's annotations as types
+(GpuNodePoolArgs.instance, ray_llm_eks/components/gpu_nodes.py).
+"""
 
 import re
 from collections.abc import Mapping

@@ -210,6 +210,22 @@ def test_the_checked_in_schema_is_the_one_the_component_provider_host_infers():
     assert service["inputProperties"]["hfToken"].get("plain") is None  # an Output (a secret) may be given
 
 
+def test_the_package_serves_every_component_the_readme_draws():
+    """Each box of the README's diagram names a hosted component by its first word: the package other languages add
+    is the design the README shows, no box left to the Python package alone."""
+    import re
+
+    from ray_llm_eks import provider
+
+    diagram = re.search(r"```mermaid\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL).group(1)
+    drawn = {box.group(1) for box in re.finditer(r'^\s*\w+\["(\w+)', diagram, re.MULTILINE)}
+    # The README names the monitoring box by what it gives (Observability), the class by what it installs.
+    drawn = {{"Observability": "MonitoringStack"}.get(name, name) for name in drawn}
+    assert {component.__name__ for component in provider.HOSTED} == drawn
+    schema = json.loads((Path(provider.__file__).parent / provider.SCHEMA_FILE).read_text())
+    assert set(schema["resources"]) == {f"{provider.PACKAGE}:index:{name}" for name in drawn}
+
+
 def test_a_hosted_component_gets_its_inputs_as_a_dict_and_checks_them_like_the_stack_keys():
     """The host passes the Args' fields as a dict (component.py map_inputs); a bad one is the stack's line."""
     import pytest

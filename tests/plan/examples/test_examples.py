@@ -45,14 +45,18 @@ pulumi.export("url", endpoint.url)
 """
 
 
-def test_the_hosted_components_wire_from_dicts_as_a_yaml_program_would(tmp_path: Path):
+def _wired_plan(program: str, where: Path, hosted: set[str]):
+    """`program` planned as the example's project, having declared each of the `hosted` components."""
     for name in ("Pulumi.yaml", "Pulumi.example.yaml", "requirements.txt"):
-        shutil.copy(MY_CLUSTER / name, tmp_path / name)
-    (tmp_path / "__main__.py").write_text(WIRED)
-    plan = run_program("example", root=tmp_path)
-    types = {r.type for r in plan.registrations}
-    hosted = {"Network", "GcsStore", "LlmService", "InternalEndpoint", "ServiceMonitoring"}
-    assert {f"ray-llm-eks:index:{name}" for name in hosted} <= types
+        shutil.copy(MY_CLUSTER / name, where / name)
+    (where / "__main__.py").write_text(program)
+    plan = run_program("example", root=where)
+    assert {f"ray-llm-eks:index:{name}" for name in hosted} <= {r.type for r in plan.registrations}
+    return plan
+
+
+def test_the_hosted_components_wire_from_dicts_as_a_yaml_program_would(tmp_path: Path):
+    plan = _wired_plan(WIRED, tmp_path, {"Network", "GcsStore", "LlmService", "InternalEndpoint", "ServiceMonitoring"})
     vpc = plan.one("aws:ec2/vpc:Vpc")
     subnets = plan.one("aws:elasticache/subnetGroup:SubnetGroup").inputs["subnetIds"]
     assert len(subnets) == 2 and all(isinstance(s, str) and s for s in subnets)  # the Network's two private ones
@@ -63,3 +67,48 @@ def test_the_hosted_components_wire_from_dicts_as_a_yaml_program_would(tmp_path:
     assert plan.outputs["headSecurityGroupId"]
     monitors = [r for r in plan.registrations if r.type.startswith("kubernetes:monitoring.coreos.com/v1:PodMonitor")]
     assert monitors and all(m.inputs["metadata"]["namespace"] == "llm" for m in monitors)
+
+
+# The cluster half as a YAML program would wire it: the Network's outputs into the Cluster, the Cluster's into a GPU
+# pool, the Kubernetes provider from its kubeconfig for the autoscaler and the monitoring stack; the ordering the
+# shipped program gives with objects, given here by dependsOn, as the components' descriptions ask.
+WIRED_CLUSTER = """
+import pulumi
+import pulumi_kubernetes as k8s
+from ray_llm_eks import provider
+
+net = provider.Network("net", {"cluster_name": "mine", "region": "us-east-1"})
+eks = provider.Cluster("eks", {
+    "name": "mine", "region": "us-east-1", "vpc_id": net.vpc_id, "private_subnet_ids": net.private_subnet_ids,
+    "public_subnet_ids": net.public_subnet_ids, "system_subnet_id": net.gpu_subnet_id,
+    "system_nodes": {"instance_type": "m7i.xlarge", "desired_size": 1.0},
+}, pulumi.ResourceOptions(depends_on=[net]))
+pool = provider.GpuNodePool("prefill", {
+    "nodes": {"instance_type": "g6.8xlarge", "min_size": 0.0, "max_size": 2.0}, "availability_zone": "us-east-1a",
+    "cluster": eks.eks_cluster, "node_role": eks.node_role, "subnet_id": net.gpu_subnet_id,
+    "ami_release_version": "v20261112", "efa": True,
+})
+on_cluster = pulumi.ResourceOptions(providers=[k8s.Provider("mine", kubeconfig=eks.kubeconfig)], depends_on=[pool])
+provider.ClusterAutoscaler("autoscaler", {"cluster_name": "mine", "region": "us-east-1"}, on_cluster)
+monitoring = {"cluster_name": "mine", "region": "us-east-1", "availability_zone": "us-east-1a", "storage_gib": 20.0}
+provider.MonitoringStack("monitoring", monitoring, on_cluster)
+pulumi.export("nodeGroupName", pool.node_group_name)
+"""
+
+
+def test_the_hosted_cluster_and_its_pool_wire_from_dicts_as_a_yaml_program_would(tmp_path: Path):
+    hosted = {"Network", "Cluster", "GpuNodePool", "ClusterAutoscaler", "MonitoringStack"}
+    plan = _wired_plan(WIRED_CLUSTER, tmp_path, hosted)
+    cluster, role = plan.one("eks:index:Cluster"), plan.one("aws:iam/role:Role", "eks-node-role")
+    gpu_subnet = plan.one("aws:ec2/subnet:Subnet", "net-private-us-east-1a")
+    group = plan.one("eks:index:ManagedNodeGroup", "prefill-gpu")
+    assert (group.inputs["cluster"], group.inputs["nodeRole"]) == (cluster.urn, role.id)
+    assert group.inputs["subnetIds"] == [gpu_subnet.id] and group.inputs["enableEfaSupport"] is True
+    assert group.inputs["scalingConfig"] == {"minSize": 0, "desiredSize": 1, "maxSize": 2}
+    assert plan.one("eks:index:ManagedNodeGroup", "eks-system").inputs["subnetIds"] == [gpu_subnet.id]
+    assert cluster.inputs["vpcId"] == plan.one("aws:ec2/vpc:Vpc").id
+    # The control plane after the whole network (its NAT gateway's route), the charts after the pool's nodes.
+    assert plan.depends_on(cluster.urn, plan.one("aws:ec2/natGateway:NatGateway").urn)
+    for chart in ("cluster-autoscaler", "kube-prometheus-stack"):
+        assert plan.depends_on(plan.one("kubernetes:helm.sh/v3:Release", chart).urn, group.urn), chart
+    assert plan.outputs["nodeGroupName"]
