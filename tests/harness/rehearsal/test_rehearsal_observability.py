@@ -127,6 +127,8 @@ def test_the_fault_table_names_the_alerts_firing_on_this_prometheus(monkeypatch,
         run_id="test",
         metrics_urls=["http://127.0.0.1:1/metrics"],
         pd=True,
+        target="cpu",
+        gpu=None,
         results={},
         mark=lambda text: None,
     )
@@ -141,7 +143,8 @@ def idle_prometheus(tmp_path):
     directory = build.component_dir(build.PROMETHEUS)
     if not (directory / ".built").is_file():
         pytest.skip(f"no Prometheus built under {directory}: `python3 -m go_binaries.build prometheus`")
-    ctx = SimpleNamespace(args=argparse.Namespace(stack="dev", set=[]), pd=True, timeline=[], mark=lambda text: None)
+    ctx = SimpleNamespace(args=argparse.Namespace(stack="dev", set=[]), pd=True, target="cpu", gpu=None, timeline=[],
+                          mark=lambda text: None)  # fmt: skip
     rules = observability.alerts.render(observability._rule_inputs(ctx))
     url, process = prometheus.start(directory / "prometheus", tmp_path, ["http://127.0.0.1:9/metrics"], rules, {})
     ctx.results = {"prometheus": url}
