@@ -70,8 +70,8 @@ NESTED = (GpuPoolInput, NodeGroupArgs, InstanceSpec)
 def _args(kind: type, given: Any) -> Any:
     if isinstance(given, kind):
         return given
-    # The annotations are text (`from __future__ import annotations`), some naming types imported for checking only.
-    # A type's words, unqualified: `typing.Optional[typing.Sequence[ray_llm_eks...GpuPoolInput]]` names GpuPoolInput.
+    # An annotation is a type, or its text in a module with `from __future__ import annotations`: read either by its
+    # words, unqualified: `typing.Optional[typing.Sequence[ray_llm_eks...GpuPoolInput]]` names GpuPoolInput.
     words = {
         f.name: {w.rsplit(".", 1)[-1] for w in re.split(r"[^\w.]+", str(f.type))} for f in dataclasses.fields(kind)
     }

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from ray_llm_eks.domain.platform import aws_facts
 from ray_llm_eks.domain.serving import vllm_fit
 from ray_llm_eks.domain.serving.role_view import replica_bounds
-from ray_llm_eks.domain.serving.serve_app import parse_document
+from ray_llm_eks.domain.serving.serve_app import parse_document, parse_llm_config
+from ray_llm_eks.domain.serving.serve_config import with_kv_transfer_env
 from rehearsal.substitute import CannotRehearse, LocalDocument, edit_roles, loopback
 
 GIB_MIB = 1024
@@ -219,6 +220,16 @@ def for_gpus(
                     f"{kv.get('kv_buffer_device')!r})"
                 )
                 extra["backends"] = ["UCX"]
+            # The stack's own environment for a role on UCX (the rendered one is on LIBFABRIC, which has none).
+            stacks = with_kv_transfer_env(parse_llm_config(config, "rehearsal", role))
+            env = (stacks.runtime_env or {}).get("env_vars") or {}
+            own = (config.get("runtime_env") or {}).get("env_vars") or {}
+            if added := sorted(set(env) - set(own)):
+                own = config.setdefault("runtime_env", {}).setdefault("env_vars", {})
+            for key in added:
+                subs.append(f"{role}.runtime_env.env_vars.{key}: None -> {env[key]!r} (NIXL on UCX here: the stack's "
+                            "setting for it, ray_llm_eks/domain/serving/serve_config.py KV_TRANSFER_ENV)")  # fmt: skip
+                own[key] = env[key]
         return loading["model_id"]
 
     model_ids = edit_roles(doc, "rehearsal", on_this_gpu)

@@ -197,8 +197,8 @@ def probe_in_ray(device: str, mib: float, descriptors: int, transfers: int, time
 
     size = int(mib * MIB)
     gpus = 0.5 if device == "cuda" else 0
-    # The runtime_env's PYTHONPATH replaces the worker's: keep this process's (where Ray itself may come from).
-    paths = [str(SERVE_INGRESS.parent.parent), str(SERVE_INGRESS), *filter(None, [os.environ.get("PYTHONPATH")])]
+    # The runtime_env's PYTHONPATH replaces the worker's: Ray expands ${PYTHONPATH} to the one Ray itself came from.
+    paths = [str(SERVE_INGRESS.parent.parent), str(SERVE_INGRESS), "${PYTHONPATH}"]
     env = RAY_WORKER_ENV | {"PYTHONPATH": os.pathsep.join(paths)}
     runtime_env = {"env_vars": env} | ({"worker_process_setup_hook": WORKER_SETUP_HOOK} if setup_hook else {})
     ray.init(num_cpus=2, num_gpus=1 if device == "cuda" else 0, include_dashboard=False, log_to_driver=True,

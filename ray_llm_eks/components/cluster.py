@@ -149,9 +149,9 @@ class ClusterArgs:
     """The cluster's AWS region: its partition names the policies and the node role's trust."""
     vpc_id: pulumi.Input[str]
     """The VPC the cluster goes in (Network's vpc_id)."""
-    private_subnet_ids: Sequence[pulumi.Input[str]]
+    private_subnet_ids: pulumi.Input[Sequence[pulumi.Input[str]]]
     """The VPC's private subnets, one per zone: the control plane's and the nodes' (Network's private_subnet_ids)."""
-    public_subnet_ids: Sequence[pulumi.Input[str]]
+    public_subnet_ids: pulumi.Input[Sequence[pulumi.Input[str]]]
     """The VPC's public subnets, one per zone (Network's public_subnet_ids)."""
     system_subnet_id: pulumi.Input[str]
     """The private subnet of the system node group, in the GPU nodes' zone (Network's gpu_subnet_id)."""
@@ -336,8 +336,9 @@ class Cluster(pulumi.ComponentResource):
             name=args.name,
             version=args.kubernetes_version,
             vpc_id=args.vpc_id,
-            private_subnet_ids=list(args.private_subnet_ids),
-            public_subnet_ids=list(args.public_subnet_ids),
+            # As given: a list, or one output of another resource (the provider host passes a wired list so).
+            private_subnet_ids=args.private_subnet_ids,
+            public_subnet_ids=args.public_subnet_ids,
             node_associate_public_ip_address=False,
             authentication_mode=eks.AuthenticationMode.API,
             skip_default_node_group=True,

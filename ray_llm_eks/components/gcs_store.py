@@ -50,7 +50,7 @@ class GcsStoreArgs:
     """The EKS cluster's name, in the store's and its security groups' descriptions (config key clusterName)."""
     vpc_id: pulumi.Input[str]
     """The cluster's VPC: the store's and the head pods' security groups go in it."""
-    private_subnet_ids: Sequence[pulumi.Input[str]]
+    private_subnet_ids: pulumi.Input[Sequence[pulumi.Input[str]]]
     """The VPC's private subnets the store's subnet group takes (at least one)."""
     node_type: str | None = default("gcsRedisNodeType")
     """The ElastiCache node type (config key gcsRedisNodeType)."""
@@ -114,7 +114,7 @@ class GcsStore(pulumi.ComponentResource):
         subnets = aws.elasticache.SubnetGroup(
             f"{name}-subnets",
             description=f"private subnets of {cluster_name}",
-            subnet_ids=list(args.private_subnet_ids),
+            subnet_ids=args.private_subnet_ids,  # a list, or one output of another resource
             opts=child,
         )
         # ElastiCache AUTH: 16-128 printable characters without @, " or / (special=False keeps to letters

@@ -23,6 +23,9 @@ ENVIRONMENT_ANNOTATION = f"{PROJECT}/environment"  # on the RayService: the pack
 PD_ROLES = ("prefill", "decode")  # their pools move the KV cache over EFA
 COLLOCATED_ROLE = "collocated"
 GPU_ROLES = (*PD_ROLES, COLLOCATED_ROLE)
+# The NIXL backend a KV connector uses where kv_connector_extra_config.backends is unset (vLLM 0.26
+# nixl/base_worker.py).
+NIXL_DEFAULT_BACKEND = "UCX"
 # The Ray custom resource a worker group advertises and its role's LLM deployment asks for is
 # POOL_RESOURCE_PREFIX + role: Ray then cannot put a prefill replica on a decode node.
 POOL_RESOURCE_PREFIX = "pool_"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ray_llm_eks.domain.core import config_keys
 from ray_llm_eks.domain.core.errors import UNSET, ConfigError, did_you_mean, yaml_text
@@ -156,9 +157,10 @@ def check_endpoint_source_ranges(
     return tuple(ranges)
 
 
-def check_subnet_ids(key: str, ids: Sequence, kind: str, file: str | None = None) -> None:
-    """Subnet ids, each perhaps known only at deploy time: a list of one or more, not a lone string."""
-    if isinstance(ids, str) or not ids:
+def check_subnet_ids(key: str, ids: Any, kind: str, file: str | None = None) -> None:
+    """Subnet ids: a list of one or more (each perhaps known only at deploy time), not a lone string; a list known
+    only at deploy time (another resource's output) is checked by AWS."""
+    if ids is None or isinstance(ids, str) or (isinstance(ids, list | tuple) and not ids):
         raise ConfigError(key, ids, f"at least one {kind} subnet id", file)
 
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from ray_llm_eks.domain.core import packaged
 from ray_llm_eks.domain.core.errors import NOT_SHOWN, UNSET, ConfigError, did_you_mean, in_serve_config, yaml_text
-from ray_llm_eks.domain.core.facts import COLLOCATED_ROLE, PD_ROLES, POOL_RESOURCE_PREFIX
+from ray_llm_eks.domain.core.facts import COLLOCATED_ROLE, NIXL_DEFAULT_BACKEND, PD_ROLES, POOL_RESOURCE_PREFIX
 from ray_llm_eks.domain.serving import engine_args
 from ray_llm_eks.domain.serving.fields import drop, ensure, put, to_dict
 from ray_llm_eks.domain.serving.llm_config import AutoscalingConfig, LlmConfig, PlacementGroupConfig
@@ -224,17 +224,25 @@ def with_family(config: LlmConfig, role: str, where: str, model: ModelFacts) -> 
     return put(config, runtime_env=runtime_env) if runtime_env else drop(config, "runtime_env")
 
 
-# UCX 1.21.0 (the one nixl-cu13 1.3.1 bundles) turns cuda_ipc GETs off where NVML counts no NVLink
-# (src/uct/cuda/cuda_ipc/cuda_ipc_iface.c, the default `auto`), as on every L4 and on a PCIe H100: vLLM's pull
-# connector then READs each request's KV through TCP over loopback, ~0.5 GB/s and one transfer after another, wherever
-# NIXL runs its UCX backend between two processes of one node. On, the same READ took 0.9 ms instead of 140 ms
-# (docs/measurements.md). NIXL turns it on itself after 1.3.1 (ai-dynamo/nixl #2208); its LIBFABRIC backend ignores it.
+# NIXL's UCX backend moves GPU memory between processes of one node over CUDA IPC, and UCX 1.21.0 (the one nixl-cu13
+# 1.3.1 bundles) turns CUDA IPC GETs off where NVML counts no NVLink (src/uct/cuda/cuda_ipc/cuda_ipc_iface.c, `auto`):
+# every L4, and the H100 VM measured. vLLM's pull connector then READs each request's KV through TCP over loopback,
+# ~0.5 GB/s and one after another; on, a 66 MiB READ took 0.9 ms instead of 140 ms (docs/measurements.md). LIBFABRIC,
+# the shipped EFA path, does not read it: only a role on UCX gets it (a new serveConfigV2 restarts every engine).
 KV_TRANSFER_ENV = {"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "on"}
 
 
+def moves_gpu_kv_over_ucx(transfer: Mapping[str, Any]) -> bool:
+    """A KV transfer config (vLLM's, as a dict) whose NIXL agent reads GPU memory through UCX."""
+    backends = (transfer.get("kv_connector_extra_config") or {}).get("backends") or [NIXL_DEFAULT_BACKEND]
+    return "UCX" in backends and transfer.get("kv_buffer_device") in (None, "cuda")
+
+
 def with_kv_transfer_env(config: LlmConfig) -> LlmConfig:
-    """A KV-moving role's environment for NIXL's UCX backend; a serve file's own value stays."""
-    if config.engine.kv_transfer_config is None:
+    """A role that moves GPU KV over UCX, with the environment that keeps its reads on CUDA IPC; a serve file's own
+    value stays."""
+    transfer = config.engine.kv_transfer_config
+    if transfer is None or not moves_gpu_kv_over_ucx(to_dict(transfer)):
         return config
     config = ensure(config, "runtime_env")
     env = dict(config.runtime_env.get("env_vars") or {})
@@ -363,8 +371,8 @@ def render(
     def role_config(role: str, config: LlmConfig) -> LlmConfig:
         check_room(config, role, pools[role])
         model = model_facts(*config.model.id_and_source)
-        config = with_kv_transfer_env(with_family(config, role, where, model))
-        return pinned(with_kv_buffer(config, role, where, overrides.kv_buffer_device, model), role, pools[role])
+        config = with_kv_buffer(with_family(config, role, where, model), role, where, overrides.kv_buffer_device, model)
+        return pinned(with_kv_transfer_env(config), role, pools[role])
 
     doc = doc.map_roles(role_config)
     if overrides.local_prefill_below is not None:

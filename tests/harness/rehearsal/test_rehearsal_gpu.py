@@ -39,6 +39,9 @@ def test_the_l4_is_emulated_with_its_budget_and_its_memory_dependent_defaults():
         assert kv["kv_buffer_device"] == "cuda" and kv["kv_connector_extra_config"]["backends"] == ["UCX"]
         assert engine["gdn_prefill_backend"] == "triton"
         assert config["runtime_env"]["env_vars"]["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
+        # On UCX here, the stack's setting for a UCX role comes with it (the rendered LIBFABRIC one has none).
+        assert config["runtime_env"]["env_vars"]["UCX_CUDA_IPC_ENABLE_GET_ZCOPY"] == "on"
+        assert "UCX_CUDA_IPC_ENABLE_GET_ZCOPY" not in configs(doc)[role]["runtime_env"]["env_vars"]
         assert config["model_loading_config"] == {"model_id": "Qwen/Qwen3.5-9B", "model_source": "/w"}
         assert config["accelerator_type"] == "L4"  # the Ray nodes declare it
         assert config["placement_group_config"] == configs(doc)[role]["placement_group_config"]
@@ -48,6 +51,9 @@ def test_the_l4_is_emulated_with_its_budget_and_its_memory_dependent_defaults():
         "ingress_cls": "api_key_ingress:ApiKeyIngress"
     }
     assert "is the L4's 0.92 x 22888 MiB = 20.56 GiB" in "\n".join(local.substitutions)
+    assert "decode.runtime_env.env_vars.UCX_CUDA_IPC_ENABLE_GET_ZCOPY: None -> 'on' (NIXL on UCX here" in "\n".join(
+        local.substitutions
+    )
 
     # Unset, they would be the H200's own defaults: the L4's are rendered instead.
     def unset(role: str, config: dict) -> None:

@@ -78,9 +78,11 @@ import pulumi_kubernetes as k8s
 from ray_llm_eks import provider
 
 net = provider.Network("net", {"cluster_name": "mine", "region": "us-east-1"})
+# The provider host hands a list wired from another resource over as one output: so here.
+private, public = (pulumi.Output.from_input(ids) for ids in (net.private_subnet_ids, net.public_subnet_ids))
 eks = provider.Cluster("eks", {
-    "name": "mine", "region": "us-east-1", "vpc_id": net.vpc_id, "private_subnet_ids": net.private_subnet_ids,
-    "public_subnet_ids": net.public_subnet_ids, "system_subnet_id": net.gpu_subnet_id,
+    "name": "mine", "region": "us-east-1", "vpc_id": net.vpc_id, "private_subnet_ids": private,
+    "public_subnet_ids": public, "system_subnet_id": net.gpu_subnet_id,
     "system_nodes": {"instance_type": "m7i.xlarge", "desired_size": 1.0},
 }, pulumi.ResourceOptions(depends_on=[net]))
 pool = provider.GpuNodePool("prefill", {

@@ -17,7 +17,7 @@ from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.platform import aws_facts, versions
 from ray_llm_eks.domain.render.ray_service import ray_service_spec
 from ray_llm_eks.domain.serving.fields import put, to_dict
-from ray_llm_eks.domain.serving.serve_config import KV_TRANSFER_ENV, with_kv_transfer_env
+from ray_llm_eks.domain.serving.serve_config import with_kv_transfer_env
 from tests.conftest import ROOT, region_overrides, settings_error, settings_of
 
 NS = "ray-llm-eks:"
@@ -53,22 +53,32 @@ def test_family_settings_follow_the_model_not_the_file():
     for config in llm_configs(llama).values():
         engine = config["engine_kwargs"]
         assert not {"language_model_only", "reasoning_parser", "default_chat_template_kwargs"} & set(engine)
-        # Qwen3.5's conv-state layout is gone; what every KV-moving role gets stays.
-        assert config["runtime_env"] == {"env_vars": KV_TRANSFER_ENV}
+        assert "runtime_env" not in config
 
 
-def test_every_kv_moving_role_reads_kv_over_cuda_ipc_gets_where_ucx_carries_it():
+def test_a_role_moving_gpu_kv_over_ucx_keeps_its_reads_on_cuda_ipc_gets():
     """Without it, UCX 1.21.0 turns cuda_ipc GETs off on GPUs without NVLink and vLLM's pull connector READs each
     request's KV through TCP, one after another (docs/measurements.md: 140 ms a 66 MiB READ instead of 0.9 ms)."""
-    assert KV_TRANSFER_ENV == {"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "on"}
-    for stack in ("dev", "prod", "xpyd"):
-        for role, config in llm_configs({}, stack=stack).items():
-            assert config["runtime_env"]["env_vars"]["UCX_CUDA_IPC_ENABLE_GET_ZCOPY"] == "on", (stack, role)
-    for config in llm_configs({}, stack="baseline").values():  # nothing moves KV: nothing added
-        assert "UCX_CUDA_IPC_ENABLE_GET_ZCOPY" not in config.get("runtime_env", {}).get("env_vars", {})
-    # A serve file that sets it keeps its own value.
     decode = settings_of({}).serving.serve_document.roles["decode"]
+    transfer = decode.engine.kv_transfer_config
+
+    def env_with(**changes) -> dict:
+        config = put(decode, engine_kwargs=put(decode.engine, kv_transfer_config=put(transfer, **changes)))
+        return dict((with_kv_transfer_env(config).runtime_env or {}).get("env_vars") or {})
+
+    assert env_with(kv_connector_extra_config={"backends": ["UCX"]})["UCX_CUDA_IPC_ENABLE_GET_ZCOPY"] == "on"
+    assert env_with(kv_connector_extra_config={})["UCX_CUDA_IPC_ENABLE_GET_ZCOPY"] == "on"  # NIXL's default is UCX
+    # LIBFABRIC (the shipped EFA path) does not read it, and host-memory buffers have no CUDA IPC.
+    assert "UCX_CUDA_IPC_ENABLE_GET_ZCOPY" not in env_with(kv_connector_extra_config={"backends": ["LIBFABRIC"]})
+    assert "UCX_CUDA_IPC_ENABLE_GET_ZCOPY" not in env_with(
+        kv_connector_extra_config={"backends": ["UCX"]}, kv_buffer_device="cpu"
+    )
+    for stack in ("dev", "prod", "xpyd", "baseline"):  # all on LIBFABRIC or without KV: nothing added
+        for config in llm_configs({}, stack=stack).values():
+            assert "UCX_CUDA_IPC_ENABLE_GET_ZCOPY" not in config.get("runtime_env", {}).get("env_vars", {}), stack
+    # A serve file that sets it keeps its own value.
     own = put(decode, runtime_env=put(decode.runtime_env, env_vars={"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "auto"}))
+    own = put(own, engine_kwargs=put(own.engine, kv_transfer_config=put(transfer, kv_connector_extra_config={})))
     assert with_kv_transfer_env(own).runtime_env.env_vars == {"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "auto"}
 
 
