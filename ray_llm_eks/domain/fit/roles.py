@@ -26,9 +26,12 @@ def pool_serves(name: str, pool_raw: Any) -> str | None:
             allowed = f"a pool role from {yaml_text(GPU_ROLES)}, or a pool that sets `serves: <role>`"
             raise ConfigError(f"gpuPools.{name}", pool_raw, allowed)
         return None
-    if serves not in GPU_ROLES:
+    if not isinstance(serves, str) or serves not in GPU_ROLES:
+        # One role a pool: the placement rule keeps prefill and decode off each other's nodes (docs/known-issues.md).
         raise ConfigError(
-            f"gpuPools.{name}.serves", serves, f"a role of the serve config, one of {yaml_text(GPU_ROLES)}"
+            f"gpuPools.{name}.serves",
+            serves,
+            f"one role of the serve config (one pool each), one of {yaml_text(GPU_ROLES)}",
         )
     if not POOL_NAME.fullmatch(name):
         raise ConfigError(f"gpuPools.{name}", name, "a pool name of at most 32 lowercase letters, digits and '-'")

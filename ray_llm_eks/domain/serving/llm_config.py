@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from ray_llm_eks.domain.serving.fields import Fields, Json, no_extra
+from ray_llm_eks.domain.core.errors import in_serve_config
+from ray_llm_eks.domain.serving.fields import Fields, Json, child_path, no_extra
 
 _LLM = "ray.llm._internal.serve.core.configs.llm_config"
 
@@ -178,11 +179,34 @@ class RuntimeEnv(Fields):
     """Ray's runtime_env of an application or an LLM config."""
 
     RAY_MODEL: ClassVar[str] = "ray.runtime_env:RuntimeEnv"
-    PASS_THROUGH: ClassVar[frozenset[str] | None] = None  # Ray's other fields and its plugins' keys
+    # Ray 2.58's other fields (ray/runtime_env/runtime_env.py RuntimeEnv.known_fields and its constructor's names):
+    # Ray takes any other key for a plugin of that name, which the image does not have, so a typo fails only at
+    # deploy, when the replicas' runtime env cannot be set up.
+    PASS_THROUGH: ClassVar[frozenset[str] | None] = frozenset(
+        {"py_modules", "py_executable", "working_dir", "pip", "conda", "container", "uv", "image_uri", "java_jars",
+         "excludes", "config", "nsight", "_nsight", "rocprof_sys", "_rocprof_sys", "_ray_release", "_ray_commit",
+         "_inject_current_ray"}
+    )  # fmt: skip
 
     env_vars: Mapping[str, str] | None = None
     worker_process_setup_hook: str | None = None
     extra: Mapping[str, Json] = field(default_factory=no_extra)
+
+    @classmethod
+    def parse(cls, raw: Any, file: str, path: str) -> RuntimeEnv:
+        env = raw.get("env_vars") if isinstance(raw, Mapping) else None
+        where = child_path(path, "env_vars")
+        if env is not None and not isinstance(env, Mapping):
+            raise in_serve_config(file, where, env, "a mapping of variable names to strings (NAME: 'value')")
+        for name, value in (env or {}).items():
+            if not isinstance(name, str) or not isinstance(value, str):
+                raise in_serve_config(
+                    file,
+                    child_path(where, str(name)),
+                    value,
+                    "a string: Ray's runtime_env takes strings only (quote what YAML reads otherwise: 'on', '1')",
+                )
+        return super().parse(raw, file, path)
 
 
 @dataclass(frozen=True)

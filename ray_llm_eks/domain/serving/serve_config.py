@@ -10,7 +10,7 @@ argument names for the image's vLLM version. The tests also run Ray's own schema
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -146,6 +146,37 @@ def shipped_document(name: str) -> ServeDocument:
 PD_KV_ROLES = {"prefill": ("kv_producer", "kv_both"), "decode": ("kv_consumer", "kv_both")}
 
 
+# The backends NIXL 1.3.1 has a plugin for (nixl-cu13 1.3.1: nixl_cu13.libs/nixl/libplugin_<NAME>.so).
+NIXL_BACKENDS = ("AZURE_BLOB", "GDS", "GDS_MT", "GPUNETIO", "GUSLI", "INFINIA", "LIBFABRIC", "OBJ", "POSIX", "UCX")
+
+
+def check_backends(configs: Mapping[str, LlmConfig], where: str) -> None:
+    """The PD sides' NIXL backends: a list of NIXL's names, the same on both sides (each side's agent loads only its
+    own, and a transfer needs one both have)."""
+    chosen = {}
+    for role, config in configs.items():
+        extra = (config.engine.kv_transfer_config or {}).get("kv_connector_extra_config") or {}
+        backends = extra.get("backends")
+        key = f"{role} engine_kwargs.kv_transfer_config.kv_connector_extra_config.backends"
+        if backends is None:
+            chosen[role] = (NIXL_DEFAULT_BACKEND,)
+            continue
+        if isinstance(backends, str) or not isinstance(backends, Sequence):
+            raise in_serve_config(where, key, backends, f"a list of NIXL backends, e.g. [{NIXL_DEFAULT_BACKEND}]")
+        for name in backends:
+            if name not in NIXL_BACKENDS:
+                hint = did_you_mean(str(name), NIXL_BACKENDS)
+                raise in_serve_config(where, key, list(backends), f"NIXL's backends:{hint} {yaml_text(NIXL_BACKENDS)}")
+        chosen[role] = tuple(backends) or (NIXL_DEFAULT_BACKEND,)
+    if len(set(chosen.values())) > 1:
+        raise in_serve_config(
+            where,
+            "kv_connector_extra_config.backends",
+            {r: list(b) for r, b in chosen.items()},
+            "the same on both PD sides",
+        )
+
+
 def check_application(doc: ServeDocument, where: str, vllm_version: str | None) -> None:
     """The rules Ray and vLLM would enforce only on the cluster, past the structure the parse holds."""
     configs = doc.roles
@@ -169,6 +200,7 @@ def check_application(doc: ServeDocument, where: str, vllm_version: str | None) 
                     f"{' or '.join(allowed)} on the {role} side (vLLM serves a swapped pair, but on GPUs "
                     "decode would then free KV blocks a transfer may still read)",
                 )
+        check_backends(configs, where)
     for role, config in configs.items():
         if "placement_group_config" in config:
             raise in_serve_config(

@@ -57,6 +57,10 @@ def _pools(**change) -> dict:
         ),
         (_pools(**{"decode-l40s": {"instanceType": "g6e.8xlarge"}}), "or a pool that sets `serves: <role>`"),
         (_pools(**{"decode-l40s": {**SECOND_DECODE_POOL["decode-l40s"], "serves": "decoder"}}), "decode-l40s.serves"),
+        (
+            _pools(**{"decode-l40s": {**SECOND_DECODE_POOL["decode-l40s"], "serves": ["prefill", "decode"]}}),
+            "serves = [prefill, decode]: one role of the serve config (one pool each)",
+        ),
     ],
 )
 def test_pools_sharing_a_role_are_checked_together(overrides, message):

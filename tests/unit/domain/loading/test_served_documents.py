@@ -62,7 +62,9 @@ applications:
         model_loading_config: {model_id: Qwen/Qwen3.5-9B, model_source: Qwen/Qwen3.5-9B}
         engine_kwargs:
           max_model_len: 4096
-          kv_transfer_config: {kv_connector: NixlConnector, kv_role: kv_consumer, kv_buffer_device: cuda}
+          kv_transfer_config:
+            {kv_connector: NixlConnector, kv_role: kv_consumer, kv_buffer_device: cuda,
+             kv_connector_extra_config: {backends: [LIBFABRIC]}}
         experimental_configs: {stream_batching_interval_ms: 50}
         log_engine_metrics: true
     deployments:

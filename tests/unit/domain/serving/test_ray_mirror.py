@@ -63,9 +63,18 @@ def test_the_app_arguments_are_rays(cls):
 
 
 def test_the_runtime_env_and_the_vllm_classes_type_only_known_fields():
+    import inspect
+
     from ray.runtime_env import RuntimeEnv
 
     assert set(llm_config.RuntimeEnv.typed()) <= set(RuntimeEnv.known_fields)
+    # Every key Ray knows without a plugin: its fields and its constructor's names (nsight for _nsight).
+    names = {*RuntimeEnv.known_fields, *inspect.signature(RuntimeEnv.__init__).parameters} - {
+        "self",
+        "_validate",
+        "kwargs",
+    }
+    assert ours(llm_config.RuntimeEnv) == names
     arguments = engine_args.vllm_arguments()
     engine = {*arguments["engine_args"], *arguments["frontend_args"]}
     assert set(llm_config.EngineKwargs.typed()) <= engine

@@ -5,6 +5,7 @@ the RayService the one builder renders. What the program declares with them: tes
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,8 @@ from ray_llm_eks.domain.core.errors import ConfigError
 from ray_llm_eks.domain.platform import aws_facts, versions
 from ray_llm_eks.domain.render.ray_service import ray_service_spec
 from ray_llm_eks.domain.serving.fields import put, to_dict
-from ray_llm_eks.domain.serving.serve_config import with_kv_transfer_env
+from ray_llm_eks.domain.serving.llm_config import RuntimeEnv
+from ray_llm_eks.domain.serving.serve_config import check_backends, with_kv_transfer_env
 from tests.conftest import ROOT, region_overrides, settings_error, settings_of
 
 NS = "ray-llm-eks:"
@@ -80,6 +82,43 @@ def test_a_role_moving_gpu_kv_over_ucx_keeps_its_reads_on_cuda_ipc_gets():
     own = put(decode, runtime_env=put(decode.runtime_env, env_vars={"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "auto"}))
     own = put(own, engine_kwargs=put(own.engine, kv_transfer_config=put(transfer, kv_connector_extra_config={})))
     assert with_kv_transfer_env(own).runtime_env.env_vars == {"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "auto"}
+
+
+def test_the_pd_sides_name_nixls_backends_as_a_list_and_the_same_on_both():
+    roles = settings_of({}).serving.serve_document.roles
+
+    def refusal(**backends) -> str:
+        def with_backends(config, value):
+            transfer = put(config.engine.kv_transfer_config, kv_connector_extra_config={"backends": value})
+            return put(config, engine_kwargs=put(config.engine, kv_transfer_config=transfer))
+
+        configs = {role: with_backends(c, backends.get(role, ["LIBFABRIC"])) for role, c in roles.items()}
+        with pytest.raises(ConfigError) as caught:
+            check_backends(configs, "my-serve.yaml")
+        return str(caught.value)
+
+    assert "decode engine_kwargs.kv_transfer_config.kv_connector_extra_config.backends = UCX: a list" in refusal(
+        prefill=["UCX"], decode="UCX"
+    )
+    assert "did you mean UCX?" in refusal(prefill=["UXC"], decode=["UXC"])
+    assert "= {prefill: [UCX], decode: [LIBFABRIC]}: the same on both PD sides" in refusal(prefill=["UCX"])
+    check_backends(roles, "my-serve.yaml")  # the shipped document: LIBFABRIC on both
+
+
+@pytest.mark.parametrize(
+    ("raw", "said"),
+    [
+        ({"env_vars": ["A=1"]}, "runtime_env.env_vars = [A=1]: a mapping of variable names to strings"),
+        ({"env_vars": {"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": True}}, "UCX_CUDA_IPC_ENABLE_GET_ZCOPY = true: a string"),
+        ({"env_vars": {"A": 1}}, "runtime_env.env_vars.A = 1: a string"),
+        ({"env_var": {"A": "1"}}, "runtime_env.env_var: not a field of RuntimeEnv; did you mean env_vars?"),
+    ],
+    ids=["list", "yaml-on", "number", "typo"],
+)
+def test_a_runtime_env_is_refused_where_ray_would_fail_on_the_cluster(raw, said):
+    """Ray takes env_vars as strings only and any other key as a plugin the image lacks: both fail at deploy."""
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        RuntimeEnv.parse(raw, "my-serve.yaml", "prefill runtime_env")
 
 
 def test_a_serve_file_may_not_carry_family_settings(monkeypatch):
