@@ -261,7 +261,8 @@ def check_gpu_instance_type(
         raise ConfigError(
             key,
             value,
-            f"a GPU instance type with EFA (NIXL moves the KV cache over EFA); GPU types {usable_text}",
+            f"a GPU instance type with EFA (a PD pool's nodes move the KV cache over EFA, whichever NIXL backend the "
+            f"serve config names; without it, TCP); GPU types {usable_text}",
             file,
         )
     if not spec.nvme_gb:
