@@ -53,7 +53,7 @@ test: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 4
 
 # The unit layer alone (tests/unit: the domain called directly, no program run): seconds.
 ## test-fast: the unit tests alone (seconds)
