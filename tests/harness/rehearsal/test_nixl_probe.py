@@ -49,3 +49,14 @@ def test_reads_between_two_processes_arrive_and_say_how_they_queue(order):
         assert result["initiator"]["pid"] != result["target"]["pid"]
     else:
         assert result["between"] == "processes"
+
+
+@pytest.mark.skipif(not (REHEARSAL_VENV / ".installed").exists(), reason=f"no rehearsal venv at {REHEARSAL_VENV}")
+def test_the_backends_a_serve_file_may_name_are_the_plugins_nixl_ships():
+    """The pinned NIXL's plugins (the rehearsal venv holds the same nixl-cu13 as the image): a backend name of a serve
+    file is checked against them before anything is created."""
+    from ray_llm_eks.domain.serving.serve_config import NIXL_BACKENDS
+
+    plugins = sorted(REHEARSAL_VENV.glob("lib/python3*/site-packages/nixl_cu13.libs/nixl/libplugin_*.so"))
+    assert plugins, REHEARSAL_VENV
+    assert {p.name.removeprefix("libplugin_").removesuffix(".so") for p in plugins} == set(NIXL_BACKENDS)
