@@ -10,3 +10,9 @@ def fill_defaults(args: object) -> None:
     for field in dataclasses.fields(args):
         if getattr(args, field.name) is None and field.default not in (None, dataclasses.MISSING):
             object.__setattr__(args, field.name, field.default)
+
+
+def present(*resources: object) -> list:
+    """The resources given, for `depends_on`: a component handed one only to wait for it takes None where its hosted
+    caller orders it with dependsOn instead."""
+    return [r for r in resources if r is not None]

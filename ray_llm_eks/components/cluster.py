@@ -16,7 +16,7 @@ import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
 from ray_llm_eks.adapters import botocore_facts
-from ray_llm_eks.components.args import fill_defaults
+from ray_llm_eks.components.args import fill_defaults, present
 from ray_llm_eks.components.node_metadata import hop_limit_one
 from ray_llm_eks.domain.core import config_keys
 from ray_llm_eks.domain.core.config_keys import default
@@ -376,7 +376,7 @@ class Cluster(pulumi.ComponentResource):
             # creates as its children and which inherit it.
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[*([network] if network else []), self.log_group, node_role],
+                depends_on=present(network, self.log_group, node_role),
                 protect=args.keep_data or None,
             ),
         )

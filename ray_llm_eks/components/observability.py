@@ -19,7 +19,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from ray_llm_eks.adapters import botocore_facts, teardown
-from ray_llm_eks.components.args import fill_defaults
+from ray_llm_eks.components.args import fill_defaults, present
 from ray_llm_eks.components.helm import helm_release
 from ray_llm_eks.components.network_policies import NamespaceNetworkPolicies
 from ray_llm_eks.components.pod_identity import default_version_addon, pod_identity_role
@@ -322,7 +322,7 @@ class MonitoringStack(pulumi.ComponentResource):
                 f"{name}-prometheus-volume",
                 args,
                 self.namespace,
-                pulumi.ResourceOptions(parent=self, depends_on=[storage] if storage else []),
+                pulumi.ResourceOptions(parent=self, depends_on=present(storage)),
             )
             waits_for.append(self.volume)
             values = monitoring_release.stack_values(*kept)
@@ -354,7 +354,7 @@ class MonitoringStack(pulumi.ComponentResource):
                     namespace=observability.NAMESPACE,
                     service_account=observability.PROMETHEUS_NAME,
                     role_arn=role.arn,
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[r for r in (agent, policy) if r is not None]),
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=present(agent, policy)),
                 )
             )
             if args.rule_spec is not None:  # the workspace evaluates the alert rules (an agent evaluates none)

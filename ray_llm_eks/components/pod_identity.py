@@ -11,6 +11,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from ray_llm_eks.components.args import present
 from ray_llm_eks.components.helm import helm_release
 from ray_llm_eks.domain.platform import versions
 from ray_llm_eks.domain.platform.versions import ChartPin
@@ -133,5 +134,5 @@ def release_with_role(
         controller.pin,
         namespace,
         controller.values,
-        pulumi.ResourceOptions(parent=parent, depends_on=[r for r in (agent, association) if r is not None]),
+        pulumi.ResourceOptions(parent=parent, depends_on=present(agent, association)),
     )

@@ -18,7 +18,7 @@ from typing import Any
 
 from ray_llm_eks.domain.core import packaged
 from ray_llm_eks.domain.core.errors import ConfigError, yaml_text
-from ray_llm_eks.domain.core.facts import NIXL_DEFAULT_BACKEND, POOL_NODE_LABEL
+from ray_llm_eks.domain.core.facts import POOL_NODE_LABEL
 from ray_llm_eks.domain.serving import model_table
 from ray_llm_eks.domain.serving.fields import given
 from ray_llm_eks.domain.serving.llm_config import KvTransferConfig
@@ -191,7 +191,7 @@ def facts_of(document: ServeDocument, model_spec, spec: Mapping, pool_roles: Map
     for config in (configs["prefill"], configs["decode"]):
         transfer = config.engine.kv_transfer_config or KvTransferConfig()
         connectors.add(given(transfer.kv_connector, ""))
-        backends |= set((transfer.kv_connector_extra_config or {}).get("backends") or [NIXL_DEFAULT_BACKEND])
+        backends |= set(transfer.nixl_backends)
     tp = {role: config.engine.tensor_parallel for role, config in configs.items()}
     return StackFacts(
         pd=True,

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from ray_llm_eks.domain.core.errors import in_serve_config
+from ray_llm_eks.domain.core.facts import NIXL_DEFAULT_BACKEND
 from ray_llm_eks.domain.serving.fields import Fields, Json, child_path, no_extra
 
 _LLM = "ray.llm._internal.serve.core.configs.llm_config"
@@ -53,6 +54,12 @@ class KvTransferConfig(Fields):
     kv_buffer_device: str | None = None
     kv_connector_extra_config: Mapping[str, Json] | None = None
     extra: Mapping[str, Json] = field(default_factory=no_extra)
+
+    @property
+    def nixl_backends(self) -> tuple[str, ...]:
+        """The NIXL backends the connector's agent loads: NIXL's default where unset or empty (vLLM 0.26
+        nixl/base_worker.py). A serve file's value is a list of names (serve_config.check_backends)."""
+        return tuple((self.kv_connector_extra_config or {}).get("backends") or (NIXL_DEFAULT_BACKEND,))
 
 
 @dataclass(frozen=True)

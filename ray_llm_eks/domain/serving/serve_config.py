@@ -19,7 +19,7 @@ from ray_llm_eks.domain.core.errors import NOT_SHOWN, UNSET, ConfigError, did_yo
 from ray_llm_eks.domain.core.facts import COLLOCATED_ROLE, NIXL_DEFAULT_BACKEND, PD_ROLES, POOL_RESOURCE_PREFIX
 from ray_llm_eks.domain.serving import engine_args
 from ray_llm_eks.domain.serving.fields import drop, ensure, put, to_dict
-from ray_llm_eks.domain.serving.llm_config import AutoscalingConfig, LlmConfig, PlacementGroupConfig
+from ray_llm_eks.domain.serving.llm_config import AutoscalingConfig, KvTransferConfig, LlmConfig, PlacementGroupConfig
 from ray_llm_eks.domain.serving.model_families import FAMILY_ENGINE_KEYS, FAMILY_ENV_KEYS, ModelFamily
 from ray_llm_eks.domain.serving.serve_app import (
     GUARDED_PD_IMPORT,
@@ -155,19 +155,16 @@ def check_backends(configs: Mapping[str, LlmConfig], where: str) -> None:
     own, and a transfer needs one both have)."""
     chosen = {}
     for role, config in configs.items():
-        extra = (config.engine.kv_transfer_config or {}).get("kv_connector_extra_config") or {}
-        backends = extra.get("backends")
+        transfer = config.engine.kv_transfer_config or KvTransferConfig()
+        backends = (transfer.kv_connector_extra_config or {}).get("backends")
         key = f"{role} engine_kwargs.kv_transfer_config.kv_connector_extra_config.backends"
-        if backends is None:
-            chosen[role] = (NIXL_DEFAULT_BACKEND,)
-            continue
-        if isinstance(backends, str) or not isinstance(backends, Sequence):
+        if backends is not None and (isinstance(backends, str) or not isinstance(backends, Sequence)):
             raise in_serve_config(where, key, backends, f"a list of NIXL backends, e.g. [{NIXL_DEFAULT_BACKEND}]")
-        for name in backends:
+        for name in backends or ():
             if name not in NIXL_BACKENDS:
                 hint = did_you_mean(str(name), NIXL_BACKENDS)
                 raise in_serve_config(where, key, list(backends), f"NIXL's backends:{hint} {yaml_text(NIXL_BACKENDS)}")
-        chosen[role] = tuple(backends) or (NIXL_DEFAULT_BACKEND,)
+        chosen[role] = transfer.nixl_backends
     if len(set(chosen.values())) > 1:
         raise in_serve_config(
             where,
@@ -264,17 +261,16 @@ def with_family(config: LlmConfig, role: str, where: str, model: ModelFacts) -> 
 KV_TRANSFER_ENV = {"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "on"}
 
 
-def moves_gpu_kv_over_ucx(transfer: Mapping[str, Any]) -> bool:
-    """A KV transfer config (vLLM's, as a dict) whose NIXL agent reads GPU memory through UCX."""
-    backends = (transfer.get("kv_connector_extra_config") or {}).get("backends") or [NIXL_DEFAULT_BACKEND]
-    return "UCX" in backends and transfer.get("kv_buffer_device") in (None, "cuda")
+def moves_gpu_kv_over_ucx(transfer: KvTransferConfig) -> bool:
+    """A KV transfer config whose NIXL agent reads GPU memory through UCX."""
+    return "UCX" in transfer.nixl_backends and transfer.kv_buffer_device in (None, "cuda")
 
 
 def with_kv_transfer_env(config: LlmConfig) -> LlmConfig:
     """A role that moves GPU KV over UCX, with the environment that keeps its reads on CUDA IPC; a serve file's own
     value stays."""
     transfer = config.engine.kv_transfer_config
-    if transfer is None or not moves_gpu_kv_over_ucx(to_dict(transfer)):
+    if transfer is None or not moves_gpu_kv_over_ucx(transfer):
         return config
     config = ensure(config, "runtime_env")
     env = dict(config.runtime_env.get("env_vars") or {})
