@@ -23,6 +23,7 @@ from ray_llm_eks.domain.platform import prices
 # The issue's bar for PD at equal hardware: TTFT with 16 in flight at most 3x its value with 1 (~1,000 prompt
 # tokens); goodput at least 0.8x two collocated replicas' at ~1,000 tokens and at least equal at ~3,500.
 TTFT_GROWTH_LIMIT = 3.0
+TTFT_GROWTH_IN_FLIGHT = 16
 GOODPUT_SHARE = {1000: 0.8, 3500: 1.0}
 
 
@@ -74,13 +75,17 @@ def findings(pd: App, collocated: App) -> list[str]:
     lines = []
     lengths = sorted(set(pd.prompt_lengths()) & set(collocated.prompt_lengths()))
     if (tokens := nearest(lengths, 1000)) is not None:
-        # Against the most requests in flight measured at that prompt length.
         one = pd.at(tokens, 1)
-        many = max((p for p in pd.points if p["prompt_tokens"] == tokens), key=lambda p: p["concurrency"])
-        if one and many is not one and one["ttft_ms"]["p50"]:
-            growth = many["ttft_ms"]["p50"] / one["ttft_ms"]["p50"]
-            lines.append(f"{pd.label}: TTFT p50 at {many['concurrency']} in flight is {growth:.2f}x its value at 1 "
-                         f"({tokens:,} prompt tokens; at most {TTFT_GROWTH_LIMIT:g}x wanted): "
+        # At the bar's requests in flight where measured, else at the most measured; a sweep past it is shown too.
+        measured = sorted(p["concurrency"] for p in pd.points if p["prompt_tokens"] == tokens)
+        judged = TTFT_GROWTH_IN_FLIGHT if TTFT_GROWTH_IN_FLIGHT in measured else measured[-1]
+        if one and judged != 1 and one["ttft_ms"]["p50"]:
+            growth = pd.at(tokens, judged)["ttft_ms"]["p50"] / one["ttft_ms"]["p50"]
+            most = measured[-1]
+            beyond = (f"; at {most} in flight {pd.at(tokens, most)['ttft_ms']['p50'] / one['ttft_ms']['p50']:.2f}x"
+                      if most > judged else "")  # fmt: skip
+            lines.append(f"{pd.label}: TTFT p50 at {judged} in flight is {growth:.2f}x its value at 1 "
+                         f"({tokens:,} prompt tokens; at most {TTFT_GROWTH_LIMIT:g}x wanted{beyond}): "
                          f"{'met' if growth <= TTFT_GROWTH_LIMIT else 'not met'}")  # fmt: skip
     for wanted, share in GOODPUT_SHARE.items():
         if (tokens := nearest(lengths, wanted)) is None:
@@ -92,19 +97,35 @@ def findings(pd: App, collocated: App) -> list[str]:
         lines.append(f"{pd.label}: best goodput at the SLO {ours:.2f} req/s against {collocated.label}'s {theirs:.2f} "
                      f"at {tokens:,} prompt tokens = {shown} (at least {share:g}x wanted): "
                      f"{'met' if met else 'not met'}")  # fmt: skip
-    wins = [pd.best_goodput(t) >= collocated.best_goodput(t) > 0 for t in lengths]
+    ratios = {t: pd.best_goodput(t) / collocated.best_goodput(t) for t in lengths if collocated.best_goodput(t)}
+    if ratios:
+        lines.append(f"{pd.label} against {collocated.label}, best goodput at the SLO by prompt tokens: "
+                     + ", ".join(f"{t:,} {r:.2f}x" for t, r in ratios.items()))  # fmt: skip
+    lines.append(threshold_finding(lengths, [pd.best_goodput(t) >= collocated.best_goodput(t) > 0 for t in lengths]))
+    return lines
+
+
+def threshold_finding(lengths: Sequence[int], wins: Sequence[bool]) -> str:
+    """Selective PD's threshold from where PD wins: a threshold keeps the prompts below it on decode alone, so it
+    helps only where PD loses below some length and wins at every longer one."""
     # From where PD wins at every longer measured prompt too: one noisy win below a loss sets no threshold.
     first = next((i for i in range(len(lengths)) if all(wins[i:])), None)
-    if first is None:
-        lines.append(f"PD did not pay at the longest measured prompt ({max(lengths, default=0):,} tokens): "
-                     "selective PD would serve every measured prompt on decode alone")  # fmt: skip
-    elif first == 0:
-        lines.append(f"PD paid at every measured prompt length, from {lengths[0]:,} tokens: no threshold within "
-                     "the sweep")  # fmt: skip
-    else:
-        lines.append(f"PD pays from {lengths[first]:,} prompt tokens and not at {lengths[first - 1]:,}: selectivePd "
-                     f"between them ({lengths[first]} is the measured, cautious choice)")  # fmt: skip
-    return lines
+    if first == 0:
+        return f"PD paid at every measured prompt length, from {lengths[0]:,} tokens: no threshold within the sweep"
+    if first is not None:
+        return (f"PD pays from {lengths[first]:,} prompt tokens and not at {lengths[first - 1]:,}: selectivePd "
+                f"between them ({lengths[first]} is the measured, cautious choice)")  # fmt: skip
+    longest = f"{max(lengths, default=0):,}"
+    if not any(wins):
+        return (
+            f"PD paid at no measured prompt length, the longest {longest} tokens included: collocated serving "
+            "does better here, and a threshold above it would serve every measured prompt on decode alone"
+        )
+    paid = ", ".join(f"{t:,}" for t, won in zip(lengths, wins, strict=True) if won)
+    return (
+        f"PD paid at {paid} prompt tokens but not at the longest measured ({longest}): no length from which it "
+        "pays, so no threshold (one would keep the short prompts where PD paid on decode alone)"
+    )
 
 
 def _app(text: str) -> App:

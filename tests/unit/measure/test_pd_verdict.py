@@ -48,8 +48,29 @@ def test_a_noisy_win_below_a_loss_sets_no_threshold_and_a_loss_at_the_longest_pr
     assert pd_verdict.findings(noisy, COLLOCATED)[-1].startswith("PD pays from 3,500 prompt tokens and not at 1,000")
     losing = pd_verdict.App("pd", tuple(_point(t, 16, 300, 1.0) for t in (300, 1000, 3500)))
     lines = pd_verdict.findings(losing, COLLOCATED)
-    assert lines[-1].startswith("PD did not pay at the longest measured prompt (3,500 tokens)")
-    assert all(line.endswith("not met") for line in lines if "best goodput" in line)
+    assert lines[-1].startswith("PD paid at no measured prompt length, the longest 3,500 tokens included")
+    assert all(line.endswith("not met") for line in lines if "best goodput at the SLO 1.00" in line)
+
+
+def test_a_pd_that_wins_at_short_prompts_and_loses_at_the_longest_gets_no_threshold():
+    # The shape measured on one shared GPU: PD ahead at 300 tokens, behind at 1,000 and 3,500. A threshold would keep
+    # the 300-token prompts, where PD paid, on decode alone: no threshold, and the line says where PD paid.
+    shape = pd_verdict.App("pd", tuple(_point(t, 16, 300, good) for t, good in [(300, 14.0), (1000, 9.0), (3500, 4.0)]))
+    lines = pd_verdict.findings(shape, COLLOCATED)
+    assert (
+        lines[-2]
+        == "pd against collocated, best goodput at the SLO by prompt tokens: 300 1.17x, 1,000 0.90x, 3,500 0.80x"
+    )
+    assert lines[-1].startswith("PD paid at 300 prompt tokens but not at the longest measured (3,500): no length")
+
+
+def test_ttft_growth_is_judged_at_16_in_flight_and_a_longer_sweep_is_shown_beside_it():
+    swept = pd_verdict.App("pd", tuple(_point(1000, n, ttft, 1.0) for n, ttft in [(1, 100), (16, 250), (32, 400)]))
+    (growth,) = [line for line in pd_verdict.findings(swept, COLLOCATED) if "TTFT p50" in line]
+    assert growth == (
+        "pd: TTFT p50 at 16 in flight is 2.50x its value at 1 (1,000 prompt tokens; at most 3x wanted; "
+        "at 32 in flight 4.00x): met"
+    )
 
 
 def test_the_table_gives_each_app_its_row_and_dollars_from_its_own_throughput():
