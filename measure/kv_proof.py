@@ -83,7 +83,8 @@ def engine_roles(samples: Iterable[Sample]) -> dict[str, str]:
     return roles
 
 
-def _le(value: str) -> float:
+def le_of(value: str) -> float:
+    """A bucket's `le` label as a number."""
     return INF if value in ("+Inf", "Inf", "inf") else float(value)
 
 
@@ -107,7 +108,7 @@ def counters(samples: Iterable[Sample]) -> KvCounters:
                 source = s.labels.get("source", "?")
                 decode_tokens[source] = decode_tokens.get(source, 0.0) + s.value
         elif s.name in buckets:
-            le = _le(s.labels.get("le", "+Inf"))
+            le = le_of(s.labels.get("le", "+Inf"))
             buckets[s.name][le] = buckets[s.name].get(le, 0.0) + s.value
         else:
             sums[s.name] = sums.get(s.name, 0.0) + s.value

@@ -5,15 +5,16 @@ data in, figures out; the sweep bench (rehearsal/checks/sweep_bench.py) gathers 
 Which hop grows with the requests in flight is where they queue: decode's queue time holds its wait for the KV
 (vLLM records a request's SCHEDULED event only once its remote KV has arrived: v1/core/sched/scheduler.py), and
 the NIXL transfer time runs from the read's post until the engine saw it done (nixl/stats.py), so transfers that
-wait for each other show there. Under Ray the histograms' sums are bucket midpoints (measure/kv_proof.py): their
-means are approximate, their growth is not.
+wait for each other show there. Under Ray the histograms' sums are bucket midpoints (measure/kv_proof.py): there
+the figures are the bounds the buckets the events landed in give (a queue of 2 ms and one of 290 ms both read
+0-300 ms in vLLM's first queue bucket), and a midpoint mean is only their middle.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from measure.kv_proof import Sample
+from measure.kv_proof import INF, Sample, landed, le_of
 
 # vLLM 0.26's histograms as `vllm serve` exports them (v1/metrics/loggers.py, kv_connector/v1/nixl/stats.py);
 # Ray Serve LLM exports each as ray_vllm_<name> (vllm/v1/metrics/ray_wrappers.py: ':' -> '_', Ray's prefix).
@@ -36,41 +37,60 @@ def ray_name(name: str) -> str:
 
 
 def series() -> list[str]:
-    """Every series `engine_means` reads, in both namings."""
-    return [f"{base}_{part}" for name in HISTOGRAMS.values() for base in (name, ray_name(name)) for part in
-            ("sum", "count")]  # fmt: skip
+    """Every series `engine_means` reads, in both namings (the buckets only in Ray's, whose sums are midpoints)."""
+    exact = [f"{name}_{part}" for name in HISTOGRAMS.values() for part in ("sum", "count")]
+    return exact + [f"{ray_name(name)}_{part}" for name in HISTOGRAMS.values() for part in ("sum", "count", "bucket")]
 
 
-def _totals(samples: Iterable[Sample]) -> dict[str, tuple[float, float]]:
-    """figure -> (sum, count) over every engine's samples."""
+def _totals(samples: Iterable[Sample]) -> tuple[dict[str, tuple[float, float]], dict[str, dict[float, float]]]:
+    """(figure -> (sum, count), figure -> {le: cumulative count}) over every engine's samples; buckets only where
+    the sums are Ray's midpoints."""
     by_name = {f"{n}_{part}": (figure, part) for figure, name in HISTOGRAMS.items() for n in (name, ray_name(name))
                for part in ("sum", "count")}  # fmt: skip
+    by_bucket = {f"{ray_name(name)}_bucket": figure for figure, name in HISTOGRAMS.items()}
     totals: dict[str, list[float]] = {}
+    buckets: dict[str, dict[float, float]] = {}
     for s in samples:
         if s.name in by_name:
             figure, part = by_name[s.name]
             totals.setdefault(figure, [0.0, 0.0])[0 if part == "sum" else 1] += s.value
-    return {figure: (v[0], v[1]) for figure, v in totals.items()}
+        elif figure := by_bucket.get(s.name):
+            le = le_of(s.labels.get("le", "+Inf"))
+            buckets.setdefault(figure, {})[le] = buckets.get(figure, {}).get(le, 0.0) + s.value
+    return {figure: (v[0], v[1]) for figure, v in totals.items()}, buckets
+
+
+def _bounds(before: dict[float, float], after: dict[float, float], scale: float) -> list[float] | None:
+    """The mean's lower and upper bound from the buckets the events between two readings landed in (scaled; the
+    upper one None where an event landed in the +Inf bucket)."""
+    got = landed(before, after)
+    events = sum(got.values())
+    if not events:
+        return None
+    low = sum(n * lower for (lower, _), n in got.items()) / events
+    high = sum(n * upper for (_, upper), n in got.items()) / events
+    return [round(low * scale, 2), None if high == INF else round(high * scale, 2)]
 
 
 def engine_means(
     before: Mapping[str, Iterable[Sample]], after: Mapping[str, Iterable[Sample]]
-) -> dict[str, dict[str, dict[str, float]]]:
-    """role -> figure -> {"mean": per event between the readings (ms for times), "count": events}: the events that
-    happened between `before` and `after` (each a role's samples)."""
-    means: dict[str, dict[str, dict[str, float]]] = {}
+) -> dict[str, dict[str, dict]]:
+    """role -> figure -> {"mean": per event between the readings (ms for times), "count": events, and where the sums
+    are Ray's midpoints "bounds": [lower, upper] of that mean from the buckets}: the events that happened between
+    `before` and `after` (each a role's samples)."""
+    means: dict[str, dict[str, dict]] = {}
     for role, samples in after.items():
-        then, now = _totals(before.get(role, ())), _totals(samples)
+        (then, then_buckets), (now, now_buckets) = _totals(before.get(role, ())), _totals(samples)
         for figure, (total, count) in now.items():
             old_total, old_count = then.get(figure, (0.0, 0.0))
             events = count - old_count
             if events <= 0:
                 continue
-            mean = (total - old_total) / events
-            means.setdefault(role, {})[figure] = {
-                "mean": round(mean * 1000, 2) if figure in SECONDS else round(mean, 1),
-                "count": events,
-            }
+            scale = 1000 if figure in SECONDS else 1
+            got: dict = {"mean": round((total - old_total) / events * scale, 2 if scale > 1 else 1), "count": events}
+            if figure in now_buckets and (bounds := _bounds(then_buckets.get(figure, {}), now_buckets[figure], scale)):
+                got["bounds"] = bounds
+            means.setdefault(role, {})[figure] = got
     return means
 
 

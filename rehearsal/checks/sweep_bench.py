@@ -177,16 +177,24 @@ def _run(ctx: Context) -> None:
 
 
 def _where(figures: dict) -> str:
-    """One line of a point's hop figures: each role's mean queue and KV transfer time, the proxy's hop p50s."""
+    """One line of a point's hop figures: each role's mean queue and KV transfer time (under Ray the bounds its
+    buckets give, not the midpoint mean), the proxy's hop p50s."""
     parts = []
     for role, got in sorted(figures.get("engines", {}).items()):
-        shown = [f"{name} {got[name]['mean']}{' ms' if name in pd_hops.SECONDS else ''}" for name in
+        shown = [f"{name} {_figure(got[name])}{' ms' if name in pd_hops.SECONDS else ''}" for name in
                  ("queue", "prefill", "kv_transfer", "kv_bytes", "kv_descriptors") if name in got]  # fmt: skip
         if shown:
             parts.append(f"{role}: " + ", ".join(shown))
     for hop, q in figures.get("hops", {}).items():
         parts.append(f"{hop} p50 {q['p50']} ms")
     return "; ".join(parts) or "no engine histograms read"
+
+
+def _figure(got: dict) -> str:
+    if (bounds := got.get("bounds")) is None:
+        return f"{got['mean']}"
+    low, high = bounds
+    return f"{low:g}-{'inf' if high is None else f'{high:g}'}"
 
 
 SWEEP_BENCH = Check("sweep bench", _run, selected=by_flag("sweep_bench"), options=_options)

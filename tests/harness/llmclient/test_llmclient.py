@@ -541,6 +541,15 @@ def test_the_sweep_bench_reports_goodput_and_the_path_of_each_point(server, tmp_
         sweep_bench.SWEEP_BENCH.run(ctx)
 
 
+def test_the_sweep_line_gives_rays_bucket_bounds_not_their_midpoint_mean():
+    from rehearsal.checks import sweep_bench
+
+    decode = {"queue": {"mean": 150.0, "count": 8, "bounds": [0.0, 300.0]}, "kv_transfer": {"mean": 1.2, "count": 8}}
+    prefill = {"queue": {"mean": 7000.0, "count": 2, "bounds": [5000.0, None]}}
+    figures = {"engines": {"decode": decode, "prefill": prefill}}
+    assert sweep_bench._where(figures) == "decode: queue 0-300 ms, kv_transfer 1.2 ms; prefill: queue 5000-inf ms"
+
+
 def test_every_openai_client_is_closed_inside_its_event_loop():
     """An AsyncOpenAI client left to the garbage collector after asyncio.run closed its loop prints "Event loop
     is closed" tracebacks: every client of llmclient.core.client is opened by `async with`, which closes it

@@ -32,7 +32,30 @@ def test_a_histogram_without_new_events_is_left_out():
 def test_series_names_every_histogram_in_both_namings():
     names = pd_hops.series()
     assert "vllm:nixl_xfer_time_seconds_sum" in names and "ray_vllm_nixl_xfer_time_seconds_count" in names
-    assert len(names) == 4 * len(pd_hops.HISTOGRAMS)
+    assert (
+        "ray_vllm_request_queue_time_seconds_bucket" in names and "vllm:request_queue_time_seconds_bucket" not in names
+    )
+    assert len(names) == 5 * len(pd_hops.HISTOGRAMS)
+
+
+def ray_buckets(name: str, cumulative: dict[str, float]) -> list[Sample]:
+    return [Sample(f"{pd_hops.ray_name(name)}_bucket", {"le": le}, n) for le, n in cumulative.items()]
+
+
+def test_under_ray_the_figures_carry_the_bounds_their_buckets_give_not_only_the_midpoint_mean():
+    queue = "vllm:request_queue_time_seconds"
+    # Two engines; vLLM's first queue buckets are 0.3 and 0.5 s. Ray's sum is bucket midpoints: 0.15 a request.
+    before = {"prefill": hist(queue, 0.15, 1, ray=True) + ray_buckets(queue, {"0.3": 1, "0.5": 1, "+Inf": 1})}
+    after = {"prefill": hist(queue, 0.15 * 4 + 0.4, 5, ray=True)
+             + ray_buckets(queue, {"0.3": 3, "0.5": 3, "+Inf": 3})
+             + ray_buckets(queue, {"0.3": 1, "0.5": 2, "+Inf": 2})}  # fmt: skip
+    got = pd_hops.engine_means(before, after)["prefill"]["queue"]
+    # Four new events: three in (0, 0.3], one in (0.3, 0.5]: the mean lies between 75 and 350 ms.
+    assert got == {"mean": 212.5, "count": 4, "bounds": [75.0, 350.0]}  # the midpoint mean: 3 x 150 + 400
+    tail = {"prefill": hist(queue, 12.0, 1, ray=True) + ray_buckets(queue, {"0.3": 0, "+Inf": 1})}
+    assert pd_hops.engine_means({}, tail)["prefill"]["queue"]["bounds"] == [300.0, None]
+    plain = {"prefill": hist(queue, 0.004, 2)}  # `vllm serve`'s sums are exact: no bounds
+    assert pd_hops.engine_means({}, plain)["prefill"]["queue"] == {"mean": 2.0, "count": 2}
 
 
 def test_hop_percentiles_span_each_hop_of_the_requests_that_reached_it():
