@@ -142,6 +142,11 @@ def landed(before: Mapping[float, float], after: Mapping[float, float]) -> Count
     return out
 
 
+def edge_sums(events: Mapping[tuple[float, float], float]) -> tuple[float, float]:
+    """The events' total at their buckets' lower edges and at their upper edges: the bounds of their true sum."""
+    return sum(b[0] * c for b, c in events.items()), sum(b[1] * c for b, c in events.items())
+
+
 def bucket_of(value: float, bounds: Iterable[float]) -> tuple[float, float]:
     """The (lower, upper] histogram bucket holding `value`."""
     lower = 0.0
@@ -179,7 +184,7 @@ class KvShape:
     def describe(self, prompt_tokens: int) -> str:
         return (
             f"{self.blocks(prompt_tokens)} block(s) x {self.block_size} tokens x {self.kv_bytes_per_token:g} B + "
-            f"{_size(self.state_bytes_per_sequence)} state = {_size(self.expected_bytes(prompt_tokens))}"
+            f"{size_text(self.state_bytes_per_sequence)} state = {size_text(self.expected_bytes(prompt_tokens))}"
         )
 
 
@@ -241,7 +246,8 @@ class Verdict:
         return not self.failures
 
 
-def _size(n: float) -> str:
+def size_text(n: float) -> str:
+    """Bytes in the largest binary unit that keeps them at 1 or more."""
     if n == INF:
         return "inf"
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
@@ -250,7 +256,7 @@ def _size(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def _bucket_text(bucket: tuple[float, float], fmt=_size) -> str:
+def _bucket_text(bucket: tuple[float, float], fmt=size_text) -> str:
     return f"({fmt(bucket[0])}, {fmt(bucket[1])}]"
 
 
@@ -308,9 +314,9 @@ def judge(
     times = landed(before.seconds_buckets, after.seconds_buckets)
     if moved > 0 and seconds > 0:
         # Bounds from the buckets: bytes at their buckets' edges over times at theirs.
-        low = sum(b[0] * c for b, c in got.items()) / sum(b[1] * c for b, c in times.items())
-        high_time = sum(b[0] * c for b, c in times.items())
-        high = sum(b[1] * c for b, c in got.items()) / high_time if high_time else INF
+        (least_bytes, most_bytes), (least_time, most_time) = edge_sums(got), edge_sums(times)
+        low = least_bytes / most_time
+        high = most_bytes / least_time if least_time else INF
         floor_text = f"floor {floor_bytes_per_s / 1e9:.3g} GB/s" if floor_bytes_per_s else "no floor"
         v.lines.append(
             f"transfer throughput: about {moved / seconds / 1e9:.3g} GB/s per second of transfer time (Ray's bucket "

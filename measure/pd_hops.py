@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from measure.kv_proof import INF, Sample, landed, le_of
+from measure.kv_proof import INF, Sample, edge_sums, landed, le_of
 
 # vLLM 0.26's histograms as `vllm serve` exports them (v1/metrics/loggers.py, kv_connector/v1/nixl/stats.py);
 # Ray Serve LLM exports each as ray_vllm_<name> (vllm/v1/metrics/ray_wrappers.py: ':' -> '_', Ray's prefix).
@@ -60,16 +60,15 @@ def _totals(samples: Iterable[Sample]) -> tuple[dict[str, tuple[float, float]], 
     return {figure: (v[0], v[1]) for figure, v in totals.items()}, buckets
 
 
-def _bounds(before: dict[float, float], after: dict[float, float], scale: float) -> list[float] | None:
-    """The mean's lower and upper bound from the buckets the events between two readings landed in (scaled; the
-    upper one None where an event landed in the +Inf bucket)."""
+def _bounds(before: dict[float, float], after: dict[float, float], events: float, scale: float) -> list | None:
+    """The mean's lower and upper bound from the buckets the `events` between two readings landed in (scaled; the
+    upper one None where one landed in the +Inf bucket); None where the buckets do not account for exactly those
+    events (a counter that started again between the readings)."""
     got = landed(before, after)
-    events = sum(got.values())
-    if not events:
+    if sum(got.values()) != round(events):
         return None
-    low = sum(n * lower for (lower, _), n in got.items()) / events
-    high = sum(n * upper for (_, upper), n in got.items()) / events
-    return [round(low * scale, 2), None if high == INF else round(high * scale, 2)]
+    low, high = edge_sums(got)
+    return [round(low / events * scale, 2), None if high == INF else round(high / events * scale, 2)]
 
 
 def engine_means(
@@ -88,7 +87,8 @@ def engine_means(
                 continue
             scale = 1000 if figure in SECONDS else 1
             got: dict = {"mean": round((total - old_total) / events * scale, 2 if scale > 1 else 1), "count": events}
-            if figure in now_buckets and (bounds := _bounds(then_buckets.get(figure, {}), now_buckets[figure], scale)):
+            bounds = figure in now_buckets and _bounds(then_buckets.get(figure, {}), now_buckets[figure], events, scale)
+            if bounds:
                 got["bounds"] = bounds
             means.setdefault(role, {})[figure] = got
     return means

@@ -72,24 +72,12 @@ def nearest(lengths: Sequence[int], tokens: int) -> int | None:
 
 def findings(pd: App, collocated: App) -> list[str]:
     """The acceptance figures, one line each, and where PD starts to pay."""
-    lines = []
     lengths = sorted(set(pd.prompt_lengths()) & set(collocated.prompt_lengths()))
-    if (tokens := nearest(lengths, 1000)) is not None:
-        one = pd.at(tokens, 1)
-        # At the bar's requests in flight where measured, else at the most measured; a sweep past it is shown too.
-        measured = sorted(p["concurrency"] for p in pd.points if p["prompt_tokens"] == tokens)
-        judged = TTFT_GROWTH_IN_FLIGHT if TTFT_GROWTH_IN_FLIGHT in measured else measured[-1]
-        if one and judged != 1 and one["ttft_ms"]["p50"]:
-            growth = pd.at(tokens, judged)["ttft_ms"]["p50"] / one["ttft_ms"]["p50"]
-            most = measured[-1]
-            beyond = (f"; at {most} in flight {pd.at(tokens, most)['ttft_ms']['p50'] / one['ttft_ms']['p50']:.2f}x"
-                      if most > judged else "")  # fmt: skip
-            lines.append(f"{pd.label}: TTFT p50 at {judged} in flight is {growth:.2f}x its value at 1 "
-                         f"({tokens:,} prompt tokens; at most {TTFT_GROWTH_LIMIT:g}x wanted{beyond}): "
-                         f"{'met' if growth <= TTFT_GROWTH_LIMIT else 'not met'}")  # fmt: skip
+    if not lengths:
+        return [f"no prompt length measured by both {pd.label} and {collocated.label}: nothing to judge"]
+    lines = [ttft_growth(pd, nearest(lengths, 1000))]
     for wanted, share in GOODPUT_SHARE.items():
-        if (tokens := nearest(lengths, wanted)) is None:
-            continue
+        tokens = nearest(lengths, wanted)
         ours, theirs = pd.best_goodput(tokens), collocated.best_goodput(tokens)
         ratio = ours / theirs if theirs else None
         shown = "-" if ratio is None else f"{ratio:.2f}x"
@@ -101,8 +89,25 @@ def findings(pd: App, collocated: App) -> list[str]:
     if ratios:
         lines.append(f"{pd.label} against {collocated.label}, best goodput at the SLO by prompt tokens: "
                      + ", ".join(f"{t:,} {r:.2f}x" for t, r in ratios.items()))  # fmt: skip
-    lines.append(threshold_finding(lengths, [pd.best_goodput(t) >= collocated.best_goodput(t) > 0 for t in lengths]))
+    # A length where only PD met the SLO is a win; where neither did, no one's.
+    wins = [pd.best_goodput(t) > 0 and pd.best_goodput(t) >= collocated.best_goodput(t) for t in lengths]
+    lines.append(threshold_finding(lengths, wins))
     return lines
+
+
+def ttft_growth(pd: App, tokens: int) -> str:
+    """TTFT p50 at the bar's requests in flight against its value at 1, at this prompt length (and at the most
+    requests in flight measured, where the sweep went further)."""
+    p50 = {p["concurrency"]: p["ttft_ms"]["p50"] for p in pd.points if p["prompt_tokens"] == tokens}
+    wanted = f"{tokens:,} prompt tokens; at most {TTFT_GROWTH_LIMIT:g}x wanted"
+    one, judged, most = p50.get(1), p50.get(TTFT_GROWTH_IN_FLIGHT), max(p50)
+    if not one or judged is None:
+        missing = 1 if not one else TTFT_GROWTH_IN_FLIGHT
+        return f"{pd.label}: TTFT growth not judged ({wanted}): no TTFT p50 at {missing} in flight"
+    growth = judged / one
+    beyond = f"; at {most} in flight {p50[most] / one:.2f}x" if most > TTFT_GROWTH_IN_FLIGHT and p50[most] else ""
+    return (f"{pd.label}: TTFT p50 at {TTFT_GROWTH_IN_FLIGHT} in flight is {growth:.2f}x its value at 1 "
+            f"({wanted}{beyond}): {'met' if growth <= TTFT_GROWTH_LIMIT else 'not met'}")  # fmt: skip
 
 
 def threshold_finding(lengths: Sequence[int], wins: Sequence[bool]) -> str:

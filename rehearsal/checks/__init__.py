@@ -122,6 +122,8 @@ def run_all(ctx: Context, checks: list[Check]) -> list[str]:
             check.run(ctx)
         except RehearsalFailed as exc:
             if not check.defer:
+                if deferred:  # the failures that came first still lead the line
+                    raise RehearsalFailed("; ".join([*deferred, f"{check.name}: {exc}"])) from exc
                 raise
             ctx.mark(f"check '{check.name}' FAILED, the other checks go on: {str(exc)[:300]}")
             deferred.append(f"{check.name}: {exc}")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from llmclient import core, metrics
 from measure import bench, kv_proof, pd_hops
+from measure.kv_proof import INF
 from ray_llm_eks.domain.telemetry import slo
 from rehearsal.checks import Check, by_flag
 from rehearsal.checks.quick_bench import load
@@ -181,7 +182,7 @@ def _where(figures: dict) -> str:
     buckets give, not the midpoint mean), the proxy's hop p50s."""
     parts = []
     for role, got in sorted(figures.get("engines", {}).items()):
-        shown = [f"{name} {_figure(got[name])}{' ms' if name in pd_hops.SECONDS else ''}" for name in
+        shown = [f"{name} {_figure(name, got[name])}" for name in
                  ("queue", "prefill", "kv_transfer", "kv_bytes", "kv_descriptors") if name in got]  # fmt: skip
         if shown:
             parts.append(f"{role}: " + ", ".join(shown))
@@ -190,11 +191,15 @@ def _where(figures: dict) -> str:
     return "; ".join(parts) or "no engine histograms read"
 
 
-def _figure(got: dict) -> str:
+def _figure(name: str, got: dict) -> str:
+    """A figure's mean, or under Ray its bounds: times in ms, bytes in binary units."""
+    unit = " ms" if name in pd_hops.SECONDS else ""
     if (bounds := got.get("bounds")) is None:
-        return f"{got['mean']}"
-    low, high = bounds
-    return f"{low:g}-{'inf' if high is None else f'{high:g}'}"
+        return f"{got['mean']}{unit}"
+    low, high = (INF if b is None else b for b in bounds)
+    if name == "kv_bytes":
+        return f"{kv_proof.size_text(low)}-{kv_proof.size_text(high)}"
+    return f"{low:g}-{'inf' if high == INF else f'{high:g}'}{unit}"
 
 
 SWEEP_BENCH = Check("sweep bench", _run, selected=by_flag("sweep_bench"), options=_options)

@@ -545,9 +545,12 @@ def test_the_sweep_line_gives_rays_bucket_bounds_not_their_midpoint_mean():
     from rehearsal.checks import sweep_bench
 
     decode = {"queue": {"mean": 150.0, "count": 8, "bounds": [0.0, 300.0]}, "kv_transfer": {"mean": 1.2, "count": 8}}
+    decode["kv_bytes"] = {"mean": 83886080.0, "count": 8, "bounds": [2.0**25, 2.0**27]}
     prefill = {"queue": {"mean": 7000.0, "count": 2, "bounds": [5000.0, None]}}
     figures = {"engines": {"decode": decode, "prefill": prefill}}
-    assert sweep_bench._where(figures) == "decode: queue 0-300 ms, kv_transfer 1.2 ms; prefill: queue 5000-inf ms"
+    assert sweep_bench._where(figures) == (
+        "decode: queue 0-300 ms, kv_transfer 1.2 ms, kv_bytes 32 MiB-128 MiB; prefill: queue 5000-inf ms"
+    )
 
 
 def test_every_openai_client_is_closed_inside_its_event_loop():

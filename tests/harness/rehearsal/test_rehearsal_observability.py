@@ -100,6 +100,12 @@ def test_the_checks_run_in_their_order_and_the_fault_last():
     assert names[-1] == "fault: KV path broken in place"
 
 
+def test_a_failed_verify_still_lets_the_measurements_run_but_not_the_fault_that_needs_it_passed():
+    assert observability.VERIFY.defer
+    assert not observability.KV_FAULT.when(SimpleNamespace(pd=True, results={}))
+    assert observability.KV_FAULT.when(SimpleNamespace(pd=True, results={"verify": ["verify passed"]}))
+
+
 def test_the_fault_is_refused_where_it_would_not_break_the_kv_path():
     collocated = SimpleNamespace(pd=False, hybrid=True)
     with pytest.raises(ValueError, match="hybrid model's KV path"):

@@ -234,6 +234,13 @@ def test_a_deferred_check_fails_the_run_at_the_end_and_the_others_still_run():
     with pytest.raises(RehearsalFailed, match="figures off"):
         run_all(ctx, [Check("figures", failing), *checks[1:]])
     assert ran == ["smoke"]  # a failure that is not deferred stops the run there
+    # ... and its line keeps the deferred failures before it, which came first
+
+    def empty_panels(ctx):
+        raise RehearsalFailed("panels empty")
+
+    with pytest.raises(RehearsalFailed, match=r"^figures: figures off; queries: panels empty$"):
+        run_all(ctx, [checks[0], Check("queries", empty_panels)])
 
 
 def test_each_extra_check_runs_only_with_its_own_flag():

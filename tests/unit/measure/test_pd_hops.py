@@ -70,3 +70,11 @@ def test_hop_percentiles_span_each_hop_of_the_requests_that_reached_it():
     assert got["total"] == {"p50": 300.0, "p95": 600.0}
     collocated = [{"prefill_sent": None, "decode_sent": 0.0, "decode_first_byte": 0.05}]
     assert set(pd_hops.hop_percentiles(collocated)) == {"decode_first_byte", "total"}
+
+
+def test_no_bounds_where_the_buckets_do_not_account_for_the_events_between_the_readings():
+    queue = "vllm:request_queue_time_seconds"
+    # An engine started again between the readings: its buckets went back while the other engine's counted on.
+    before = {"decode": hist(queue, 0.45, 3, ray=True) + ray_buckets(queue, {"0.3": 3, "+Inf": 3})}
+    after = {"decode": hist(queue, 0.9, 6, ray=True) + ray_buckets(queue, {"0.3": 1, "+Inf": 6})}
+    assert pd_hops.engine_means(before, after)["decode"]["queue"] == {"mean": 150.0, "count": 3}

@@ -49,12 +49,13 @@ def test_a_noisy_win_below_a_loss_sets_no_threshold_and_a_loss_at_the_longest_pr
     losing = pd_verdict.App("pd", tuple(_point(t, 16, 300, 1.0) for t in (300, 1000, 3500)))
     lines = pd_verdict.findings(losing, COLLOCATED)
     assert lines[-1].startswith("PD paid at no measured prompt length, the longest 3,500 tokens included")
-    assert all(line.endswith("not met") for line in lines if "best goodput at the SLO 1.00" in line)
+    judged = [line for line in lines if "best goodput at the SLO 1.00" in line]
+    assert len(judged) == 2 and all(line.endswith("not met") for line in judged), lines
 
 
 def test_a_pd_that_wins_at_short_prompts_and_loses_at_the_longest_gets_no_threshold():
-    # The shape measured on one shared GPU: PD ahead at 300 tokens, behind at 1,000 and 3,500. A threshold would keep
-    # the 300-token prompts, where PD paid, on decode alone: no threshold, and the line says where PD paid.
+    # PD ahead at 300 tokens, behind at 1,000 and 3,500: a threshold would keep the 300-token prompts, where PD paid,
+    # on decode alone. No threshold, and the line says where PD paid.
     shape = pd_verdict.App("pd", tuple(_point(t, 16, 300, good) for t, good in [(300, 14.0), (1000, 9.0), (3500, 4.0)]))
     lines = pd_verdict.findings(shape, COLLOCATED)
     assert (
@@ -94,3 +95,21 @@ def test_the_command_prices_equal_hardware_and_refuses_an_unknown_label(tmp_path
     with pytest.raises(SystemExit):
         pd_verdict.main(["--pd", "ours", "--collocated", "collocated", *args])
     assert "ours: not one of the labels given (pd, collocated)" in capsys.readouterr().err
+
+
+def test_a_length_where_only_pd_met_the_slo_is_a_win_for_pd():
+    broken = pd_verdict.App("collocated", tuple(_point(t, 16, 300, 1.0, meets=(t != 3500)) for t in (300, 1000, 3500)))
+    pd = pd_verdict.App("pd", tuple(_point(t, 16, 300, 0.5) for t in (300, 1000, 3500)))
+    assert pd_verdict.findings(pd, broken)[-1].startswith("PD pays from 3,500 prompt tokens and not at 1,000")
+
+
+def test_growth_is_not_judged_without_a_point_at_16_in_flight_and_nothing_without_shared_lengths():
+    short = pd_verdict.App("pd", tuple(_point(1000, n, ttft, 1.0) for n, ttft in [(1, 100), (4, 150)]))
+    (growth,) = [line for line in pd_verdict.findings(short, COLLOCATED) if "TTFT" in line]
+    assert growth == "pd: TTFT growth not judged (1,000 prompt tokens; at most 3x wanted): no TTFT p50 at 16 in flight"
+    failed = pd_verdict.App("pd", (_point(1000, 16, 300, 1.0), {**_point(1000, 1, 0, 0.0), "ttft_ms": {"p50": None}}))
+    assert "no TTFT p50 at 1 in flight" in pd_verdict.findings(failed, COLLOCATED)[0]
+    elsewhere = pd_verdict.App("pd", (_point(8000, 1, 100, 1.0),))
+    assert pd_verdict.findings(elsewhere, COLLOCATED) == [
+        "no prompt length measured by both pd and collocated: nothing to judge"
+    ]
