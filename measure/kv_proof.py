@@ -83,9 +83,15 @@ def engine_roles(samples: Iterable[Sample]) -> dict[str, str]:
     return roles
 
 
-def le_of(value: str) -> float:
+def _le(value: str) -> float:
     """A bucket's `le` label as a number."""
     return INF if value in ("+Inf", "Inf", "inf") else float(value)
+
+
+def add_bucket(cumulative: dict[float, float], sample: Sample) -> None:
+    """Add one engine's `_bucket` sample to a histogram summed over engines (le -> cumulative count)."""
+    le = _le(sample.labels.get("le", "+Inf"))
+    cumulative[le] = cumulative.get(le, 0.0) + sample.value
 
 
 def counters(samples: Iterable[Sample]) -> KvCounters:
@@ -108,8 +114,7 @@ def counters(samples: Iterable[Sample]) -> KvCounters:
                 source = s.labels.get("source", "?")
                 decode_tokens[source] = decode_tokens.get(source, 0.0) + s.value
         elif s.name in buckets:
-            le = le_of(s.labels.get("le", "+Inf"))
-            buckets[s.name][le] = buckets[s.name].get(le, 0.0) + s.value
+            add_bucket(buckets[s.name], s)
         else:
             sums[s.name] = sums.get(s.name, 0.0) + s.value
     return KvCounters(

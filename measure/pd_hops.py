@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from measure.kv_proof import INF, Sample, edge_sums, landed, le_of
+from measure.kv_proof import INF, Sample, add_bucket, edge_sums, landed
 
 # vLLM 0.26's histograms as `vllm serve` exports them (v1/metrics/loggers.py, kv_connector/v1/nixl/stats.py);
 # Ray Serve LLM exports each as ray_vllm_<name> (vllm/v1/metrics/ray_wrappers.py: ':' -> '_', Ray's prefix).
@@ -55,8 +55,7 @@ def _totals(samples: Iterable[Sample]) -> tuple[dict[str, tuple[float, float]], 
             figure, part = by_name[s.name]
             totals.setdefault(figure, [0.0, 0.0])[0 if part == "sum" else 1] += s.value
         elif figure := by_bucket.get(s.name):
-            le = le_of(s.labels.get("le", "+Inf"))
-            buckets.setdefault(figure, {})[le] = buckets.get(figure, {}).get(le, 0.0) + s.value
+            add_bucket(buckets.setdefault(figure, {}), s)
     return {figure: (v[0], v[1]) for figure, v in totals.items()}, buckets
 
 

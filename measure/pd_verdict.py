@@ -20,8 +20,9 @@ from pathlib import Path
 from measure.bench import usd_per_million_tokens
 from ray_llm_eks.domain.platform import prices
 
-# The issue's bar for PD at equal hardware: TTFT with 16 in flight at most 3x its value with 1 (~1,000 prompt
-# tokens); goodput at least 0.8x two collocated replicas' at ~1,000 tokens and at least equal at ~3,500.
+# What PD must reach at equal hardware to be worth its second hop: TTFT with 16 in flight at most 3x its value
+# with 1 (~1,000 prompt tokens); goodput at least 0.8x two collocated replicas' at ~1,000 tokens and at least
+# equal at ~3,500.
 TTFT_GROWTH_LIMIT = 3.0
 TTFT_GROWTH_IN_FLIGHT = 16
 GOODPUT_SHARE = {1000: 0.8, 3500: 1.0}
@@ -96,8 +97,8 @@ def findings(pd: App, collocated: App) -> list[str]:
 
 
 def ttft_growth(pd: App, tokens: int) -> str:
-    """TTFT p50 at the bar's requests in flight against its value at 1, at this prompt length (and at the most
-    requests in flight measured, where the sweep went further)."""
+    """TTFT p50 at TTFT_GROWTH_IN_FLIGHT requests in flight against its value at 1, at this prompt length (and at
+    the most requests in flight measured, where the sweep went further)."""
     p50 = {p["concurrency"]: p["ttft_ms"]["p50"] for p in pd.points if p["prompt_tokens"] == tokens}
     wanted = f"{tokens:,} prompt tokens; at most {TTFT_GROWTH_LIMIT:g}x wanted"
     one, judged, most = p50.get(1), p50.get(TTFT_GROWTH_IN_FLIGHT), max(p50)

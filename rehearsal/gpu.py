@@ -222,14 +222,14 @@ def for_gpus(
                 extra["backends"] = ["UCX"]
             # The stack's own environment for a role on UCX (the rendered one is on LIBFABRIC, which has none).
             stacks = with_kv_transfer_env(parse_llm_config(config, "rehearsal", role))
-            env = (stacks.runtime_env or {}).get("env_vars") or {}
             own = (config.get("runtime_env") or {}).get("env_vars") or {}
-            if added := sorted(set(env) - set(own)):
-                own = config.setdefault("runtime_env", {}).setdefault("env_vars", {})
-            for key in added:
-                subs.append(f"{role}.runtime_env.env_vars.{key}: None -> {env[key]!r} (NIXL on UCX here: the stack's "
-                            "setting for it, ray_llm_eks/domain/serving/serve_config.py KV_TRANSFER_ENV)")  # fmt: skip
-                own[key] = env[key]
+            added = {k: v for k, v in ((stacks.runtime_env or {}).get("env_vars") or {}).items() if k not in own}
+            if added:
+                config.setdefault("runtime_env", {})["env_vars"] = {**own, **added}
+            why = "NIXL on UCX here: the stack's setting for it, ray_llm_eks/domain/serving/serve_config.py"
+            subs.extend(
+                f"{role}.runtime_env.env_vars.{k}: None -> {v!r} ({why} KV_TRANSFER_ENV)" for k, v in added.items()
+            )
         return loading["model_id"]
 
     model_ids = edit_roles(doc, "rehearsal", on_this_gpu)
