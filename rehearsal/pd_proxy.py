@@ -21,12 +21,16 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 
-from aiohttp import ClientSession, ClientTimeout, web
+from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 
 ROUTES = ("/v1/chat/completions", "/v1/completions")
 # Ray Serve LLM 2.58 base_prefill_kv_transfer_params(); vLLM's toy proxy sends the same four keys and two more,
 # remote_host and remote_port, as None (the prefill engine fills them in its answer).
 SESSION = web.AppKey("session", ClientSession)
+# Idle connections to an engine are dropped before the engine does: vLLM's HTTP server closes them after 5 s
+# (vLLM 0.26 envs.py VLLM_HTTP_TIMEOUT_KEEP_ALIVE), aiohttp 3.14 keeps them 15 s, and a request sent on one the engine
+# is closing fails with "Server disconnected" (seen at 32 in flight after a pause between load points).
+UPSTREAM_KEEPALIVE_S = 2.0
 PREFILL_PARAMS = {
     "do_remote_decode": True,
     "do_remote_prefill": False,
@@ -87,7 +91,10 @@ def make_app(mode: str, prefill: list[str], decode: list[str], timeout_s: float 
     app = web.Application(client_max_size=64 * 2**20)
 
     async def on_startup(app: web.Application) -> None:
-        app[SESSION] = ClientSession(timeout=ClientTimeout(total=timeout_s))
+        # No cap on connections (aiohttp's default is 100): a cap would queue requests in this proxy, beyond the
+        # engines, once prefill and decode requests in flight pass it.
+        connector = TCPConnector(limit=0, keepalive_timeout=UPSTREAM_KEEPALIVE_S)
+        app[SESSION] = ClientSession(connector=connector, timeout=ClientTimeout(total=timeout_s))
 
     async def on_cleanup(app: web.Application) -> None:
         await app[SESSION].close()

@@ -4,10 +4,11 @@ are sent, what the client gets back, the hops timed per request, and a prefill t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import pytest
-from aiohttp import web
+from aiohttp import TCPConnector, web
 from aiohttp.test_utils import TestClient, TestServer
 
 from rehearsal import pd_proxy
@@ -114,3 +115,57 @@ def test_a_mode_or_layout_that_cannot_work_is_refused():
         pd_proxy.make_app("split", [], ["http://x"])
     with pytest.raises(ValueError, match="at least one prefill"):
         pd_proxy.make_app("pd", [], ["http://x"])
+
+
+def test_the_proxy_itself_never_caps_the_requests_in_flight():
+    """Every request reaches its engine at once, past aiohttp's default of 100 connections a session: a cap in the
+    yardstick's proxy would queue requests there and read as the engines' queue."""
+    in_flight = 120
+    state = {"active": 0, "peak": 0}
+    everyone = asyncio.Event()
+
+    async def hold(request: web.Request) -> web.Response:
+        state["active"] += 1
+        state["peak"] = max(state["peak"], state["active"])
+        if state["active"] == in_flight:
+            everyone.set()
+        with contextlib.suppress(TimeoutError):  # a cap below in_flight: the held ones answer after 3 s
+            await asyncio.wait_for(everyone.wait(), timeout=3)
+        state["active"] -= 1
+        return web.json_response({"choices": [{"text": "x"}]})
+
+    engine = web.Application()
+    engine.router.add_post("/v1/completions", hold)
+
+    async def run() -> list[int]:
+        server = await _serve(engine)
+        proxy = pd_proxy.make_app("collocated", [], [str(server.make_url("")).rstrip("/")])
+        client = TestClient(TestServer(proxy), connector=TCPConnector(limit=0))  # the test's own client: no cap
+        await client.start_server()
+        try:
+            body = {"model": "m", "prompt": "hi", "max_tokens": 1}
+            answers = await asyncio.gather(*(client.post("/v1/completions", json=body) for _ in range(in_flight)))
+            return [a.status for a in answers]
+        finally:
+            await client.close()
+            await server.close()
+
+    statuses = asyncio.run(run())
+    assert statuses == [200] * in_flight
+    assert state["peak"] == in_flight, f"at most {state['peak']} of {in_flight} requests reached the engine at once"
+
+
+def test_idle_connections_to_the_engines_end_before_vllms_server_ends_them():
+    """vLLM 0.26's HTTP server drops an idle connection after VLLM_HTTP_TIMEOUT_KEEP_ALIVE (5 s, envs.py); the proxy
+    must drop it first, or a request sent on a connection the engine is closing fails."""
+    vllm_keep_alive_s = 5
+
+    async def connector_keepalive() -> float:
+        client = TestClient(TestServer(pd_proxy.make_app("collocated", [], ["http://127.0.0.1:9"])))
+        await client.start_server()
+        try:
+            return client.server.app[pd_proxy.SESSION].connector._keepalive_timeout
+        finally:
+            await client.close()
+
+    assert asyncio.run(connector_keepalive()) < vllm_keep_alive_s
