@@ -20,6 +20,7 @@ from ray_llm_eks.adapters import environment
 from ray_llm_eks.adapters.stackfile import StackFileError
 from ray_llm_eks.domain.core.errors import PROJECT, ConfigError
 from ray_llm_eks.domain.serving import api_keys, model_table, role_view
+from ray_llm_eks.domain.serving import engine_args as vllm_args
 from ray_llm_eks.domain.serving.fields import to_dict
 from ray_llm_eks.domain.serving.serve_app import document_dict, parse_document
 from rehearsal import ROOT, gpu, substitute, topology
@@ -59,6 +60,44 @@ def engine_env(doc: dict, settings: list[str]) -> list[str]:
 
         lines += substitute.edit_roles(doc, "rehearsal", set_env).values()
     return lines
+
+
+def engine_args(doc: dict, settings: list[str]) -> list[str]:
+    """`--engine-arg ROLE.KEY=VALUE` (repeatable): one vLLM engine argument of one role for this run, VALUE read as
+    YAML (`8192` a number, `true` a boolean), set over the rendered document's and every substitution's, and checked as
+    the stack checks a serve file's (vLLM 0.26's arguments and their types); the lines saying so."""
+    wanted: dict[str, dict[str, object]] = {}
+    for setting in settings:
+        target, sep, text = setting.partition("=")
+        role, dot, key = target.partition(".")
+        if not sep or not dot or not role or not re.fullmatch(r"[a-z_][a-z0-9_]*", key):
+            raise substitute.CannotRehearse(
+                f"--engine-arg {setting}: ROLE.KEY=VALUE, e.g. --engine-arg prefill.max_num_batched_tokens=8192"
+            )
+        wanted.setdefault(role, {})[key] = yaml.safe_load(text)
+    if not wanted:
+        return []
+    roles = set(parse_document(doc, "rehearsal").roles)
+    if unknown := sorted(set(wanted) - roles):
+        raise substitute.CannotRehearse(
+            f"--engine-arg: no role {', '.join(unknown)} in this serve config (its roles: {', '.join(sorted(roles))})"
+        )
+
+    def set_args(role: str, config: dict) -> list[str]:
+        engine = config.setdefault("engine_kwargs", {})
+        lines = []
+        for key, value in wanted.get(role, {}).items():
+            lines.append(f"{role}.engine_kwargs.{key}: {engine.get(key)!r} -> {value!r} (--engine-arg)")
+            engine[key] = value
+        if lines:
+            vllm_args.check(f"--engine-arg {role}", engine)
+        return lines
+
+    try:
+        edited = substitute.edit_roles(doc, "rehearsal", set_args)
+    except ConfigError as exc:
+        raise substitute.CannotRehearse(f"--engine-arg: {exc}") from None
+    return [line for lines in edited.values() for line in lines]
 
 
 def rehearsed_settings(stack: str, settings: list[str] | None = None):
@@ -382,6 +421,8 @@ def prepare(args, checks, port: int) -> Prepared | None:
         say(f"  - process env: VLLM_LOGGING_CONFIG_PATH (vLLM's format, plus DEBUG for {topology.PULL_WORKER_LOGGER}"
             ": it names the prefill engine of each KV read)")  # fmt: skip
     for line in engine_env(local.document, getattr(args, "engine_env", None) or []):
+        say(f"  - {line}")
+    for line in engine_args(local.document, getattr(args, "engine_arg", None) or []):
         say(f"  - {line}")
     for mutation in args.mutate:
         say(f"  ! {substitute.mutate(local.document, mutation)}")

@@ -63,6 +63,8 @@ def parser_for(all_checks: list[checks.Check]) -> argparse.ArgumentParser:
     parser.add_argument("--spec", type=Path, help="the RayService spec or manifest to rehearse (default: rendered)")
     parser.add_argument("--engine-env", action="append", default=[], metavar="KEY=VALUE",
                         help="an environment variable for every LLM engine (repeatable)")  # fmt: skip
+    parser.add_argument("--engine-arg", action="append", default=[], metavar="ROLE.KEY=VALUE",
+                        help="a vLLM engine argument of one role, over the rendered one (repeatable)")  # fmt: skip
     parser.add_argument("--serve-with", choices=("ray", "vllm"), default="ray", help="vllm: the same engines as "
                         "plain `vllm serve` processes behind a minimal proxy (rehearsal/plain_vllm.py)")  # fmt: skip
     parser.add_argument("--save-logs", type=Path, metavar="DIR", help="Ray's logs as a .tar.gz there, at the end")

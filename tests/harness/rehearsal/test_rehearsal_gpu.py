@@ -283,6 +283,36 @@ def test_a_gpu_kit_spec_sets_keys_over_the_stack_file_and_names_them():
         kit_specs("dev@selectivePd")
 
 
+def test_an_engine_argument_of_one_role_is_set_for_the_run_and_said():
+    """`--engine-arg prefill.max_num_batched_tokens=8192`: that role's argument only, its value read as YAML, the
+    line naming the old and new value; the stack's parse still checks the result."""
+    doc = prepare.rendered_document("dev")
+    lines = prepare.engine_args(doc, ["prefill.max_num_batched_tokens=8192", "decode.enforce_eager=true"])
+    engines_now = {role: config["engine_kwargs"] for role, config in configs(doc).items()}
+    assert engines_now["prefill"]["max_num_batched_tokens"] == 8192
+    assert engines_now["decode"]["max_num_batched_tokens"] == 2048
+    assert engines_now["decode"]["enforce_eager"] is True and "enforce_eager" not in engines_now["prefill"]
+    assert lines == [
+        "prefill.engine_kwargs.max_num_batched_tokens: 2048 -> 8192 (--engine-arg)",
+        "decode.engine_kwargs.enforce_eager: None -> True (--engine-arg)",
+    ]
+    assert prepare.engine_args(doc, []) == []
+
+
+@pytest.mark.parametrize(
+    ("setting", "says"),
+    [
+        ("max_num_batched_tokens=8192", r"ROLE\.KEY=VALUE, e\.g\. --engine-arg prefill\.max_num_batched_tokens=8192"),
+        ("prefill.max_num_batched_tokens", r"ROLE\.KEY=VALUE"),
+        ("collocated.max_num_seqs=8", r"no role collocated in this serve config \(its roles: decode, prefill\)"),
+        ("prefill.max_num_batch_tokens=8192", r"--engine-arg: .*max_num_batch_tokens"),
+    ],
+)
+def test_an_engine_argument_that_cannot_be_set_is_refused_in_one_line(setting, says):
+    with pytest.raises(CannotRehearse, match=says):
+        prepare.engine_args(prepare.rendered_document("dev"), [setting])
+
+
 def test_the_wait_for_the_app_reports_each_replica_and_each_healthy_role(monkeypatch, tmp_path):
     """rehearsal.deploy.wait_ready on Serve's REST answers: the GPU layout starts a role's next replica's Ray node
     when `on_replica(role, n)` says its n-th replica runs, and the next role's when `on_healthy(role)` says so."""
