@@ -59,6 +59,18 @@ def _totals(samples: Iterable[Sample]) -> tuple[dict[str, tuple[float, float]], 
     return {figure: (v[0], v[1]) for figure, v in totals.items()}, buckets
 
 
+def requests_finished(before: Mapping[str, Iterable[Sample]], after: Mapping[str, Iterable[Sample]]) -> float | None:
+    """Requests the engines finished between two readings, by vLLM's end-to-end histogram: decode's where the app
+    has a decode role (every request ends there, with or without a remote prefill), else every engine's; None where
+    no engine exports that histogram."""
+    roles = ["decode"] if "decode" in after else list(after)
+    now = [_totals(after[role])[0].get("e2e") for role in roles]
+    if all(got is None for got in now):
+        return None
+    then = [_totals(before.get(role, ()))[0].get("e2e") for role in roles]
+    return sum((got or (0.0, 0.0))[1] - (old or (0.0, 0.0))[1] for got, old in zip(now, then, strict=True))
+
+
 def _bounds(before: dict[float, float], after: dict[float, float], events: float, scale: float) -> list | None:
     """The mean's lower and upper bound from the buckets the `events` between two readings landed in (scaled; the
     upper one None where one landed in the +Inf bucket); None where the buckets do not account for exactly those

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import time
 from pathlib import Path
 
 from llmclient import core, metrics
@@ -28,6 +29,10 @@ WARMUP = 8
 # The two prompt lengths, in words, that measure how many tokens the served model's tokenizer makes of the
 # sweep's words (1.22 per word on Qwen3.5's, 2026-12-02; the CPU rehearsal's stand-in tokenizer differs).
 CALIBRATION_WORDS = (100, 500)
+# How long a point waits for the engines' histograms to hold its requests: three of the rehearsal's Ray metric exports
+# (RAY_metrics_report_interval_ms 2000, rehearsal/ray_cluster.py); read before, a point's figures covered half of them.
+SETTLE_S = 6.0
+SETTLE_POLL_S = 0.5
 
 
 def _numbers(text: str, kind: type) -> tuple:
@@ -131,6 +136,19 @@ def _role_samples(ctx: Context) -> dict[str, list]:
     return by_role
 
 
+def _engines_after(ctx: Context, before: dict[str, list], served: int) -> tuple[dict, float | None]:
+    """The engines' hop figures for the requests since `before`, once their histograms hold the `served` requests or
+    SETTLE_S has passed (Ray exports them every 2 s here; plain engines' are current at once); and how many
+    requests the histograms held (None where they do not say)."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        after = _role_samples(ctx)
+        counted = pd_hops.requests_finished(before, after)
+        if counted is None or counted >= served or time.monotonic() >= deadline:
+            return pd_hops.engine_means(before, after), counted
+        time.sleep(SETTLE_POLL_S)
+
+
 def _run(ctx: Context) -> None:
     target = slo.default()
     say(f"  sweep: SLO TTFT {target.ttft_ms} ms, TPOT {target.tpot_ms} ms (the slo key's defaults)")
@@ -157,7 +175,10 @@ def _run(ctx: Context) -> None:
             if after:
                 figures["paths"] = {p: after[p] - before.get(p, 0.0) for p in sorted(after)}
             # Where each request's time went: the engines' own histograms, and the proxy's hops where it has them.
-            figures["engines"] = pd_hops.engine_means(engines_before, _role_samples(ctx))
+            served = sum(r.ok for r in results)
+            figures["engines"], counted = _engines_after(ctx, engines_before, served)
+            if counted is not None and counted < served:  # the histograms lag the point: its figures are partial
+                figures["engines_held"] = {"requests": counted, "of": served}
             if ctx.hops is not None:
                 figures["hops"] = pd_hops.hop_percentiles(ctx.hops())
             points.append(figures)
@@ -188,6 +209,8 @@ def _where(figures: dict) -> str:
             parts.append(f"{role}: " + ", ".join(shown))
     for hop, q in figures.get("hops", {}).items():
         parts.append(f"{hop} p50 {q['p50']} ms")
+    if held := figures.get("engines_held"):
+        parts.append(f"(the engines' histograms held {held['requests']:g} of the point's {held['of']} requests)")
     return "; ".join(parts) or "no engine histograms read"
 
 

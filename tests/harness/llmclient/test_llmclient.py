@@ -553,6 +553,40 @@ def test_the_sweep_line_gives_rays_bucket_bounds_not_their_midpoint_mean():
     )
 
 
+def test_the_sweep_waits_for_the_engines_histograms_to_hold_the_points_requests(tmp_path, monkeypatch):
+    """Ray exports the engines' histograms every 2 s: read at once, a point's figures covered part of its requests.
+    The sweep reads again until decode's end-to-end count holds them, and says so where it never did."""
+    import argparse
+
+    from measure import pd_hops
+    from measure.kv_proof import Sample
+    from rehearsal.checks import sweep_bench
+    from rehearsal.context import Clock, Context
+
+    e2e = pd_hops.ray_name("vllm:e2e_request_latency_seconds")
+    queue = pd_hops.ray_name("vllm:request_queue_time_seconds")
+
+    def reading(done: int) -> dict[str, list]:
+        return {"decode": [Sample(f"{e2e}_sum", {}, done * 1.0), Sample(f"{e2e}_count", {}, done),
+                           Sample(f"{queue}_sum", {}, done * 0.1), Sample(f"{queue}_count", {}, done)]}  # fmt: skip
+
+    exports = iter([reading(16), reading(16), reading(32)])
+    ctx = Context(argparse.Namespace(), {}, "http://127.0.0.1:9", None, MODEL, True, "", list, [], tmp_path, "r",
+                  Clock(), "llm")  # fmt: skip
+    ctx.role_metrics = lambda _names: next(exports)
+    monkeypatch.setattr(sweep_bench, "SETTLE_POLL_S", 0.0)
+    means, counted = sweep_bench._engines_after(ctx, reading(0), 32)
+    assert counted == 32 and means["decode"]["queue"] == {"mean": 100.0, "count": 32}
+    ctx.role_metrics = lambda _names: reading(16)  # never catches up: the wait ends, the figures say so
+    monkeypatch.setattr(sweep_bench, "SETTLE_S", 0.05)
+    means, counted = sweep_bench._engines_after(ctx, reading(0), 32)
+    assert counted == 16 and means["decode"]["queue"]["count"] == 16
+    figures = {"engines": means, "engines_held": {"requests": counted, "of": 32}}
+    assert sweep_bench._where(figures) == (
+        "decode: queue 100.0 ms; (the engines' histograms held 16 of the point's 32 requests)"
+    )
+
+
 def test_every_openai_client_is_closed_inside_its_event_loop():
     """An AsyncOpenAI client left to the garbage collector after asyncio.run closed its loop prints "Event loop
     is closed" tracebacks: every client of llmclient.core.client is opened by `async with`, which closes it
