@@ -70,11 +70,15 @@ def engine_args(doc: dict, settings: list[str]) -> list[str]:
     for setting in settings:
         target, sep, text = setting.partition("=")
         role, dot, key = target.partition(".")
-        if not sep or not dot or not role or not re.fullmatch(r"[a-z_][a-z0-9_]*", key):
+        if not sep or not dot or not role or not text.strip() or not re.fullmatch(r"[a-z_][a-z0-9_]*", key):
             raise substitute.CannotRehearse(
-                f"--engine-arg {setting}: ROLE.KEY=VALUE, e.g. --engine-arg prefill.max_num_batched_tokens=8192"
+                f"--engine-arg {setting}: ROLE.KEY=VALUE, a top-level engine argument and a value, e.g. "
+                "--engine-arg prefill.max_num_batched_tokens=8192"
             )
-        wanted.setdefault(role, {})[key] = yaml.safe_load(text)
+        try:
+            wanted.setdefault(role, {})[key] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise substitute.CannotRehearse(f"--engine-arg {setting}: {text!r} is not a YAML value") from None
     if not wanted:
         return []
     roles = set(parse_document(doc, "rehearsal").roles)
@@ -96,7 +100,7 @@ def engine_args(doc: dict, settings: list[str]) -> list[str]:
     try:
         edited = substitute.edit_roles(doc, "rehearsal", set_args)
     except ConfigError as exc:
-        raise substitute.CannotRehearse(f"--engine-arg: {exc}") from None
+        raise substitute.CannotRehearse(str(exc)) from None
     return [line for lines in edited.values() for line in lines]
 
 
@@ -354,6 +358,8 @@ def _gpu(args, rendered: dict, port: int) -> tuple[substitute.LocalDocument, Gpu
     lines = [f"GPUs here: {here.count} x {here.name}, {here.total_mib} MiB each as CUDA reports it"
              + ("" if here.efa else "; no EFA") + ("" if here.flashinfer else "; no FlashInfer")]  # fmt: skip
     lines += local.substitutions
+    # Before the prediction: the fit check predicts for the engine arguments the run deploys.
+    lines += engine_args(local.document, getattr(args, "engine_arg", None) or [])
     if weights is None:
         lines.append("weights: the stack's model_source, downloaded by vLLM (needs the hub; HF_TOKEN for a gated one)")
     lines.append(f"Ray: {layout_line}; NIXL side channels from Ray Serve LLM's own bases (prefill 20000, decode 22000)")
@@ -402,7 +408,7 @@ def prepare(args, checks, port: int) -> Prepared | None:
         local, gpu_run, lines = _gpu(args, rendered, port)
     else:
         local = _cpu(rendered, port)
-        lines = [*local.substitutions]
+        lines = [*local.substitutions, *engine_args(local.document, getattr(args, "engine_arg", None) or [])]
     keys_dir = stack_run_dir(args.stack) / "api-keys"
     local, moved = key_check_here(local, spec, keys_dir)
     lines += moved
@@ -421,8 +427,6 @@ def prepare(args, checks, port: int) -> Prepared | None:
         say(f"  - process env: VLLM_LOGGING_CONFIG_PATH (vLLM's format, plus DEBUG for {topology.PULL_WORKER_LOGGER}"
             ": it names the prefill engine of each KV read)")  # fmt: skip
     for line in engine_env(local.document, getattr(args, "engine_env", None) or []):
-        say(f"  - {line}")
-    for line in engine_args(local.document, getattr(args, "engine_arg", None) or []):
         say(f"  - {line}")
     for mutation in args.mutate:
         say(f"  ! {substitute.mutate(local.document, mutation)}")

@@ -299,13 +299,30 @@ def test_an_engine_argument_of_one_role_is_set_for_the_run_and_said():
     assert prepare.engine_args(doc, []) == []
 
 
+def test_the_fit_check_predicts_for_the_engine_arguments_the_run_sets(monkeypatch, capsys, tmp_path):
+    """From the command line (GPU layout on CPU engines): the line printed, and the prediction the memory check holds
+    vLLM's lines against made with the argument set (a larger batch has a larger runtime reserve)."""
+    monkeypatch.setattr(prepare, "make_model", lambda *_: tmp_path)
+    monkeypatch.setattr(prepare, "CACHE", tmp_path)
+    args = run.parser_for([]).parse_args(["--stack", "dev", "--target", "gpu", "--cpu-engines",
+                                          "--engine-arg", "prefill.max_num_batched_tokens=8192"])  # fmt: skip
+    prepared = prepare.prepare(args, [], 18000)
+    assert "prefill.engine_kwargs.max_num_batched_tokens: 2048 -> 8192 (--engine-arg)" in capsys.readouterr().out
+    predicted = configs(prepared.gpu.prediction_document)
+    assert predicted["prefill"]["engine_kwargs"]["max_num_batched_tokens"] == 8192
+    assert predicted["decode"]["engine_kwargs"]["max_num_batched_tokens"] == 2048
+
+
 @pytest.mark.parametrize(
     ("setting", "says"),
     [
-        ("max_num_batched_tokens=8192", r"ROLE\.KEY=VALUE, e\.g\. --engine-arg prefill\.max_num_batched_tokens=8192"),
+        ("max_num_batched_tokens=8192", r"ROLE\.KEY=VALUE, .* --engine-arg prefill\.max_num_batched_tokens=8192"),
         ("prefill.max_num_batched_tokens", r"ROLE\.KEY=VALUE"),
+        ("prefill.max_num_seqs=", r"ROLE\.KEY=VALUE, a top-level engine argument and a value"),
+        ("prefill.kv_transfer_config.kv_role=kv_both", r"ROLE\.KEY=VALUE, a top-level engine argument"),
+        ("prefill.max_num_seqs=[", r"'\[' is not a YAML value"),
         ("collocated.max_num_seqs=8", r"no role collocated in this serve config \(its roles: decode, prefill\)"),
-        ("prefill.max_num_batch_tokens=8192", r"--engine-arg: .*max_num_batch_tokens"),
+        ("prefill.max_num_batch_tokens=8192", r"^--engine-arg prefill: .*did you mean max_num_batched_tokens"),
     ],
 )
 def test_an_engine_argument_that_cannot_be_set_is_refused_in_one_line(setting, says):
