@@ -29,7 +29,7 @@ ROUTES = ("/v1/chat/completions", "/v1/completions")
 SESSION = web.AppKey("session", ClientSession)
 # Idle connections to an engine are dropped before the engine does: vLLM's HTTP server closes them after 5 s
 # (vLLM 0.26 envs.py VLLM_HTTP_TIMEOUT_KEEP_ALIVE), aiohttp 3.14 keeps them 15 s, and a request sent on one the engine
-# is closing fails with "Server disconnected" (seen at 32 in flight after a pause between load points).
+# is closing fails with "Server disconnected".
 UPSTREAM_KEEPALIVE_S = 2.0
 PREFILL_PARAMS = {
     "do_remote_decode": True,
@@ -91,8 +91,8 @@ def make_app(mode: str, prefill: list[str], decode: list[str], timeout_s: float 
     app = web.Application(client_max_size=64 * 2**20)
 
     async def on_startup(app: web.Application) -> None:
-        # No cap on connections (aiohttp's default is 100): a cap would queue requests in this proxy, beyond the
-        # engines, once prefill and decode requests in flight pass it.
+        # No cap on connections (aiohttp's default is 100; a request holds one at a time): a cap would queue
+        # requests in this proxy, before the engines, beyond that many in flight.
         connector = TCPConnector(limit=0, keepalive_timeout=UPSTREAM_KEEPALIVE_S)
         app[SESSION] = ClientSession(connector=connector, timeout=ClientTimeout(total=timeout_s))
 
