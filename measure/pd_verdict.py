@@ -39,6 +39,11 @@ class App:
     def prompt_lengths(self) -> list[int]:
         return sorted({p["prompt_tokens"] for p in self.points})
 
+    def broke_slo(self, tokens: int) -> bool:
+        """Whether a point of this prompt length missed the SLO: if none did, its best goodput is the sweep's top,
+        not the load at which the SLO stops holding."""
+        return any(not p["meets_slo"] for p in self.points if p["prompt_tokens"] == tokens)
+
     def best_goodput(self, tokens: int) -> float:
         """The most requests a second meeting the SLO at this prompt length, over the points that met it."""
         return max((p["goodput_rps"] or 0.0 for p in self.points if p["prompt_tokens"] == tokens and p["meets_slo"]),
@@ -86,6 +91,10 @@ def findings(pd: App, collocated: App) -> list[str]:
         lines.append(f"{pd.label}: best goodput at the SLO {ours:.2f} req/s against {collocated.label}'s {theirs:.2f} "
                      f"at {tokens:,} prompt tokens = {shown} (at least {share:g}x wanted): "
                      f"{'met' if met else 'not met'}")  # fmt: skip
+    judged = sorted({nearest(lengths, wanted) for wanted in GOODPUT_SHARE})
+    if unbroken := [f"{a.label} at {t:,}" for a in (pd, collocated) for t in judged if not a.broke_slo(t)]:
+        lines.append(f"every point met the SLO for {', '.join(unbroken)} prompt tokens: there the best goodput is the "
+                     "sweep's top, not the SLO's limit (more requests in flight would find it)")  # fmt: skip
     ratios = {t: pd.best_goodput(t) / collocated.best_goodput(t) for t in lengths if collocated.best_goodput(t)}
     if ratios:
         lines.append(f"{pd.label} against {collocated.label}, best goodput at the SLO by prompt tokens: "

@@ -40,6 +40,11 @@ def test_the_findings_judge_pd_against_collocated_as_the_bar_says():
     at_3500 = next(line for line in lines if "at 3,500 prompt tokens =" in line)
     assert "6.00 req/s against collocated's 5.00" in at_3500 and at_3500.endswith(": met"), at_3500
     assert lines[-1].startswith("PD pays from 3,500 prompt tokens and not at 1,000: selectivePd between them")
+    # Only PD broke the SLO at 3,500; at 1,000 neither did: those goodputs are the sweep's top.
+    assert (
+        "every point met the SLO for pd at 1,000, collocated at 1,000, collocated at 3,500 prompt tokens: there the "
+        "best goodput is the sweep's top, not the SLO's limit (more requests in flight would find it)"
+    ) in lines
 
 
 def test_a_noisy_win_below_a_loss_sets_no_threshold_and_a_loss_at_the_longest_prompt_says_so():
