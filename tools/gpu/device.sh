@@ -145,7 +145,8 @@ more)
     echo "runs still going, or none installed: $(cat "$RES/STATE" 2>/dev/null)"
     exit 3
   fi
-  # The wheels stay installed; the repository is copied again so that what changed since `go` is what runs.
+  # The wheels stay installed; the repository and the kit are copied again so that what changed since `go` is what
+  # runs (a file of one's own left in the kit's folder is gone: change a run with --engine-arg or --engine-env).
   copy_repo
   start_runs "$(find "$RES" -maxdepth 1 -name 'rehearsal-*.log' | wc -l)"
   poll
