@@ -154,10 +154,13 @@ def _run(ctx: Context) -> None:
     say(f"  sweep: SLO TTFT {target.ttft_ms} ms, TPOT {target.tpot_ms} ms (the slo key's defaults)")
     max_tokens = ctx.args.sweep_max_tokens
     warm = {"concurrency": 4, "prompt_words": 492, "max_tokens": max_tokens}
+    before_warm_up = _role_samples(ctx)
     warmed, _ = asyncio.run(load(ctx, warm, 20_000, WARMUP))
     say(f"  sweep warm-up: {sum(r.ok for r in warmed)} of {len(warmed)} requests succeeded")
     calibration = _calibrate(ctx)
     say(f"  sweep calibration: (words, prompt tokens) {calibration}")
+    # The warm-up's and the calibration's requests in the histograms before the first point's reading, not in it.
+    _engines_after(ctx, before_warm_up, sum(r.ok for r in warmed) + len(calibration))
     points, first = [], 0
     for tokens in ctx.args.sweep_prompts:
         words = words_for(tokens, calibration)

@@ -587,6 +587,41 @@ def test_the_sweep_waits_for_the_engines_histograms_to_hold_the_points_requests(
     )
 
 
+def test_a_sweeps_first_point_holds_none_of_the_warm_up_requests(tmp_path, monkeypatch):
+    """Under Ray each reading of the histograms shows what was finished by the reading before it (here): the sweep
+    lets the warm-up's and the calibration's requests land before the first point's reading, so that point's figures
+    count its own 8 requests, not the 10 before them."""
+    import argparse
+
+    from llmclient import core
+    from measure import pd_hops
+    from measure.kv_proof import Sample
+    from rehearsal.checks import sweep_bench
+    from rehearsal.context import Clock, Context
+
+    e2e = pd_hops.ray_name("vllm:e2e_request_latency_seconds")
+    state = {"finished": 0, "exported": 0}
+
+    def role_metrics(_names) -> dict[str, list]:
+        shown, state["exported"] = state["exported"], state["finished"]
+        return {"decode": [Sample(f"{e2e}_sum", {}, shown * 1.0), Sample(f"{e2e}_count", {}, shown)]}
+
+    async def load(_ctx, shape, _first, count):
+        state["finished"] += count
+        tokens = 12 + int(1.25 * shape["prompt_words"])
+        return [core.RequestResult(ok=True, ttft=0.1, itls=[0.01], output_tokens=2, prompt_tokens=tokens)] * count, 1.0
+
+    monkeypatch.setattr(sweep_bench, "load", load)
+    monkeypatch.setattr(sweep_bench, "SETTLE_POLL_S", 0.0)
+    args = argparse.Namespace(sweep_bench=tmp_path / "sweep.json", sweep_prompts=(50,), sweep_concurrency=(1,),
+                              sweep_max_tokens=2)  # fmt: skip
+    ctx = Context(args, {}, "http://127.0.0.1:9", None, MODEL, True, "", list, [], tmp_path, "r", Clock(), "llm")
+    ctx.role_metrics = role_metrics
+    sweep_bench.SWEEP_BENCH.run(ctx)
+    (point,) = json.loads(args.sweep_bench.read_text())["points"]
+    assert point["engines"]["decode"]["e2e"]["count"] == 8 and "engines_held" not in point
+
+
 def test_every_openai_client_is_closed_inside_its_event_loop():
     """An AsyncOpenAI client left to the garbage collector after asyncio.run closed its loop prints "Event loop
     is closed" tracebacks: every client of llmclient.core.client is opened by `async with`, which closes it
