@@ -61,14 +61,16 @@ def _totals(samples: Iterable[Sample]) -> tuple[dict[str, tuple[float, float]], 
 
 def requests_finished(before: Mapping[str, Iterable[Sample]], after: Mapping[str, Iterable[Sample]]) -> float | None:
     """Requests the engines finished between two readings, by vLLM's end-to-end histogram: decode's where the app
-    has a decode role (every request ends there, with or without a remote prefill), else every engine's; None where
-    no engine exports that histogram."""
-    roles = ["decode"] if "decode" in after else list(after)
-    now = [_totals(after[role])[0].get("e2e") for role in roles]
-    if all(got is None for got in now):
+    has a decode role (every request ends there, with or without a remote prefill), else every engine's (a role whose
+    histogram has not been exported yet counts none); None where no engine was read."""
+    if not after:
         return None
-    then = [_totals(before.get(role, ()))[0].get("e2e") for role in roles]
-    return sum((got or (0.0, 0.0))[1] - (old or (0.0, 0.0))[1] for got, old in zip(now, then, strict=True))
+    roles = ["decode"] if "decode" in after else list(after)
+
+    def count(samples: Iterable[Sample]) -> float:
+        return _totals(samples)[0].get("e2e", (0.0, 0.0))[1]
+
+    return sum(count(after[role]) - count(before.get(role, ())) for role in roles)
 
 
 def _bounds(before: dict[float, float], after: dict[float, float], events: float, scale: float) -> list | None:

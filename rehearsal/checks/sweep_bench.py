@@ -29,9 +29,10 @@ WARMUP = 8
 # The two prompt lengths, in words, that measure how many tokens the served model's tokenizer makes of the
 # sweep's words (1.22 per word on Qwen3.5's, 2026-12-02; the CPU rehearsal's stand-in tokenizer differs).
 CALIBRATION_WORDS = (100, 500)
-# How long a point waits for the engines' histograms to hold its requests: three of the rehearsal's Ray metric exports
-# (RAY_metrics_report_interval_ms 2000, rehearsal/ray_cluster.py); read before, a point's figures covered half of them.
-SETTLE_S = 6.0
+# Ray exports each worker's histograms every EXPORT_S here (RAY_metrics_report_interval_ms 2000, rehearsal/
+# ray_cluster.py), so a reading right after a point misses its last requests: it waits up to three exports for them.
+EXPORT_S = 2.0
+SETTLE_S = 3 * EXPORT_S
 SETTLE_POLL_S = 0.5
 
 
@@ -138,15 +139,21 @@ def _role_samples(ctx: Context) -> dict[str, list]:
 
 def _engines_after(ctx: Context, before: dict[str, list], served: int) -> tuple[dict, float | None]:
     """The engines' hop figures for the requests since `before`, once their histograms hold the `served` requests or
-    SETTLE_S has passed (Ray exports them every 2 s here; plain engines' are current at once); and how many
-    requests the histograms held (None where they do not say)."""
+    SETTLE_S has passed (plain engines' are current at once); and how many requests the histograms held (None where
+    no engine's histograms were read)."""
     deadline = time.monotonic() + SETTLE_S
     while True:
         after = _role_samples(ctx)
         counted = pd_hops.requests_finished(before, after)
         if counted is None or counted >= served or time.monotonic() >= deadline:
-            return pd_hops.engine_means(before, after), counted
+            break
         time.sleep(SETTLE_POLL_S)
+    if counted is not None and counted >= served and ctx.role_metrics is None and len(after) > 1:
+        # Prefill finished its part of each request before decode did, but its worker exports on a cycle of its own.
+        time.sleep(EXPORT_S)
+        after = _role_samples(ctx)
+        counted = pd_hops.requests_finished(before, after)
+    return pd_hops.engine_means(before, after), counted
 
 
 def _run(ctx: Context) -> None:
@@ -180,7 +187,7 @@ def _run(ctx: Context) -> None:
             # Where each request's time went: the engines' own histograms, and the proxy's hops where it has them.
             served = sum(r.ok for r in results)
             figures["engines"], counted = _engines_after(ctx, engines_before, served)
-            if counted is not None and counted < served:  # the histograms lag the point: its figures are partial
+            if counted is not None and counted != served:  # the figures miss some of its requests, or hold others
                 figures["engines_held"] = {"requests": counted, "of": served}
             if ctx.hops is not None:
                 figures["hops"] = pd_hops.hop_percentiles(ctx.hops())
@@ -213,7 +220,7 @@ def _where(figures: dict) -> str:
     for hop, q in figures.get("hops", {}).items():
         parts.append(f"{hop} p50 {q['p50']} ms")
     if held := figures.get("engines_held"):
-        parts.append(f"(the engines' histograms held {held['requests']:g} of the point's {held['of']} requests)")
+        parts.append(f"(the engines' histograms counted {held['requests']:g} requests for the point's {held['of']})")
     return "; ".join(parts) or "no engine histograms read"
 
 

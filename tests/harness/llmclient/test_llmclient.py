@@ -554,8 +554,9 @@ def test_the_sweep_line_gives_rays_bucket_bounds_not_their_midpoint_mean():
 
 
 def test_the_sweep_waits_for_the_engines_histograms_to_hold_the_points_requests(tmp_path, monkeypatch):
-    """Ray exports the engines' histograms every 2 s: read at once, a point's figures covered part of its requests.
-    The sweep reads again until decode's end-to-end count holds them, and says so where it never did."""
+    """Ray exports each worker's histograms every 2 s, so a reading right after a point misses its last requests. The
+    sweep reads again until decode's end-to-end count holds them, then once more an export later for prefill's (its
+    worker exports on its own cycle); where the count never matches, the point's line says so."""
     import argparse
 
     from measure import pd_hops
@@ -566,24 +567,29 @@ def test_the_sweep_waits_for_the_engines_histograms_to_hold_the_points_requests(
     e2e = pd_hops.ray_name("vllm:e2e_request_latency_seconds")
     queue = pd_hops.ray_name("vllm:request_queue_time_seconds")
 
-    def reading(done: int) -> dict[str, list]:
-        return {"decode": [Sample(f"{e2e}_sum", {}, done * 1.0), Sample(f"{e2e}_count", {}, done),
-                           Sample(f"{queue}_sum", {}, done * 0.1), Sample(f"{queue}_count", {}, done)]}  # fmt: skip
+    def histograms(done: int) -> list[Sample]:
+        return [Sample(f"{e2e}_sum", {}, done * 1.0), Sample(f"{e2e}_count", {}, done),
+                Sample(f"{queue}_sum", {}, done * 0.1), Sample(f"{queue}_count", {}, done)]  # fmt: skip
 
-    exports = iter([reading(16), reading(16), reading(32)])
+    def reading(decode: int, prefill: int) -> dict[str, list]:
+        return {"decode": histograms(decode), "prefill": histograms(prefill)}
+
+    exports = iter([reading(16, 16), reading(16, 20), reading(32, 24), reading(32, 32)])
+    monkeypatch.setattr(sweep_bench, "_role_samples", lambda _ctx: next(exports))
+    monkeypatch.setattr(sweep_bench, "SETTLE_POLL_S", 0.0)
+    monkeypatch.setattr(sweep_bench, "EXPORT_S", 0.0)
     ctx = Context(argparse.Namespace(), {}, "http://127.0.0.1:9", None, MODEL, True, "", list, [], tmp_path, "r",
                   Clock(), "llm")  # fmt: skip
-    ctx.role_metrics = lambda _names: next(exports)
-    monkeypatch.setattr(sweep_bench, "SETTLE_POLL_S", 0.0)
-    means, counted = sweep_bench._engines_after(ctx, reading(0), 32)
+    means, counted = sweep_bench._engines_after(ctx, reading(0, 0), 32)
     assert counted == 32 and means["decode"]["queue"] == {"mean": 100.0, "count": 32}
-    ctx.role_metrics = lambda _names: reading(16)  # never catches up: the wait ends, the figures say so
+    assert means["prefill"]["queue"]["count"] == 32, "prefill's last export is waited for"
+    monkeypatch.setattr(sweep_bench, "_role_samples", lambda _ctx: reading(16, 16))  # never catches up
     monkeypatch.setattr(sweep_bench, "SETTLE_S", 0.05)
-    means, counted = sweep_bench._engines_after(ctx, reading(0), 32)
+    means, counted = sweep_bench._engines_after(ctx, reading(0, 0), 32)
     assert counted == 16 and means["decode"]["queue"]["count"] == 16
-    figures = {"engines": means, "engines_held": {"requests": counted, "of": 32}}
+    figures = {"engines": {"decode": means["decode"]}, "engines_held": {"requests": counted, "of": 32}}
     assert sweep_bench._where(figures) == (
-        "decode: queue 100.0 ms; (the engines' histograms held 16 of the point's 32 requests)"
+        "decode: queue 100.0 ms; (the engines' histograms counted 16 requests for the point's 32)"
     )
 
 
