@@ -92,9 +92,10 @@ def findings(pd: App, collocated: App) -> list[str]:
                      f"at {tokens:,} prompt tokens = {shown} (at least {share:g}x wanted): "
                      f"{'met' if met else 'not met'}")  # fmt: skip
     judged = sorted({nearest(lengths, wanted) for wanted in GOODPUT_SHARE})
-    if unbroken := [f"{a.label} at {t:,}" for a in (pd, collocated) for t in judged if not a.broke_slo(t)]:
-        lines.append(f"every point met the SLO for {', '.join(unbroken)} prompt tokens: there the best goodput is the "
-                     "sweep's top, not the SLO's limit (more requests in flight would find it)")  # fmt: skip
+    unbroken = {a.label: [f"{t:,}" for t in judged if not a.broke_slo(t)] for a in (pd, collocated)}
+    if parts := [f"{label} at {' and '.join(lengths)}" for label, lengths in unbroken.items() if lengths]:
+        lines.append(f"every point met the SLO for {'; '.join(parts)} prompt tokens: there the best goodput is a floor "
+                     "(the sweep's top), not the SLO's limit; a longer sweep is needed to find it")  # fmt: skip
     ratios = {t: pd.best_goodput(t) / collocated.best_goodput(t) for t in lengths if collocated.best_goodput(t)}
     if ratios:
         lines.append(f"{pd.label} against {collocated.label}, best goodput at the SLO by prompt tokens: "

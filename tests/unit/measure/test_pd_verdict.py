@@ -42,8 +42,8 @@ def test_the_findings_judge_pd_against_collocated_as_the_bar_says():
     assert lines[-1].startswith("PD pays from 3,500 prompt tokens and not at 1,000: selectivePd between them")
     # Only PD broke the SLO at 3,500; at 1,000 neither did: those goodputs are the sweep's top.
     assert (
-        "every point met the SLO for pd at 1,000, collocated at 1,000, collocated at 3,500 prompt tokens: there the "
-        "best goodput is the sweep's top, not the SLO's limit (more requests in flight would find it)"
+        "every point met the SLO for pd at 1,000; collocated at 1,000 and 3,500 prompt tokens: there the best goodput "
+        "is a floor (the sweep's top), not the SLO's limit; a longer sweep is needed to find it"
     ) in lines
 
 
