@@ -341,7 +341,7 @@ def few_layers(config_path: Path, layers: int, folder: Path) -> Path:
     return out
 
 
-def _gpu(args, rendered: dict, port: int) -> tuple[substitute.LocalDocument, GpuRun, list[str]]:
+def _gpu(args, rendered: dict, port: int, overrides: list[str]) -> tuple[substitute.LocalDocument, GpuRun, list[str]]:
     """The document as this GPU machine runs it: the roles laid out on its GPUs, the substitutions (rehearsal.gpu)."""
     from rehearsal import gpu_probe
 
@@ -359,13 +359,14 @@ def _gpu(args, rendered: dict, port: int) -> tuple[substitute.LocalDocument, Gpu
              + ("" if here.efa else "; no EFA") + ("" if here.flashinfer else "; no FlashInfer")]  # fmt: skip
     lines += local.substitutions
     # Before the prediction: the fit check predicts for the engine arguments the run deploys.
-    lines += engine_args(local.document, getattr(args, "engine_arg", None) or [])
+    lines += engine_args(local.document, overrides)
     if weights is None:
         lines.append("weights: the stack's model_source, downloaded by vLLM (needs the hub; HF_TOKEN for a gated one)")
     lines.append(f"Ray: {layout_line}; NIXL side channels from Ray Serve LLM's own bases (prefill 20000, decode 22000)")
     predicted = _prediction_document(rendered, local.document)
     if args.cpu_engines:
         cpu_local = _cpu(local.document, port, keep_pools=True)
+        engine_args(cpu_local.document, overrides)  # over the CPU engines' own substitutions too (said above)
         lines += [f"CPU engines (--cpu-engines: this layout, rehearsed on the CPU): {line}"
                   for line in cpu_local.substitutions]  # fmt: skip
         local = cpu_local
@@ -403,12 +404,13 @@ def prepare(args, checks, port: int) -> Prepared | None:
     except (ConfigError, StackFileError) as exc:
         raise substitute.CannotRehearse(str(exc)) from None
     rendered = yaml.safe_load(spec["serveConfigV2"])
+    overrides = getattr(args, "engine_arg", None) or []
     gpu_run = None
     if args.target == "gpu":
-        local, gpu_run, lines = _gpu(args, rendered, port)
+        local, gpu_run, lines = _gpu(args, rendered, port, overrides)
     else:
         local = _cpu(rendered, port)
-        lines = [*local.substitutions, *engine_args(local.document, getattr(args, "engine_arg", None) or [])]
+        lines = [*local.substitutions, *engine_args(local.document, overrides)]
     keys_dir = stack_run_dir(args.stack) / "api-keys"
     local, moved = key_check_here(local, spec, keys_dir)
     lines += moved

@@ -305,12 +305,15 @@ def test_the_fit_check_predicts_for_the_engine_arguments_the_run_sets(monkeypatc
     monkeypatch.setattr(prepare, "make_model", lambda *_: tmp_path)
     monkeypatch.setattr(prepare, "CACHE", tmp_path)
     args = run.parser_for([]).parse_args(["--stack", "dev", "--target", "gpu", "--cpu-engines",
-                                          "--engine-arg", "prefill.max_num_batched_tokens=8192"])  # fmt: skip
+                                          "--engine-arg", "prefill.max_num_batched_tokens=8192",
+                                          "--engine-arg", "decode.enforce_eager=false"])  # fmt: skip
     prepared = prepare.prepare(args, [], 18000)
     assert "prefill.engine_kwargs.max_num_batched_tokens: 2048 -> 8192 (--engine-arg)" in capsys.readouterr().out
     predicted = configs(prepared.gpu.prediction_document)
     assert predicted["prefill"]["engine_kwargs"]["max_num_batched_tokens"] == 8192
     assert predicted["decode"]["engine_kwargs"]["max_num_batched_tokens"] == 2048
+    # The CPU engines' substitutions (enforce_eager on, among them) do not undo what the option set.
+    assert configs(prepared.local.document)["decode"]["engine_kwargs"]["enforce_eager"] is False
 
 
 @pytest.mark.parametrize(
