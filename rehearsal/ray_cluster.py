@@ -28,6 +28,10 @@ MULTI_NODE_IP = "127.0.0.2"
 MULTI_NODE_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
 
 
+# How often each Ray process exports its metrics here: short, so the smoke's requests show within seconds.
+METRICS_REPORT_INTERVAL_MS = 2000
+
+
 @dataclass
 class Node:
     """One Ray node of the rehearsal. `after_role`: started once that role's deployment is HEALTHY (vLLM
@@ -199,7 +203,7 @@ def base_environment(run_id: str) -> dict[str, str]:
             "HF_HUB_OFFLINE": "1",  # no hub: the weights are local
             "TRANSFORMERS_OFFLINE": "1",
             "RAY_USAGE_STATS_ENABLED": "0",
-            "RAY_metrics_report_interval_ms": "2000",  # metrics show the smoke's requests within seconds
+            "RAY_metrics_report_interval_ms": str(METRICS_REPORT_INTERVAL_MS),
             "PYTHONUNBUFFERED": "1",
             # Ray on loopback: it resolves 127.0.0.1 to the host's network address unless told it runs
             # a single-node "Windows/OSX" cluster (ray/_private/services.py get_node_ip_address).

@@ -20,6 +20,7 @@ from ray_llm_eks.domain.telemetry import slo
 from rehearsal.checks import Check, by_flag
 from rehearsal.checks.quick_bench import load
 from rehearsal.context import Context, RehearsalFailed, say
+from rehearsal.ray_cluster import METRICS_REPORT_INTERVAL_MS
 from rehearsal.routers import percentile
 
 # The ingress counts each request once, by path (ray_llm_eks/serve_ingress/selective_pd.py REQUESTS_METRIC).
@@ -29,9 +30,9 @@ WARMUP = 8
 # The two prompt lengths, in words, that measure how many tokens the served model's tokenizer makes of the
 # sweep's words (1.22 per word on Qwen3.5's, 2026-12-02; the CPU rehearsal's stand-in tokenizer differs).
 CALIBRATION_WORDS = (100, 500)
-# Ray exports each worker's histograms every EXPORT_S here (RAY_metrics_report_interval_ms 2000, rehearsal/
-# ray_cluster.py), so a reading right after a point misses its last requests: it waits up to three exports for them.
-EXPORT_S = 2.0
+# Ray exports each worker's histograms every EXPORT_S here, so a reading right after a point misses its last
+# requests: it waits up to three exports for them.
+EXPORT_S = METRICS_REPORT_INTERVAL_MS / 1000
 SETTLE_S = 3 * EXPORT_S
 SETTLE_POLL_S = 0.5
 
@@ -148,7 +149,8 @@ def _engines_after(ctx: Context, before: dict[str, list], served: int) -> tuple[
         if counted is None or counted >= served or time.monotonic() >= deadline:
             break
         time.sleep(SETTLE_POLL_S)
-    if counted is not None and counted >= served and ctx.role_metrics is None and len(after) > 1:
+    exported_by_ray = ctx.role_metrics is None  # plain engines are read directly, current at once
+    if counted is not None and counted >= served and exported_by_ray and len(after) > 1:
         # Prefill finished its part of each request before decode did, but its worker exports on a cycle of its own.
         time.sleep(EXPORT_S)
         after = _role_samples(ctx)
