@@ -19,11 +19,12 @@ import yaml
 
 from go_binaries import build
 from ray_llm_eks.adapters.ports import free_port
+from rehearsal import ray_cluster
 from rehearsal.context import RehearsalFailed
 
-# The rehearsal's Ray exports every 2 s (RAY_metrics_report_interval_ms, rehearsal/ray_cluster.py); scraping
-# and evaluating as often keeps a run short. In a cluster the chart's defaults (30 s) apply.
-INTERVAL = "2s"
+# Scraping and evaluating as often as the rehearsal's Ray exports keeps a run short. In a cluster the chart's
+# defaults (30 s) apply.
+INTERVAL = f"{ray_cluster.METRICS_REPORT_INTERVAL_MS}ms"
 
 
 def binary(wait: float, say) -> Path:

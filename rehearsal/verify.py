@@ -17,7 +17,7 @@ from llmclient import core, metrics
 from rehearsal import logs, ray_token, topology
 
 PROMPT = [{"role": "user", "content": "Count from one to ten."}]
-METRICS_WAIT = 15.0  # s: Serve pushes every 0.1 s, Ray's agent exports every 2 s (RAY_metrics_report_interval_ms)
+METRICS_WAIT = 15.0  # s: Serve pushes every 0.1 s, Ray's agent exports at ray_cluster.METRICS_REPORT_INTERVAL_MS
 
 
 def http_json(method: str, url: str, body: dict | None = None, timeout: float = 30.0) -> dict:

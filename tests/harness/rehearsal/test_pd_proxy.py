@@ -157,15 +157,33 @@ def test_the_proxy_itself_never_caps_the_requests_in_flight():
 
 def test_idle_connections_to_the_engines_end_before_vllms_server_ends_them():
     """vLLM 0.26's HTTP server drops an idle connection after VLLM_HTTP_TIMEOUT_KEEP_ALIVE (5 s, envs.py); the proxy
-    must drop it first, or a request sent on a connection the engine is closing fails."""
+    must drop it first, or a request sent on a connection the engine is closing fails. Seen from the engine: its
+    end of the connection closes, with no engine-side timeout (aiohttp's server keeps one 75 s), within 5 s."""
     vllm_keep_alive_s = 5
+    transports = []
 
-    async def connector_keepalive() -> float:
-        client = TestClient(TestServer(pd_proxy.make_app("collocated", [], ["http://127.0.0.1:9"])))
+    async def answer(request: web.Request) -> web.Response:
+        transports.append(request.transport)
+        return web.json_response({"choices": [{"text": "x"}]})
+
+    engine = web.Application()
+    engine.router.add_post("/v1/completions", answer)
+
+    async def idle_until_closed() -> float:
+        server = await _serve(engine)
+        proxy = pd_proxy.make_app("collocated", [], [str(server.make_url("")).rstrip("/")])
+        client = TestClient(TestServer(proxy))
         await client.start_server()
         try:
-            return client.server.app[pd_proxy.SESSION].connector._keepalive_timeout
+            answer = await client.post("/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 1})
+            assert answer.status == 200
+            answered = asyncio.get_running_loop().time()
+            while not transports[0].is_closing() and asyncio.get_running_loop().time() - answered < vllm_keep_alive_s:
+                await asyncio.sleep(0.05)
+            return asyncio.get_running_loop().time() - answered
         finally:
             await client.close()
+            await server.close()
 
-    assert asyncio.run(connector_keepalive()) < vllm_keep_alive_s
+    idle_s = asyncio.run(idle_until_closed())
+    assert idle_s < vllm_keep_alive_s, f"the proxy kept an idle engine connection {idle_s:.1f} s"
