@@ -1,9 +1,10 @@
 """The PD verdict from sweep benches of several apps on the same GPU and load (rehearsal --sweep-bench FILE each):
 one table of every point side by side (TTFT and TPOT p50/p95, goodput at the SLO, dollars per million output
-tokens), the acceptance figures for PD against two collocated replicas, and the prompt length from which PD pays,
-which is what selective PD's threshold should be.
+tokens), the acceptance figures for PD against two collocated replicas, the prompt length from which PD pays,
+which is what selective PD's threshold should be, and, given a yardstick (plain vLLM's PD on the same engines), whose
+layer holds PD back where ours falls short.
 
-    python -m measure.pd_verdict --pd ours-pd --collocated collocated LABEL=FILE [LABEL=FILE ...]
+    python -m measure.pd_verdict --pd ours-pd --collocated collocated [--yardstick plain] LABEL=FILE [LABEL=FILE ...]
 
 Every app gets the same dollars an hour: the comparison is at equal hardware (one prefill and one decode node
 against two collocated ones), `--usd-per-hour` or NODES x the instance type's on-demand price."""
@@ -85,7 +86,7 @@ def findings(pd: App, collocated: App) -> list[str]:
     for wanted, share in GOODPUT_SHARE.items():
         tokens = nearest(lengths, wanted)
         ours, theirs = pd.best_goodput(tokens), collocated.best_goodput(tokens)
-        ratio = ours / theirs if theirs else None
+        ratio = goodput_share(pd, collocated, tokens)
         shown = "-" if ratio is None else f"{ratio:.2f}x"
         met = ratio is not None and ratio >= share
         lines.append(f"{pd.label}: best goodput at the SLO {ours:.2f} req/s against {collocated.label}'s {theirs:.2f} "
@@ -103,6 +104,39 @@ def findings(pd: App, collocated: App) -> list[str]:
     # A length where only PD met the SLO is a win; where neither did, no one's.
     wins = [pd.best_goodput(t) > 0 and pd.best_goodput(t) >= collocated.best_goodput(t) for t in lengths]
     lines.append(threshold_finding(lengths, wins))
+    return lines
+
+
+def goodput_share(app: App, collocated: App, tokens: int) -> float | None:
+    """The app's best goodput at the SLO as a share of the collocated app's, at this prompt length; none where the
+    collocated app met the SLO at no point."""
+    theirs = collocated.best_goodput(tokens)
+    return app.best_goodput(tokens) / theirs if theirs else None
+
+
+def against_yardstick(pd: App, yardstick: App, collocated: App) -> list[str]:
+    """The bar's other branch: where our PD falls short of its share of the collocated app's goodput, whether
+    another PD on the same engines (plain vLLM's) does better against the same collocated app. If it does, the gap
+    is in the layers ours adds; if not, it lies in what both share (the engines, NIXL, the hardware)."""
+    lengths = sorted(set(pd.prompt_lengths()) & set(yardstick.prompt_lengths()) & set(collocated.prompt_lengths()))
+    if not lengths:
+        return [f"no prompt length measured by {pd.label}, {yardstick.label} and {collocated.label}: no yardstick"]
+    lines = []
+    for wanted, share in GOODPUT_SHARE.items():
+        tokens = nearest(lengths, wanted)
+        ours, theirs = goodput_share(pd, collocated, tokens), goodput_share(yardstick, collocated, tokens)
+        head = f"at {tokens:,} prompt tokens against {collocated.label}'s best goodput at the SLO"
+        if ours is None or theirs is None:
+            lines.append(f"{head}: not judged, {collocated.label} met the SLO at no point")
+            continue
+        if ours >= share:
+            verdict = f"{pd.label} met its share, the yardstick is not needed"
+        elif theirs > ours:
+            verdict = f"{yardstick.label} does better: the gap is in what {pd.label} adds to the same engines"
+        else:
+            verdict = f"{yardstick.label} does no better: what holds PD back is in what both share, not in {pd.label}"
+        lines.append(f"{head}: {pd.label} {ours:.2f}x, {yardstick.label} {theirs:.2f}x (at least {share:g}x wanted): "
+                     f"{verdict}")  # fmt: skip
     return lines
 
 
@@ -160,13 +194,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("apps", nargs="+", type=_app, metavar="LABEL=FILE")
     parser.add_argument("--pd", required=True, help="the label of the PD app judged")
     parser.add_argument("--collocated", required=True, help="the label of the collocated app it is judged against")
+    parser.add_argument("--yardstick", help="the label of another PD on the same engines (plain vLLM's), judged "
+                        "against the same collocated app where ours falls short")  # fmt: skip
     parser.add_argument("--usd-per-hour", type=float, help="every app's cost (default: NODES x the type's price)")
     parser.add_argument("--instance-type", default="g6.8xlarge")
     parser.add_argument("--region", default="us-east-1", help="whose on-demand price (default us-east-1)")
     parser.add_argument("--nodes", type=int, default=2, help="nodes each app stands for (default 2: 1P1D)")
     args = parser.parse_args(argv)
     by_label = {a.label: a for a in args.apps}
-    missing = [label for label in (args.pd, args.collocated) if label not in by_label]
+    missing = [label for label in (args.pd, args.collocated, args.yardstick) if label and label not in by_label]
     if missing:
         parser.error(f"{missing[0]}: not one of the labels given ({', '.join(by_label)})")
     usd, source = args.usd_per_hour, "--usd-per-hour"
@@ -178,7 +214,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"no price of {args.instance_type} in {args.region}")  # fmt: skip
     print(table(args.apps, usd))
     print(f"\n$ per hour for each app: {'-' if usd is None else f'{usd:.4f}'} ({source})")
-    for line in findings(by_label[args.pd], by_label[args.collocated]):
+    lines = findings(by_label[args.pd], by_label[args.collocated])
+    if args.yardstick:
+        lines += against_yardstick(by_label[args.pd], by_label[args.yardstick], by_label[args.collocated])
+    for line in lines:
         print(f"- {line}")
     return 0
 

@@ -118,3 +118,43 @@ def test_growth_is_not_judged_without_a_point_at_16_in_flight_and_nothing_withou
     assert pd_verdict.findings(elsewhere, COLLOCATED) == [
         "no prompt length measured by both pd and collocated: nothing to judge"
     ]
+
+
+def test_the_yardstick_says_whose_layer_holds_pd_back_where_ours_falls_short():
+    # Against COLLOCATED's best goodputs (10.0 at 1,000 and 5.0 at 3,500 prompt tokens): ours 0.85x and 0.80x, so it
+    # meets its share at 1,000 only; at 3,500 a yardstick at 1.00x does better and one at 0.80x, the same, does not.
+    ours = pd_verdict.App("ours", tuple(_point(t, 16, 300, good) for t, good in [(1000, 8.5), (3500, 4.0)]))
+    better = pd_verdict.App("plain", tuple(_point(t, 16, 300, good) for t, good in [(1000, 7.0), (3500, 5.0)]))
+    at_1000, at_3500 = pd_verdict.against_yardstick(ours, better, COLLOCATED)
+    assert at_1000 == (
+        "at 1,000 prompt tokens against collocated's best goodput at the SLO: ours 0.85x, plain 0.70x (at least 0.8x "
+        "wanted): ours met its share, the yardstick is not needed"
+    )
+    assert at_3500.endswith("ours 0.80x, plain 1.00x (at least 1x wanted): plain does better: the gap is in what "
+                            "ours adds to the same engines")  # fmt: skip
+    same = pd_verdict.App("plain", tuple(_point(t, 16, 300, 4.0) for t in (1000, 3500)))
+    assert pd_verdict.against_yardstick(ours, same, COLLOCATED)[1].endswith(
+        "plain does no better: what holds PD back is in what both share, not in ours"
+    )
+    broken = pd_verdict.App("collocated", tuple(_point(t, 16, 300, 1.0, meets=False) for t in (1000, 3500)))
+    not_judged = pd_verdict.against_yardstick(ours, same, broken)[0]
+    assert not_judged.endswith("not judged, collocated met the SLO at no point")
+    elsewhere = pd_verdict.App("plain", (_point(8000, 1, 100, 1.0),))
+    assert pd_verdict.against_yardstick(ours, elsewhere, COLLOCATED) == [
+        "no prompt length measured by ours, plain and collocated: no yardstick"
+    ]
+
+
+def test_the_command_judges_against_the_yardstick_it_is_given(tmp_path, capsys):
+    files = {}
+    for app in (PD, COLLOCATED, pd_verdict.App("plain", PD.points)):
+        files[app.label] = tmp_path / f"{app.label}.json"
+        files[app.label].write_text(json.dumps({"points": list(app.points)}))
+    args = [f"{label}={path}" for label, path in files.items()]
+    assert pd_verdict.main(["--pd", "pd", "--collocated", "collocated", "--yardstick", "plain", *args]) == 0
+    assert "- at 3,500 prompt tokens against collocated's best goodput at the SLO: pd 1.20x, plain 1.20x" in (
+        capsys.readouterr().out
+    )
+    with pytest.raises(SystemExit):
+        pd_verdict.main(["--pd", "pd", "--collocated", "collocated", "--yardstick", "vllm", *args])
+    assert "vllm: not one of the labels given (pd, collocated, plain)" in capsys.readouterr().err
