@@ -77,14 +77,23 @@ def nearest(lengths: Sequence[int], tokens: int) -> int | None:
     return min(lengths, key=lambda n: abs(n - tokens), default=None)
 
 
+def shared_lengths(*apps: App) -> list[int]:
+    """The prompt lengths every one of these apps measured."""
+    return sorted(set.intersection(*(set(a.prompt_lengths()) for a in apps)))
+
+
+def judged(lengths: Sequence[int]) -> list[tuple[int, float]]:
+    """The measured lengths nearest the bar's, each with the share of the collocated goodput wanted there."""
+    return [(nearest(lengths, wanted), share) for wanted, share in GOODPUT_SHARE.items()]
+
+
 def findings(pd: App, collocated: App) -> list[str]:
     """The acceptance figures, one line each, and where PD starts to pay."""
-    lengths = sorted(set(pd.prompt_lengths()) & set(collocated.prompt_lengths()))
+    lengths = shared_lengths(pd, collocated)
     if not lengths:
         return [f"no prompt length measured by both {pd.label} and {collocated.label}: nothing to judge"]
     lines = [ttft_growth(pd, nearest(lengths, 1000))]
-    for wanted, share in GOODPUT_SHARE.items():
-        tokens = nearest(lengths, wanted)
+    for tokens, share in judged(lengths):
         ours, theirs = pd.best_goodput(tokens), collocated.best_goodput(tokens)
         ratio = goodput_share(pd, collocated, tokens)
         shown = "-" if ratio is None else f"{ratio:.2f}x"
@@ -92,12 +101,12 @@ def findings(pd: App, collocated: App) -> list[str]:
         lines.append(f"{pd.label}: best goodput at the SLO {ours:.2f} req/s against {collocated.label}'s {theirs:.2f} "
                      f"at {tokens:,} prompt tokens = {shown} (at least {share:g}x wanted): "
                      f"{'met' if met else 'not met'}")  # fmt: skip
-    judged = sorted({nearest(lengths, wanted) for wanted in GOODPUT_SHARE})
-    unbroken = {a.label: [f"{t:,}" for t in judged if not a.broke_slo(t)] for a in (pd, collocated)}
+    judged_tokens = sorted({tokens for tokens, _ in judged(lengths)})
+    unbroken = {a.label: [f"{t:,}" for t in judged_tokens if not a.broke_slo(t)] for a in (pd, collocated)}
     if parts := [f"{label} at {' and '.join(lengths)}" for label, lengths in unbroken.items() if lengths]:
         lines.append(f"every point met the SLO for {'; '.join(parts)} prompt tokens: there the best goodput is a floor "
                      "(the sweep's top), not the SLO's limit; a longer sweep is needed to find it")  # fmt: skip
-    ratios = {t: pd.best_goodput(t) / collocated.best_goodput(t) for t in lengths if collocated.best_goodput(t)}
+    ratios = {t: r for t in lengths if (r := goodput_share(pd, collocated, t)) is not None}
     if ratios:
         lines.append(f"{pd.label} against {collocated.label}, best goodput at the SLO by prompt tokens: "
                      + ", ".join(f"{t:,} {r:.2f}x" for t, r in ratios.items()))  # fmt: skip
@@ -116,25 +125,32 @@ def goodput_share(app: App, collocated: App, tokens: int) -> float | None:
 
 def against_yardstick(pd: App, yardstick: App, collocated: App) -> list[str]:
     """The bar's other branch: where our PD falls short of its share of the collocated app's goodput, whether
-    another PD on the same engines (plain vLLM's) does better against the same collocated app. If it does, the gap
-    is in the layers ours adds; if not, it lies in what both share (the engines, NIXL, the hardware)."""
-    lengths = sorted(set(pd.prompt_lengths()) & set(yardstick.prompt_lengths()) & set(collocated.prompt_lengths()))
+    another PD on the same engines (plain vLLM's) does better against the same collocated app. If it reaches the
+    share, the gap is in what ours adds; if it does no better, nothing points there, and what holds PD back lies in
+    what both share (the engines, NIXL, the hardware)."""
+    lengths = shared_lengths(pd, yardstick, collocated)
     if not lengths:
         return [f"no prompt length measured by {pd.label}, {yardstick.label} and {collocated.label}: no yardstick"]
     lines = []
-    for wanted, share in GOODPUT_SHARE.items():
-        tokens = nearest(lengths, wanted)
+    for tokens, share in judged(lengths):
         ours, theirs = goodput_share(pd, collocated, tokens), goodput_share(yardstick, collocated, tokens)
         head = f"at {tokens:,} prompt tokens against {collocated.label}'s best goodput at the SLO"
-        if ours is None or theirs is None:
-            lines.append(f"{head}: not judged, {collocated.label} met the SLO at no point")
+        if not_met := [a.label for a in (collocated, yardstick) if not a.best_goodput(tokens)]:
+            lines.append(f"{head}: not judged, {' and '.join(not_met)} met the SLO at no point")
             continue
         if ours >= share:
             verdict = f"{pd.label} met its share, the yardstick is not needed"
+        elif theirs >= share:
+            verdict = f"{yardstick.label} reaches the share: the gap is in what {pd.label} adds to the same engines"
         elif theirs > ours:
-            verdict = f"{yardstick.label} does better: the gap is in what {pd.label} adds to the same engines"
+            verdict = (f"{yardstick.label} does better but falls short too: part of the gap is in what {pd.label} "
+                       "adds, part in what both share")  # fmt: skip
         else:
-            verdict = f"{yardstick.label} does no better: what holds PD back is in what both share, not in {pd.label}"
+            verdict = (f"{yardstick.label} does no better: nothing points at what {pd.label} adds; what holds PD back "
+                       "is in what both share")  # fmt: skip
+        # Where no point broke the SLO the goodputs are the sweep's top loads, so close shares may be a tie.
+        if tops := [a.label for a in (pd, yardstick, collocated) if not a.broke_slo(tokens)]:
+            verdict += f" ({', '.join(tops)}: every point met the SLO, so these are the sweep's tops)"
         lines.append(f"{head}: {pd.label} {ours:.2f}x, {yardstick.label} {theirs:.2f}x (at least {share:g}x wanted): "
                      f"{verdict}")  # fmt: skip
     return lines
@@ -205,6 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     missing = [label for label in (args.pd, args.collocated, args.yardstick) if label and label not in by_label]
     if missing:
         parser.error(f"{missing[0]}: not one of the labels given ({', '.join(by_label)})")
+    if args.yardstick in (args.pd, args.collocated):
+        parser.error(f"--yardstick {args.yardstick}: another PD app than --pd and --collocated")
     usd, source = args.usd_per_hour, "--usd-per-hour"
     if usd is None:
         hourly = prices.INSTANCE_USD_PER_HOUR.get(args.region, {}).get(args.instance_type)

@@ -29,7 +29,8 @@ ROUTES = ("/v1/chat/completions", "/v1/completions")
 SESSION = web.AppKey("session", ClientSession)
 # Idle connections to an engine are dropped before the engine does: vLLM's HTTP server closes them after 5 s
 # (vLLM 0.26 envs.py VLLM_HTTP_TIMEOUT_KEEP_ALIVE), aiohttp 3.14 keeps them 15 s, and a request sent on one the engine
-# is closing fails with "Server disconnected".
+# is closing fails with "Server disconnected". aiohttp clears idle connections once a keep-alive period (connector.py
+# `_cleanup`), so one can stay idle up to twice this: 4 s.
 UPSTREAM_KEEPALIVE_S = 2.0
 PREFILL_PARAMS = {
     "do_remote_decode": True,

@@ -144,7 +144,7 @@ def _phase(ctx: Context, policy: str, seed: int, deployment: str, out: Path) -> 
     before, late = _metrics(ctx), _late_probes(ctx)
     ctx.mark(f"{policy}: {CONVERSATIONS} conversations x {TURNS} turns, {in_flight} in flight (AIPerf)")
     result = aiperf.run_point(config, out / policy, ctx.api_key, timeout=bounds.worst_case_seconds(1) + 240)
-    time.sleep(verify.METRICS_WAIT)  # Ray's agent exports every 2 s here (RAY_metrics_report_interval_ms)
+    time.sleep(verify.METRICS_WAIT)  # a few of Ray's exports (ray_cluster.METRICS_REPORT_INTERVAL_MS)
     after = _metrics(ctx)
     hits = routers.hit_rate(before, after, replicas)
     if not hits[1]:

@@ -122,23 +122,32 @@ def test_growth_is_not_judged_without_a_point_at_16_in_flight_and_nothing_withou
 
 def test_the_yardstick_says_whose_layer_holds_pd_back_where_ours_falls_short():
     # Against COLLOCATED's best goodputs (10.0 at 1,000 and 5.0 at 3,500 prompt tokens): ours 0.85x and 0.80x, so it
-    # meets its share at 1,000 only; at 3,500 a yardstick at 1.00x does better and one at 0.80x, the same, does not.
-    ours = pd_verdict.App("ours", tuple(_point(t, 16, 300, good) for t, good in [(1000, 8.5), (3500, 4.0)]))
-    better = pd_verdict.App("plain", tuple(_point(t, 16, 300, good) for t, good in [(1000, 7.0), (3500, 5.0)]))
-    at_1000, at_3500 = pd_verdict.against_yardstick(ours, better, COLLOCATED)
+    # meets its share at 1,000 only. At 3,500 ours broke the SLO at 32 in flight, as did each yardstick below.
+    ours = pd_verdict.App("ours", (_point(1000, 16, 300, 8.5), _point(3500, 16, 300, 4.0),
+                                   _point(3500, 32, 3000, 4.5, meets=False)))  # fmt: skip
+
+    def plain(at_3500: float) -> pd_verdict.App:
+        return pd_verdict.App("plain", (_point(1000, 16, 300, 7.0), _point(3500, 16, 300, at_3500),
+                                        _point(3500, 32, 3000, 9.0, meets=False)))  # fmt: skip
+
+    at_1000, at_3500 = pd_verdict.against_yardstick(ours, plain(5.0), COLLOCATED)
     assert at_1000 == (
         "at 1,000 prompt tokens against collocated's best goodput at the SLO: ours 0.85x, plain 0.70x (at least 0.8x "
-        "wanted): ours met its share, the yardstick is not needed"
+        "wanted): ours met its share, the yardstick is not needed (ours, plain, collocated: every point met the SLO, "
+        "so these are the sweep's tops)"
     )
-    assert at_3500.endswith("ours 0.80x, plain 1.00x (at least 1x wanted): plain does better: the gap is in what "
-                            "ours adds to the same engines")  # fmt: skip
-    same = pd_verdict.App("plain", tuple(_point(t, 16, 300, 4.0) for t in (1000, 3500)))
-    assert pd_verdict.against_yardstick(ours, same, COLLOCATED)[1].endswith(
-        "plain does no better: what holds PD back is in what both share, not in ours"
+    # COLLOCATED broke no SLO at 3,500 either: its goodput there is its sweep's top, and the line says so.
+    assert at_3500.endswith(
+        "ours 0.80x, plain 1.00x (at least 1x wanted): plain reaches the share: the gap is in what ours adds to the "
+        "same engines (collocated: every point met the SLO, so these are the sweep's tops)"
     )
-    broken = pd_verdict.App("collocated", tuple(_point(t, 16, 300, 1.0, meets=False) for t in (1000, 3500)))
-    not_judged = pd_verdict.against_yardstick(ours, same, broken)[0]
-    assert not_judged.endswith("not judged, collocated met the SLO at no point")
+    short = pd_verdict.against_yardstick(ours, plain(4.5), COLLOCATED)[1]
+    assert "plain 0.90x (at least 1x wanted): plain does better but falls short too: part of the gap" in short
+    same = pd_verdict.against_yardstick(ours, plain(4.0), COLLOCATED)[1]
+    assert "plain 0.80x (at least 1x wanted): plain does no better: nothing points at what ours adds" in same
+    broken = pd_verdict.App("plain", tuple(_point(t, 16, 300, 1.0, meets=False) for t in (1000, 3500)))
+    not_judged = pd_verdict.against_yardstick(ours, broken, COLLOCATED)[1]
+    assert not_judged.endswith("not judged, plain met the SLO at no point")
     elsewhere = pd_verdict.App("plain", (_point(8000, 1, 100, 1.0),))
     assert pd_verdict.against_yardstick(ours, elsewhere, COLLOCATED) == [
         "no prompt length measured by ours, plain and collocated: no yardstick"
@@ -158,3 +167,6 @@ def test_the_command_judges_against_the_yardstick_it_is_given(tmp_path, capsys):
     with pytest.raises(SystemExit):
         pd_verdict.main(["--pd", "pd", "--collocated", "collocated", "--yardstick", "vllm", *args])
     assert "vllm: not one of the labels given (pd, collocated, plain)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        pd_verdict.main(["--pd", "pd", "--collocated", "collocated", "--yardstick", "pd", *args])
+    assert "--yardstick pd: another PD app than --pd and --collocated" in capsys.readouterr().err
