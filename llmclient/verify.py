@@ -145,6 +145,21 @@ def wait_settled(sources: Sources, before: KvCounters, prompt_tokens: list[int],
     return now
 
 
+def quiet(sources: Sources) -> KvCounters:
+    """A reading once the roles' request counts held still over one poll (longer than Ray's export interval): the
+    requests sent before it, whose counts Ray exports on each worker's own cycle, all counted in it rather than in
+    the next window."""
+    end = time.monotonic() + sources.wait
+    last = read(sources)
+    while time.monotonic() < end:
+        time.sleep(POLL)
+        now = read(sources)
+        if now.requests == last.requests:
+            return now
+        last = now
+    return last
+
+
 async def send_short(url: str, model: str, api_key: str | None, count: int) -> list[int]:
     """`count` chat completions of SHORT_PROMPT, one at a time; their prompt tokens."""
     async with core.client(url, api_key, timeout=core.DEFAULT_TIMEOUT * 4) as api:
@@ -156,8 +171,8 @@ def run_short(
     say: Callable[[str], None] = print,
 ) -> Verdict:  # fmt: skip
     """Selective PD's other half: short prompts one at a time, each served by decode alone (kv_proof.judge_local)."""
+    before = quiet(sources)  # the long prompts' prefill requests in it, not among the short ones'
     start = time.monotonic()
-    before = read(sources)
     sent = asyncio.run(send_short(url, model, api_key, requests))
     say(f"sent {len(sent)} short requests, one at a time, of {', '.join(map(str, sent))} prompt tokens")
     wait_settled(sources, before, sent, shape, local_below)

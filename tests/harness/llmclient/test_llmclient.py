@@ -680,3 +680,15 @@ def test_verify_reads_selective_pds_threshold_from_the_served_config():
     off = stack_adapter.load_settings(stack_adapter.stack_file("dev", ROOT))
     assert verify.expectations(document_dict(on.serving.serve_document), None, None).local_below == 28
     assert verify.expectations(document_dict(off.serving.serve_document), None, None).local_below is None
+
+
+def test_the_short_prompts_window_opens_once_the_request_counts_hold_still(monkeypatch):
+    """A prefill request of the long prompts that Ray exports late lands in the reading taken before the short
+    prompts, not among them: the reading waits until the roles' request counts hold over one poll."""
+    from llmclient import verify
+    from measure.kv_proof import KvCounters
+
+    exported = iter([{"prefill": count} for count in (2.0, 3.0, 4.0, 4.0, 5.0)])
+    monkeypatch.setattr(verify, "read", lambda sources: KvCounters(requests=next(exported)))
+    monkeypatch.setattr(verify, "POLL", 0.0)
+    assert verify.quiet(verify.Sources(metrics=list)).requests == {"prefill": 4.0}
