@@ -146,9 +146,9 @@ def wait_settled(sources: Sources, before: KvCounters, prompt_tokens: list[int],
 
 
 def quiet(sources: Sources) -> KvCounters:
-    """A reading once the roles' request counts held still over one poll (longer than Ray's export interval): the
-    requests sent before it, whose counts Ray exports on each worker's own cycle, all counted in it rather than in
-    the next window."""
+    """A reading once the roles' request counts held still over one poll: the requests sent before it, whose counts
+    Ray exports on each worker's own cycle, counted in it rather than in the next window. A poll outlasts the
+    rehearsal's export interval (rehearsal/ray_cluster.py METRICS_REPORT_INTERVAL_MS), not a cluster's longer one."""
     end = time.monotonic() + sources.wait
     last = read(sources)
     while time.monotonic() < end:
