@@ -60,6 +60,7 @@ class Sources:
     metrics: Callable[[], list[Sample]]  # every sample of kv_proof.SERIES, all engines
     logs: Callable[[], dict[str, str]] | None = None  # deployment -> its replicas' logs
     wait: float = 120.0  # s the counters may take to show the requests (Ray's export + a scrape)
+    lag: float = POLL  # s a request's count may trail it in `metrics`: Ray's export period, plus a scrape's
 
 
 def prompt(words: int, rng: random.Random) -> str:
@@ -146,17 +147,18 @@ def wait_settled(sources: Sources, before: KvCounters, prompt_tokens: list[int],
 
 
 def quiet(sources: Sources) -> KvCounters:
-    """A reading once the roles' request counts held still over one poll: the requests sent before it, whose counts
-    Ray exports on each worker's own cycle, counted in it rather than in the next window. A poll outlasts the
-    rehearsal's export interval (rehearsal/ray_cluster.py METRICS_REPORT_INTERVAL_MS), not a cluster's longer one."""
+    """A reading once the roles' request counts held still for `sources.lag`: the requests sent before it, whose
+    counts Ray exports on each worker's own cycle, counted in it rather than in the next window."""
     end = time.monotonic() + sources.wait
     last = read(sources)
+    held_since = time.monotonic()
     while time.monotonic() < end:
         time.sleep(POLL)
         now = read(sources)
-        if now.requests == last.requests:
+        if now.requests != last.requests:
+            last, held_since = now, time.monotonic()
+        elif time.monotonic() - held_since >= sources.lag:
             return now
-        last = now
     return last
 
 
@@ -176,8 +178,8 @@ def run_short(
     sent = asyncio.run(send_short(url, model, api_key, requests))
     say(f"sent {len(sent)} short requests, one at a time, of {', '.join(map(str, sent))} prompt tokens")
     wait_settled(sources, before, sent, shape, local_below)
-    # Transfers and prefill's requests are recorded apart from decode's counters: one more poll for them.
-    time.sleep(POLL)
+    # Transfers and prefill's requests are recorded apart from decode's counters: one more export for them.
+    time.sleep(max(POLL, sources.lag))
     verdict = kv_proof.judge_local(before, read(sources), sent, local_below, shape.transfers_per_request)
     verdict.lines.append(f"short prompts judged {time.monotonic() - start:.1f} s after the first was sent")
     return verdict
@@ -309,6 +311,12 @@ def add_arguments(p) -> None:
     p.add_argument("--requests", type=int, default=3)
     p.add_argument("--floor-gbps", type=float, help="KV throughput floor in GB/s (default: the stack's alert floor)")
     p.add_argument("--wait", type=float, default=120.0, help="how long the counters may take to show the requests")
+    p.add_argument(
+        "--metrics-lag",
+        type=float,
+        help="seconds a request's count may trail it in the metrics read: Ray's export period, plus the scrape "
+        "interval with --prometheus (default: the stack's, Ray's 10 s export and its Prometheus's 30 s scrape)",
+    )
 
 
 def add_metrics_arguments(p) -> None:
@@ -356,7 +364,16 @@ def sources_from(args, settings, app: str) -> Sources:
     if args.dashboard:
         fetch = adapter.dashboard(args.dashboard)
         logs = lambda: adapter.replica_logs(fetch, app, args.log_dir)  # noqa: E731
-    return Sources(read_metrics, logs, args.wait)
+    return Sources(read_metrics, logs, args.wait, metrics_lag(args))
+
+
+def metrics_lag(args) -> float:
+    """How long a request's count may trail it where `args` reads the metrics (a Prometheus adds its scrape)."""
+    from ray_llm_eks.domain.telemetry import observability
+
+    if args.metrics_lag is not None:
+        return args.metrics_lag
+    return observability.RAY_METRICS_EXPORT_S + (observability.SCRAPE_INTERVAL_S if args.prometheus else 0)
 
 
 def _local_config(source: str) -> dict | None:

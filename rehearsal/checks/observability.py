@@ -26,7 +26,7 @@ import time
 from ray_llm_eks.domain.core.facts import PD_ROLES
 from ray_llm_eks.domain.render import alert_rules, dashboards
 from ray_llm_eks.domain.telemetry import alerts
-from rehearsal import prometheus, ray_token, substitute, topology
+from rehearsal import prometheus, ray_cluster, ray_token, substitute, topology
 from rehearsal.checks import Check, by_flag
 from rehearsal.context import Context, RehearsalFailed, say
 from rehearsal.deploy import deploy
@@ -124,9 +124,11 @@ def _verify_command(ctx: Context) -> list[str]:
     # The engines' logs from their files here: the dashboard's log API reads a whole file within its own timeout,
     # which a loaded machine missed (the backend then read as none logged).
     command += [x for d in ctx.log_dirs for x in ("--log-dir", str(d))]
+    # Ray here exports every METRICS_REPORT_INTERVAL_MS, and its Prometheus scrapes as often (prometheus.INTERVAL).
+    export_s = ray_cluster.METRICS_REPORT_INTERVAL_MS / 1000
     if url := ctx.results.get("prometheus"):
-        return [*command, "--prometheus", url]
-    return [*command, *(x for u in ctx.metrics_urls for x in ("--metrics-url", u))]
+        return [*command, "--metrics-lag", str(2 * export_s), "--prometheus", url]
+    return [*command, "--metrics-lag", str(export_s), *(x for u in ctx.metrics_urls for x in ("--metrics-url", u))]
 
 
 def run_verify(ctx: Context) -> tuple[int, list[str]]:

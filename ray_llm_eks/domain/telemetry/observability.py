@@ -84,6 +84,9 @@ WORKER_METRICS_PORTS = {"metrics": HEAD_METRICS_PORTS["metrics"]}
 # 30 s, ~2 bytes per sample on disk (Prometheus docs, storage.md "Operational aspects": 1-2 bytes).
 # Check it after a deploy with `prometheus_tsdb_head_series`.
 SCRAPE_INTERVAL_S = 30
+# How often Ray's metrics agent exports what its workers recorded: Ray 2.58's default, which the stack keeps
+# (metrics_report_interval_ms in src/ray/common/ray_config_def.h; ray._raylet.Config.metrics_report_interval_ms()).
+RAY_METRICS_EXPORT_S = 10
 SERIES_BUDGET = 100_000
 BYTES_PER_SAMPLE = 2
 # retentionSize caps what Prometheus keeps below the volume: WAL and head chunks count towards it and

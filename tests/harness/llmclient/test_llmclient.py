@@ -3,6 +3,7 @@ good answers, HTTP errors, stalls, malformed events; `make bench` up to its load
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import re
@@ -682,6 +683,17 @@ def test_verify_reads_selective_pds_threshold_from_the_served_config():
     assert verify.expectations(document_dict(off.serving.serve_document), None, None).local_below is None
 
 
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def test_the_short_prompts_window_opens_once_the_request_counts_hold_still(monkeypatch):
     """A prefill request of the long prompts that Ray exports late lands in the reading taken before the short
     prompts, not among them: the reading waits until the roles' request counts hold over one poll."""
@@ -690,5 +702,33 @@ def test_the_short_prompts_window_opens_once_the_request_counts_hold_still(monke
 
     exported = iter([{"prefill": count} for count in (2.0, 3.0, 4.0, 4.0, 5.0)])
     monkeypatch.setattr(verify, "read", lambda sources: KvCounters(requests=next(exported)))
-    monkeypatch.setattr(verify, "POLL", 0.0)
+    monkeypatch.setattr(verify, "time", FakeClock())
     assert verify.quiet(verify.Sources(metrics=list)).requests == {"prefill": 4.0}
+
+
+def test_the_short_prompts_window_waits_out_a_cluster_export_longer_than_a_poll(monkeypatch):
+    """Ray in a cluster exports every 10 s: a count that held over one 3 s poll may still be an export short, so the
+    reading waits until the counts held for the source's lag."""
+    from llmclient import verify
+    from measure.kv_proof import KvCounters
+
+    clock = FakeClock()
+    exported = iter([{"prefill": c} for c in (2.0, 3.0, 3.0, 3.0, 4.0, 4.0, 4.0, 4.0, 4.0, 4.0)])
+    monkeypatch.setattr(verify, "time", clock)
+    monkeypatch.setattr(verify, "read", lambda sources: KvCounters(requests=next(exported)))
+    reading = verify.quiet(verify.Sources(metrics=list, lag=10.0))
+    assert reading.requests == {"prefill": 4.0}
+    assert clock.now == 24.0  # 4 seen at 12 s, held 12 s: the first poll past 10 s
+
+
+def test_the_metrics_lag_is_the_stacks_export_plus_its_scrape_where_a_prometheus_is_read():
+    from llmclient import verify
+
+    def args(*argv: str):
+        parser = argparse.ArgumentParser()
+        verify.add_arguments(parser)
+        return parser.parse_args(["--stack", "dev", *argv])
+
+    assert verify.metrics_lag(args("--metrics-url", "http://127.0.0.1:2")) == 10
+    assert verify.metrics_lag(args("--prometheus", "http://127.0.0.1:3")) == 40
+    assert verify.metrics_lag(args("--prometheus", "http://127.0.0.1:3", "--metrics-lag", "4")) == 4.0

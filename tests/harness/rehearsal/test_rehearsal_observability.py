@@ -74,8 +74,21 @@ def test_verify_is_the_users_command_against_the_rehearsal(tmp_path):
     assert flags == [str(tmp_path / "head"), str(tmp_path / "decode")]
     assert command[-2:] == ["--prometheus", "http://127.0.0.1:9090"]
     assert ["--served-config", str(tmp_path / "serve-config.yaml")] == command[7:9]
+    # Counts trail the requests by the rehearsal's own export and scrape, not a cluster's 10 s and 30 s.
+    assert verify_args(command).metrics_lag == 4.0
     ctx.results = {}
     assert observability._verify_command(ctx)[-2:] == ["--metrics-url", "http://127.0.0.1:1/metrics"]
+    assert verify_args(observability._verify_command(ctx)).metrics_lag == 2.0
+
+
+def verify_args(command: list[str]) -> argparse.Namespace:
+    """The verify command's arguments as `llmclient verify` reads them."""
+    from llmclient import verify
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    verify.add_arguments(parser)
+    return parser.parse_args(command[4:])
 
 
 def test_the_kv_floor_is_cuda_ipcs_where_prefill_and_decode_share_a_gpu():
