@@ -23,13 +23,17 @@ HISTOGRAMS = {
     "prefill": "vllm:request_prefill_time_seconds",
     "ttft": "vllm:time_to_first_token_seconds",
     "e2e": "vllm:e2e_request_latency_seconds",
+    # By the engine core's clock, which stamps each step's outputs (v1/engine/__init__.py EngineCoreOutputs,
+    # v1/metrics/stats.py): a frontend whose event loop lags does not lengthen them, as it does e2e.
+    "tpot": "vllm:request_time_per_output_token_seconds",
+    "decode": "vllm:request_decode_time_seconds",  # first token -> last
     "kv_transfer": "vllm:nixl_xfer_time_seconds",  # post -> done, per transfer (decode reads)
     "kv_post": "vllm:nixl_post_time_seconds",
     "kv_bytes": "vllm:nixl_bytes_transferred",
     "kv_descriptors": "vllm:nixl_num_descriptors",
 }
 # Figures in seconds shown in ms; the others as they are.
-SECONDS = {"queue", "prefill", "ttft", "e2e", "kv_transfer", "kv_post"}
+SECONDS = {"queue", "prefill", "ttft", "e2e", "tpot", "decode", "kv_transfer", "kv_post"}
 
 
 def ray_name(name: str) -> str:

@@ -211,12 +211,12 @@ def _run(ctx: Context) -> None:
 
 
 def _where(figures: dict) -> str:
-    """One line of a point's hop figures: each role's mean queue and KV transfer time (under Ray the bounds its
-    buckets give, not the midpoint mean), the proxy's hop p50s."""
+    """One line of a point's hop figures: each role's mean queue, KV transfer time and time per output token by the
+    engine's clock (under Ray the bounds its buckets give, not the midpoint mean), the proxy's hop p50s."""
     parts = []
     for role, got in sorted(figures.get("engines", {}).items()):
         shown = [f"{name} {_figure(name, got[name])}" for name in
-                 ("queue", "prefill", "kv_transfer", "kv_bytes", "kv_descriptors") if name in got]  # fmt: skip
+                 ("queue", "prefill", "kv_transfer", "kv_bytes", "kv_descriptors", "tpot") if name in got]  # fmt: skip
         if shown:
             parts.append(f"{role}: " + ", ".join(shown))
     for hop, q in figures.get("hops", {}).items():

@@ -91,3 +91,14 @@ def test_requests_finished_counts_decodes_end_to_end_events_or_every_engines():
     # Decode read, its end-to-end histogram not exported yet: none finished so far (the sweep waits), not unknown.
     assert pd_hops.requests_finished({}, {"decode": hist("vllm:nixl_xfer_time_seconds", 1.0, 4)}) == 0
     assert pd_hops.requests_finished({}, {}) is None
+
+
+def test_decodes_time_per_token_is_read_by_the_engines_clock_in_either_naming():
+    """The engine core stamps each token, so a lagging frontend does not stretch it: read apart from e2e. Under Ray
+    vLLM's first buckets (10 and 25 ms) tell a 9.5 ms decode step from a 13 ms one."""
+    tpot = "vllm:request_time_per_output_token_seconds"
+    plain = {"decode": hist(tpot, 0.0095 * 8, 8) + hist("vllm:request_decode_time_seconds", 1.2 * 8, 8)}
+    got = pd_hops.engine_means({}, plain)["decode"]
+    assert got["tpot"] == {"mean": 9.5, "count": 8} and got["decode"] == {"mean": 1200.0, "count": 8}
+    ray = {"decode": hist(tpot, 0.0175 * 8, 8, ray=True) + ray_buckets(tpot, {"0.01": 0, "0.025": 8, "+Inf": 8})}
+    assert pd_hops.engine_means({}, ray)["decode"]["tpot"]["bounds"] == [10.0, 25.0]
