@@ -732,3 +732,32 @@ def test_the_metrics_lag_is_the_stacks_export_plus_its_scrape_where_a_prometheus
     assert verify.metrics_lag(args("--metrics-url", "http://127.0.0.1:2")) == 10
     assert verify.metrics_lag(args("--prometheus", "http://127.0.0.1:3")) == 40
     assert verify.metrics_lag(args("--prometheus", "http://127.0.0.1:3", "--metrics-lag", "4")) == 4.0
+
+
+def test_a_long_prompts_late_prefill_export_is_not_counted_among_the_short_prompts(monkeypatch):
+    """The short prompts' verdict opens its window on a settled reading: the long prompts' last prefill request,
+    exported after the first reading, falls before the window, so selective PD's short prompts pass."""
+    from llmclient import verify
+    from measure.kv_proof import KvCounters, KvShape
+
+    clock = FakeClock()
+    sent: list[int] = []
+
+    def reading(sources) -> KvCounters:
+        prefill = 2.0 if clock.now == 0 else 3.0  # the long prompts' third request, exported one poll late
+        shorts = sum(sent)
+        return KvCounters(requests={"prefill": prefill, "decode": 3.0 + len(sent)}, paths={"local": len(sent)},
+                          decode_tokens={"local_compute": shorts})  # fmt: skip
+
+    async def send_short(url, model, api_key, count):
+        sent.extend([25] * count)
+        return list(sent)
+
+    monkeypatch.setattr(verify, "time", clock)
+    monkeypatch.setattr(verify, "read", reading)
+    monkeypatch.setattr(verify, "send_short", send_short)
+    shape = KvShape(kv_bytes_per_token=1.0, state_bytes_per_sequence=0.0, block_size=16, hybrid=False)
+    verdict = verify.run_short("http://127.0.0.1:1", "m", None, shape, verify.Sources(metrics=list), 28, 3,
+                               say=lambda line: None)  # fmt: skip
+    assert verdict.failures == [], verdict.lines
+    assert "prefill requests +0" in verdict.lines[0]
