@@ -210,13 +210,17 @@ def _run(ctx: Context) -> None:
         raise RehearsalFailed(f"sweep bench: {failed[0]['failed']} requests failed; first: {failed[0]['first_error']}")
 
 
+HOP_FIGURES = ("queue", "prefill", "kv_transfer", "kv_bytes", "kv_descriptors")
+
+
 def _where(figures: dict) -> str:
     """One line of a point's hop figures: each role's mean queue, KV transfer time and time per output token by the
     engine's clock (under Ray the bounds its buckets give, not the midpoint mean), the proxy's hop p50s."""
     parts = []
     for role, got in sorted(figures.get("engines", {}).items()):
-        shown = [f"{name} {_figure(name, got[name])}" for name in
-                 ("queue", "prefill", "kv_transfer", "kv_bytes", "kv_descriptors", "tpot") if name in got]  # fmt: skip
+        # A PD prefill engine makes one token a request, which vLLM records as a TPOT of 0.
+        names = [*HOP_FIGURES, *(["tpot"] if role != "prefill" else [])]
+        shown = [f"{name} {_figure(name, got[name])}" for name in names if name in got]
         if shown:
             parts.append(f"{role}: " + ", ".join(shown))
     for hop, q in figures.get("hops", {}).items():
