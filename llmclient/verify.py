@@ -8,8 +8,10 @@ backend the stack asks for (from the engines' logs, through the Ray dashboard's 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import math
 import random
 import re
 import string
@@ -60,7 +62,9 @@ class Sources:
     metrics: Callable[[], list[Sample]]  # every sample of kv_proof.SERIES, all engines
     logs: Callable[[], dict[str, str]] | None = None  # deployment -> its replicas' logs
     wait: float = 120.0  # s the counters may take to show the requests (Ray's export + a scrape)
-    lag: float = POLL  # s a request's count may trail it in `metrics`: Ray's export period, plus a scrape's
+    # s a request's count may trail it in `metrics`: Ray's export period, plus a scrape's where a Prometheus is read
+    # (sources_from sets it; one poll where nothing says)
+    lag: float = POLL
 
 
 def prompt(words: int, rng: random.Random) -> str:
@@ -148,17 +152,20 @@ def wait_settled(sources: Sources, before: KvCounters, prompt_tokens: list[int],
 
 def quiet(sources: Sources) -> KvCounters:
     """A reading once the roles' request counts held still for `sources.lag`: the requests sent before it, whose
-    counts Ray exports on each worker's own cycle, counted in it rather than in the next window."""
-    end = time.monotonic() + sources.wait
+    counts Ray exports on each worker's own cycle, counted in it rather than in the next window. Where they never
+    hold (other traffic), the latest reading after `sources.wait`, and at least one lag and a poll."""
+    end = time.monotonic() + max(sources.wait, sources.lag + POLL)
+    held_since = time.monotonic()  # before the read: a slow read must not count towards the hold
     last = read(sources)
-    held_since = time.monotonic()
     while time.monotonic() < end:
         time.sleep(POLL)
+        taken = time.monotonic()
         now = read(sources)
         if now.requests != last.requests:
-            last, held_since = now, time.monotonic()
-        elif time.monotonic() - held_since >= sources.lag:
+            held_since = taken
+        elif taken - held_since >= sources.lag:
             return now
+        last = now
     return last
 
 
@@ -178,7 +185,7 @@ def run_short(
     sent = asyncio.run(send_short(url, model, api_key, requests))
     say(f"sent {len(sent)} short requests, one at a time, of {', '.join(map(str, sent))} prompt tokens")
     wait_settled(sources, before, sent, shape, local_below)
-    # Transfers and prefill's requests are recorded apart from decode's counters: one more export for them.
+    # Transfers and prefill's requests are recorded apart from decode's counters: their lag again.
     time.sleep(max(POLL, sources.lag))
     verdict = kv_proof.judge_local(before, read(sources), sent, local_below, shape.transfers_per_request)
     verdict.lines.append(f"short prompts judged {time.monotonic() - start:.1f} s after the first was sent")
@@ -313,10 +320,22 @@ def add_arguments(p) -> None:
     p.add_argument("--wait", type=float, default=120.0, help="how long the counters may take to show the requests")
     p.add_argument(
         "--metrics-lag",
-        type=float,
+        type=_seconds,
         help="seconds a request's count may trail it in the metrics read: Ray's export period, plus the scrape "
-        "interval with --prometheus (default: the stack's, Ray's 10 s export and its Prometheus's 30 s scrape)",
+        "interval with --prometheus (default: the stack's, Ray's 10 s export and its Prometheus's 30 s scrape); "
+        "selective PD's short prompts wait it out before and after",
     )
+
+
+def _seconds(text: str) -> float:
+    """A finite number of seconds, 0 or more (argparse prints the refusal as one line)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, 0 or more")
+    return value
 
 
 def add_metrics_arguments(p) -> None:

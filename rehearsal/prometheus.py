@@ -24,7 +24,8 @@ from rehearsal.context import RehearsalFailed
 
 # Scraping and evaluating as often as the rehearsal's Ray exports keeps a run short. In a cluster the chart's
 # defaults (30 s) apply.
-INTERVAL = f"{ray_cluster.METRICS_REPORT_INTERVAL_MS}ms"
+INTERVAL_MS = ray_cluster.METRICS_REPORT_INTERVAL_MS
+INTERVAL = f"{INTERVAL_MS}ms"
 
 
 def binary(wait: float, say) -> Path:

@@ -124,10 +124,10 @@ def _verify_command(ctx: Context) -> list[str]:
     # The engines' logs from their files here: the dashboard's log API reads a whole file within its own timeout,
     # which a loaded machine missed (the backend then read as none logged).
     command += [x for d in ctx.log_dirs for x in ("--log-dir", str(d))]
-    # Ray here exports every METRICS_REPORT_INTERVAL_MS, and its Prometheus scrapes as often (prometheus.INTERVAL).
+    # How long a count may trail its request here: Ray's export, plus its Prometheus's scrape where that is read.
     export_s = ray_cluster.METRICS_REPORT_INTERVAL_MS / 1000
     if url := ctx.results.get("prometheus"):
-        return [*command, "--metrics-lag", str(2 * export_s), "--prometheus", url]
+        return [*command, "--metrics-lag", str(export_s + prometheus.INTERVAL_MS / 1000), "--prometheus", url]
     return [*command, "--metrics-lag", str(export_s), *(x for u in ctx.metrics_urls for x in ("--metrics-url", u))]
 
 

@@ -19,6 +19,7 @@ import yaml
 
 from llmclient import core, smoke
 from llmclient.__main__ import main
+from measure import kv_proof
 from tests.conftest import ROOT
 
 MODEL = "test/model"
@@ -698,7 +699,7 @@ class FakeClock:
 
 def test_the_short_prompts_window_opens_once_the_request_counts_hold_still(monkeypatch):
     """A prefill request of the long prompts that Ray exports late lands in the reading taken before the short
-    prompts, not among them: the reading waits until the roles' request counts hold over one poll."""
+    prompts, not among them: the reading waits until the roles' request counts hold for the lag (here one poll)."""
     from llmclient import verify
     from measure.kv_proof import KvCounters
 
@@ -736,20 +737,17 @@ def test_the_metrics_lag_is_the_stacks_export_plus_its_scrape_where_a_prometheus
     assert verify.metrics_lag(args("--prometheus", "http://127.0.0.1:3", "--metrics-lag", "4")) == 4.0
 
 
-def test_a_long_prompts_late_prefill_export_is_not_counted_among_the_short_prompts(monkeypatch):
-    """The short prompts' verdict opens its window on a settled reading: the long prompts' last prefill request,
-    exported after the first reading, falls before the window, so selective PD's short prompts pass."""
+def short_prompts(monkeypatch, prefill_at, lag: float = 10.0):
+    """run_short on a fake clock; `prefill_at(now, sent)`: prefill's request count the metrics show then."""
     from llmclient import verify
-    from measure.kv_proof import KvCounters, KvShape
+    from measure.kv_proof import KvShape
 
     clock = FakeClock()
     sent: list[int] = []
 
-    def reading(sources) -> KvCounters:
-        prefill = 2.0 if clock.now == 0 else 3.0  # the long prompts' third request, exported one poll late
-        shorts = sum(sent)
-        return KvCounters(requests={"prefill": prefill, "decode": 3.0 + len(sent)}, paths={"local": len(sent)},
-                          decode_tokens={"local_compute": shorts})  # fmt: skip
+    def reading(sources) -> kv_proof.KvCounters:
+        return kv_proof.KvCounters(requests={"prefill": prefill_at(clock.now, sent), "decode": 3.0 + len(sent)},
+                          paths={"local": len(sent)}, decode_tokens={"local_compute": sum(sent)})  # fmt: skip
 
     async def send_short(url, model, api_key, count):
         sent.extend([25] * count)
@@ -759,7 +757,48 @@ def test_a_long_prompts_late_prefill_export_is_not_counted_among_the_short_promp
     monkeypatch.setattr(verify, "read", reading)
     monkeypatch.setattr(verify, "send_short", send_short)
     shape = KvShape(kv_bytes_per_token=1.0, state_bytes_per_sequence=0.0, block_size=16, hybrid=False)
-    verdict = verify.run_short("http://127.0.0.1:1", "m", None, shape, verify.Sources(metrics=list), 28, 3,
-                               say=lambda line: None)  # fmt: skip
+    sources = verify.Sources(metrics=list, lag=lag)
+    return verify.run_short("http://127.0.0.1:1", "m", None, shape, sources, 28, 3, say=lambda line: None)
+
+
+def test_a_long_prompts_late_prefill_export_is_not_counted_among_the_short_prompts(monkeypatch):
+    """The short prompts' window opens on a reading that held for the metrics' lag: the long prompts' last prefill
+    request, exported 6 s late (past one 3 s poll, within a cluster's 10 s export), falls before it."""
+    verdict = short_prompts(monkeypatch, lambda now, sent: 3.0 if now >= 6 else 2.0)
     assert verdict.failures == [], verdict.lines
     assert "prefill requests +0" in verdict.lines[0]
+
+
+def test_a_prefill_request_during_the_short_prompts_is_caught_though_exported_late(monkeypatch):
+    """After the short prompts the verdict waits the lag again, so a prefill request one of them made, exported 6 s
+    after, still fails it."""
+    sent_at: list[float] = []
+
+    def prefill(now: float, sent: list[int]) -> float:
+        if sent and not sent_at:
+            sent_at.append(now)
+        return 3.0 + (1.0 if sent_at and now >= sent_at[0] + 6 else 0.0)
+
+    verdict = short_prompts(monkeypatch, prefill)
+    assert verdict.failures == ["prefill handled 1 request(s) during 3 short prompt(s) (0 split)"], verdict.lines
+
+
+def test_counts_that_never_hold_give_the_latest_reading_after_the_wait_and_at_least_one_lag(monkeypatch):
+    from llmclient import verify
+
+    clock = FakeClock()
+    monkeypatch.setattr(verify, "time", clock)
+    monkeypatch.setattr(verify, "read", lambda sources: kv_proof.KvCounters(requests={"prefill": clock.now}))
+    got = verify.quiet(verify.Sources(metrics=list, wait=30.0, lag=40.0))
+    assert clock.now >= 43.0 and got.requests == {"prefill": clock.now}
+
+
+def test_a_metrics_lag_that_is_not_a_number_of_seconds_is_refused_in_one_line(capsys):
+    from llmclient import verify
+
+    parser = argparse.ArgumentParser(prog="verify")
+    verify.add_arguments(parser)
+    for bad in ("-1", "nan", "soon"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--stack", "dev", "--metrics-lag", bad])
+        assert f"argument --metrics-lag: {bad!r} is not a number of seconds, 0 or more" in capsys.readouterr().err
