@@ -317,7 +317,7 @@ def add_arguments(p) -> None:
     p.add_argument("--served-config", type=Path, help="the serve config as deployed (default: the stack's)")
     p.add_argument("--requests", type=int, default=3)
     p.add_argument("--floor-gbps", type=float, help="KV throughput floor in GB/s (default: the stack's alert floor)")
-    p.add_argument("--wait", type=float, default=120.0, help="how long the counters may take to show the requests")
+    p.add_argument("--wait", type=_seconds, default=120.0, help="how long the counters may take to show the requests")
     p.add_argument(
         "--metrics-lag",
         type=_seconds,

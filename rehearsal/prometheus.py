@@ -22,8 +22,8 @@ from ray_llm_eks.adapters.ports import free_port
 from rehearsal import ray_cluster
 from rehearsal.context import RehearsalFailed
 
-# Scraping and evaluating as often as the rehearsal's Ray exports keeps a run short. In a cluster the chart's
-# defaults (30 s) apply.
+# Scraping and evaluating as often as the rehearsal's Ray exports keeps a run short. In a cluster the stack's
+# observability.SCRAPE_INTERVAL_S applies.
 INTERVAL_MS = ray_cluster.METRICS_REPORT_INTERVAL_MS
 INTERVAL = f"{INTERVAL_MS}ms"
 

@@ -732,8 +732,10 @@ def test_the_metrics_lag_is_the_stacks_export_plus_its_scrape_where_a_prometheus
         verify.add_arguments(parser)
         return parser.parse_args(["--stack", "dev", *argv])
 
-    assert verify.metrics_lag(args("--metrics-url", "http://127.0.0.1:2")) == 10
-    assert verify.metrics_lag(args("--prometheus", "http://127.0.0.1:3")) == 40
+    from ray_llm_eks.domain.telemetry.observability import RAY_METRICS_EXPORT_S, SCRAPE_INTERVAL_S
+
+    assert verify.metrics_lag(args("--metrics-url", "http://127.0.0.1:2")) == RAY_METRICS_EXPORT_S
+    assert verify.metrics_lag(args("--prometheus", "http://127.0.0.1:3")) == RAY_METRICS_EXPORT_S + SCRAPE_INTERVAL_S
     assert verify.metrics_lag(args("--prometheus", "http://127.0.0.1:3", "--metrics-lag", "4")) == 4.0
 
 
@@ -798,7 +800,8 @@ def test_a_metrics_lag_that_is_not_a_number_of_seconds_is_refused_in_one_line(ca
 
     parser = argparse.ArgumentParser(prog="verify")
     verify.add_arguments(parser)
-    for bad in ("-1", "nan", "soon"):
-        with pytest.raises(SystemExit):
-            parser.parse_args(["--stack", "dev", "--metrics-lag", bad])
-        assert f"argument --metrics-lag: {bad!r} is not a number of seconds, 0 or more" in capsys.readouterr().err
+    for flag in ("--metrics-lag", "--wait"):
+        for bad in ("-1", "nan", "soon"):
+            with pytest.raises(SystemExit):
+                parser.parse_args(["--stack", "dev", flag, bad])
+            assert f"argument {flag}: {bad!r} is not a number of seconds, 0 or more" in capsys.readouterr().err

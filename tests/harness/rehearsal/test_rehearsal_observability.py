@@ -16,7 +16,7 @@ from go_binaries import build
 from ray_llm_eks.adapters import stack
 from ray_llm_eks.domain.render import dashboards
 from ray_llm_eks.domain.serving.serve_app import document_dict
-from rehearsal import gpu, prometheus, substitute
+from rehearsal import gpu, prometheus, ray_cluster, substitute
 from rehearsal.checks import all_checks, observability
 from rehearsal.context import RehearsalFailed
 from tests.conftest import ROOT
@@ -75,10 +75,11 @@ def test_verify_is_the_users_command_against_the_rehearsal(tmp_path):
     assert command[-2:] == ["--prometheus", "http://127.0.0.1:9090"]
     assert ["--served-config", str(tmp_path / "serve-config.yaml")] == command[7:9]
     # Counts trail the requests by the rehearsal's own export and scrape, not a cluster's 10 s and 30 s.
-    assert verify_args(command).metrics_lag == 4.0
+    export_s = ray_cluster.METRICS_REPORT_INTERVAL_MS / 1000
+    assert verify_args(command).metrics_lag == export_s + prometheus.INTERVAL_MS / 1000
     ctx.results = {}
     assert observability._verify_command(ctx)[-2:] == ["--metrics-url", "http://127.0.0.1:1/metrics"]
-    assert verify_args(observability._verify_command(ctx)).metrics_lag == 2.0
+    assert verify_args(observability._verify_command(ctx)).metrics_lag == export_s
 
 
 def verify_args(command: list[str]) -> argparse.Namespace:
