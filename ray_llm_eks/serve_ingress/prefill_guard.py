@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
+from first_chunk import FirstChunkNow
 from prefill_peers import PrefillPeers, PrefillRestarted
 from ray.llm._internal.serve.serving_patterns.prefill_decode import builder as pd_builder
 from ray.llm._internal.serve.serving_patterns.prefill_decode.pd_server import DPPDDecodeServer, PDDecodeServer
@@ -60,11 +61,12 @@ class PrefillGuard:
         self._prefill_peers.check()
 
 
-class GuardedPDDecodeServer(PrefillGuard, PDDecodeServer):
+# With the stream's first chunk sent as soon as decode's engine makes it (first_chunk.py).
+class GuardedPDDecodeServer(PrefillGuard, FirstChunkNow, PDDecodeServer):
     pass
 
 
-class GuardedDPPDDecodeServer(PrefillGuard, DPPDDecodeServer):
+class GuardedDPPDDecodeServer(PrefillGuard, FirstChunkNow, DPPDDecodeServer):
     pass
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 
+from first_chunk import FirstChunkNow
 from local_prefill import LOCAL, given_token_count, path_for, threshold, tokenize_fields
 from prefill_guard import PrefillGuard, decode_classes
 from ray.llm._internal.serve.core.configs.openai_api_models import (
@@ -116,12 +117,13 @@ class SelectivePrefill:
         return await self._serve("completions", request, raw_request_info)
 
 
-# With the prefill guard (prefill_guard.py): the split path reads KV from prefill like any PD decode server.
-class SelectivePDDecodeServer(SelectivePrefill, PrefillGuard, PDDecodeServer):
+# With the prefill guard (prefill_guard.py): the split path reads KV from prefill like any PD decode server; both
+# paths send a stream's first chunk as soon as it comes (first_chunk.py).
+class SelectivePDDecodeServer(SelectivePrefill, PrefillGuard, FirstChunkNow, PDDecodeServer):
     pass
 
 
-class SelectiveDPPDDecodeServer(SelectivePrefill, PrefillGuard, DPPDDecodeServer):
+class SelectiveDPPDDecodeServer(SelectivePrefill, PrefillGuard, FirstChunkNow, DPPDDecodeServer):
     pass
 
 

@@ -128,6 +128,22 @@ def check_ray_selective_pd(ctx: Context) -> list[str]:
     )
 
 
+def check_ray_first_chunk(ctx: Context) -> list[str]:
+    """The LLM server methods first_chunk.py overrides and calls, the batching it replaces, and the builder that takes
+    a config's server_cls and names the deployment after it, as we read them."""
+    symbols = {
+        "ray/llm/_internal/serve/core/server/llm_server.py": [
+            "LLMServer._run_request",
+            "LLMServer._batch_output_stream",
+            "LLMServer._get_batch_interval_ms",
+        ],
+        "ray/llm/_internal/serve/utils/batcher.py": ["Batcher.stream"],
+        "ray/llm/_internal/serve/core/server/builder.py": ["build_llm_deployment"],
+        "ray/llm/_internal/serve/core/configs/llm_config.py": ["LLMConfig.validate_server_cls"],
+    }
+    return fingerprints("ray-first-chunk", ctx, pinned_ray(ctx), symbols, "python")
+
+
 def check_ray_openai_ingress(ctx: Context) -> list[str]:
     ray = pinned_ray(ctx)
     needed = {

@@ -23,6 +23,7 @@ from tools.upstream.checks_pulumi import (
 )
 from tools.upstream.checks_ray import (
     check_kuberay_cluster_hash,
+    check_ray_first_chunk,
     check_ray_kuberay_node_provider,
     check_ray_llm_config,
     check_ray_openai_ingress,
@@ -64,6 +65,7 @@ CHECKS: dict[str, Callable[[Context], list[str]]] = {
     "ray-serve-vllm-logging": check_ray_serve_vllm_logging,
     "ray-openai-ingress": check_ray_openai_ingress,
     "ray-selective-pd": check_ray_selective_pd,
+    "ray-first-chunk": check_ray_first_chunk,
     "ray-kuberay-node-provider": check_ray_kuberay_node_provider,
     "ray-llm-config": check_ray_llm_config,
     "ray-request-routing": check_ray_request_routing,

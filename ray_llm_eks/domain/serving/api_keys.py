@@ -15,6 +15,8 @@ from ray_llm_eks.domain.core.facts import KEY_CHECKED_INGRESS
 from ray_llm_eks.domain.serving.fields import ensure, put
 from ray_llm_eks.domain.serving.llm_config import LlmConfig
 from ray_llm_eks.domain.serving.serve_app import (
+    COLLOCATED_IMPORT,
+    FIRST_CHUNK_SERVER,
     GUARDED_PD_IMPORT,
     PD_IMPORT,
     IngressClsConfig,
@@ -25,7 +27,8 @@ from ray_llm_eks.domain.serving.serve_app import (
 INGRESS_CLS = KEY_CHECKED_INGRESS
 SOURCES_DIR = packaged.ROOT / "serve_ingress"
 # Flat modules on the pods' PYTHONPATH; ray_start.py is the head's start with a GCS store (gcs_ft.head_start), the
-# prefill guard the PD apps' decode servers (serve_app.GUARDED_PD_IMPORT, selective_pd.py).
+# prefill guard the PD apps' decode servers (serve_app.GUARDED_PD_IMPORT, selective_pd.py), first_chunk.py every LLM
+# server's streaming (serve_app.FIRST_CHUNK_SERVER and the decode servers).
 SHIPPED_MODULES = (
     "api_keys.py",
     "api_key_ingress.py",
@@ -33,6 +36,8 @@ SHIPPED_MODULES = (
     "ray_start.py",
     "prefill_peers.py",
     "prefill_guard.py",
+    "stream_chunks.py",
+    "first_chunk.py",
 )
 SELECTIVE_PD_MODULES = ("local_prefill.py", "selective_pd.py")  # shipped too where the app is selective PD
 # What ray.init makes of runtime_env `worker_process_setup_hook: "module.function"` (Ray 2.58
@@ -96,10 +101,18 @@ def on_this_machine(
         app = put(app, import_path=GUARDED_PD_IMPORT)
     limit = {} if max_request_bytes is None else {MAX_BODY_ENV: str(max_request_bytes)}
     app = _run_shipped_code(app, module_dir, **{KEYS_FILE_ENV: keys_file, **limit})
-    # Ray Serve LLM gives an engine replica its LLM config's runtime_env in place of the application's
-    # (Ray 2.58 llm/_internal/serve/core/server/llm_server.py LLMServer.get_deployment_options, a shallow
-    # merge: the config's env_vars replace the app's), so each LLM config carries the hook itself.
-    return document.with_application(app).map_roles(lambda _role, config: _run_shipped_code(config, module_dir))
+    first_chunk_now = app.import_path == COLLOCATED_IMPORT  # the PD apps' decode servers have it already
+
+    def shipped(_role: str, config: LlmConfig) -> LlmConfig:
+        # Ray Serve LLM gives an engine replica its LLM config's runtime_env in place of the application's
+        # (Ray 2.58 llm/_internal/serve/core/server/llm_server.py LLMServer.get_deployment_options, a shallow
+        # merge: the config's env_vars replace the app's), so each LLM config carries the hook itself.
+        config = _run_shipped_code(config, module_dir)
+        if first_chunk_now and config.server_cls is None:
+            config = put(config, server_cls=FIRST_CHUNK_SERVER)
+        return config
+
+    return document.with_application(app).map_roles(shipped)
 
 
 def _run_shipped_code(holder: H, module_dir: str, **env_vars: str) -> H:

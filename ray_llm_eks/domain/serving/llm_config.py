@@ -233,7 +233,7 @@ class LlmConfig(Fields):
 
     RAY_MODEL: ClassVar[str] = f"{_LLM}:LLMConfig"
     PASS_THROUGH: ClassVar[frozenset[str] | None] = frozenset(
-        {"llm_engine", "accelerator_config", "lora_config", "server_cls", "log_engine_metrics", "callback_config"}
+        {"llm_engine", "accelerator_config", "lora_config", "log_engine_metrics", "callback_config"}
     )
     NESTED: ClassVar[Mapping[str, type[Fields]]] = MappingProxyType(
         {
@@ -252,6 +252,7 @@ class LlmConfig(Fields):
     accelerator_type: str | None = None
     placement_group_config: PlacementGroupConfig | None = None
     experimental_configs: Mapping[str, Json] | None = None
+    server_cls: str | None = None  # "module:Class", imported where the app is built and in each replica
     extra: Mapping[str, Json] = field(default_factory=no_extra)
 
     @property

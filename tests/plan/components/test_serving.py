@@ -66,14 +66,22 @@ def llm_configs(plan: Plan) -> dict[str, dict]:
 def ray_checkable(config: dict) -> dict:
     """An LLM config as Ray's LLMConfig can check it in this venv: RequestRouterConfig imports the router
     class, and `ray.serve.llm` needs vLLM, so the public prefix-affinity path becomes the internal class it
-    subclasses (Ray 2.58 ray/serve/llm/request_router.py). The rehearsal venv checks the real path."""
-    from ray_llm_eks.domain.serving import routing
+    subclasses (Ray 2.58 ray/serve/llm/request_router.py); the stack's server class (the pods' shipped code, which
+    needs vLLM) becomes one this venv imports (RAYS_SERVER). The rehearsal venv checks the real paths."""
+    from ray_llm_eks.domain.serving import routing, serve_app
 
     config = json.loads(json.dumps(config))
     router = config.get("deployment_config", {}).get("request_router_config")
     if router and router["request_router_class"] == routing.PREFIX_AFFINITY_CLASS:
         router["request_router_class"] = routing.PREFIX_AFFINITY_INTERNAL
+    if config.get("server_cls") == serve_app.FIRST_CHUNK_SERVER:
+        config["server_cls"] = RAYS_SERVER
     return config
+
+
+# Ray's validator imports a server_cls string (llm_config.py validate_server_cls), and first_chunk.LLMServer needs
+# vLLM, which this venv lacks: a class it can import stands in (the check is of the field, not of the class).
+RAYS_SERVER = "builtins:object"
 
 
 def pool_of(plan: Plan, role: str):

@@ -11,7 +11,7 @@ import yaml
 
 from ray_llm_eks.adapters import stack
 from ray_llm_eks.domain.render.ray_service import ray_service_spec, served_document
-from ray_llm_eks.domain.serving import api_keys, serve_config
+from ray_llm_eks.domain.serving import api_keys, serve_app, serve_config
 from ray_llm_eks.domain.serving.fields import to_dict
 from ray_llm_eks.domain.serving.llm_config import LlmConfig
 from ray_llm_eks.domain.serving.serve_app import document_dict, parse_document, parse_llm_config
@@ -56,9 +56,15 @@ def test_the_spec_serves_the_served_document_and_it_is_keyed(settings):
         if not holder["runtime_env"]:
             del holder["runtime_env"]
 
+    collocated = app["import_path"] == serve_app.COLLOCATED_IMPORT
+
     def role_without_shipped_code(role: str, config: LlmConfig) -> LlmConfig:
         plain = to_dict(config)
         without_shipped_code(plain, shipped)
+        # A collocated app's engine replicas send a stream's first chunk at once (serve_ingress/first_chunk.py);
+        # the PD apps' decode servers do in the builders below.
+        if collocated:
+            assert plain.pop("server_cls") == serve_app.FIRST_CHUNK_SERVER
         return parse_llm_config(plain, "spec", role)
 
     without_shipped_code(app, shipped | keys)
