@@ -34,32 +34,57 @@ HISTOGRAMS = {
 }
 # Figures in seconds shown in ms; the others as they are.
 SECONDS = {"queue", "prefill", "ttft", "e2e", "tpot", "decode", "kv_transfer", "kv_post"}
+# How much later than asked each event loop of a Serve replica woke (Ray 2.58 serve/_private/event_loop_monitoring.py
+# EventLoopMonitor), in ms, one sample per RAY_SERVE_EVENT_LOOP_MONITORING_INTERVAL_S (5 s unless the replica's
+# environment sets it), per `loop_type`: `user_code` runs the LLM server with vLLM's frontend and its output handler
+# (the user code's own loop: RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD, on by default), `main` the replica's
+# requests and streams, `router` its handles' routing (decode's to prefill). A loop that lags holds what it hands on.
+LOOP_LAG = "ray_serve_event_loop_scheduling_latency_ms"
+LOOPS = ("user_code", "main", "router")
+LOOP_FIGURES = tuple(f"loop_{loop}" for loop in LOOPS)
+IN_MS = SECONDS | set(LOOP_FIGURES)  # the figures shown in ms
 
 
 def ray_name(name: str) -> str:
     return "ray_" + name.replace(":", "_")
 
 
+RAY_PARTS = ("sum", "count", "bucket")  # Ray's histograms: the buckets too, since its sums are midpoints
+
+
 def series() -> list[str]:
     """Every series `engine_means` reads, in both namings (the buckets only in Ray's, whose sums are midpoints)."""
     exact = [f"{name}_{part}" for name in HISTOGRAMS.values() for part in ("sum", "count")]
-    return exact + [f"{ray_name(name)}_{part}" for name in HISTOGRAMS.values() for part in ("sum", "count", "bucket")]
+    ray = [f"{ray_name(name)}_{part}" for name in HISTOGRAMS.values() for part in RAY_PARTS]
+    return exact + ray + [f"{LOOP_LAG}_{part}" for part in RAY_PARTS]
+
+
+# Series name -> (figure, part) for the engines' histograms; the loops' figure is in the sample's labels.
+_PARTS = {
+    **{f"{name}_{part}": (figure, part) for figure, name in HISTOGRAMS.items() for part in ("sum", "count")},
+    **{f"{ray_name(name)}_{part}": (figure, part) for figure, name in HISTOGRAMS.items() for part in RAY_PARTS},
+}
+
+
+def _figure_part(sample: Sample) -> tuple[str, str] | None:
+    if sample.name.startswith(f"{LOOP_LAG}_") and (loop := sample.labels.get("loop_type")) in LOOPS:
+        return f"loop_{loop}", sample.name.removeprefix(f"{LOOP_LAG}_")
+    return _PARTS.get(sample.name)
 
 
 def _totals(samples: Iterable[Sample]) -> tuple[dict[str, tuple[float, float]], dict[str, dict[float, float]]]:
     """(figure -> (sum, count), figure -> {le: cumulative count}) over every engine's samples; buckets only where
     the sums are Ray's midpoints."""
-    by_name = {f"{n}_{part}": (figure, part) for figure, name in HISTOGRAMS.items() for n in (name, ray_name(name))
-               for part in ("sum", "count")}  # fmt: skip
-    by_bucket = {f"{ray_name(name)}_bucket": figure for figure, name in HISTOGRAMS.items()}
     totals: dict[str, list[float]] = {}
     buckets: dict[str, dict[float, float]] = {}
     for s in samples:
-        if s.name in by_name:
-            figure, part = by_name[s.name]
-            totals.setdefault(figure, [0.0, 0.0])[0 if part == "sum" else 1] += s.value
-        elif figure := by_bucket.get(s.name):
+        if (got := _figure_part(s)) is None:
+            continue
+        figure, part = got
+        if part == "bucket":
             add_bucket(buckets.setdefault(figure, {}), s)
+        else:
+            totals.setdefault(figure, [0.0, 0.0])[0 if part == "sum" else 1] += s.value
     return {figure: (v[0], v[1]) for figure, v in totals.items()}, buckets
 
 

@@ -214,12 +214,13 @@ HOP_FIGURES = ("queue", "prefill", "kv_transfer", "kv_bytes", "kv_descriptors")
 
 
 def _where(figures: dict) -> str:
-    """One line of a point's hop figures: each role's mean queue, KV transfer time and time per output token by the
-    engine's clock (under Ray the bounds its buckets give, not the midpoint mean), the proxy's hop p50s."""
+    """One line of a point's hop figures: each role's mean queue, KV transfer time, time per output token by the
+    engine's clock and, under Serve, its replicas' event loops' lag (under Ray the bounds its buckets give, not the
+    midpoint mean), the proxy's hop p50s."""
     parts = []
     for role, got in sorted(figures.get("engines", {}).items()):
         # A PD prefill engine makes one token a request, which vLLM records as a TPOT of 0.
-        names = [*HOP_FIGURES, *(["tpot"] if role != "prefill" else [])]
+        names = [*HOP_FIGURES, *(["tpot"] if role != "prefill" else []), *pd_hops.LOOP_FIGURES]
         shown = [f"{name} {_figure(name, got[name])}" for name in names if name in got]
         if shown:
             parts.append(f"{role}: " + ", ".join(shown))
@@ -232,7 +233,7 @@ def _where(figures: dict) -> str:
 
 def _figure(name: str, got: dict) -> str:
     """A figure's mean, or under Ray its bounds: times in ms, bytes in binary units."""
-    unit = " ms" if name in pd_hops.SECONDS else ""
+    unit = " ms" if name in pd_hops.IN_MS else ""
     if (bounds := got.get("bounds")) is None:
         return f"{got['mean']}{unit}"
     low, high = (INF if b is None else b for b in bounds)

@@ -549,11 +549,13 @@ def test_the_sweep_line_gives_rays_bucket_bounds_not_their_midpoint_mean():
     decode = {"queue": {"mean": 150.0, "count": 8, "bounds": [0.0, 300.0]}, "kv_transfer": {"mean": 1.2, "count": 8}}
     decode["kv_bytes"] = {"mean": 83886080.0, "count": 8, "bounds": [2.0**25, 2.0**27]}
     decode["tpot"] = {"mean": 17.5, "count": 8, "bounds": [10.0, 25.0]}
+    decode["loop_user_code"] = {"mean": 3.0, "count": 40, "bounds": [1.0, 5.0]}  # Serve's loop lag: ms already
     # A PD prefill engine's TPOT is vLLM's 0 for its one token: not shown.
     prefill = {"queue": {"mean": 7000.0, "count": 2, "bounds": [5000.0, None]}, "tpot": {"mean": 0.0, "count": 2}}
     figures = {"engines": {"decode": decode, "prefill": prefill}}
     assert sweep_bench._where(figures) == (
-        "decode: queue 0-300 ms, kv_transfer 1.2 ms, kv_bytes 32 MiB-128 MiB, tpot 10-25 ms; prefill: queue 5000-inf ms"
+        "decode: queue 0-300 ms, kv_transfer 1.2 ms, kv_bytes 32 MiB-128 MiB, tpot 10-25 ms, loop_user_code 1-5 ms; "
+        "prefill: queue 5000-inf ms"
     )
 
 

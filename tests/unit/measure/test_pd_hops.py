@@ -35,7 +35,7 @@ def test_series_names_every_histogram_in_both_namings():
     assert (
         "ray_vllm_request_queue_time_seconds_bucket" in names and "vllm:request_queue_time_seconds_bucket" not in names
     )
-    assert len(names) == 5 * len(pd_hops.HISTOGRAMS)
+    assert len(names) == 5 * len(pd_hops.HISTOGRAMS) + 3  # and Serve's loop lag: sum, count, buckets
 
 
 def ray_buckets(name: str, cumulative: dict[str, float]) -> list[Sample]:
@@ -102,3 +102,29 @@ def test_decodes_time_per_token_is_read_by_the_engines_clock_in_either_naming():
     assert got["tpot"] == {"mean": 9.5, "count": 8} and got["decode"] == {"mean": 1200.0, "count": 8}
     ray = {"decode": hist(tpot, 0.0175 * 8, 8, ray=True) + ray_buckets(tpot, {"0.01": 0, "0.025": 8, "+Inf": 8})}
     assert pd_hops.engine_means({}, ray)["decode"]["tpot"]["bounds"] == [10.0, 25.0]
+
+
+def test_each_serve_loops_lag_is_its_own_figure_in_ms_with_its_bucket_bounds():
+    """Serve's loop lag is one histogram labelled by loop (Ray 2.58 EventLoopMonitor, buckets 1, 5, 10, 25 ms ...):
+    the user code's loop (vLLM's frontend) and the replica's main loop are read apart, not summed into one figure."""
+    lag = pd_hops.LOOP_LAG
+
+    def loop(kind: str, total: float, count: float, cumulative: dict[str, float]) -> list[Sample]:
+        labels = {"loop_type": kind, "deployment": "Decode:m"}
+        return [Sample(f"{lag}_sum", labels, total), Sample(f"{lag}_count", labels, count)] + [
+            Sample(f"{lag}_bucket", {**labels, "le": le}, n) for le, n in cumulative.items()
+        ]
+
+    before = {
+        "decode": loop("user_code", 3.0, 1, {"1.0": 0, "5.0": 1, "10.0": 1, "+Inf": 1})
+        + loop("main", 0.5, 1, {"1.0": 1})
+    }
+    after = {
+        "decode": loop("user_code", 3.0 + 7.5 * 2, 3, {"1.0": 0, "5.0": 1, "10.0": 3, "+Inf": 3})
+        + loop("main", 0.5 * 5, 5, {"1.0": 5})
+        + loop("proxy_loop", 99.0, 9, {"+Inf": 9})  # a loop kind it does not know: not read
+    }
+    means = pd_hops.engine_means(before, after)["decode"]
+    assert means["loop_user_code"] == {"mean": 7.5, "count": 2, "bounds": [5.0, 10.0]}  # both woke 5-10 ms late
+    assert means["loop_main"] == {"mean": 0.5, "count": 4, "bounds": [0.0, 1.0]}
+    assert set(means) == {"loop_user_code", "loop_main"}
