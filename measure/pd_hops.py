@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from measure.kv_proof import INF, Sample, add_bucket, edge_sums, landed
+from ray_llm_eks.domain.telemetry import ray_metrics as m
 
 # vLLM 0.26's histograms as `vllm serve` exports them (v1/metrics/loggers.py, kv_connector/v1/nixl/stats.py);
 # Ray Serve LLM exports each as ray_vllm_<name> (vllm/v1/metrics/ray_wrappers.py: ':' -> '_', Ray's prefix).
@@ -34,12 +35,10 @@ HISTOGRAMS = {
 }
 # Figures in seconds shown in ms; the others as they are.
 SECONDS = {"queue", "prefill", "ttft", "e2e", "tpot", "decode", "kv_transfer", "kv_post"}
-# How much later than asked each event loop of a Serve replica woke (Ray 2.58 serve/_private/event_loop_monitoring.py
-# EventLoopMonitor), in ms, one sample per RAY_SERVE_EVENT_LOOP_MONITORING_INTERVAL_S (5 s unless the replica's
-# environment sets it), per `loop_type`: `user_code` runs the LLM server with vLLM's frontend and its output handler
-# (the user code's own loop: RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD, on by default), `main` the replica's
-# requests and streams, `router` its handles' routing (decode's to prefill). A loop that lags holds what it hands on.
-LOOP_LAG = "ray_serve_event_loop_scheduling_latency_ms"
+# How late each event loop of a Serve replica woke (ray_metrics.SERVE_LOOP_LAG, in ms), per `loop_type`: `user_code`
+# runs the LLM server with vLLM's frontend and its output handler, `main` the replica's requests and streams,
+# `router` its handles' routing (decode's to prefill). A loop that lags holds what it hands on.
+LOOP_LAG = m.SERVE_LOOP_LAG
 LOOPS = ("user_code", "main", "router")
 LOOP_FIGURES = tuple(f"loop_{loop}" for loop in LOOPS)
 IN_MS = SECONDS | set(LOOP_FIGURES)  # the figures shown in ms

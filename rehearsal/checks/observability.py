@@ -68,6 +68,7 @@ PD_PANELS = {
         "KV cache in use",
         "Replicas per role",
         "Output tokens per second",
+        dashboards.LOOP_LAG_PANEL,
         "Dollars per million output tokens",
     ),
 }

@@ -25,6 +25,7 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 RATE = "$__rate_interval"  # Grafana: at least four scrape intervals
 QUANTILES = (0.5, 0.95, 0.99)
 SELECTIVE_PD_PANEL = "Selective PD: requests by path"  # with selectivePd on
+LOOP_LAG_PANEL = "Serve event loop lag (p95)"
 USER_ROLES = "decode|collocated"  # the engines whose output tokens reach the user
 # One GPU panel row per node: dcgm-exporter's node label (either spelling, ray_llm_eks/domain/telemetry/ray_metrics.py).
 NODE = ", ".join(m.DCGM_NODE_LABELS)
@@ -193,6 +194,15 @@ def endpoint_dashboard(inputs: EndpointInputs) -> dict:
     )
     output_rate = f"sum({_by_role(f'sum by (WorkerId) (rate({m.GENERATION_TOKENS}[{RATE}]))', USER_ROLES)})"
     layout.panel("Output tokens per second", [_target(output_rate, "output tokens/s")], "short", "Tokens streamed.")
+    loop_lag = f'sum by (le, deployment, loop_type) (rate({m.SERVE_LOOP_LAG}_bucket{{deployment!=""}}[{RATE}]))'
+    layout.panel(
+        LOOP_LAG_PANEL,
+        [_target(f"histogram_quantile(0.95, {loop_lag})", "{{deployment}} {{loop_type}}")],
+        "ms",
+        "How late each deployment's event loops woke, sampled every 5 s by Ray Serve "
+        "(RAY_SERVE_EVENT_LOOP_MONITORING_INTERVAL_S). An LLM replica's user_code loop runs its server and vLLM's "
+        "frontend: a lag there holds every token it hands on. main carries the replica's requests and streams.",
+    )
     layout.row("GPUs (DCGM exporter)")
     layout.panel(
         "GPU utilisation per node",

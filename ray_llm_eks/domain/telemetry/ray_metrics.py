@@ -50,6 +50,12 @@ SERVE_REPLICA_QUERIES = "ray_serve_replica_processing_queries"
 # Every Serve proxy's HTTP responses, label `status_code` (serve/_private/request_ingress_metrics.py
 # RequestIngressMetrics: f"serve_num_{protocol}_requests", so no literal of this name upstream).
 SERVE_HTTP_REQUESTS = "ray_serve_num_http_requests_total"
+# How much later than asked each event loop of a Serve replica or proxy woke, in ms (serve/_private/
+# event_loop_monitoring.py EventLoopMonitor, a histogram with buckets 1, 5, 10, 25, 50 ms ...; one sample per
+# RAY_SERVE_EVENT_LOOP_MONITORING_INTERVAL_S, 5 s by default). Labels `component` (replica, proxy), `loop_type`
+# (main; user_code, the loop the deployment's own code runs on, with RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD's
+# default; router, a handle's), and `deployment` on a replica's main and user-code loops.
+SERVE_LOOP_LAG = "ray_serve_event_loop_scheduling_latency_ms"
 
 # Ours: the decode replicas' count of requests by selective PD's path (ray_llm_eks/serve_ingress/selective_pd.py
 # REQUESTS_METRIC, a ray.serve.metrics.Counter), label `path`: local (prefilled on decode) or split.

@@ -35,6 +35,7 @@ def test_the_endpoint_at_a_glance_has_what_operators_of_pd_ask_for(dev_settings)
         "Requests waiting",
         "KV cache in use",
         "Replicas per role",
+        dashboards.LOOP_LAG_PANEL,
         "GPU utilisation per node",
         "GPU memory used per node",
         "Dollars per million output tokens",
