@@ -5,6 +5,7 @@ Kubernetes Secret mounted as a file (rotation without restarts: ray_llm_eks/serv
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from typing import TypeVar
@@ -54,6 +55,7 @@ KEYS_FILE_ENV = "RAY_LLM_EKS_API_KEYS_FILE"  # read by ray_llm_eks/serve_ingress
 MAX_BODY_ENV = "RAY_LLM_EKS_MAX_REQUEST_BYTES"  # read by ray_llm_eks/serve_ingress/api_keys.py secure
 SECRET_NAME = "api-keys"
 CONFIG_MAP_NAME = "api-key-ingress"
+CODE_ANNOTATION = "ray-llm-eks/shipped-code"  # on the Ray pods that mount it: with_code_digest
 MIN_KEY_LENGTH = 16
 # What carries a runtime_env of its own: the application, and each LLM config.
 H = TypeVar("H", ServeApplication, LlmConfig)
@@ -152,15 +154,41 @@ def volume_mounts() -> list[dict]:
     return [{"name": "api-keys", "mountPath": KEYS_DIR, "readOnly": True}, code_volume_mount()]
 
 
-def mounts_shipped_code(spec: dict) -> bool:
-    """Whether a pod of the RayService spec mounts the shipped code's ConfigMap (then it must exist first)."""
+def _pod_templates(spec: dict) -> list[dict]:
     cluster = spec.get("rayClusterConfig", {})
     groups = [cluster.get("headGroupSpec", {}), *(cluster.get("workerGroupSpecs") or [])]
+    return [g.get("template", {}) for g in groups]
+
+
+def _mounts_code(template: dict) -> bool:
     return any(
-        (v.get("configMap") or {}).get("name") == CONFIG_MAP_NAME
-        for g in groups
-        for v in g.get("template", {}).get("spec", {}).get("volumes") or []
+        (v.get("configMap") or {}).get("name") == CONFIG_MAP_NAME for v in template.get("spec", {}).get("volumes") or []
     )
+
+
+def mounts_shipped_code(spec: dict) -> bool:
+    """Whether a pod of the RayService spec mounts the shipped code's ConfigMap (then it must exist first)."""
+    return any(_mounts_code(t) for t in _pod_templates(spec))
+
+
+def code_digest(modules: Sequence[str]) -> str:
+    """A digest of the shipped modules (names and text)."""
+    digest = hashlib.sha256()
+    for name, text in sorted(ingress_sources(modules).items()):
+        digest.update(f"{name}\0{text}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+def with_code_digest(spec: dict, modules: Sequence[str]) -> None:
+    """Each Ray pod template that mounts the shipped code annotated with the digest of `modules`, the code it mounts.
+    A pod sees a changed ConfigMap only after kubelet's next sync, and no Serve replica restarts for it, so new code
+    could otherwise meet replicas built for the old (or a serve config naming a module not there yet). With the digest
+    in the template, KubeRay's cluster hash changes with the code: a new cluster, whose pods mount it from their
+    start (the RayService is replaced, as for any cluster change: ray_llm_eks/domain/render/ray_service.py)."""
+    digest = code_digest(modules)
+    for template in _pod_templates(spec):
+        if _mounts_code(template):
+            template.setdefault("metadata", {}).setdefault("annotations", {})[CODE_ANNOTATION] = digest
 
 
 # What a key may hold: RFC 6750's b64token (letters, digits, - . _ ~ + /, then = padding), which a client sends

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from ray_llm_eks.adapters import stack
-from ray_llm_eks.domain.render.ray_service import ray_service_spec, served_document
+from ray_llm_eks.domain.render.ray_service import ray_service_spec, replacement_paths, served_document
 from ray_llm_eks.domain.serving import api_keys, serve_app, serve_config
 from ray_llm_eks.domain.serving.fields import to_dict
 from ray_llm_eks.domain.serving.llm_config import LlmConfig
@@ -88,6 +88,29 @@ def test_every_ray_pod_mounts_the_keys_and_the_ingress_code_read_only(settings):
         mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
         assert mounts[api_keys.KEYS_DIR] == {"name": "api-keys", "mountPath": api_keys.KEYS_DIR, "readOnly": True}
         assert mounts[api_keys.MODULE_DIR]["name"] == "api-key-ingress" and mounts[api_keys.MODULE_DIR]["readOnly"]
+
+
+def test_every_ray_pod_that_mounts_the_code_names_its_digest_so_new_code_makes_a_new_cluster(settings, monkeypatch):
+    """The digest of the modules the ConfigMap carries is in each Ray pod's template: KubeRay's cluster hash covers
+    it, and the stack replaces the RayService on any change under rayClusterConfig (replacement_paths)."""
+    spec = ray_service_spec(settings)
+    modules = api_keys.shipped_modules(served_document(settings))
+    digest = api_keys.code_digest(modules)
+    templates = [spec["rayClusterConfig"]["headGroupSpec"]["template"]] + [
+        g["template"] for g in spec["rayClusterConfig"]["workerGroupSpecs"]
+    ]
+    assert [t["metadata"]["annotations"][api_keys.CODE_ANNOTATION] for t in templates] == [digest] * len(templates)
+    paths = replacement_paths(spec)
+    assert (
+        "spec.rayClusterConfig.headGroupSpec" in paths and "spec.rayClusterConfig.workerGroupSpecs[*].template" in paths
+    )
+    # One module's text changed: another digest, so another pod template.
+    sources = api_keys.ingress_sources(modules)
+    changed = {**sources, "first_chunk.py": sources["first_chunk.py"] + "\n# a change\n"}
+    monkeypatch.setattr(api_keys, "ingress_sources", lambda _modules=(): changed)
+    assert api_keys.code_digest(modules) != digest
+    annotations = ray_service_spec(settings)["rayClusterConfig"]["headGroupSpec"]["template"]["metadata"]["annotations"]
+    assert annotations[api_keys.CODE_ANNOTATION] == api_keys.code_digest(modules)
 
 
 def test_the_hugging_face_token_reaches_head_and_workers_only_when_the_stack_has_one(settings):
