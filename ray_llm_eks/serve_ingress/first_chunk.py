@@ -1,12 +1,12 @@
-"""Ray Serve LLM's LLM replicas with a stream's first chunk sent as soon as it comes (stream_chunks.py says why), on
+"""Ray Serve LLM's LLM replicas with a stream's first token sent as soon as it comes (stream_chunks.py says why), on
 Ray 2.58.
 
 `LLMServer._run_request` hands a streamed response to `self._batch_output_stream` (llm/_internal/serve/core/server/
 llm_server.py), which `FirstChunkNow` replaces: mixed in before a Ray server class, it keeps Ray's interval
-(`_get_batch_interval_ms`, the LLM config's `stream_batching_interval_ms`) and changes only when the first list
-goes. The PD decode servers take it in prefill_guard.py and selective_pd.py; a collocated app's LLM configs name
-`first_chunk:LLMServer` as their `server_cls` (ray_llm_eks/domain/serving/api_keys.py), which Ray's builder uses
-in place of its own (core/server/builder.py build_llm_deployment)."""
+(`_get_batch_interval_ms`, the LLM config's `stream_batching_interval_ms`) and changes only how the stream's
+first interval goes. The PD decode servers take it in prefill_guard.py and selective_pd.py; a collocated app's LLM
+configs name `first_chunk:LLMServer` as their `server_cls` (ray_llm_eks/domain/serving/api_keys.py), which Ray's
+builder uses in place of its own (core/server/builder.py build_llm_deployment)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ if not all(
     callable(getattr(llm_server.LLMServer, hook, None)) for hook in ("_batch_output_stream", "_get_batch_interval_ms")
 ):
     raise ImportError(
-        "ray.llm's LLMServer has no _batch_output_stream or _get_batch_interval_ms to send the first chunk early"
+        "ray.llm's LLMServer has no _batch_output_stream or _get_batch_interval_ms to send the first token early"
     )
 
 

@@ -61,7 +61,7 @@ class PrefillGuard:
         self._prefill_peers.check()
 
 
-# With the stream's first chunk sent as soon as decode's engine makes it (first_chunk.py).
+# With the stream's first token sent as soon as decode's engine makes it (first_chunk.py).
 class GuardedPDDecodeServer(PrefillGuard, FirstChunkNow, PDDecodeServer):
     pass
 

@@ -118,7 +118,7 @@ class SelectivePrefill:
 
 
 # With the prefill guard (prefill_guard.py): the split path reads KV from prefill like any PD decode server; both
-# paths send a stream's first chunk as soon as it comes (first_chunk.py).
+# paths send a stream's first token as soon as it comes (first_chunk.py).
 class SelectivePDDecodeServer(SelectivePrefill, PrefillGuard, FirstChunkNow, PDDecodeServer):
     pass
 

@@ -7,7 +7,10 @@ streams between replicas costs a round of Ray's streaming protocol. Its `Batcher
 a whole interval before its first list, so the first token waits for the first tick: up to 50 ms on every request.
 In a PD decode replica the wait starts only when prefill has answered and decode's engine has the request, and
 decode's first token comes one KV read and one step later, so most of the interval is added to every request's
-time to first token. `first_then_every` sends the first chunk as soon as it comes and batches the rest as Ray does."""
+time to first token. `first_then_every` sends each chunk of the stream's first interval as soon as it comes and
+batches the rest as Ray does. The first interval, not the first chunk: vLLM 0.26's chat stream opens with a chunk
+that carries the role and no text (entrypoints/openai/chat_completion/serving.py chat_completion_stream_generator),
+and where the first token's text is held back (a partial character, a parser) the first text comes a step after it."""
 
 from __future__ import annotations
 
@@ -20,10 +23,10 @@ T = TypeVar("T")
 
 
 async def first_then_every(items: AsyncIterator[T], interval_s: float) -> AsyncIterator[list[T]]:
-    """The chunks of `items` in lists: the first list as soon as a chunk is there (with any that came with it),
-    then at most one list each `interval_s` of what came since, and the last as soon as `items` ends. An error of
-    `items` is raised after the chunks before it; closing this stream cancels the reading of `items` (the engine
-    aborts the request). `interval_s` 0: each chunk alone, as it comes."""
+    """The chunks of `items` in lists: within `interval_s` of the first chunk each as soon as it comes (with any
+    that came with it), then at most one list each `interval_s` of what came since, and the last as soon as `items`
+    ends. An error of `items` is raised after the chunks before it; closing this stream cancels the reading of
+    `items` (the engine aborts the request). `interval_s` 0: each chunk alone, as it comes."""
     if interval_s == 0:
         async with contextlib.aclosing(items):  # a loop left early does not close what it reads
             async for item in items:
@@ -42,8 +45,10 @@ async def first_then_every(items: AsyncIterator[T], interval_s: float) -> AsyncI
             ended.set()
 
     reader = asyncio.create_task(read())
+    clock = asyncio.get_running_loop().time
     try:
         await arrived.wait()
+        eager_until = clock() + interval_s
         while True:
             finished = reader.done()  # read before the drain: nothing comes between the two
             if came:
@@ -54,7 +59,12 @@ async def first_then_every(items: AsyncIterator[T], interval_s: float) -> AsyncI
                 reader.result()
                 return
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(ended.wait(), interval_s)
+                if (left := eager_until - clock()) > 0:
+                    if not came:  # else what came while the list was out goes at once
+                        arrived.clear()
+                        await asyncio.wait_for(arrived.wait(), left)
+                else:
+                    await asyncio.wait_for(ended.wait(), interval_s)
     finally:
         if not reader.done():
             reader.cancel()

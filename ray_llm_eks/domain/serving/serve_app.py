@@ -30,7 +30,7 @@ SELECTIVE_PD_IMPORT = "selective_pd:build_selective_pd_app"
 # what a keyed document runs in place of PD_IMPORT (the shipped code is on the pods' path there), never in a serve
 # file.
 GUARDED_PD_IMPORT = "prefill_guard:build_pd_app"
-# Ray's LLM server that sends a stream's first chunk as soon as it comes (ray_llm_eks/serve_ingress/first_chunk.py):
+# Ray's LLM server that sends a stream's first token as soon as it comes (ray_llm_eks/serve_ingress/first_chunk.py):
 # the server_cls a keyed collocated app's LLM configs name where their file names none.
 FIRST_CHUNK_SERVER = "first_chunk:LLMServer"
 PD_IMPORTS = (PD_IMPORT, SELECTIVE_PD_IMPORT, GUARDED_PD_IMPORT)

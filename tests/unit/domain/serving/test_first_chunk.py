@@ -54,12 +54,31 @@ def test_the_first_chunk_comes_at_once_though_the_interval_is_an_hour():
     async def run():
         engine = Engine()
         stream = first_then_every(engine.stream(), HOUR)
-        engine.send("t1")
-        assert await soon(stream) == ["t1"]
-        engine.send("t2", "t3", end=True)  # the end sends what is left at once too
-        assert await soon(stream) == ["t2", "t3"]
+        engine.send("role")
+        assert await soon(stream) == ["role"]
+        engine.send("t1", "t2", end=True)  # the end sends what is left at once too
+        assert await soon(stream) == ["t1", "t2"]
         with pytest.raises(StopAsyncIteration):
             await soon(stream)
+
+    asyncio.run(run())
+
+
+def test_within_the_first_interval_each_chunk_goes_as_it_comes():
+    """vLLM's chat stream opens with the role, no text: the first token's chunk, a step later, must not wait for
+    the interval either. Serve reads the stream as it comes, so the reads here wait before the engine sends."""
+
+    async def run():
+        engine = Engine()
+        stream = first_then_every(engine.stream(), HOUR)
+        engine.send("role")
+        assert await soon(stream) == ["role"]
+        reading = asyncio.ensure_future(soon(stream))
+        engine.send("t1")
+        await asyncio.sleep(0.05)
+        engine.send("t2")
+        assert await reading == ["t1"]
+        assert await soon(stream) == ["t2"]
 
     asyncio.run(run())
 
@@ -78,16 +97,22 @@ def test_rays_own_batching_holds_the_first_chunk_for_its_interval():
     asyncio.run(run())
 
 
-def test_after_the_first_chunks_go_in_lists_one_interval_apart():
+def test_after_the_first_interval_chunks_go_in_lists_one_interval_apart():
     async def run():
         engine = Engine()
-        stream = first_then_every(engine.stream(), 0.05)
+        stream = first_then_every(engine.stream(), 0.3)
+        engine.send("role")
+        assert await soon(stream) == ["role"]
+        await asyncio.sleep(0.35)  # past the first interval
         engine.send("t1")
-        assert await soon(stream) == ["t1"]
-        engine.send("t2", "t3", "t4")  # made within one interval: one list, as Ray's batching sends them
-        assert await soon(stream) == ["t2", "t3", "t4"]
-        engine.send("t5", end=True)
-        assert await soon(stream) == ["t5"]
+        assert await soon(stream) == ["t1"]  # at the next tick; the one after is an interval later
+        reading = asyncio.ensure_future(soon(stream))
+        engine.send("t2")
+        await asyncio.sleep(0.05)
+        engine.send("t3")  # 50 ms apart, within one interval: one list, as Ray's batching sends them
+        assert await reading == ["t2", "t3"]
+        engine.send("t4", end=True)
+        assert await soon(stream) == ["t4"]
 
     asyncio.run(run())
 
