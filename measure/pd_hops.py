@@ -37,7 +37,8 @@ HISTOGRAMS = {
 SECONDS = {"queue", "prefill", "ttft", "e2e", "tpot", "decode", "kv_transfer", "kv_post"}
 # How late each event loop of a Serve replica woke (ray_metrics.SERVE_LOOP_LAG, in ms), per `loop_type`: `user_code`
 # runs the LLM server with vLLM's frontend and its output handler, `main` the replica's requests and streams,
-# `router` its handles' routing (decode's to prefill). A loop that lags holds what it hands on.
+# `router` the routing of the handles the process holds (in a PD decode replica, its handle to prefill). A loop that
+# lags holds what it hands on.
 LOOP_LAG = m.SERVE_LOOP_LAG
 LOOPS = ("user_code", "main", "router")
 LOOP_FIGURES = tuple(f"loop_{loop}" for loop in LOOPS)

@@ -32,7 +32,6 @@ from ray_llm_eks.domain.render.ray_service import (
     HF_TOKEN_SECRET,
     ray_service_spec,
     replacement_paths,
-    served_document,
     worker_groups_annotation,
 )
 from ray_llm_eks.domain.security import pod_security, ray_auth, secret_content
@@ -135,7 +134,7 @@ class LlmServiceArgs:
     api_key_check: bool | None = default("apiKeyCheck")
     """Deploy the key-checking ingress's code and the keys Secret (the spec must run that ingress)."""
     ingress_modules: Sequence[str] | None = None
-    """Shipped modules the pods import (api_keys.shipped_modules of the document); none: api_keys.SHIPPED_MODULES."""
+    """Shipped modules the pods import, of api_keys.SHIPPED_MODULES; none: all of them."""
     network_policies: Sequence[Mapping[str, Any]] | None = ()
     """NetworkPolicy manifests for the namespace (ray_llm_eks.domain.security.network_policies renders them), before any
     Ray pod."""
@@ -190,7 +189,7 @@ class LlmServiceArgs:
                 "(ray_llm_eks.domain.render.ray_service.ray_service_spec)",
                 ARGS,
             )
-        known = api_keys.SHIPPED_MODULES + api_keys.SELECTIVE_PD_MODULES
+        known = api_keys.SHIPPED_MODULES
         if self.ingress_modules is not None and not set(self.ingress_modules) <= set(known):
             raise ConfigError("ingress_modules", self.ingress_modules, f"modules of {list(known)}", ARGS)
         if (self.redis_address is None) != (self.redis_password is None):
@@ -226,7 +225,7 @@ class LlmServiceArgs:
             raise ConfigError(args_path(err.key), err.value, allowed, ARGS) from None
         object.__setattr__(self, "ray_service_spec", ray_service_spec(settings))
         object.__setattr__(self, "model_id", settings.serving.serve_document.model_id)
-        object.__setattr__(self, "ingress_modules", api_keys.shipped_modules(served_document(settings)))
+        object.__setattr__(self, "ingress_modules", api_keys.SHIPPED_MODULES)
 
 
 def args_path(stack_key: str) -> str:

@@ -60,7 +60,8 @@ async def first_then_every(items: AsyncIterator[T], interval_s: float) -> AsyncI
                 return
             with contextlib.suppress(asyncio.TimeoutError):
                 if (left := eager_until - clock()) > 0:
-                    if not came:  # else what came while the list was out goes at once
+                    # What came, or the end, while the list was out goes at once.
+                    if not came and not ended.is_set():
                         arrived.clear()
                         await asyncio.wait_for(arrived.wait(), left)
                 else:
@@ -68,5 +69,8 @@ async def first_then_every(items: AsyncIterator[T], interval_s: float) -> AsyncI
     finally:
         if not reader.done():
             reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
+            # Waits for the engine's stream to end (vLLM aborts the request as it does) without handing a second
+            # cancellation of this stream on to it, which would cut the abort short.
+            await asyncio.wait({reader})
+        if not reader.cancelled():
+            reader.exception()  # retrieved: an error after a closed stream is not logged as never retrieved

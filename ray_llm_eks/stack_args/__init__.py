@@ -24,10 +24,10 @@ from ray_llm_eks.domain.platform import teardown
 from ray_llm_eks.domain.platform.subnets import private_subnet_name
 from ray_llm_eks.domain.platform.versions import EBS_CSI_ADDON, POD_IDENTITY_AGENT_ADDON
 from ray_llm_eks.domain.render import alert_rules, dashboards, karpenter
-from ray_llm_eks.domain.render.ray_service import ray_service_spec, served_document
+from ray_llm_eks.domain.render.ray_service import ray_service_spec
 from ray_llm_eks.domain.security import network_policies as policies
 from ray_llm_eks.domain.security.network_policies import network_policies
-from ray_llm_eks.domain.serving.api_keys import shipped_modules
+from ray_llm_eks.domain.serving.api_keys import SHIPPED_MODULES
 from ray_llm_eks.domain.stack.settings import GpuPoolSettings, NodePoolSettings, Settings
 
 
@@ -48,7 +48,7 @@ def llm_service_args(
         service_name=serving.service_name,
         environment=hardening.environment,
         api_key_check=hardening.api_key_check,
-        ingress_modules=shipped_modules(served_document(settings)),
+        ingress_modules=SHIPPED_MODULES,
         network_policies=(
             network_policies(
                 serving.namespace,

@@ -201,7 +201,8 @@ def endpoint_dashboard(inputs: EndpointInputs) -> dict:
         "ms",
         "How late each deployment's event loops woke, sampled every 5 s by Ray Serve "
         "(RAY_SERVE_EVENT_LOOP_MONITORING_INTERVAL_S). An LLM replica's user_code loop runs its server and vLLM's "
-        "frontend: a lag there holds every token it hands on. main carries the replica's requests and streams.",
+        "frontend: a lag there holds every token it hands on. main carries the replica's requests and streams. "
+        "The handles' router loops and the proxies' carry no deployment and are not shown.",
     )
     layout.row("GPUs (DCGM exporter)")
     layout.panel(

@@ -387,12 +387,12 @@ def ray_service_spec(settings: Settings, redis_address: str = gcs_ft.ADDRESS_PLA
             node_selector = cluster["headGroupSpec"]["template"]["spec"]["nodeSelector"]
             node_selector[ZONE_LABEL] = settings.network.gpu_availability_zone
     spec = {
-        "serveConfigV2": to_yaml(document := served_document(settings)),
+        "serveConfigV2": to_yaml(served_document(settings)),
         # `None` (default): a fixed GPU fleet cannot host a second Ray cluster during an upgrade, so
         # cluster changes replace the RayService (delete first, see LlmService); serve-config changes
         # apply in place. `NewCluster` where the pools have room for two (ray_llm_eks/domain/cluster/upgrades.py).
         "upgradeStrategy": {"type": settings.upgrade_strategy},
         "rayClusterConfig": cluster,
     }
-    api_keys.with_code_digest(spec, api_keys.shipped_modules(document))
+    api_keys.with_code_digest(spec, api_keys.SHIPPED_MODULES)
     return spec

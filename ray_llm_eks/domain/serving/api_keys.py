@@ -29,7 +29,10 @@ INGRESS_CLS = KEY_CHECKED_INGRESS
 SOURCES_DIR = packaged.ROOT / "serve_ingress"
 # Flat modules on the pods' PYTHONPATH; ray_start.py is the head's start with a GCS store (gcs_ft.head_start), the
 # prefill guard the PD apps' decode servers (serve_app.GUARDED_PD_IMPORT, selective_pd.py), first_chunk.py every LLM
-# server's streaming (serve_app.FIRST_CHUNK_SERVER and the decode servers).
+# server's streaming (serve_app.FIRST_CHUNK_SERVER and the decode servers), selective PD's where the app runs it.
+# All of them whatever the app: a pod sees a changed ConfigMap only at kubelet's next sync, so a serve config change
+# (selectivePd on or off) must not need a file the pods have not mounted, and the code's digest (with_code_digest)
+# must not change with the serve config.
 SHIPPED_MODULES = (
     "api_keys.py",
     "api_key_ingress.py",
@@ -39,8 +42,9 @@ SHIPPED_MODULES = (
     "prefill_guard.py",
     "stream_chunks.py",
     "first_chunk.py",
+    "local_prefill.py",
+    "selective_pd.py",
 )
-SELECTIVE_PD_MODULES = ("local_prefill.py", "selective_pd.py")  # shipped too where the app is selective PD
 # What ray.init makes of runtime_env `worker_process_setup_hook: "module.function"` (Ray 2.58
 # ray/_private/runtime_env/setup_hook.py export_setup_func_module); a Serve application's runtime_env is not
 # converted so, hence the env var itself (ray/_private/ray_constants.py WORKER_PROCESS_SETUP_HOOK_ENV_VAR, read
@@ -59,12 +63,6 @@ CODE_ANNOTATION = "ray-llm-eks/shipped-code"  # on the Ray pods that mount it: w
 MIN_KEY_LENGTH = 16
 # What carries a runtime_env of its own: the application, and each LLM config.
 H = TypeVar("H", ServeApplication, LlmConfig)
-
-
-def shipped_modules(document: ServeDocument) -> tuple[str, ...]:
-    """The modules the pods of a served document import: the key check's and the worker setup's, and selective PD's
-    decode server where the application runs it."""
-    return SHIPPED_MODULES + (SELECTIVE_PD_MODULES if document.selective_pd else ())
 
 
 def ingress_sources(modules: Sequence[str] = SHIPPED_MODULES) -> dict[str, str]:
@@ -184,7 +182,9 @@ def with_code_digest(spec: dict, modules: Sequence[str]) -> None:
     A pod sees a changed ConfigMap only after kubelet's next sync, and no Serve replica restarts for it, so new code
     could otherwise meet replicas built for the old (or a serve config naming a module not there yet). With the digest
     in the template, KubeRay's cluster hash changes with the code: a new cluster, whose pods mount it from their
-    start (the RayService is replaced, as for any cluster change: ray_llm_eks/domain/render/ray_service.py)."""
+    start (the RayService is replaced, as for any cluster change: ray_llm_eks/domain/render/ray_service.py). Under
+    upgradeStrategy NewCluster the old cluster's pods still see the new files at that sync while they serve: the
+    ConfigMap keeps its name."""
     digest = code_digest(modules)
     for template in _pod_templates(spec):
         if _mounts_code(template):

@@ -288,7 +288,7 @@ def test_llm_service_renders_from_typed_inputs_what_the_stack_keys_of_the_same_v
     """gpu_pools, region, serve_config and the rest are the stack's keys under the Args' names: the spec, the served
     model and the pods' modules are those of a stack on an existing cluster with the same values."""
     from ray_llm_eks.components.llm_service import GpuPoolInput, LlmServiceArgs
-    from ray_llm_eks.domain.render.ray_service import ray_service_spec, served_document
+    from ray_llm_eks.domain.render.ray_service import ray_service_spec
 
     pools = [GpuPoolInput(name, pool["instanceType"]) for name, pool in POOLS.items()]
     args = LlmServiceArgs(
@@ -299,7 +299,7 @@ def test_llm_service_renders_from_typed_inputs_what_the_stack_keys_of_the_same_v
     settings = stack.load_settings(stack.StackConfig("ray-llm-eks", "stack", keys, frozenset()))
     assert args.ray_service_spec == ray_service_spec(settings)
     assert args.model_id == settings.serving.serve_document.model_id == "Qwen/Qwen3.5-9B"
-    assert args.ingress_modules == api_keys.shipped_modules(served_document(settings))
+    assert args.ingress_modules == api_keys.SHIPPED_MODULES
     assert "max_model_len: 8192" in args.ray_service_spec["serveConfigV2"]
     # collocated: one pool, and what it serves decides the modules the pods import
     one = LlmServiceArgs(gpu_pools=[GpuPoolInput("collocated", "g6.8xlarge", max_size=2)], region="us-east-1",

@@ -176,8 +176,10 @@ def test_dev_rayservice_answers_through_the_key_checked_ingress(dev):
         "ray_start.py",  # the head's start with a GCS store (ray_llm_eks/domain/cluster/gcs_ft.py head_start)
         "prefill_peers.py",  # the PD decode servers' prefill guard
         "prefill_guard.py",
-        "stream_chunks.py",  # every LLM server's first chunk at once
+        "stream_chunks.py",  # every LLM server's first interval at once
         "first_chunk.py",
+        "local_prefill.py",  # selective PD's decode server, shipped whatever the app
+        "selective_pd.py",
     }
     secret = dev.one("kubernetes:core/v1:Secret", "llm-api-keys")
     assert secret.inputs["stringData"] == "[secret]"

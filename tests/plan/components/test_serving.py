@@ -209,15 +209,14 @@ def test_pd_app_shape(dev):
         assert config["runtime_env"]["env_vars"]["VLLM_SSM_CONV_STATE_LAYOUT"] == "DS"
 
 
-def test_the_shipped_code_carries_the_modules_the_served_app_imports(dev):
-    """LlmService ships the modules its Args name (the stack's served document decides): selective PD's decode server
-    only where the app runs it."""
-    shipped = set(dev.one("kubernetes:core/v1:ConfigMap", "llm-api-key-ingress").inputs["data"])
-    assert shipped == set(api_keys.SHIPPED_MODULES)
-    selective = run_program("dev", {NS + "selectivePd": "1024"})
-    data = selective.one("kubernetes:core/v1:ConfigMap", "llm-api-key-ingress").inputs["data"]
-    assert set(data) == {*api_keys.SHIPPED_MODULES, *api_keys.SELECTIVE_PD_MODULES}
-    assert data["selective_pd.py"] == (ROOT / "ray_llm_eks" / "serve_ingress" / "selective_pd.py").read_text()
+def test_the_shipped_code_carries_every_module_whatever_the_served_app():
+    """LlmService ships every module, selective PD's decode server too where the app does not run it: turning
+    selectivePd on changes the serve config alone, and the pods have its code already (api_keys.SHIPPED_MODULES)."""
+    dev, selective = run_program("dev"), run_program("dev", {NS + "selectivePd": "1024"})
+    for plan in (dev, selective):
+        data = plan.one("kubernetes:core/v1:ConfigMap", "llm-api-key-ingress").inputs["data"]
+        assert set(data) == set(api_keys.SHIPPED_MODULES)
+        assert data["selective_pd.py"] == (ROOT / "ray_llm_eks" / "serve_ingress" / "selective_pd.py").read_text()
 
 
 def test_every_llm_deployment_maps_to_exactly_one_worker_group(plans):

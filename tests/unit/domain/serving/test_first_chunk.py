@@ -83,6 +83,20 @@ def test_within_the_first_interval_each_chunk_goes_as_it_comes():
     asyncio.run(run())
 
 
+def test_an_end_that_comes_while_a_list_is_out_ends_the_stream_at_once():
+    async def run():
+        engine = Engine()
+        stream = first_then_every(engine.stream(), HOUR)
+        engine.send("role")
+        assert await soon(stream) == ["role"]  # the stream waits at its list while the engine ends
+        engine.send(end=True)
+        await asyncio.sleep(0.01)
+        with pytest.raises(StopAsyncIteration):
+            await soon(stream)
+
+    asyncio.run(run())
+
+
 def test_rays_own_batching_holds_the_first_chunk_for_its_interval():
     """Why the stack replaces it (Ray 2.58 llm/_internal/serve/utils/batcher.py Batcher.stream). When a Ray upgrade
     sends the first chunk early itself, this fails: the replacement can go."""
@@ -99,18 +113,21 @@ def test_rays_own_batching_holds_the_first_chunk_for_its_interval():
 
 def test_after_the_first_interval_chunks_go_in_lists_one_interval_apart():
     async def run():
+        clock = asyncio.get_running_loop().time
         engine = Engine()
-        stream = first_then_every(engine.stream(), 0.3)
+        stream = first_then_every(engine.stream(), 0.5)
         engine.send("role")
         assert await soon(stream) == ["role"]
-        await asyncio.sleep(0.35)  # past the first interval
+        await asyncio.sleep(0.55)  # past the first interval
         engine.send("t1")
-        assert await soon(stream) == ["t1"]  # at the next tick; the one after is an interval later
+        assert await soon(stream) == ["t1"]  # at the next tick
+        sent = clock()
         reading = asyncio.ensure_future(soon(stream))
         engine.send("t2")
         await asyncio.sleep(0.05)
         engine.send("t3")  # 50 ms apart, within one interval: one list, as Ray's batching sends them
         assert await reading == ["t2", "t3"]
+        assert clock() - sent >= 0.4  # an interval after the list before, not as they came
         engine.send("t4", end=True)
         assert await soon(stream) == ["t4"]
 
@@ -125,6 +142,30 @@ def test_an_engine_error_comes_after_the_chunks_before_it():
         assert await soon(stream) == ["t1"]
         with pytest.raises(ValueError, match="engine died"):
             await soon(stream)
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("how", ["task cancelled", "CancelledError thrown in"])
+def test_a_cancelled_stream_stops_reading_the_engine(how):
+    """Serve 2.58 ends a replica's stream by cancelling its task or throwing CancelledError into the generator
+    (serve/_private/replica.py)."""
+
+    async def run():
+        engine = Engine()
+        stream = first_then_every(engine.stream(), 0.05)
+        engine.send("role")
+        assert await soon(stream) == ["role"]
+        if how == "task cancelled":
+            reading = asyncio.ensure_future(anext(stream))
+            await asyncio.sleep(0.01)
+            reading.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await reading
+        else:
+            with pytest.raises(asyncio.CancelledError):
+                await stream.athrow(asyncio.CancelledError())
+        assert engine.closed
 
     asyncio.run(run())
 

@@ -94,7 +94,7 @@ def test_every_ray_pod_that_mounts_the_code_names_its_digest_so_new_code_makes_a
     """The digest of the modules the ConfigMap carries is in each Ray pod's template: KubeRay's cluster hash covers
     it, and the stack replaces the RayService on any change under rayClusterConfig (replacement_paths)."""
     spec = ray_service_spec(settings)
-    modules = api_keys.shipped_modules(served_document(settings))
+    modules = api_keys.SHIPPED_MODULES
     digest = api_keys.code_digest(modules)
     templates = [spec["rayClusterConfig"]["headGroupSpec"]["template"]] + [
         g["template"] for g in spec["rayClusterConfig"]["workerGroupSpecs"]

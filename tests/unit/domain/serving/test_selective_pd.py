@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from ray_llm_eks.domain.render.ray_service import ray_service_spec, served_document
+from ray_llm_eks.domain.render.ray_service import ray_service_spec
 from ray_llm_eks.domain.serving import api_keys, serve_config
 from ray_llm_eks.serve_ingress import local_prefill
 from tests.conftest import settings_error, settings_of
@@ -63,11 +63,13 @@ def test_selective_pd_renders_the_selective_builder_and_the_threshold_on_decode_
     assert off.import_path == serve_config.PD_IMPORT and "experimental_configs" not in off.roles["decode"]
 
 
-def test_selective_pd_ships_its_decode_server_with_the_ingress_code():
+def test_selective_pd_ships_its_decode_server_with_the_ingress_code_and_changes_only_the_serve_config():
     selective = settings_of({NS + "selectivePd": "1024"})
-    assert set(api_keys.SELECTIVE_PD_MODULES) <= set(api_keys.shipped_modules(served_document(selective)))
-    assert not set(api_keys.SELECTIVE_PD_MODULES) & set(api_keys.shipped_modules(served_document(settings_of())))
-    spec = ray_service_spec(selective)
+    assert {"local_prefill.py", "selective_pd.py"} <= set(api_keys.SHIPPED_MODULES)
+    # Turning it on changes the serve config alone, not the Ray cluster (the code's digest is the same).
+    on, off = ray_service_spec(selective), ray_service_spec(settings_of())
+    assert on["rayClusterConfig"] == off["rayClusterConfig"] and on["serveConfigV2"] != off["serveConfigV2"]
+    spec = on
     assert yaml.safe_load(spec["serveConfigV2"])["applications"][0]["import_path"] == serve_config.SELECTIVE_PD_IMPORT
 
 
