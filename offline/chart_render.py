@@ -102,7 +102,7 @@ def pull_cache() -> Path:
 def _chart_yaml(archive: Path) -> dict:
     """Chart.yaml of an archive (<chart>/Chart.yaml inside the .tgz) or of an unpacked chart folder."""
     if archive.is_dir():
-        return yaml.safe_load((archive / "Chart.yaml").read_text()) or {}
+        return yaml.safe_load((archive / "Chart.yaml").read_text(encoding="utf-8")) or {}
     with tarfile.open(archive) as tar:
         member = next((m for m in tar.getmembers() if m.name.count("/") == 1 and m.name.endswith("/Chart.yaml")), None)
         handle = tar.extractfile(member) if member else None
@@ -165,7 +165,7 @@ def render(helm: Path, release: Release, archive: Path, kube_version: str | None
     """`helm template` of the release with the plan's values: its objects (no CRDs: checkov checks workloads)."""
     with tempfile.TemporaryDirectory(prefix="helm-values-") as tmp:
         values = Path(tmp) / "values.yaml"
-        values.write_text(yaml.safe_dump(release.values, sort_keys=False))
+        values.write_text(yaml.safe_dump(release.values, sort_keys=False), encoding="utf-8")
         cmd = [str(helm), "template", release.name, str(archive), "--namespace", release.namespace, "-f", str(values)]
         if kube_version:
             cmd += ["--kube-version", kube_version]

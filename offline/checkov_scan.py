@@ -89,7 +89,7 @@ def run(checkov: Path, docs: dict[str, dict]) -> list[Failure]:
     """checkov's failed checks over the documents, written to a temporary folder."""
     with tempfile.TemporaryDirectory(prefix="checkov-") as tmp:
         for file, doc in docs.items():
-            (Path(tmp) / file).write_text(yaml.safe_dump(doc, sort_keys=False))
+            (Path(tmp) / file).write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
         # --skip-download: checkov asks its vendor's API for check metadata otherwise (no network needed here).
         proc = subprocess.run(
             [str(checkov), "-d", tmp, "--framework", "kubernetes", "-o", "json", "--quiet", "--skip-download"],
@@ -113,7 +113,7 @@ def run(checkov: Path, docs: dict[str, dict]) -> list[Failure]:
 
 def load_skips(path: Path = SKIPS_FILE) -> list[Skip]:
     """policy/checkov-skips.yaml: a list of {check, resources, why}; a bad entry is one line naming it."""
-    raw = yaml.safe_load(path.read_text()) or []
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or []
     skips = []
     for i, entry in enumerate(raw):
         if not isinstance(entry, dict) or set(entry) != {"check", "resources", "why"}:
@@ -146,7 +146,7 @@ def docs_with_table(text: str, skips: list[Skip]) -> str:
 
 def main() -> int:
     """`python -m offline.checkov_scan`: rewrite docs/security.md's table of justified checkov failures."""
-    DOCS_FILE.write_text(docs_with_table(DOCS_FILE.read_text(), load_skips()))
+    DOCS_FILE.write_text(docs_with_table(DOCS_FILE.read_text(encoding="utf-8"), load_skips()))
     return 0
 
 

@@ -20,8 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("new", type=Path)
     args = parser.parse_args(argv)
     try:
-        old, new = (json.loads((d / "resources.json").read_text()) for d in (args.old, args.new))
-        outputs = [json.loads((d / "outputs.json").read_text()) for d in (args.old, args.new)]
+        old, new = (json.loads((d / "resources.json").read_text(encoding="utf-8")) for d in (args.old, args.new))
+        outputs = [json.loads((d / "outputs.json").read_text(encoding="utf-8")) for d in (args.old, args.new)]
     except (OSError, json.JSONDecodeError) as err:
         print(
             f"error: {err} (make plan writes resources.json and outputs.json into each plan directory)", file=sys.stderr

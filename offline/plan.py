@@ -224,14 +224,16 @@ class Plan:
                 raise FileExistsError(f"{out} exists and is not a plan directory (no resources.json): pick another OUT")
             shutil.rmtree(out)
         (out / "manifests").mkdir(parents=True)
-        (out / "resources.json").write_text(json.dumps(self.resources_json(), indent=2) + "\n")
+        (out / "resources.json").write_text(json.dumps(self.resources_json(), indent=2) + "\n", encoding="utf-8")
         for name, doc in self.manifests().items():
-            (out / "manifests" / name).write_text(yaml.safe_dump(doc, sort_keys=False))
+            (out / "manifests" / name).write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
             serve = (doc.get("spec") or {}).get("serveConfigV2") if doc.get("kind") == "RayService" else None
             if isinstance(serve, str):  # the same YAML, readable instead of one escaped string
-                (out / "manifests" / name.replace(".yaml", ".serveConfigV2.yaml")).write_text(serve)
-        (out / "graph.md").write_text(f"# Components of stack {self.stack}\n\n" + self.graph_mermaid())
-        (out / "outputs.json").write_text(json.dumps(self.outputs, indent=2, sort_keys=True) + "\n")
+                (out / "manifests" / name.replace(".yaml", ".serveConfigV2.yaml")).write_text(serve, encoding="utf-8")
+        (out / "graph.md").write_text(
+            f"# Components of stack {self.stack}\n\n" + self.graph_mermaid(), encoding="utf-8"
+        )
+        (out / "outputs.json").write_text(json.dumps(self.outputs, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def _sorted_keys(value):

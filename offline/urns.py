@@ -29,7 +29,7 @@ URNS_DIR = ROOT / "offline" / "urns"
 
 def recorded(stack: str, folder: Path = URNS_DIR) -> list[str]:
     path = folder / f"{stack}.txt"
-    return path.read_text().split() if path.exists() else []
+    return path.read_text(encoding="utf-8").split() if path.exists() else []
 
 
 def answered(plan: Plan) -> set[str]:
@@ -64,7 +64,7 @@ def gone(plan: Plan, folder: Path = URNS_DIR) -> list[str]:
 def write(plan: Plan, folder: Path = URNS_DIR) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{plan.stack}.txt"
-    path.write_text("".join(f"{urn}\n" for urn in sorted(plan.by_urn)))
+    path.write_text("".join(f"{urn}\n" for urn in sorted(plan.by_urn)), encoding="utf-8")
     return path
 
 

@@ -68,7 +68,7 @@ def carried_json() -> dict:
     folder = environment.cache_dir()
     for path in sorted(folder.glob(CACHE_GLOB), key=_release, reverse=True):
         try:
-            return json.loads(path.read_text())
+            return json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
     raise BotocoreFactsMissing(
@@ -85,14 +85,14 @@ def _cached_json() -> dict:
         return carried_json()
     path = cache_file(installed)
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         pass
     facts = read_botocore()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(facts))
+        tmp.write_text(json.dumps(facts), encoding="utf-8")
         tmp.replace(path)  # atomic: a concurrent reader sees the old file or the whole new one
     except OSError:
         pass  # a read-only home only costs the next run the same half second

@@ -188,4 +188,4 @@ def environment_kubeconfig() -> tuple[str, str]:
             None,
             f"set it (pulumi config set --secret kubeconfig < FILE) or KUBECONFIG; {path} is missing",
         )
-    return path.read_text(), str(path.parent)
+    return path.read_text(encoding="utf-8"), str(path.parent)

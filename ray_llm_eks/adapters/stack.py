@@ -85,7 +85,7 @@ def own_serve_file(config_: StackConfig) -> serve_config.OwnServeFile | None:
             "an absolute path" if Path(name).is_absolute() else f"no such file in {folder}{'; ' + slip if slip else ''}"
         )
         raise ConfigError("serveConfig", name, f"{serve_config.SERVE_CONFIG_ALLOWED} ({where})", config_.file)
-    return serve_config.OwnServeFile(name, yaml_files.parse(path.read_text(), name))
+    return serve_config.OwnServeFile(name, yaml_files.parse(path.read_text(encoding="utf-8"), name))
 
 
 def load_settings(config_: StackConfig) -> Settings:

@@ -60,19 +60,19 @@ def _shown(path: Path) -> str:
 
 
 def _load_yaml(path: Path):
-    return yaml_files.parse_pulumi(path.read_text(), _shown(path))
+    return yaml_files.parse_pulumi(path.read_text(encoding="utf-8"), _shown(path))
 
 
 def provider_namespaces(root: Path) -> list[str]:
     """Config namespaces besides the project's that a stack may set: `pulumi` (the engine's own, e.g.
     pulumi:tags) and one per provider package the program installs (pulumi-aws -> aws)."""
-    pins = (root / "requirements.txt").read_text().splitlines()
+    pins = (root / "requirements.txt").read_text(encoding="utf-8").splitlines()
     providers = {m.group(1) for line in pins if (m := re.match(r"pulumi-([a-z0-9-]+)==", line.strip()))}
     return sorted({"pulumi", *providers})
 
 
 def project_schema() -> dict:
-    return json.loads(PROJECT_SCHEMA.read_text())
+    return json.loads(PROJECT_SCHEMA.read_text(encoding="utf-8"))
 
 
 def load_project(root: Path) -> dict:

@@ -26,15 +26,15 @@ def shown(path: Path) -> str:
 
 
 def read_text(path: Path) -> str:
-    return path.read_text()
+    return path.read_text(encoding="utf-8")
 
 
 def load_yaml(path: Path) -> Any:
-    return yaml_files.parse(path.read_text(), shown(path))
+    return yaml_files.parse(path.read_text(encoding="utf-8"), shown(path))
 
 
 def load_json(path: Path) -> Any:
-    return json.loads(path.read_text())
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def names(folder: Path, suffix: str) -> list[str]:

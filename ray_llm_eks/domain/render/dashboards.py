@@ -248,7 +248,7 @@ def endpoint_dashboard(inputs: EndpointInputs) -> dict:
 
 def ray_dashboards() -> dict[str, str]:
     """Ray's dashboards as committed (file name -> JSON text; tools/ray_dashboards.py writes them)."""
-    return {path.name: path.read_text() for path in sorted(DASHBOARD_DIR.glob("ray-*.json"))}
+    return {path.name: path.read_text(encoding="utf-8") for path in sorted(DASHBOARD_DIR.glob("ray-*.json"))}
 
 
 def endpoint_inputs(settings: Settings) -> EndpointInputs:
