@@ -26,10 +26,8 @@ class FirstChunkNow:
     """Mixed in before a Ray LLM server class."""
 
     def _batch_output_stream(self, generator):
-        interval_ms = self._get_batch_interval_ms()
-        if interval_ms is None:  # Ray's meaning: one list at the end
-            return super()._batch_output_stream(generator)
-        return first_then_every(generator, interval_ms / 1000)
+        # A number for a stream: the LLM config's interval, else Ray's default (LLMServer._get_batch_interval_ms).
+        return first_then_every(generator, self._get_batch_interval_ms() / 1000)
 
 
 # Named as Ray's class because Ray names a collocated deployment after its server class (`LLMServer:<model id>`,

@@ -50,12 +50,18 @@ async def soon(stream):
     return await asyncio.wait_for(anext(stream), PROMPT)
 
 
+async def opened(interval_s: float):
+    """An engine and the stream over it, its opening chunk (vLLM's role, no text) already sent and read."""
+    engine = Engine()
+    stream = first_then_every(engine.stream(), interval_s)
+    engine.send("role")
+    assert await soon(stream) == ["role"]
+    return engine, stream
+
+
 def test_the_first_chunk_comes_at_once_though_the_interval_is_an_hour():
     async def run():
-        engine = Engine()
-        stream = first_then_every(engine.stream(), HOUR)
-        engine.send("role")
-        assert await soon(stream) == ["role"]
+        engine, stream = await opened(HOUR)
         engine.send("t1", "t2", end=True)  # the end sends what is left at once too
         assert await soon(stream) == ["t1", "t2"]
         with pytest.raises(StopAsyncIteration):
@@ -69,10 +75,7 @@ def test_within_the_first_interval_each_chunk_goes_as_it_comes():
     the interval either. Serve reads the stream as it comes, so the reads here wait before the engine sends."""
 
     async def run():
-        engine = Engine()
-        stream = first_then_every(engine.stream(), HOUR)
-        engine.send("role")
-        assert await soon(stream) == ["role"]
+        engine, stream = await opened(HOUR)
         reading = asyncio.ensure_future(soon(stream))
         engine.send("t1")
         await asyncio.sleep(0.05)
@@ -85,10 +88,7 @@ def test_within_the_first_interval_each_chunk_goes_as_it_comes():
 
 def test_an_end_that_comes_while_a_list_is_out_ends_the_stream_at_once():
     async def run():
-        engine = Engine()
-        stream = first_then_every(engine.stream(), HOUR)
-        engine.send("role")
-        assert await soon(stream) == ["role"]  # the stream waits at its list while the engine ends
+        engine, stream = await opened(HOUR)  # the stream waits at its list while the engine ends
         engine.send(end=True)
         await asyncio.sleep(0.01)
         with pytest.raises(StopAsyncIteration):
@@ -114,10 +114,7 @@ def test_rays_own_batching_holds_the_first_chunk_for_its_interval():
 def test_after_the_first_interval_chunks_go_in_lists_one_interval_apart():
     async def run():
         clock = asyncio.get_running_loop().time
-        engine = Engine()
-        stream = first_then_every(engine.stream(), 0.5)
-        engine.send("role")
-        assert await soon(stream) == ["role"]
+        engine, stream = await opened(0.5)
         await asyncio.sleep(0.55)  # past the first interval
         engine.send("t1")
         assert await soon(stream) == ["t1"]  # at the next tick
@@ -152,10 +149,7 @@ def test_a_cancelled_stream_stops_reading_the_engine(how):
     (serve/_private/replica.py)."""
 
     async def run():
-        engine = Engine()
-        stream = first_then_every(engine.stream(), 0.05)
-        engine.send("role")
-        assert await soon(stream) == ["role"]
+        engine, stream = await opened(0.05)
         if how == "task cancelled":
             reading = asyncio.ensure_future(anext(stream))
             await asyncio.sleep(0.01)
